@@ -1,0 +1,140 @@
+"""The exceptions perdure raises.
+
+Every error perdure raises on purpose is a :class:`PerdureError` with a stable,
+machine-readable ``code`` (a string). Codes are part of the public contract: match on
+``err.code`` rather than on the message text. Misuse of an API (a wrong argument type
+or value) raises the built-in ``TypeError``/``ValueError`` naming the argument instead.
+
+The tree::
+
+    PerdureError                      code
+    ├── SessionNotFoundError          session_not_found
+    ├── SessionCorruptedError         session_store_corrupted
+    ├── SessionLockedError            session_locked
+    ├── SessionConflictError          session_conflict
+    ├── TurnRunningError              turn_running
+    ├── SessionMismatchError          session_mismatch
+    ├── StoreNotWiredError            store_not_wired
+    ├── CheckpointNotFoundError       checkpoint_not_found
+    ├── CheckpointImportError         checkpoint_import_invalid
+    ├── CheckpointError               checkpoint_error
+    ├── SnapshotError                 snapshot_error
+    └── ModelError                    model_error
+        └── ContextWindowOverflowError context_window_overflow
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointImportError",
+    "CheckpointNotFoundError",
+    "ContextWindowOverflowError",
+    "ModelError",
+    "PerdureError",
+    "SessionConflictError",
+    "SessionCorruptedError",
+    "SessionLockedError",
+    "SessionMismatchError",
+    "SessionNotFoundError",
+    "SnapshotError",
+    "StoreNotWiredError",
+    "TurnRunningError",
+]
+
+
+class PerdureError(Exception):
+    """Base of every error perdure raises on purpose; ``code`` is stable."""
+
+    code: ClassVar[str] = "perdure_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+
+class SessionNotFoundError(PerdureError):
+    """A session id that must exist does not."""
+
+    code = "session_not_found"
+
+
+class SessionCorruptedError(PerdureError):
+    """Stored session data is damaged; it is reported, never replaced by an empty session."""
+
+    code = "session_store_corrupted"
+
+
+class SessionLockedError(PerdureError):
+    """Another writer holds the session's writer lock right now."""
+
+    code = "session_locked"
+
+
+class SessionConflictError(PerdureError):
+    """The stored history moved on since this writer last saw it."""
+
+    code = "session_conflict"
+
+
+class TurnRunningError(PerdureError):
+    """The operation cannot run while the agent is in the middle of a turn."""
+
+    code = "turn_running"
+
+
+class SessionMismatchError(PerdureError):
+    """A checkpoint or record belongs to a different session."""
+
+    code = "session_mismatch"
+
+
+class StoreNotWiredError(PerdureError):
+    """The operation needs a store that was not configured."""
+
+    code = "store_not_wired"
+
+
+class CheckpointNotFoundError(PerdureError):
+    """A well-formed checkpoint id names no checkpoint."""
+
+    code = "checkpoint_not_found"
+
+
+class CheckpointImportError(PerdureError):
+    """An exported checkpoint failed verification; nothing was written."""
+
+    code = "checkpoint_import_invalid"
+
+
+class CheckpointError(PerdureError):
+    """A loop checkpoint is malformed, of another schema, or does not fit the history."""
+
+    code = "checkpoint_error"
+
+
+class SnapshotError(PerdureError):
+    """A snapshot is malformed, of another schema, or asks for no or unknown fields."""
+
+    code = "snapshot_error"
+
+
+class ModelError(PerdureError):
+    """The model failed to produce a response (adapters refine this per provider)."""
+
+    code = "model_error"
+
+
+class ContextWindowOverflowError(ModelError):
+    """The request does not fit the model's context window.
+
+    The agent loop answers it by asking the conversation manager to reduce the
+    context and calling the model again.
+    """
+
+    code = "context_window_overflow"

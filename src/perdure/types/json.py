@@ -1,0 +1,44 @@
+"""JSON helpers: bytes inside messages survive a round trip through JSON (SPEC §2)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+BYTES_MARKER = "__bytes_encoded__"
+
+
+def encode_bytes_values(obj: Any) -> Any:
+    """Return a copy of ``obj`` where every ``bytes`` value is a JSON-safe marker dict.
+
+    ``b"..."`` becomes ``{"__bytes_encoded__": True, "data": "<base64>"}``; dicts, lists
+    and tuples are walked recursively (tuples come back as lists, as JSON would).
+    """
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return {BYTES_MARKER: True, "data": base64.b64encode(bytes(obj)).decode("ascii")}
+    if isinstance(obj, dict):
+        return {key: encode_bytes_values(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [encode_bytes_values(value) for value in obj]
+    return obj
+
+
+def decode_bytes_values(obj: Any) -> Any:
+    """Inverse of :func:`encode_bytes_values`: marker dicts become ``bytes`` again.
+
+    Raises:
+        ValueError: a marker dict whose ``data`` is not valid base64.
+    """
+    if isinstance(obj, dict):
+        if obj.get(BYTES_MARKER) is True and set(obj) == {BYTES_MARKER, "data"}:
+            data = obj["data"]
+            if not isinstance(data, str):
+                raise ValueError(f"{BYTES_MARKER} value has non-string data: {type(data)!r}")
+            try:
+                return base64.b64decode(data.encode("ascii"), validate=True)
+            except (ValueError, UnicodeEncodeError) as exc:
+                raise ValueError(f"{BYTES_MARKER} value is not valid base64: {exc}") from exc
+        return {key: decode_bytes_values(value) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [decode_bytes_values(value) for value in obj]
+    return obj
