@@ -1,0 +1,14 @@
+"""Conversation managers: policies that keep an agent's history within the model's reach."""
+
+from perdure.agent.conversation.base import ConversationManager, SupportsMessages
+from perdure.agent.conversation.null import NullConversationManager
+from perdure.agent.conversation.pairing import repair_tool_pairs
+from perdure.agent.conversation.sliding_window import SlidingWindowConversationManager
+
+__all__ = [
+    "ConversationManager",
+    "NullConversationManager",
+    "SlidingWindowConversationManager",
+    "SupportsMessages",
+    "repair_tool_pairs",
+]

@@ -1,0 +1,176 @@
+"""Pure rules for tool pairs: where a history may be cut, and how a broken one is repaired.
+
+A history is *model-valid* when every ``toolUse`` of an assistant message is answered
+by a ``toolResult`` with the same ``toolUseId`` in the very next message (a user
+message), and every ``toolResult`` answers a ``toolUse`` of the assistant message just
+before it. The only exception is a ``toolUse`` in the **last** message: it is pending
+(the loop paused at ``after_model``, or the process died before the tools ran) and is
+left for the agent to run or close.
+
+Every function here is pure: the input list and its messages are never mutated. The
+conversation managers, sessions and history pages all use these rules, so a cut or a
+page boundary is decided the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from perdure.types import ContentBlock, Message
+
+__all__ = [
+    "INTERRUPTED_TOOL_RESULT_TEXT",
+    "find_cut_index",
+    "find_latest_cut_index",
+    "is_valid_cut",
+    "placeholder_tool_result",
+    "repair_tool_pairs",
+]
+
+INTERRUPTED_TOOL_RESULT_TEXT = "Tool execution was interrupted; no result was recorded."
+"""The text of the placeholder result given to a ``toolUse`` that never got one."""
+
+
+def placeholder_tool_result(tool_use_id: str) -> ContentBlock:
+    """Return an error ``toolResult`` block that closes ``tool_use_id`` without a result."""
+    return {
+        "toolResult": {
+            "toolUseId": tool_use_id,
+            "status": "error",
+            "content": [{"text": INTERRUPTED_TOOL_RESULT_TEXT}],
+        }
+    }
+
+
+def is_valid_cut(messages: Sequence[Message], index: int) -> bool:
+    """Say whether ``messages[index:]`` may be kept after dropping ``messages[:index]``.
+
+    A cut is valid when the first kept message is a user message holding no
+    ``toolResult`` (and no ``toolUse``) block: it then starts a fresh user turn, so no
+    kept ``toolResult`` loses its ``toolUse`` and no dropped ``toolUse`` loses its
+    result. ``index == len(messages)`` (dropping everything) is never a valid cut.
+
+    Raises:
+        ValueError: ``index`` is outside ``0..len(messages)``.
+    """
+    if not 0 <= index <= len(messages):
+        raise ValueError(f"index must be within 0..{len(messages)}, got {index}")
+    if index == len(messages):
+        return False
+    message = messages[index]
+    return message["role"] == "user" and not any(
+        "toolResult" in block or "toolUse" in block for block in message["content"]
+    )
+
+
+def find_cut_index(messages: Sequence[Message], min_remove: int) -> int | None:
+    """Return the smallest valid cut index ``>= min_remove``, or ``None`` if there is none.
+
+    The result is the number of leading messages to drop: the fewest that remove at
+    least ``min_remove`` messages without breaking a tool pair.
+
+    Raises:
+        ValueError: ``min_remove`` is negative.
+    """
+    if min_remove < 0:
+        raise ValueError(f"min_remove must be >= 0, got {min_remove}")
+    for index in range(min_remove, len(messages)):
+        if is_valid_cut(messages, index):
+            return index
+    return None
+
+
+def find_latest_cut_index(messages: Sequence[Message], max_remove: int) -> int | None:
+    """Return the largest valid cut index in ``1..max_remove``, or ``None`` if there is none.
+
+    Used when no cut removes as much as wanted: this removes as much as possible while
+    keeping the history valid.
+    """
+    for index in range(min(max_remove, len(messages) - 1), 0, -1):
+        if is_valid_cut(messages, index):
+            return index
+    return None
+
+
+def _tool_use_ids(message: Message) -> list[str]:
+    if message["role"] != "assistant":
+        return []
+    ids = [block["toolUse"]["toolUseId"] for block in message["content"] if "toolUse" in block]
+    return list(dict.fromkeys(ids))
+
+
+def _repair_user_content(
+    content: list[ContentBlock], open_ids: list[str]
+) -> tuple[list[ContentBlock], int]:
+    """Keep results that answer ``open_ids`` (once each), add placeholders for the rest."""
+    kept: list[ContentBlock] = []
+    answered: set[str] = set()
+    insert_at = 0
+    changes = 0
+    for block in content:
+        if "toolResult" in block:
+            tool_use_id = block["toolResult"]["toolUseId"]
+            if tool_use_id not in open_ids or tool_use_id in answered:
+                changes += 1
+                continue
+            answered.add(tool_use_id)
+            kept.append(block)
+            insert_at = len(kept)
+        else:
+            kept.append(block)
+    missing = [tool_use_id for tool_use_id in open_ids if tool_use_id not in answered]
+    # Results go with the other results, ahead of any text: providers expect the
+    # toolResult blocks of a user message to come first.
+    kept[insert_at:insert_at] = [placeholder_tool_result(tool_use_id) for tool_use_id in missing]
+    return kept, changes + len(missing)
+
+
+def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int]:
+    """Return a model-valid copy of ``messages`` and the number of changes made.
+
+    * A ``toolUse`` in any message but the last that is not answered by the next
+      message gets a placeholder error ``toolResult`` (see
+      :func:`placeholder_tool_result`): inserted into the next message when that is a
+      user message, else in a new user message right after the ``toolUse``.
+    * A ``toolResult`` whose ``toolUseId`` has no ``toolUse`` in the assistant message
+      just before it (an orphan, or a second answer to the same id) is dropped; a
+      message left with no content by this is dropped too.
+    * A ``toolUse`` in the last message is left pending.
+
+    Each placeholder added and each ``toolResult`` dropped counts as one change, so an
+    already-valid history comes back equal with ``0`` changes, and repairing a repaired
+    history changes nothing. Messages that need no change are returned as the same
+    objects (not copies); the input list and its messages are never mutated.
+    """
+    repaired: list[Message] = []
+    changes = 0
+    for message in messages:
+        previous = repaired[-1] if repaired else None
+        open_ids = _tool_use_ids(previous) if previous is not None else []
+        if message["role"] == "user":
+            # Missing answers are filled in here, so this message is never left empty
+            # while a toolUse before it is open.
+            content, changed = _repair_user_content(message["content"], open_ids)
+        else:
+            if open_ids:
+                repaired.append(
+                    {
+                        "role": "user",
+                        "content": [
+                            placeholder_tool_result(tool_use_id) for tool_use_id in open_ids
+                        ],
+                    }
+                )
+                changes += len(open_ids)
+            content = [block for block in message["content"] if "toolResult" not in block]
+            changed = len(message["content"]) - len(content)
+        if not changed:
+            repaired.append(message)
+            continue
+        changes += changed
+        if content:
+            repaired.append({"role": message["role"], "content": content})
+    # Whatever is open in the last message kept is pending: every message after a
+    # toolUse either answers it above or is preceded by a placeholder message, so the
+    # last kept message is the input's last message or a user message.
+    return repaired, changes

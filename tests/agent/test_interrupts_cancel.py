@@ -1,0 +1,200 @@
+"""Interrupts (a tool asks the human) and cancellation from another thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from conftest import assert_model_valid, tool_call, tool_calls
+from perdure import Agent, ToolContext, tool
+from perdure.agent import Checkpoint, Snapshot, ToolStartEvent
+from perdure.models import ScriptedModel
+
+LOG: list[str] = []
+
+
+@tool
+def approve(amount: int, context: ToolContext) -> str:
+    """Ask a human to approve a payment.
+
+    Args:
+        amount: dollars.
+    """
+    LOG.append(f"approve {amount}")
+    answer = context.interrupt("approval", {"amount": amount})
+    return f"approved={answer}"
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look something up.
+
+    Args:
+        key: what.
+    """
+    LOG.append(f"lookup {key}")
+    return key.upper()
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    LOG.clear()
+
+
+def answer(result: Any, response: Any) -> list[Any]:
+    return [
+        {"interruptResponse": {"interruptId": i.id, "response": response}}
+        for i in result.interrupts
+    ]
+
+
+def test_interrupt_round_trip() -> None:
+    model = ScriptedModel(
+        [tool_calls(("t1", "approve", {"amount": 30}), ("t2", "lookup", {"key": "x"})), "paid"]
+    )
+    agent = Agent(model=model, tools=[approve, lookup])
+    result = agent("pay")
+    assert result.stop_reason == "interrupt"
+    assert [(i.name, i.reason) for i in result.interrupts] == [("approval", {"amount": 30})]
+    assert agent.interrupt_state.activated
+    assert_model_valid(agent.messages, allow_pending_last=True)
+    done = agent(answer(result, "yes"))
+    assert done.stop_reason == "end_turn"
+    results = [b["toolResult"] for b in agent.messages[2]["content"]]
+    assert [r["toolUseId"] for r in results] == ["t1", "t2"]
+    assert results[0]["content"] == [{"text": "approved=yes"}]
+    assert results[1]["content"] == [{"text": "X"}]
+    # the finished tool did not run again on resume; the interrupted one did
+    assert LOG == ["approve 30", "lookup x", "approve 30"]
+    assert not agent.interrupt_state.activated
+    assert_model_valid(agent.messages)
+
+
+def test_interrupt_beats_checkpoint() -> None:
+    model = ScriptedModel([tool_call("t1", "approve", amount=5), "ok"])
+    agent = Agent(model=model, tools=[approve], checkpointing=True)
+    first = agent("pay")
+    assert first.stop_reason == "checkpoint"  # after_model, before the tool runs
+    second = agent([{"checkpointResume": {"checkpoint": first.checkpoint.to_dict()}}])  # type: ignore[union-attr]
+    assert second.stop_reason == "interrupt"  # no after_tools checkpoint
+    assert second.checkpoint is None
+    third = agent(answer(second, "no"))
+    assert third.stop_reason == "checkpoint"
+    assert third.checkpoint == Checkpoint("after_tools", 0)
+
+
+def test_pending_interrupts_survive_a_snapshot() -> None:
+    model = ScriptedModel([tool_call("t1", "approve", amount=9)])
+    agent = Agent(model=model, tools=[approve])
+    result = agent("pay")
+    saved = agent.take_snapshot().to_json()
+    fresh = Agent(model=ScriptedModel(["thanks"]), tools=[approve])
+    fresh.load_snapshot(Snapshot.from_json(saved))
+    assert [i.id for i in fresh.interrupt_state.pending] == [i.id for i in result.interrupts]
+    done = fresh(answer(result, "ok"))
+    assert done.stop_reason == "end_turn"
+    assert fresh.messages[2]["content"][0]["toolResult"]["content"] == [{"text": "approved=ok"}]
+
+
+def test_interrupt_response_errors() -> None:
+    agent = Agent(
+        model=ScriptedModel(["hi", tool_call("t1", "approve", amount=1)]), tools=[approve]
+    )
+    agent("hello")
+    with pytest.raises(ValueError, match="no tool calls are pending"):
+        agent([{"interruptResponse": {"interruptId": "x", "response": 1}}])
+    result = agent("pay")
+    with pytest.raises(ValueError, match="unknown interrupt id"):
+        agent([{"interruptResponse": {"interruptId": "nope", "response": 1}}])
+    with pytest.raises(ValueError, match="interruptId"):
+        agent([{"interruptResponse": {"response": 1}}])
+    with pytest.raises(ValueError, match="only interruptResponse"):
+        agent([*answer(result, 1), {"text": "hi"}])
+    assert agent.interrupt_state.activated  # the failed calls changed nothing
+
+
+def test_new_prompt_over_pending_interrupt_closes_the_call() -> None:
+    model = ScriptedModel([tool_call("t1", "approve", amount=1), "moving on"])
+    agent = Agent(model=model, tools=[approve])
+    agent("pay")
+    result = agent("forget it")
+    assert str(result) == "moving on"
+    assert not agent.interrupt_state.activated
+    assert_model_valid(agent.messages)
+
+
+def test_cancel_from_another_thread_stops_at_next_boundary() -> None:
+    started = threading.Event()
+
+    @tool
+    def slow() -> str:
+        """Take a while."""
+        started.set()
+        time.sleep(0.3)
+        return "slow done"
+
+    model = ScriptedModel([tool_call(f"t{i}", "slow") for i in range(5)])
+    agent = Agent(model=model, tools=[slow])
+    canceller = threading.Thread(target=lambda: (started.wait(5), agent.cancel()))
+    canceller.start()
+    result = agent("go")
+    canceller.join()
+    assert result.stop_reason == "cancelled"
+    assert len(model.requests) == 1  # stopped before the next model call
+    assert agent.messages[-1]["content"][0]["toolResult"]["content"] == [{"text": "slow done"}]
+    assert_model_valid(agent.messages)
+    # the next invocation is not cancelled
+    agent.model = ScriptedModel(["fresh"])
+    assert agent("again").stop_reason == "end_turn"
+
+
+async def test_cancel_after_model_closes_the_calls_it_asked_for() -> None:
+    model = ScriptedModel([tool_call("t1", "lookup", key="a"), "never"])
+    agent = Agent(model=model, tools=[lookup])
+    events = []
+    async for event in agent.stream_async("go"):
+        events.append(event)
+        if type(event).__name__ == "ModelMessageEvent":
+            agent.cancel()
+    assert events[-1].result.stop_reason == "cancelled"  # type: ignore[attr-defined]
+    assert not any(isinstance(e, ToolStartEvent) for e in events)
+    assert LOG == []
+    assert agent.messages[-1]["content"][0]["toolResult"]["status"] == "error"
+    assert_model_valid(agent.messages)
+
+
+async def test_cancel_mid_stream_appends_nothing_partial() -> None:
+    model = ScriptedModel(["a long streamed answer with many words"], delay=0.01)
+    agent = Agent(model=model)
+    task = asyncio.create_task(agent.invoke_async("go"))
+    await asyncio.sleep(0.03)
+    agent.cancel()
+    result = await task
+    assert result.stop_reason == "cancelled"
+    assert agent.messages == [{"role": "user", "content": [{"text": "go"}]}]
+
+
+def test_cancel_beats_checkpoint() -> None:
+    @tool
+    def cancels(context: ToolContext) -> str:
+        """Cancel the running invocation."""
+        context.agent.cancel()
+        return "ok"
+
+    model = ScriptedModel([tool_call("t1", "cancels"), "never"])
+    agent = Agent(model=model, tools=[cancels], checkpointing=True)
+    first = agent("go")
+    assert first.stop_reason == "checkpoint"
+    second = agent([{"checkpointResume": {"checkpoint": first.checkpoint.to_dict()}}])  # type: ignore[union-attr]
+    assert second.stop_reason == "cancelled"
+    assert second.checkpoint is None
+
+
+def test_cancel_without_a_running_turn_does_nothing() -> None:
+    agent = Agent(model=ScriptedModel(["hi"]))
+    agent.cancel()
+    assert agent("hello").stop_reason == "end_turn"

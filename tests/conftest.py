@@ -1,0 +1,49 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perdure.types import Message
+
+
+def tool_call(
+    tool_use_id: str, tool_name: str, /, narration: str | None = None, **tool_input: Any
+) -> Message:
+    """An assistant message asking for one tool call."""
+    content: list[Any] = [] if narration is None else [{"text": narration}]
+    content.append({"toolUse": {"toolUseId": tool_use_id, "name": tool_name, "input": tool_input}})
+    return {"role": "assistant", "content": content}
+
+
+def tool_calls(*calls: tuple[str, str, dict[str, Any]]) -> Message:
+    """An assistant message asking for several tool calls at once."""
+    return {
+        "role": "assistant",
+        "content": [
+            {"toolUse": {"toolUseId": tid, "name": name, "input": inp}} for tid, name, inp in calls
+        ],
+    }
+
+
+def assert_model_valid(messages: list[Message], *, allow_pending_last: bool = False) -> None:
+    """Every toolUse has its toolResult in the next message; no orphan results."""
+    for i, message in enumerate(messages):
+        uses = [b["toolUse"]["toolUseId"] for b in message["content"] if "toolUse" in b]
+        results = [b["toolResult"]["toolUseId"] for b in message["content"] if "toolResult" in b]
+        if results:
+            assert message["role"] == "user", f"message {i}: toolResult outside a user message"
+            previous = messages[i - 1] if i else None
+            assert previous is not None, f"message {i}: toolResult with no preceding message"
+            asked = [b["toolUse"]["toolUseId"] for b in previous["content"] if "toolUse" in b]
+            assert set(results) <= set(asked), (
+                f"message {i}: orphan toolResult {results} vs {asked}"
+            )
+        if uses:
+            assert message["role"] == "assistant"
+            if i == len(messages) - 1:
+                assert allow_pending_last, f"last message {i} has pending toolUse {uses}"
+                continue
+            nxt = messages[i + 1]
+            answered = [b["toolResult"]["toolUseId"] for b in nxt["content"] if "toolResult" in b]
+            assert set(uses) <= set(answered), f"message {i}: toolUse {uses} unanswered"
