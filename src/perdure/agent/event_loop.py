@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from perdure.agent.checkpoint import Checkpoint
+from perdure.agent.conversation.pairing import placeholder_tool_result
 from perdure.agent.events import (
     AgentEvent,
     CheckpointEvent,
@@ -79,16 +80,7 @@ def pending_tool_uses(messages: list[Message]) -> list[ToolUse]:
 
 def placeholder_results(tool_uses: list[ToolUse], text: str) -> list[ContentBlock]:
     """Error ``toolResult`` blocks closing ``tool_uses`` that will never run."""
-    return [
-        {
-            "toolResult": {
-                "toolUseId": tool_use["toolUseId"],
-                "status": "error",
-                "content": [{"text": text}],
-            }
-        }
-        for tool_use in tool_uses
-    ]
+    return [placeholder_tool_result(tool_use["toolUseId"], text) for tool_use in tool_uses]
 
 
 async def run_loop(agent: Agent, start: LoopStart) -> AsyncIterator[AgentEvent]:

@@ -31,13 +31,15 @@ INTERRUPTED_TOOL_RESULT_TEXT = "Tool execution was interrupted; no result was re
 """The text of the placeholder result given to a ``toolUse`` that never got one."""
 
 
-def placeholder_tool_result(tool_use_id: str) -> ContentBlock:
+def placeholder_tool_result(
+    tool_use_id: str, text: str = INTERRUPTED_TOOL_RESULT_TEXT
+) -> ContentBlock:
     """Return an error ``toolResult`` block that closes ``tool_use_id`` without a result."""
     return {
         "toolResult": {
             "toolUseId": tool_use_id,
             "status": "error",
-            "content": [{"text": INTERRUPTED_TOOL_RESULT_TEXT}],
+            "content": [{"text": text}],
         }
     }
 
