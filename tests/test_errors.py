@@ -23,6 +23,10 @@ EXPECTED_CODES = {
     "SnapshotError": "snapshot_error",
     "ModelError": "model_error",
     "ContextWindowOverflowError": "context_window_overflow",
+    "ModelAuthenticationError": "model_authentication",
+    "ModelRateLimitError": "model_rate_limited",
+    "ModelServerError": "model_server_error",
+    "ModelConnectionError": "model_connection",
 }
 
 

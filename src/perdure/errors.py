@@ -20,19 +20,34 @@ The tree::
     ├── CheckpointError               checkpoint_error
     ├── SnapshotError                 snapshot_error
     └── ModelError                    model_error
-        └── ContextWindowOverflowError context_window_overflow
+        ├── ContextWindowOverflowError context_window_overflow
+        ├── ModelAuthenticationError   model_authentication
+        ├── ModelRateLimitError        model_rate_limited
+        ├── ModelServerError           model_server_error
+        └── ModelConnectionError       model_connection
+
+Model adapters raise the ``ModelError`` subclasses: a provider failure never leaks as
+the SDK's own exception (the SDK's error is kept as ``__cause__``). A plain
+``ModelError`` covers the other refusals (a bad request, an unknown model id).
+``ModelRateLimitError``, ``ModelServerError`` and ``ModelConnectionError`` are
+transient: the adapters retry them with backoff before anything was streamed, and
+raise them once the retries are spent.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 __all__ = [
     "CheckpointError",
     "CheckpointImportError",
     "CheckpointNotFoundError",
     "ContextWindowOverflowError",
+    "ModelAuthenticationError",
+    "ModelConnectionError",
     "ModelError",
+    "ModelRateLimitError",
+    "ModelServerError",
     "PerdureError",
     "SessionConflictError",
     "SessionCorruptedError",
@@ -50,9 +65,11 @@ class PerdureError(Exception):
 
     code: ClassVar[str] = "perdure_error"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.details: dict[str, Any] = details or {}
+        """Machine-readable facts about the error (e.g. the position of damage)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
@@ -138,3 +155,70 @@ class ContextWindowOverflowError(ModelError):
     """
 
     code = "context_window_overflow"
+
+
+class ModelAuthenticationError(ModelError):
+    """The provider refused the credentials (HTTP 401/403), or none were found.
+
+    Attributes:
+        status_code: the HTTP status, or ``None`` when no request was made.
+    """
+
+    code = "model_authentication"
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class ModelRateLimitError(ModelError):
+    """The provider throttled the request (HTTP 429); retried before it is raised.
+
+    Attributes:
+        status_code: the HTTP status (429), or ``None`` for an error inside a stream.
+        retry_after: the seconds the provider asked to wait, when it said.
+    """
+
+    code = "model_rate_limited"
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+
+class ModelServerError(ModelError):
+    """The provider failed or is overloaded (HTTP 5xx, 529); retried before it is raised.
+
+    Attributes:
+        status_code: the HTTP status, or ``None`` for an error inside a stream.
+        retry_after: the seconds the provider asked to wait, when it said.
+    """
+
+    code = "model_server_error"
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+
+class ModelConnectionError(ModelError):
+    """The provider could not be reached, timed out, or cut the stream short.
+
+    Retried like a server error when nothing was streamed yet.
+
+    Attributes:
+        retry_after: always ``None`` (no server said anything); present so every
+            retryable error has it.
+    """
+
+    code = "model_connection"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.retry_after: float | None = None

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from conftest import tool_call
+from helpers import tool_call
 from perdure import Agent, SlidingWindowConversationManager, tool
 from perdure.agent import Snapshot, SnapshotField
 from perdure.errors import SnapshotError, TurnRunningError

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from conftest import tool_call
+from helpers import tool_call
 from perdure import Agent, tool
 from perdure.errors import ModelError
 from perdure.hooks import (
@@ -226,23 +226,49 @@ def test_async_plugin_and_async_init_hook_run_before_first_use() -> None:
     assert agent.state.get("initialised") is True
 
 
-async def test_async_init_is_deferred_to_first_invocation_inside_a_loop() -> None:
-    seen: list[str] = []
+class _RestoringProvider:
+    """An async AgentInitializedEvent hook that restores a history, as sessions do."""
 
-    class Provider:
-        def register_hooks(self, registry: HookRegistry) -> None:
-            registry.add_callback(AgentInitializedEvent, self.on_init)
+    def __init__(self) -> None:
+        self.seen: list[str] = []
 
-        async def on_init(self, event: AgentInitializedEvent) -> None:
-            seen.append("init")
-            event.agent.messages.append({"role": "user", "content": [{"text": "restored"}]})
-            event.agent.messages.append({"role": "assistant", "content": [{"text": "ok"}]})
+    def register_hooks(self, registry: HookRegistry) -> None:
+        registry.add_callback(AgentInitializedEvent, self.on_init)
 
-    agent = Agent(model=ScriptedModel(["fresh"]), hooks=[Provider()])
-    assert seen == []
+    async def on_init(self, event: AgentInitializedEvent) -> None:
+        self.seen.append("init")
+        event.agent.messages.append({"role": "user", "content": [{"text": "restored"}]})
+        event.agent.messages.append({"role": "assistant", "content": [{"text": "ok"}]})
+
+
+async def test_async_init_runs_at_construction_even_inside_a_loop() -> None:
+    provider = _RestoringProvider()
+    agent = Agent(model=ScriptedModel(["fresh"]), hooks=[provider])
+    assert provider.seen == ["init"]
+    assert len(agent.messages) == 2
     await agent.invoke_async("new")
-    assert seen == ["init"]
+    assert provider.seen == ["init"]  # once
     assert [m["content"][0]["text"] for m in agent.messages] == ["restored", "ok", "new", "fresh"]
+
+
+def test_agent_built_on_perdures_loop_thread_defers_async_init() -> None:
+    inner: list[Agent] = []
+    provider = _RestoringProvider()
+
+    @tool
+    async def spawn() -> str:
+        """Build and run a sub-agent from inside a tool."""
+        sub = Agent(model=ScriptedModel(["sub answer"]), hooks=[provider])
+        inner.append(sub)
+        before = len(sub.messages)  # deferred: we are on perdure's loop thread
+        result = await sub.invoke_async("sub task")
+        return f"{before}:{result}"
+
+    outer = Agent(model=ScriptedModel([tool_call("t", "spawn"), "done"]), tools=[spawn])
+    outer("go")
+    assert outer.messages[2]["content"][0]["toolResult"]["content"] == [{"text": "0:sub answer"}]
+    assert provider.seen == ["init"]
+    assert len(inner[0].messages) == 4
 
 
 def test_middleware_rewrites_one_call_and_never_touches_history() -> None:

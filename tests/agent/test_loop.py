@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_model_valid, tool_call, tool_calls
+from helpers import assert_model_valid, tool_call, tool_calls
 from perdure import Agent, tool
 from perdure.agent import (
     ModelMessageEvent,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_model_valid, tool_call
+from helpers import assert_model_valid, tool_call
 from perdure import Agent, tool
 from perdure.agent import CHECKPOINT_SCHEMA_VERSION, Checkpoint, CheckpointEvent
 from perdure.errors import CheckpointError

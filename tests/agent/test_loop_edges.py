@@ -6,7 +6,7 @@ import contextlib
 
 import pytest
 
-from conftest import assert_model_valid, tool_call
+from helpers import assert_model_valid, tool_call
 from perdure import Agent, SlidingWindowConversationManager, tool
 from perdure.errors import ContextWindowOverflowError, ModelError, TurnRunningError
 from perdure.hooks import BeforeInvocationEvent

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,58 +16,66 @@ from perdure.cli.demo import run_demo
 from perdure.cli.main import main
 
 
-def test_demo_walks_every_pause_and_ends_with_a_snapshot() -> None:
+def test_demo_kills_its_worker_and_resumes_without_rerunning_a_tool(tmp_path: Path) -> None:
     out = io.StringIO()
-    snapshot = run_sync(run_demo(out, color=False), async_name="run_demo()")
+    demo = run_demo(out, color=False, data_dir=tmp_path / "data")
+    snapshot = run_sync(demo, async_name="run_demo()")
     text = out.getvalue()
-    pauses = re.findall(r"⏸  (checkpoint|interrupt) #\d+: (\w+)(?:, cycle (\d+))?", text)
-    assert pauses == [
-        ("checkpoint", "after_model", "0"),
-        ("checkpoint", "after_tools", "0"),
-        ("checkpoint", "after_model", "1"),
-        ("checkpoint", "after_tools", "1"),
-        ("checkpoint", "after_model", "2"),
-        ("checkpoint", "after_tools", "2"),
-        ("checkpoint", "after_model", "3"),
-        ("interrupt", "confirm_gift", ""),
-        ("checkpoint", "after_tools", "3"),
+    pause = r"(worker \d) │ ⏸  (checkpoint|interrupt) #(\d+): (\w+)(?:, cycle (\d+))?"
+    pauses = re.findall(pause, text)
+    assert [(w, kind, int(n), where, cycle) for w, kind, n, where, cycle in pauses] == [
+        ("worker 1", "checkpoint", 1, "after_model", "0"),
+        ("worker 1", "checkpoint", 2, "after_tools", "0"),
+        ("worker 1", "checkpoint", 3, "after_model", "1"),
+        ("worker 1", "checkpoint", 4, "after_tools", "1"),
+        ("worker 1", "checkpoint", 5, "after_model", "2"),
+        ("worker 2", "checkpoint", 6, "after_tools", "2"),
+        ("worker 2", "checkpoint", 7, "after_model", "3"),
+        ("worker 2", "interrupt", 8, "confirm_gift", ""),
+        ("worker 2", "checkpoint", 9, "after_tools", "3"),
     ]
-    assert "simulated restart" in text
+    assert "killed worker 1" in text
+    assert "SIGKILL" in text
+    assert "resume from after_model (cycle 2) — 6 messages restored from the session" in text
     assert "stop_reason=end_turn" in text
-    assert "Snapshot summary" in text
     assert "\x1b[" not in text  # colour off when asked
+    runs = (tmp_path / "data" / "tool-runs.log").read_text().split()[::2]
+    assert sorted(runs) == sorted(
+        ["save_profile", "generate_candidates", "filter_candidates", "confirm_choice"]
+    )
     state = snapshot.data["state"]["gift_session"]
     assert state["step"] == "final_choice_made"
     assert state["selected_gift_id"] == "g6"
     assert state["candidate_ids"] == ["g1", "g2", "g6"]  # mugs, notebooks, >$50 filtered out
-    # every tool ran exactly once: one result per call in the history
     results = [
-        b["toolResult"]["toolUseId"]
+        b["toolResult"]
         for m in snapshot.data["messages"]
         for b in m["content"]
         if "toolResult" in b
     ]
-    assert results == ["t1", "t2", "t3", "t4"]
+    assert [r["toolUseId"] for r in results] == ["t1", "t2", "t3", "t4"]
+    assert all(r["status"] == "success" for r in results)
 
 
-def test_demo_colours_when_forced() -> None:
+def test_demo_colours_when_forced(tmp_path: Path) -> None:
     out = io.StringIO()
-    run_sync(run_demo(out, color=True), async_name="run_demo()")
+    run_sync(run_demo(out, color=True, data_dir=tmp_path / "d"), async_name="run_demo()")
     assert "\x1b[33;1m⏸" in out.getvalue()
 
 
-def test_console_script_entry_point_runs_the_demo() -> None:
+def test_console_script_entry_point_runs_the_demo(tmp_path: Path) -> None:
     env = {**os.environ, "NO_COLOR": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "perdure", "demo"],
+        [sys.executable, "-m", "perdure", "demo", "--data-dir", str(tmp_path / "demo")],
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=120,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "finished: stop_reason=end_turn" in proc.stdout
+    assert (tmp_path / "demo" / "store" / "sessions" / "gift-finder" / "journal.jsonl").exists()
 
 
 def test_cli_without_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:

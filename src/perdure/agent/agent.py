@@ -8,7 +8,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from perdure._runner import in_running_loop, is_runner_thread, run_blocking, run_sync
+from perdure._runner import is_runner_thread, run_blocking, run_sync
 from perdure.agent.checkpoint import Checkpoint
 from perdure.agent.conversation import ConversationManager, SlidingWindowConversationManager
 from perdure.agent.event_loop import LoopStart, pending_tool_uses, placeholder_results, run_loop
@@ -194,7 +194,7 @@ class Agent:
             )
         try:
             self._cancel.clear()
-            await self._run_pending_init()
+            await self.initialize()
             start, new_messages = self._plan(prompt)
             await self.hooks.invoke(BeforeInvocationEvent(agent=self, messages=new_messages))
             result: AgentResult | None = None
@@ -481,12 +481,20 @@ class Agent:
             await self.hooks.invoke(event)
 
         self._pending_init.append(initialize)
-        if not in_running_loop() and not is_runner_thread():
-            # Sync construction: restore now, so agent.messages is right at once.
-            run_blocking(self._run_pending_init())
-        # Inside a running loop the work runs at the start of the first invocation.
+        if not is_runner_thread():
+            # Finish now (on perdure's loop), so agent.messages is right at once, even
+            # when built inside an async app. Only on perdure's own loop thread (an
+            # agent built inside a tool) must it wait for initialize() or the first call.
+            run_blocking(self.initialize())
 
-    async def _run_pending_init(self) -> None:
+    async def initialize(self) -> None:
+        """Finish initialisation that needs the event loop (idempotent).
+
+        An agent normally finishes initialising in its constructor. Built on perdure's
+        own event-loop thread (inside a tool of another agent), its async work — a
+        session restoring the history, async plugins — waits until the first
+        invocation, or until this is awaited.
+        """
         while self._pending_init:
             step = self._pending_init.pop(0)
             await step()

@@ -1,25 +1,56 @@
-"""``perdure demo``: the gift-finder workflow, paused and resumed at every checkpoint.
+"""``perdure demo``: the gift-finder workflow, killed mid-way and resumed in a new process.
 
 A scripted model (no network, no API key) drives a four-step workflow from seed 004:
 collect the recipient's profile → generate candidates with a tool → filter them with
 a tool → confirm the final choice (a tool that asks the human, via an interrupt).
-The agent runs with ``checkpointing=True``: the loop pauses after every model call
-that asks for tools and after every batch of tools, and the demo resumes it — once
-on a brand-new agent rebuilt from a snapshot, as a restarted process would.
+
+The agent runs in a worker process with ``checkpointing=True`` on a session stored in
+a local directory (``FileSessionStore``): the loop pauses after every model call that
+asks for tools and after every batch of tools, and the worker saves the pause point
+with the session. Half-way through, the demo kills the worker with SIGKILL, then
+starts a fresh worker that resumes from the stored session and the last loop
+checkpoint. A log of completed tool runs shows that no tool ran twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import shutil
+import signal
+import subprocess
 import sys
+from collections import Counter
+from pathlib import Path
 from typing import Any, TextIO
 
+from perdure._fs import append_all
 from perdure.agent import Agent, AgentResult, Snapshot, TextDeltaEvent, ToolEndEvent, ToolStartEvent
 from perdure.agent.events import ResultEvent
 from perdure.cli.style import Style
 from perdure.models import ScriptedModel
+from perdure.session import FileSessionStore, Session
 from perdure.tools import AgentTool, ToolContext, tool
 from perdure.types import Message
+
+SESSION_ID = "gift-finder"
+KILL_AFTER_PAUSE = 5
+"""The worker is killed right after it saved this pause (filter_candidates pending)."""
+_RUN_LOG: Path | None = None
+
+
+def _log_run(name: str, tool_use_id: str) -> None:
+    """Record a completed tool run durably (the demo's proof that none runs twice)."""
+    if _RUN_LOG is None:
+        return
+    fd = os.open(_RUN_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        append_all(fd, f"{name} {tool_use_id}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
 
 # The "persistent" catalogue the tools read (seed 004: agents reach persistent data
 # through tools; the session state keeps only ids).
@@ -61,6 +92,7 @@ def save_profile(
             "budget": budget,
         },
     )
+    _log_run("save_profile", context.tool_use["toolUseId"])
     return f"Profile saved: {recipient_type}, likes {', '.join(interests)}, budget ${budget}."
 
 
@@ -75,6 +107,7 @@ def generate_candidates(interests: list[str], context: ToolContext) -> str:
     session = context.state.get("gift_session") or {}
     session.update(step="candidates_generated", candidate_ids=ids)
     context.state.set("gift_session", session)
+    _log_run("generate_candidates", context.tool_use["toolUseId"])
     return json.dumps([{"id": gid, **CATALOGUE[gid]} for gid in ids])
 
 
@@ -95,6 +128,7 @@ def filter_candidates(max_price: int, exclude_tags: list[str], context: ToolCont
     ]
     session.update(step="filtered", candidate_ids=kept)
     context.state.set("gift_session", session)
+    _log_run("filter_candidates", context.tool_use["toolUseId"])
     return json.dumps([{"id": gid, **CATALOGUE[gid]} for gid in kept])
 
 
@@ -114,6 +148,7 @@ def confirm_choice(gift_id: str, context: ToolContext) -> str:
     if str(answer).lower().startswith("y"):
         session.update(step="final_choice_made", selected_gift_id=gift_id)
         context.state.set("gift_session", session)
+        _log_run("confirm_choice", context.tool_use["toolUseId"])
         return f"Confirmed: {gift['name']}."
     return "The user declined; propose something else."
 
@@ -164,9 +199,29 @@ GIFT_TOOLS: list[AgentTool] = [save_profile, generate_candidates, filter_candida
 SYSTEM_PROMPT = "You are GiftGenius. Work step by step: profile, candidates, filter, confirm."
 
 
-def build_agent(model: ScriptedModel) -> Agent:
+def scripted_model() -> ScriptedModel:
+    """A model that answers from the script by how far the conversation got.
+
+    It counts the assistant messages in the request, so a fresh process resuming the
+    stored conversation gets the next answer, not the first one again.
+    """
+    script = gift_finder_script()
+
+    def respond(messages: list[Message]) -> Any:
+        return script[sum(1 for m in messages if m["role"] == "assistant")]
+
+    return ScriptedModel([respond] * len(script) * 2)
+
+
+def build_agent(session: Session | None = None) -> Agent:
     """The gift-finder agent, checkpointing at every pause point."""
-    return Agent(model=model, tools=GIFT_TOOLS, system_prompt=SYSTEM_PROMPT, checkpointing=True)
+    return Agent(
+        model=scripted_model(),
+        tools=GIFT_TOOLS,
+        system_prompt=SYSTEM_PROMPT,
+        checkpointing=True,
+        session_manager=session,
+    )
 
 
 async def _run(agent: Agent, prompt: Any, out: TextIO, s: Style) -> AgentResult:
@@ -200,21 +255,46 @@ def _shorten(text: str, limit: int = 110) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-async def run_demo(out: TextIO | None = None, *, color: bool | None = None) -> Snapshot:
-    """Run the gift-finder demo, writing a readable transcript to ``out``.
+async def run_worker(data_dir: Path, out: TextIO, *, color: bool | None) -> None:
+    """One worker process: open the stored session, resume from its last pause, go on.
 
-    Returns the final snapshot (the tests check it).
+    After every pause the worker stores the loop checkpoint in the agent's state and
+    saves the session, then prints ``SAVED <n>`` so the parent knows it may kill it.
     """
-    out = out or sys.stdout
+    global _RUN_LOG
+    _RUN_LOG = data_dir / "tool-runs.log"
     s = Style.for_stream(out, color)
-    model = ScriptedModel(gift_finder_script())
-    agent = build_agent(model)
-    out.write(s("perdure demo — GiftGenius, checkpointing=True", "bold") + "\n")
-    out.write(s("  user › ", "blue") + PROMPT + "\n")
-    result = await _run(agent, PROMPT, out, s)
-    pauses = 0
-    restarted = False
-    while result.stop_reason in ("checkpoint", "interrupt"):
+    store = FileSessionStore(data_dir / "store")
+    session = await Session.open(store, SESSION_ID)
+    agent = build_agent(session)
+    saved = agent.state.get("demo") or {}
+    pauses = int(saved.get("pauses", 0))
+    checkpoint = saved.get("checkpoint")
+    interrupts = saved.get("interrupts") or []
+    if interrupts:
+        prompt: Any = [
+            {"interruptResponse": {"interruptId": interrupts[0]["id"], "response": "yes"}}
+        ]
+        out.write(s("  user › ", "blue") + "yes\n")
+        out.write(s("▶  resume with interruptResponse", "green") + "\n")
+    elif checkpoint:
+        prompt = [{"checkpointResume": {"checkpoint": checkpoint}}]
+        out.write(
+            s(
+                f"▶  resume from {checkpoint['position']} (cycle {checkpoint['cycle_index']})",
+                "green",
+            )
+            + s(f" — {len(agent.messages)} messages restored from the session", "dim")
+            + "\n"
+        )
+    else:
+        prompt = PROMPT
+        out.write(s("  user › ", "blue") + PROMPT + "\n")
+    out.flush()
+    while True:
+        result = await _run(agent, prompt, out, s)
+        if result.stop_reason not in ("checkpoint", "interrupt"):
+            break
         pauses += 1
         if result.stop_reason == "interrupt":
             interrupt = result.interrupts[0]
@@ -222,9 +302,8 @@ async def run_demo(out: TextIO | None = None, *, color: bool | None = None) -> S
                 s(f"⏸  interrupt #{pauses}: ", "yellow", "bold")
                 + f"{interrupt.name} — {interrupt.reason['question']}\n"
             )
-            out.write(s("  user › ", "blue") + "yes\n")
-            out.write(s("▶  resume with interruptResponse", "green") + "\n")
-            prompt: Any = [{"interruptResponse": {"interruptId": interrupt.id, "response": "yes"}}]
+            state: dict[str, Any] = {"pauses": pauses, "interrupts": [interrupt.to_dict()]}
+            prompt = [{"interruptResponse": {"interruptId": interrupt.id, "response": "yes"}}]
         else:
             assert result.checkpoint is not None
             ckpt = result.checkpoint
@@ -235,22 +314,107 @@ async def run_demo(out: TextIO | None = None, *, color: bool | None = None) -> S
                 + s(f"(workflow step: {step}, {len(agent.messages)} messages)", "dim")
                 + "\n"
             )
+            state = {"pauses": pauses, "checkpoint": ckpt.to_dict()}
             prompt = [{"checkpointResume": {"checkpoint": ckpt.to_dict()}}]
-            if not restarted and ckpt.position == "after_model" and ckpt.cycle_index == 2:
-                # Show that a pause point survives a restart: rebuild the agent from a
-                # snapshot (as a new process would from its session) and resume there.
-                saved = agent.take_snapshot().to_json()
-                agent = build_agent(model)
-                agent.load_snapshot(Snapshot.from_json(saved))
-                restarted = True
-                out.write(
-                    s("↻  simulated restart: ", "magenta", "bold")
-                    + f"new agent rebuilt from a {len(saved)}-byte snapshot, "
-                    + "resuming from the checkpoint\n"
-                )
-            out.write(s(f"▶  resume from {ckpt.position}", "green") + "\n")
-        result = await _run(agent, prompt, out, s)
+        agent.state.set("demo", state)
+        await session.save()
+        out.write(f"SAVED {pauses}\n")
+        out.flush()
+        if result.stop_reason == "interrupt":
+            out.write(s("  user › ", "blue") + "yes\n")
+            out.write(s("▶  resume with interruptResponse", "green") + "\n")
+        else:
+            out.write(s(f"▶  resume from {result.checkpoint.position}", "green") + "\n")  # type: ignore[union-attr]
+    agent.state.set("demo", {"pauses": pauses, "done": True})
+    await session.save()
     out.write(s(f"✔  finished: stop_reason={result.stop_reason}", "green", "bold") + "\n")
+    out.flush()
+
+
+def _start_worker(data_dir: Path, color: bool) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "perdure.cli.demo",
+            "--worker",
+            str(data_dir),
+            "--color" if color else "--no-color",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _relay(
+    worker: subprocess.Popen[str], out: TextIO, s: Style, label: str, kill_after: int | None
+) -> bool:
+    """Copy the worker's output; SIGKILL it once it saved pause ``kill_after``. True if killed."""
+    assert worker.stdout is not None
+    with worker.stdout:
+        for line in worker.stdout:
+            if line.startswith("SAVED "):
+                if kill_after is not None and int(line.split()[1]) >= kill_after:
+                    worker.send_signal(signal.SIGKILL)
+                    worker.wait()
+                    return True
+                continue
+            out.write(s(f"{label} │ ", "dim") + line)
+            out.flush()
+    worker.wait()
+    return False
+
+
+def _fresh_dir(path: Path) -> Path:
+    path = path.resolve()
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+async def run_demo(
+    out: TextIO | None = None, *, color: bool | None = None, data_dir: Path | None = None
+) -> Snapshot:
+    """Run the demo (see the module docstring), writing a readable transcript to ``out``.
+
+    Returns the final snapshot of the agent, rebuilt from the stored session.
+    """
+    out = out or sys.stdout
+    s = Style.for_stream(out, color)
+    data_dir = await asyncio.to_thread(_fresh_dir, Path(data_dir or "perdure-demo-data"))
+    out.write(s("perdure demo — GiftGenius, checkpointing=True", "bold") + "\n")
+    out.write(s(f"session {SESSION_ID!r} stored under {data_dir}", "dim") + "\n\n")
+    first = _start_worker(data_dir, s.enabled)
+    killed = await asyncio.to_thread(_relay, first, out, s, "worker 1", KILL_AFTER_PAUSE)
+    if not killed:
+        raise RuntimeError(
+            f"the first worker ended before pause {KILL_AFTER_PAUSE} (exit {first.returncode})"
+        )
+    store = FileSessionStore(data_dir / "store")
+    stored = await store.get(SESSION_ID)
+    out.write(
+        s(f"💥 killed worker 1 (pid {first.pid}) with SIGKILL", "red", "bold")
+        + s(
+            f" — the session on disk holds {stored.meta.message_count} messages "
+            "and its last pause point",
+            "dim",
+        )
+        + "\n\n"
+    )
+    second = _start_worker(data_dir, s.enabled)
+    await asyncio.to_thread(_relay, second, out, s, "worker 2", None)
+    if second.returncode != 0:
+        raise RuntimeError(f"the second worker failed (exit {second.returncode})")
+    runs = Counter(
+        line.split()[0] for line in (data_dir / "tool-runs.log").read_text().splitlines()
+    )
+    out.write(s("\nCompleted tool runs across both processes", "bold") + "\n")
+    for name in ("save_profile", "generate_candidates", "filter_candidates", "confirm_choice"):
+        mark = s("✔", "green") if runs[name] == 1 else s("✘", "red")
+        out.write(f"  {mark} {name.ljust(20)} {runs[name]}×\n")
+    agent = build_agent(await Session.open(store, SESSION_ID, must_exist=True))
+    await agent.initialize()
     snapshot = agent.take_snapshot(app_data={"demo": "gift-finder"})
     _print_snapshot(snapshot, agent, out, s)
     return snapshot
@@ -272,3 +436,14 @@ def _print_snapshot(snapshot: Snapshot, agent: Agent, out: TextIO, s: Style) -> 
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         out.write(f"  {s(key.ljust(width), 'cyan')}  {value}\n")
+
+
+def _worker_main(argv: list[str]) -> int:
+    color = "--color" in argv
+    args = [a for a in argv if not a.startswith("--")]
+    asyncio.run(run_worker(Path(args[0]), sys.stdout, color=color))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main(sys.argv[2:] if sys.argv[1:2] == ["--worker"] else sys.argv[1:]))

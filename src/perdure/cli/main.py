@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from perdure import __version__
 from perdure._runner import run_sync
@@ -14,7 +15,7 @@ def _demo(args: argparse.Namespace) -> int:
     from perdure.cli.demo import run_demo
 
     color = True if args.color else (False if args.no_color else None)
-    run_sync(run_demo(sys.stdout, color=color), async_name="run_demo()")
+    run_sync(run_demo(sys.stdout, color=color, data_dir=args.data_dir), async_name="run_demo()")
     return 0
 
 
@@ -28,6 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--color", action="store_true", help="force coloured output")
     demo.add_argument("--no-color", action="store_true", help="disable coloured output")
+    demo.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("perdure-demo-data"),
+        help="where the demo stores its session (default: ./perdure-demo-data, reset each run)",
+    )
     demo.set_defaults(handler=_demo)
     return parser
 

@@ -1,4 +1,4 @@
-"""Shared test helpers."""
+"""Shared test helpers (import them as `from helpers import ...`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,225 @@
+"""Session store benchmark: append cost, resume time, tail page, bytes on disk.
+
+Run: ``.venv/bin/python benchmarks/sessions.py [--quick] [--sizes 1000,10000,100000]``
+
+For each store and session size it prints: the durable append cost per message
+(the median of a run of appends to a session already that long) next to the raw
+floor measured in the same run on the same disk (append + fsync of the same bytes
+to one file for the file store; one SQLite insert per transaction with
+synchronous=FULL for the SQLite store), the non-durable append rate, the time to
+resume (read and verify) the whole session, the time to read its last page of 50,
+and its bytes on disk against the raw message bytes.
+
+Targets (issue 3): durable append <= 1.5x the floor; non-durable >= 20,000 msg/s;
+tail page of 50 at 100k <= 2 ms and within 2x of the same read at 1k; resume of
+10k with the chain verified <= 60 ms; disk <= 1.3x the raw message bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from perdure.session import FileSessionStore, SessionStore, read_history_page
+from perdure.types import Message
+
+FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
+
+
+def message(i: int) -> Message:
+    """A ~400-byte message (as JSON)."""
+    role = "user" if i % 2 == 0 else "assistant"
+    text = f"message {i}: " + (FILLER * 6)[: 400 - 60]
+    return {"role": role, "content": [{"text": text}]}  # type: ignore[typeddict-item]
+
+
+def raw_bytes(messages: list[Message]) -> int:
+    return sum(len(json.dumps(m, separators=(",", ":"))) for m in messages)
+
+
+def disk_usage(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def disk_of(work: Path, kind: str) -> int:
+    """Bytes the store keeps on disk (the file store's tree, or the database and its WAL)."""
+    if kind == "file":
+        return disk_usage(work / "file")
+    files = [Path(str(work / "sessions.db") + suffix) for suffix in ("", "-wal")]
+    return sum(disk_usage(f) for f in files if f.exists())
+
+
+def floor_append_fsync(directory: Path, line: bytes, n: int) -> float:
+    """Median seconds of one append + fsync of ``line`` to one file."""
+    path = directory / "floor.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    times = []
+    try:
+        for _ in range(n):
+            start = time.perf_counter()
+            os.write(fd, line)
+            os.fsync(fd)
+            times.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return statistics.median(times)
+
+
+def floor_sqlite_insert(directory: Path, body: str, n: int) -> float:
+    """Median seconds of one SQLite insert per transaction (WAL, synchronous=FULL)."""
+    path = directory / "floor.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t (body) VALUES (?)", (body,))
+        conn.execute("COMMIT")
+        times.append(time.perf_counter() - start)
+    conn.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    return statistics.median(times)
+
+
+def store_kinds() -> dict[str, Callable[[Path, str], SessionStore]]:
+    kinds: dict[str, Callable[[Path, str], SessionStore]] = {
+        "file": lambda d, durability: FileSessionStore(d / "file", durability=durability),  # type: ignore[arg-type]
+    }
+    try:
+        from perdure.session.sqlite_store import SQLiteSessionStore
+    except ImportError:
+        pass
+    else:
+        kinds["sqlite"] = lambda d, durability: SQLiteSessionStore(
+            d / "sessions.db", durability="none" if durability == "none" else "commit"
+        )
+    return kinds
+
+
+async def measure(
+    kind: str, make: Callable[[Path, str], SessionStore], size: int, appends: int, work: Path
+) -> dict[str, Any]:
+    history = [message(i) for i in range(size)]
+    # Build the session fast, then measure on it.
+    bulk = make(work, "none")
+    await bulk.create("bench")
+    step = 1000
+    for end in range(step, size + 1, step):
+        await bulk.commit("bench", history[:end])
+    if size % step:
+        await bulk.commit("bench", history)
+
+    # Appends as a Session makes them during a turn: writer lock held, tail checked.
+    durable = make(work, "commit")
+    tail = (await durable.get("bench")).tail
+    times = []
+    async with durable.writer_lock("bench"):
+        for i in range(appends):
+            history.append(message(size + i))
+            start = time.perf_counter()
+            result = await durable.commit("bench", history, expected_tail=tail)
+            times.append(time.perf_counter() - start)
+            tail = result.tail
+    append_s = statistics.median(times)
+
+    fast = make(work, "none")
+    count = min(2000, max(200, size // 10))
+    async with fast.writer_lock("bench"):
+        start = time.perf_counter()
+        for i in range(count):
+            history.append(message(size + appends + i))
+            tail = (await fast.commit("bench", history, expected_tail=tail)).tail
+        rate = count / (time.perf_counter() - start)
+
+    reader = make(work, "commit")
+    resume = []
+    for _ in range(3):
+        start = time.perf_counter()
+        record = await reader.get("bench")
+        resume.append(time.perf_counter() - start)
+    assert len(record.messages) == len(history)
+    pages = []
+    for _ in range(20):
+        start = time.perf_counter()
+        page = await read_history_page(reader, "bench", offset=len(history) - 50, limit=50)
+        pages.append(time.perf_counter() - start)
+    assert page.messages == history[-50:]
+    close = getattr(reader, "close", None)
+    if close is not None:
+        close()  # a closed SQLite store has folded its WAL back into the database
+    disk = disk_of(work, kind)
+    return {
+        "append_us": append_s * 1e6,
+        "rate": rate,
+        "resume_ms": min(resume) * 1e3,
+        "page_ms": statistics.median(pages) * 1e3,
+        "disk_ratio": disk / raw_bytes(history),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="sizes 1k and 10k, fewer appends")
+    parser.add_argument("--sizes", help="comma-separated session sizes (default 1000,10000,100000)")
+    parser.add_argument("--dir", help="where to write (default: a temp dir on the current disk)")
+    args = parser.parse_args(argv)
+    sizes = (
+        [int(s) for s in args.sizes.split(",")]
+        if args.sizes
+        else ([1000, 10000] if args.quick else [1000, 10000, 100000])
+    )
+    appends = 50 if args.quick else 200
+    base = Path(tempfile.mkdtemp(prefix="perdure-bench-", dir=args.dir or "."))
+    try:
+        line = json.dumps(message(0)).encode() + b"\n"
+        floors = {
+            "file": floor_append_fsync(base, line, appends),
+            "sqlite": floor_sqlite_insert(base, line.decode(), appends),
+        }
+        print(
+            f"raw floor: append+fsync {floors['file'] * 1e6:.0f} us, "
+            f"sqlite insert/txn {floors['sqlite'] * 1e6:.0f} us"
+        )
+        header = (
+            f"{'store':<7}{'msgs':>8}{'append us':>11}{'x floor':>9}{'nodur msg/s':>13}"
+            f"{'resume ms':>11}{'tail50 ms':>11}{'disk x':>8}"
+        )
+        print(header)
+        print("-" * len(header))
+        for kind, make in store_kinds().items():
+            for size in sizes:
+                work = base / f"{kind}-{size}"
+                work.mkdir()
+                r = asyncio.run(measure(kind, make, size, appends, work))
+                print(
+                    f"{kind:<7}{size:>8}{r['append_us']:>11.0f}"
+                    f"{r['append_us'] / (floors[kind] * 1e6):>9.2f}"
+                    f"{r['rate']:>13.0f}{r['resume_ms']:>11.1f}{r['page_ms']:>11.2f}{r['disk_ratio']:>8.2f}"
+                )
+                sys.stdout.flush()
+                shutil.rmtree(work)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Sessions: message-log stores, the Session manager, paging (SPEC §7)."""
+
+from perdure.session.file_store import FileSessionStore, Segmentation, SessionRecoveryReport
+from perdure.session.ids import new_session_id, validate_session_id
+from perdure.session.session import Session, read_history_page
+from perdure.session.store import (
+    CommitResult,
+    HistoryPage,
+    SessionMeta,
+    SessionRecord,
+    SessionStore,
+    SupportsFlush,
+    SupportsHistoryPage,
+)
+
+__all__ = [
+    "CommitResult",
+    "FileSessionStore",
+    "HistoryPage",
+    "Segmentation",
+    "Session",
+    "SessionMeta",
+    "SessionRecord",
+    "SessionRecoveryReport",
+    "SessionStore",
+    "SupportsFlush",
+    "SupportsHistoryPage",
+    "new_session_id",
+    "read_history_page",
+    "validate_session_id",
+]

@@ -1,0 +1,96 @@
+"""Writer locks: one writer per session, across threads and processes.
+
+File-backed stores use an OS advisory lock (``flock``) on a per-session lock file:
+it is released by the kernel when the process dies, so a crashed writer never
+leaves a session locked. Within one process, a lock table remembers which sessions
+this store instance holds, so commits inside a held turn do not re-lock.
+Acquisition never waits: a held lock raises ``SessionLockedError`` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+from perdure.errors import SessionLockedError
+
+
+class LockTable:
+    """Per-session writer locks for one store instance.
+
+    With ``directory`` set, each lock is also an ``flock`` on
+    ``directory/<session_id>.lock`` so that other processes see it; without it the
+    lock only excludes holders inside this process.
+    """
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self._directory = directory
+        self._guard = threading.Lock()
+        self._held: dict[str, int | None] = {}  # session id -> lock fd (None: in-process)
+
+    def is_held(self, session_id: str) -> bool:
+        """True when this store instance holds ``session_id``'s lock."""
+        with self._guard:
+            return session_id in self._held
+
+    def acquire(self, session_id: str) -> None:
+        """Take the lock or raise ``SessionLockedError`` at once."""
+        with self._guard:
+            if session_id in self._held:
+                raise SessionLockedError(
+                    f"session {session_id!r} is locked by another writer in this process"
+                )
+            fd = self._flock(session_id) if self._directory is not None else None
+            self._held[session_id] = fd
+
+    def release(self, session_id: str) -> None:
+        """Release the lock (a lock not held is fine)."""
+        with self._guard:
+            fd = self._held.pop(session_id, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _flock(self, session_id: str) -> int:
+        assert self._directory is not None
+        self._directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._directory / f"{session_id}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise SessionLockedError(
+                f"session {session_id!r} is locked by another writer (another process "
+                "is running a turn or an operation on it)"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @contextlib.asynccontextmanager
+    async def hold(self, session_id: str) -> AsyncIterator[None]:
+        """Hold the lock for an ``async with`` block."""
+        await asyncio.to_thread(self.acquire, session_id)
+        try:
+            yield
+        finally:
+            self.release(session_id)
+
+    @contextlib.contextmanager
+    def for_write(self, session_id: str) -> Iterator[None]:
+        """Around one write: reuse a held lock, else take it for the write only."""
+        if self.is_held(session_id):
+            yield
+            return
+        self.acquire(session_id)
+        try:
+            yield
+        finally:
+            self.release(session_id)

@@ -1,0 +1,215 @@
+"""Row encoding shared by the SQLite and memory session stores: pure, no I/O.
+
+A message is stored as compact JSON text (``bytes`` values encoded by
+:func:`~perdure.types.encode_bytes_values`) and comes back through
+:func:`decode_message`, which checks its shape. SQLite rows are hash-chained:
+``hash = sha256(prev_hash + body)`` truncated to 32 hex digits, the first row
+chaining to :data:`ZERO_HASH` — so a changed body, a changed hash or a missing row
+is detected by hashing what was read, without re-serialising anything.
+
+The argument checks here are the ones both stores run before touching anything, so
+both reject the same misuse with the same ``TypeError``/``ValueError``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from perdure.session.ids import validate_session_id
+from perdure.types import Message, decode_bytes_values, encode_bytes_values, validate_message
+from perdure.types.json import BYTES_MARKER
+
+ZERO_HASH = "0" * 32
+"""The hash row 0 chains to."""
+
+HASH_LEN = 32
+
+MAX_MESSAGES = 2**32 - 1
+"""Most messages one session may hold (SQLite row keys keep 32 bits for the index)."""
+
+
+class DecodeError(ValueError):
+    """Stored text that is not what the store wrote (bad JSON, wrong shape)."""
+
+
+def utc_now() -> str:
+    """The current time as ISO-8601 UTC with microseconds and a ``Z`` suffix."""
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def new_tail(writes: int) -> str:
+    """A fresh tail token: ``"<writes>-<16 random hex digits>"``.
+
+    The write counter makes tokens readable in error messages; the random part makes
+    a token unique across a session's deletion and re-creation, so a stale writer of
+    a deleted session never matches the new one.
+    """
+    return f"{writes}-{secrets.token_hex(8)}"
+
+
+def chain_hash(prev_hash: str, body: str) -> str:
+    """The hash of a row whose stored text is ``body``, chained to ``prev_hash``."""
+    return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()[:HASH_LEN]
+
+
+def text_hash(text: str) -> str:
+    """The hash of a stored text that is not part of the message chain (agent state)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:HASH_LEN]
+
+
+def encode_json(value: Any, where: str) -> str:
+    """Compact JSON text for ``value`` with ``bytes`` encoded.
+
+    Non-ASCII text is kept as UTF-8 (smaller on disk) unless the value holds a lone
+    surrogate, which UTF-8 cannot carry; then that text is ``\\u``-escaped.
+
+    Raises:
+        ValueError: ``value`` cannot be stored as JSON (an object JSON does not know,
+            NaN or infinity, a cycle, or nesting too deep); the message starts with
+            ``where``.
+    """
+    try:
+        encoded = encode_bytes_values(value)
+        text = json.dumps(encoded, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{where} cannot be stored as JSON: {exc}") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(encoded, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return text
+
+
+def encode_message(message: Any, where: str) -> str:
+    """Check that ``message`` is a message and return its stored text.
+
+    Raises:
+        TypeError: ``message`` or its content has the wrong type.
+        ValueError: a malformed message, or one that cannot be stored as JSON.
+    """
+    validate_message(message, where)
+    return encode_json(message, where)
+
+
+def encode_state(agent_state: Any) -> str:
+    """The stored text of an agent state (a mapping).
+
+    Raises:
+        TypeError: ``agent_state`` is not a mapping.
+        ValueError: it cannot be stored as JSON.
+    """
+    if not isinstance(agent_state, Mapping):
+        raise TypeError(f"agent_state must be a mapping, got {type(agent_state).__name__}")
+    return encode_json(dict(agent_state), "agent_state")
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _load(text: str) -> Any:
+    # raw_decode skips json.loads' whitespace scans (stored text has none): this is
+    # the hot loop of every resume.
+    try:
+        value, end = _DECODER.raw_decode(text)
+        if end != len(text):
+            raise ValueError(f"extra data at character {end}")
+        # The marker can only be present if its key is in the text: skip the walk otherwise.
+        return decode_bytes_values(value) if BYTES_MARKER in text else value
+    except (ValueError, RecursionError) as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from None
+
+
+def decode_message(text: str) -> Message:
+    """The message stored as ``text``.
+
+    Raises:
+        DecodeError: ``text`` is not JSON or not a message (the message says why).
+    """
+    value = _load(text)
+    try:
+        return validate_message(value, "stored message")
+    except (TypeError, ValueError) as exc:
+        raise DecodeError(f"not a message: {exc}") from None
+
+
+def decode_state(text: str) -> dict[str, Any]:
+    """The agent state stored as ``text``.
+
+    Raises:
+        DecodeError: ``text`` is not a JSON object.
+    """
+    value = _load(text)
+    if not isinstance(value, dict):
+        raise DecodeError(f"agent state is not a JSON object but {type(value).__name__}")
+    return value
+
+
+# ---------------------------------------------------------------- argument checks
+
+
+def check_list_args(limit: Any, after: Any) -> None:
+    """Raise ``ValueError``/``TypeError`` naming a bad ``limit`` or ``after``."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+    if after is not None:
+        validate_session_id(after, "after")
+
+
+def check_offset(offset: Any) -> None:
+    """Raise ``ValueError``/``TypeError`` naming a bad ``offset``."""
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int, got {type(offset).__name__}")
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+
+
+def check_commit_args(
+    messages: Any,
+    agent_state: Any,
+    rewritten: Any,
+    expected_tail: Any,
+    redactions: Any,
+) -> None:
+    """Raise ``TypeError``/``ValueError`` naming a bad argument of ``commit``.
+
+    Message contents are checked while they are encoded, since only the messages
+    past the stored count are written.
+    """
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise TypeError(f"messages must be a sequence of messages, got {type(messages).__name__}")
+    if len(messages) > MAX_MESSAGES:
+        raise ValueError(f"messages holds {len(messages)} messages; at most {MAX_MESSAGES} fit")
+    if agent_state is not None and not isinstance(agent_state, Mapping):
+        raise TypeError(f"agent_state must be a mapping or None, got {type(agent_state).__name__}")
+    if not isinstance(rewritten, bool):
+        raise TypeError(f"rewritten must be a bool, got {type(rewritten).__name__}")
+    if expected_tail is not None and not isinstance(expected_tail, str):
+        raise TypeError(f"expected_tail must be a str or None, got {type(expected_tail).__name__}")
+    if redactions is not None and not isinstance(redactions, Mapping):
+        raise TypeError(f"redactions must be a mapping or None, got {type(redactions).__name__}")
+
+
+def encode_redactions(
+    redactions: Mapping[int, Message] | None, count: int, session_id: str
+) -> dict[int, str]:
+    """Stored texts of ``redactions``, keyed by index, checked against ``count`` messages.
+
+    Raises:
+        ValueError: an index that names no message, or a replacement that cannot be
+            stored.
+        TypeError: a replacement that is not a message.
+    """
+    texts: dict[int, str] = {}
+    for index, replacement in (redactions or {}).items():
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+            raise ValueError(
+                f"redaction index {index!r} names no message of session {session_id!r} "
+                f"(it holds {count} after this commit)"
+            )
+        texts[index] = encode_message(replacement, f"redactions[{index}]")
+    return texts

@@ -1,0 +1,1193 @@
+"""FileSessionStore: sessions as hash-chained journals on a local disk (SPEC §7.1).
+
+Layout, under ``<dir>/sessions/<session_id>/``::
+
+    meta.json          created once: {"format", "session_id", "created_at"}
+    journal.jsonl      the active segment: one hash-chained record per line
+    manifest.json      sealed segments, in order (only once a segment was sealed)
+    segments/000001.jsonl …
+    attachments/<sha256>   large binaries referenced from the journal
+    checkpoints/       (session checkpoints, beside the session)
+
+Writer locks live in ``<dir>/.locks/<session_id>.lock`` (``flock``), so deleting a
+session directory never deletes a held lock.
+
+Guarantees:
+
+- **Durable**: with ``durability="commit"`` (the default) a commit returns after its
+  records are appended and fsynced; ``"invocation"`` defers the fsync to
+  :meth:`flush` (the ``Session`` calls it after each invocation); ``"none"`` never
+  fsyncs (fast, for tests and caches).
+- **Crash-healing**: a torn last line (an append interrupted by a crash) is not
+  corruption: readers ignore it and the next writer truncates it. A bad line in the
+  middle, a broken chain or a bad payload raises ``SessionCorruptedError`` with the
+  file, byte offset and kind of damage in ``err.details``; with
+  ``recovery="quarantine"`` provably bad records are moved to a quarantine directory
+  outside the session and the rest is kept, and ``on_recovery`` gets a report.
+- **Segments**: the active journal is sealed into ``segments/`` at ``max_records``
+  records or ``max_bytes`` bytes; a history page reads only the segments it covers.
+- **Atomic rewrites**: ``commit(..., rewritten=True)`` writes the new history to
+  ``rewrite.jsonl.tmp``, fsyncs, and renames it to ``rewrite.jsonl`` — the commit
+  point. Readers treat an existing ``rewrite.jsonl`` as the whole history; the next
+  writer finishes the switch. A crash before the rename rolls back, after it rolls
+  forward: never half a volume; rewritten-away messages never come back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import concurrent.futures
+import contextlib
+import datetime as _dt
+import functools
+import hashlib
+import json
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from perdure._fs import append_all, atomic_write, fsync_dir
+from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
+from perdure.session import journal
+from perdure.session._locks import LockTable
+from perdure.session.attachments import extract_attachments, is_valid_digest, resolve_attachments
+from perdure.session.ids import validate_session_id
+from perdure.session.journal import GENESIS, JournalDamage, Record
+from perdure.session.paging import check_page_args, page_bounds, page_read_range
+from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
+from perdure.types import Message, decode_bytes_values, validate_message
+
+Durability = Literal["commit", "invocation", "none"]
+Recovery = Literal["strict", "quarantine"]
+
+_META = "meta.json"
+_JOURNAL = "journal.jsonl"
+_MANIFEST = "manifest.json"
+_REWRITE = "rewrite.jsonl"
+_REWRITE_TMP = "rewrite.jsonl.tmp"
+_SEGMENTS = "segments"
+_ATTACHMENTS = "attachments"
+_MANIFEST_FORMAT = "perdure-manifest/1"
+_META_FORMAT = "perdure-session/1"
+_TAIL_READ = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Segmentation:
+    """When the active journal is sealed into a segment."""
+
+    enabled: bool = True
+    max_bytes: int = 16 * 1024 * 1024
+    max_records: int = 5000
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 1 or self.max_records < 1:
+            raise ValueError("segmentation max_bytes and max_records must be >= 1")
+
+
+@dataclass(frozen=True)
+class SessionRecoveryReport:
+    """What quarantine recovery moved out of a session: counts and positions, no content."""
+
+    session_id: str
+    quarantined: int
+    positions: tuple[int, ...]
+    """Line numbers (0-based, across the session's files in order) of the moved records."""
+    kinds: tuple[str, ...]
+    quarantine_path: str
+
+
+@dataclass
+class _Segment:
+    file: str
+    first_seq: int
+    last_seq: int
+    first_count: int
+    count: int
+    prev_hash: str
+    last_hash: str
+    redactions: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Volume:
+    """Where a session's records are, as read from disk (no writes)."""
+
+    segments: list[_Segment]
+    segment_paths: list[Path]
+    journal: Path | None
+    prev_hash: str
+    first_seq: int
+    first_count: int
+    rewrite_pending: bool = False
+    seal_pending: bool = False
+
+
+@dataclass
+class _Tail:
+    """Cached end of a session's active journal (valid while inode and size match)."""
+
+    ino: int
+    size: int
+    hash: str
+    next_seq: int
+    count: int
+    records: int
+    """Records in the active journal."""
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+class FileSessionStore:
+    """Sessions stored as hash-chained journals under ``dir`` (see the module docstring).
+
+    Args:
+        dir: the root directory (created on demand).
+        durability: ``"commit"`` (fsync every commit), ``"invocation"`` (fsync on
+            :meth:`flush`) or ``"none"``.
+        segmentation: a :class:`Segmentation`, ``None`` for the defaults (16 MiB /
+            5000 records) or ``False`` to keep one journal forever.
+        recovery: ``"strict"`` (damage raises) or ``"quarantine"``.
+        on_recovery: called with a :class:`SessionRecoveryReport` after a quarantine;
+            if it raises, the read fails.
+        quarantine_dir: where quarantined records go (default
+            ``<dir>/.session-recovery-quarantine``).
+        max_checkpoints: checkpoint retention (for session checkpoints).
+        attachment_threshold: ``bytes`` values at least this long are stored as
+            attachments.
+    """
+
+    def __init__(
+        self,
+        dir: str | os.PathLike[str],
+        *,
+        durability: Durability = "commit",
+        segmentation: Segmentation | Literal[False] | None = None,
+        recovery: Recovery = "strict",
+        on_recovery: Callable[[SessionRecoveryReport], None] | None = None,
+        quarantine_dir: str | os.PathLike[str] | None = None,
+        max_checkpoints: int | None = None,
+        attachment_threshold: int = 1024,
+    ) -> None:
+        if durability not in ("commit", "invocation", "none"):
+            raise ValueError(
+                f"durability must be 'commit', 'invocation' or 'none', got {durability!r}"
+            )
+        if recovery not in ("strict", "quarantine"):
+            raise ValueError(f"recovery must be 'strict' or 'quarantine', got {recovery!r}")
+        if segmentation is False:
+            segmentation = Segmentation(enabled=False)
+        elif segmentation is None:
+            segmentation = Segmentation()
+        elif not isinstance(segmentation, Segmentation):
+            raise TypeError(
+                f"segmentation must be a Segmentation, None or False, got {segmentation!r}"
+            )
+        if max_checkpoints is not None and (
+            isinstance(max_checkpoints, bool)
+            or not isinstance(max_checkpoints, int)
+            or max_checkpoints < 1
+        ):
+            raise ValueError(
+                f"max_checkpoints must be None or an int >= 1, got {max_checkpoints!r}"
+            )
+        if (
+            isinstance(attachment_threshold, bool)
+            or not isinstance(attachment_threshold, int)
+            or attachment_threshold < 1
+        ):
+            raise ValueError(
+                f"attachment_threshold must be an int >= 1, got {attachment_threshold!r}"
+            )
+        self.root = Path(dir)
+        self.durability: Durability = durability
+        self.segmentation = segmentation
+        self.recovery: Recovery = recovery
+        self.on_recovery = on_recovery
+        self.quarantine_dir = (
+            Path(quarantine_dir)
+            if quarantine_dir is not None
+            else self.root / ".session-recovery-quarantine"
+        )
+        self.max_checkpoints = max_checkpoints
+        self.attachment_threshold = attachment_threshold
+        self._locks = LockTable(self.root / ".locks")
+        self._tails: dict[str, _Tail] = {}
+        self._fds: dict[str, tuple[int, int]] = {}  # session id -> (inode, open journal fd)
+        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._writer_guard = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"FileSessionStore({str(self.root)!r}, durability={self.durability!r})"
+
+    # ------------------------------------------------------------------ protocol
+
+    async def create(self, session_id: str, *, exist_ok: bool = False) -> SessionMeta:
+        """Create an empty session (durably). See :class:`SessionStore`."""
+        validate_session_id(session_id)
+        return await asyncio.to_thread(self._create, session_id, exist_ok)
+
+    async def get(self, session_id: str, *, offset: int = 0) -> SessionRecord:
+        """Read and verify a whole session. See :class:`SessionStore`."""
+        validate_session_id(session_id)
+        check_page_args(offset, 0)
+        return await asyncio.to_thread(self._get, session_id, offset)
+
+    async def list(
+        self, *, limit: int | None = None, after: str | None = None
+    ) -> builtins.list[SessionMeta]:
+        """Session metadata sorted by id (reads no message content)."""
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+        if after is not None:
+            validate_session_id(after, "after")
+        return await asyncio.to_thread(self._list, limit, after)
+
+    async def commit(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        agent_state: Mapping[str, Any] | None = None,
+        rewritten: bool = False,
+        expected_tail: str | None = None,
+        redactions: Mapping[int, Message] | None = None,
+    ) -> CommitResult:
+        """Append what is new (or rewrite everything). See :class:`SessionStore`."""
+        validate_session_id(session_id)
+        if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+            raise TypeError(
+                f"messages must be a sequence of messages, got {type(messages).__name__}"
+            )
+        if self.durability == "none" and not rewritten:
+            # No fsync: an append lands in the page cache in microseconds, less than
+            # a hop to a worker thread would cost.
+            return self._commit(
+                session_id, messages, agent_state, rewritten, expected_tail, redactions
+            )
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._write_executor(),
+            functools.partial(
+                self._commit,
+                session_id,
+                messages,
+                agent_state,
+                rewritten,
+                expected_tail,
+                redactions,
+            ),
+        )
+
+    async def delete(self, session_id: str) -> None:
+        """Delete the session directory (idempotent; refuses while another writer holds it)."""
+        validate_session_id(session_id)
+        await asyncio.to_thread(self._delete, session_id)
+
+    def writer_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold the session's writer lock (``SessionLockedError`` at once if held)."""
+        validate_session_id(session_id)
+        return self._locks.hold(session_id)
+
+    async def history_page(self, session_id: str, offset: int, limit: int) -> HistoryPage:
+        """One pair-aligned page, reading only the segments it covers."""
+        validate_session_id(session_id)
+        check_page_args(offset, limit)
+        return await asyncio.to_thread(self._history_page, session_id, offset, limit)
+
+    async def flush(self, session_id: str) -> None:
+        """fsync the session's active journal (for ``durability="invocation"``)."""
+        validate_session_id(session_id)
+        await asyncio.to_thread(self._flush, session_id)
+
+    def session_dir(self, session_id: str) -> Path:
+        """The directory holding ``session_id``."""
+        return self.root / "sessions" / validate_session_id(session_id)
+
+    # ------------------------------------------------------------------ create / list / delete
+
+    def _create(self, session_id: str, exist_ok: bool) -> SessionMeta:
+        sdir = self.session_dir(session_id)
+        with self._locks.for_write(session_id):
+            if (sdir / _META).exists():
+                if exist_ok:
+                    return self._meta(session_id)
+                raise SessionConflictError(f"session {session_id!r} already exists")
+            if sdir.exists():  # an interrupted create or delete: start clean
+                shutil.rmtree(sdir)
+            sdir.mkdir(parents=True)
+            created = _now()
+            line, _ = journal.encode_record(
+                GENESIS,
+                {"n": 0, "c": 0, "t": "s", "s": {}, "created": created, "id": uuid.uuid4().hex},
+            )
+            durable = self.durability != "none"
+            atomic_write(sdir / _JOURNAL, line, durable=durable)
+            atomic_write(
+                sdir / _META,
+                json.dumps(
+                    {"format": _META_FORMAT, "session_id": session_id, "created_at": created}
+                ).encode(),
+                durable=durable,
+            )
+            if durable:
+                fsync_dir(sdir.parent)
+            self._forget(session_id)
+        return SessionMeta(session_id, created, created, 0)
+
+    def _list(self, limit: int | None, after: str | None) -> builtins.list[SessionMeta]:
+        base = self.root / "sessions"
+        if not base.is_dir():
+            return []
+        ids = sorted(p.name for p in base.iterdir() if (p / _META).is_file())
+        if after is not None:
+            ids = [i for i in ids if i > after]
+        if limit is not None:
+            ids = ids[:limit]
+        metas: builtins.list[SessionMeta] = []
+        for sid in ids:
+            try:
+                metas.append(self._meta(sid))
+            except SessionNotFoundError:
+                continue  # deleted while listing
+        return metas
+
+    def _meta(self, session_id: str) -> SessionMeta:
+        sdir = self.session_dir(session_id)
+        created = self._read_meta(session_id, sdir)
+        volume = self._volume(session_id, sdir)
+        count, updated = self._peek_count(session_id, volume)
+        return SessionMeta(session_id, created, updated or created, count)
+
+    def _read_meta(self, session_id: str, sdir: Path) -> str:
+        try:
+            raw = (sdir / _META).read_bytes()
+        except FileNotFoundError:
+            raise SessionNotFoundError(f"session {session_id!r} not found in {self.root}") from None
+        try:
+            meta = json.loads(raw)
+            if meta.get("format") != _META_FORMAT or meta.get("session_id") != session_id:
+                raise ValueError("unexpected format or session id")
+            created = meta["created_at"]
+            if not isinstance(created, str):
+                raise ValueError("created_at is not a string")
+        except (ValueError, KeyError, AttributeError) as exc:
+            raise self._corrupted(
+                session_id, sdir / _META, "bad_payload", 0, f"meta.json is unreadable: {exc}"
+            ) from None
+        return created
+
+    def _peek_count(self, session_id: str, volume: _Volume) -> tuple[int, str | None]:
+        """Message count and last-write time from the last record, without reading content."""
+        path = volume.journal
+        if path is not None and path.exists():
+            data = _read_tail(path)
+            end = data.rfind(b"\n")
+            if end >= 0:
+                line = data[journal.last_line_start(data[: end + 1]) : end]
+                try:
+                    count = int(journal.peek_body(line)["c"])
+                except (ValueError, KeyError, TypeError):
+                    count = volume.first_count
+                updated = _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.UTC)
+                return count, updated.isoformat(timespec="microseconds").replace("+00:00", "Z")
+        return volume.first_count, None
+
+    def _delete(self, session_id: str) -> None:
+        sdir = self.session_dir(session_id)
+        with self._locks.for_write(session_id):
+            if not sdir.exists():
+                return
+            trash = sdir.with_name(f".deleted-{session_id}-{uuid.uuid4().hex}")
+            os.replace(sdir, trash)
+            if self.durability != "none":
+                fsync_dir(sdir.parent)
+            shutil.rmtree(trash, ignore_errors=True)
+            self._forget(session_id)
+
+    # ------------------------------------------------------------------ reading
+
+    def _volume(self, session_id: str, sdir: Path) -> _Volume:
+        """Locate a session's files, honouring an unfinished rewrite or seal."""
+        if (sdir / _REWRITE).exists():
+            return _Volume([], [], sdir / _REWRITE, GENESIS, 0, 0, rewrite_pending=True)
+        segments: builtins.list[_Segment] = []
+        manifest_path = sdir / _MANIFEST
+        if manifest_path.exists():
+            try:
+                manifest = json.loads(manifest_path.read_bytes())
+                if manifest.get("format") != _MANIFEST_FORMAT:
+                    raise ValueError(f"unknown manifest format {manifest.get('format')!r}")
+                segments = [_Segment(**entry) for entry in manifest["segments"]]
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise self._corrupted(
+                    session_id, manifest_path, "bad_payload", 0, f"manifest is unreadable: {exc}"
+                ) from None
+        paths = [sdir / _SEGMENTS / seg.file for seg in segments]
+        journal_path: Path | None = sdir / _JOURNAL
+        seal_pending = False
+        if segments and not paths[-1].exists():
+            # Sealed in the manifest but not yet renamed: the journal is that segment.
+            paths[-1] = sdir / _JOURNAL
+            journal_path = None
+            seal_pending = True
+        if not segments:
+            return _Volume([], [], journal_path, GENESIS, 0, 0)
+        last = segments[-1]
+        return _Volume(
+            segments,
+            paths,
+            journal_path,
+            last.last_hash,
+            last.last_seq + 1,
+            last.count,
+            seal_pending=seal_pending,
+        )
+
+    def _get(self, session_id: str, offset: int) -> SessionRecord:
+        sdir = self.session_dir(session_id)
+        try:
+            return self._read_all(session_id, sdir, offset)
+        except SessionCorruptedError:
+            if self.recovery != "quarantine":
+                raise
+        self._quarantine(session_id, sdir)
+        return self._read_all(session_id, sdir, offset)
+
+    def _read_all(self, session_id: str, sdir: Path, offset: int) -> SessionRecord:
+        created = self._read_meta(session_id, sdir)
+        volume = self._volume(session_id, sdir)
+        records: builtins.list[Record] = []
+        prev, seq = GENESIS, 0
+        for seg, path in zip(volume.segments, volume.segment_paths, strict=True):
+            scanned = self._scan_file(session_id, path, prev, seq, sealed=True)
+            if (
+                seg.prev_hash != prev
+                or scanned.last_hash != seg.last_hash
+                or not scanned.records
+                or scanned.records[-1].seq != seg.last_seq
+            ):
+                raise self._corrupted(
+                    session_id, path, "broken_chain", 0, "segment does not match the manifest"
+                )
+            records.extend(scanned.records)
+            prev, seq = scanned.last_hash, seg.last_seq + 1
+        updated = created
+        if volume.journal is not None and volume.journal.exists():
+            scanned = self._scan_file(session_id, volume.journal, prev, seq, sealed=False)
+            records.extend(scanned.records)
+            prev = scanned.last_hash
+            updated = (
+                _dt.datetime.fromtimestamp(volume.journal.stat().st_mtime, _dt.UTC)
+                .isoformat(timespec="microseconds")
+                .replace("+00:00", "Z")
+            )
+        messages, state, redacted = self._replay(session_id, sdir, records)
+        for index, replacement in redacted.items():
+            messages[index] = replacement
+        meta = SessionMeta(session_id, created, updated, len(messages))
+        return SessionRecord(
+            meta=meta,
+            messages=messages[offset:],
+            offset=min(offset, len(messages)),
+            agent_state=state,
+            tail=prev,
+        )
+
+    def _scan_file(
+        self, session_id: str, path: Path, prev: str, seq: int, *, sealed: bool
+    ) -> journal.Scan:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise self._corrupted(session_id, path, "bad_line", 0, "file is missing") from None
+        try:
+            scanned = journal.scan(data, prev_hash=prev, first_seq=seq)
+        except JournalDamage as damage:
+            raise self._corrupted(
+                session_id, path, damage.kind, damage.offset, damage.detail
+            ) from None
+        if sealed and scanned.torn:
+            raise self._corrupted(
+                session_id, path, "bad_line", scanned.end, "sealed segment ends mid-record"
+            )
+        return scanned
+
+    def _replay(
+        self, session_id: str, sdir: Path, records: Sequence[Record]
+    ) -> tuple[builtins.list[Message], dict[str, Any], dict[int, Message]]:
+        messages: builtins.list[Message] = []
+        state: dict[str, Any] = {}
+        redacted: dict[int, Message] = {}
+        for record in records:
+            count = len(messages)
+            if record.type == "m":
+                messages.append(self._message(session_id, sdir, record))
+            elif record.type == "r":
+                index = record.body.get("i")
+                if not isinstance(index, int) or not 0 <= index < count:
+                    raise self._record_damage(
+                        session_id, sdir, record, "redaction names no message"
+                    )
+                redacted[index] = self._message(session_id, sdir, record)
+            elif record.type == "s":
+                value = record.body.get("s")
+                if not isinstance(value, dict):
+                    raise self._record_damage(session_id, sdir, record, "state is not an object")
+                state = decode_bytes_values(value) if record.encoded else value
+            if record.total != len(messages):
+                raise self._record_damage(
+                    session_id, sdir, record, f"message count {record.total} != {len(messages)}"
+                )
+        return messages, state, redacted
+
+    def _message(self, session_id: str, sdir: Path, record: Record) -> Message:
+        raw = record.body.get("m")
+        try:
+            if record.encoded:
+                raw = decode_bytes_values(
+                    resolve_attachments(
+                        raw,
+                        lambda digest, size: self._load_attachment(session_id, sdir, digest, size),
+                    )
+                )
+            if not record.encoded and _looks_like_message(raw):
+                # The chain vouches for these bytes, and they were validated on write.
+                return cast(Message, raw)
+            return validate_message(raw, f"record {record.seq}")
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, SessionCorruptedError):
+                raise
+            raise self._record_damage(session_id, sdir, record, f"bad message: {exc}") from None
+
+    def _load_attachment(self, session_id: str, sdir: Path, digest: str, size: int) -> bytes:
+        path = sdir / _ATTACHMENTS / digest
+        if not is_valid_digest(digest):
+            raise self._corrupted(
+                session_id, path, "bad_payload", 0, "attachment reference is malformed"
+            )
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise self._corrupted(
+                session_id, path, "bad_payload", 0, "attachment is missing"
+            ) from None
+        if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+            raise self._corrupted(
+                session_id, path, "bad_payload", 0, "attachment does not match its sha256"
+            )
+        return data
+
+    def _history_page(self, session_id: str, offset: int, limit: int) -> HistoryPage:
+        sdir = self.session_dir(session_id)
+        self._read_meta(session_id, sdir)
+        volume = self._volume(session_id, sdir)
+        total, _ = self._peek_count(session_id, volume)
+        lo, hi = page_read_range(total, offset, limit)
+        window: dict[int, Message] = {}
+        if hi > lo:
+            window = self._read_range(session_id, sdir, volume, lo, hi)
+        start, end = page_bounds(total, offset, limit, window.__getitem__)
+        return HistoryPage([window[i] for i in range(start, end)], start, end, total)
+
+    def _read_range(
+        self, session_id: str, sdir: Path, volume: _Volume, lo: int, hi: int
+    ) -> dict[int, Message]:
+        """Messages ``lo..hi-1`` (redactions applied), reading only the files covering them."""
+        found: dict[int, Message] = {}
+        redactions: dict[int, Message] = {}
+        prev, seq = GENESIS, 0
+        for seg, path in zip(volume.segments, volume.segment_paths, strict=True):
+            if seg.count > lo and seg.first_count < hi:
+                records = self._journal_window(
+                    session_id, path, seg.prev_hash, seg.first_seq, lo, anchor=seg.last_hash
+                )
+                self._collect(session_id, sdir, records, lo, hi, found, redactions)
+            elif seg.first_count >= hi:
+                for index, raw in seg.redactions.items():
+                    if lo <= int(index) < hi:
+                        redactions[int(index)] = validate_message(
+                            decode_bytes_values(raw), "manifest redaction"
+                        )
+            prev, seq = seg.last_hash, seg.last_seq + 1
+        if volume.journal is not None and volume.journal.exists():
+            records = self._journal_window(session_id, volume.journal, prev, seq, lo)
+            self._collect(session_id, sdir, records, lo, hi, found, redactions)
+        found.update({i: m for i, m in redactions.items() if i in found})
+        missing = [i for i in range(lo, hi) if i not in found]
+        if missing:
+            raise self._corrupted(
+                session_id, sdir, "bad_sequence", 0, f"messages {missing[:5]} are missing"
+            )
+        return found
+
+    def _collect(
+        self,
+        session_id: str,
+        sdir: Path,
+        records: Sequence[Record],
+        lo: int,
+        hi: int,
+        found: dict[int, Message],
+        redactions: dict[int, Message],
+    ) -> None:
+        for record in records:
+            if record.type == "m" and lo <= record.total - 1 < hi:
+                found[record.total - 1] = self._message(session_id, sdir, record)
+            elif record.type == "r":
+                index = record.body.get("i")
+                if isinstance(index, int) and lo <= index < hi:
+                    redactions[index] = self._message(session_id, sdir, record)
+
+    def _journal_window(
+        self,
+        session_id: str,
+        path: Path,
+        prev: str,
+        seq: int,
+        lo: int,
+        *,
+        anchor: str | None = None,
+    ) -> builtins.list[Record]:
+        """A file's records from the one holding message ``lo`` to the end.
+
+        Reads backwards from the end in growing chunks, so a page near the tail costs
+        what the page costs, not what the file costs. The chain is verified over
+        everything read (the first line read only vouches for the next); for a
+        sealed segment it must also end at the manifest's ``anchor`` hash, so nothing
+        in the window can have been altered.
+        """
+        scanned = self._window_scan(session_id, path, prev, seq, lo)
+        if anchor is not None and (scanned.torn or scanned.last_hash != anchor):
+            raise self._corrupted(
+                session_id, path, "broken_chain", scanned.end, "segment does not match the manifest"
+            )
+        return scanned.records
+
+    def _window_scan(
+        self, session_id: str, path: Path, prev: str, seq: int, lo: int
+    ) -> journal.Scan:
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise self._corrupted(session_id, path, "bad_line", 0, "file is missing") from None
+        chunk = _TAIL_READ
+        with path.open("rb") as handle:
+            while True:
+                start = max(0, size - chunk)
+                handle.seek(start)
+                data = handle.read(size - start)
+                if start == 0:
+                    return self._scan_bytes(session_id, path, data, prev, seq, 0)
+                # The chunk starts mid-line: skip to the first whole line, the anchor.
+                skip = data.find(b"\n") + 1
+                cut = data.find(b"\n", skip)
+                if skip == 0 or cut < 0:
+                    chunk *= 4
+                    continue
+                first_line, rest = data[skip:cut], data[cut + 1 :]
+                claimed = journal.peek_hash(first_line)
+                try:
+                    body = journal.peek_body(first_line) if claimed else None
+                except ValueError:
+                    body = None
+                if claimed is None or body is None:
+                    raise self._corrupted(
+                        session_id, path, "bad_line", start + skip, "not a journal record"
+                    )
+                scanned = self._scan_bytes(
+                    session_id, path, rest, claimed, int(body["n"]) + 1, start + cut + 1
+                )
+                if int(body["c"]) <= lo:
+                    return scanned
+                chunk *= 4
+
+    def _scan_bytes(
+        self, session_id: str, path: Path, data: bytes, prev: str, seq: int, base: int
+    ) -> journal.Scan:
+        try:
+            return journal.scan(data, prev_hash=prev, first_seq=seq, base_offset=base)
+        except JournalDamage as damage:
+            raise self._corrupted(
+                session_id, path, damage.kind, damage.offset, damage.detail
+            ) from None
+
+    # ------------------------------------------------------------------ writing
+
+    def _commit(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        agent_state: Mapping[str, Any] | None,
+        rewritten: bool,
+        expected_tail: str | None,
+        redactions: Mapping[int, Message] | None,
+    ) -> CommitResult:
+        sdir = self.session_dir(session_id)
+        with self._locks.for_write(session_id):
+            tail = self._writable_tail(session_id, sdir)
+            if expected_tail is not None and expected_tail != tail.hash:
+                raise SessionConflictError(
+                    f"session {session_id!r} changed since this writer last saw it "
+                    "(another writer committed); reopen the session to continue",
+                    details={"expected_tail": expected_tail, "stored_tail": tail.hash},
+                )
+            if rewritten:
+                return self._rewrite(session_id, sdir, messages, agent_state, redactions)
+            if len(messages) < tail.count:
+                raise SessionConflictError(
+                    f"session {session_id!r} holds {tail.count} messages but the commit has "
+                    f"{len(messages)}; a shorter history needs rewritten=True"
+                )
+            for index in redactions or {}:
+                if not isinstance(index, int) or not 0 <= index < len(messages):
+                    raise ValueError(
+                        f"redaction index {index!r} names no message of session {session_id!r}"
+                    )
+            bodies: builtins.list[dict[str, Any]] = []
+            count = tail.count
+            found: dict[str, bytes] = {}
+            for message in messages[tail.count :]:
+                count += 1
+                bodies.append({"c": count, "t": "m", "m": self._encode_message(message, found)})
+            for index, replacement in sorted((redactions or {}).items()):
+                bodies.append(
+                    {
+                        "c": count,
+                        "t": "r",
+                        "i": index,
+                        "m": self._encode_message(replacement, found),
+                    }
+                )
+            if agent_state is not None:
+                bodies.append({"c": count, "t": "s", "s": self._encode_state(agent_state)})
+            if not bodies:
+                return CommitResult(tail.hash, tail.count)
+            self._write_attachments(sdir, found)
+            return self._append(session_id, sdir, tail, bodies)
+
+    def _encode_message(self, message: Message, found: dict[str, bytes]) -> Any:
+        validate_message(message, "message")
+        return extract_attachments(message, self.attachment_threshold, found)
+
+    def _encode_state(self, agent_state: Mapping[str, Any]) -> Any:
+        if not isinstance(agent_state, Mapping):
+            raise TypeError(f"agent_state must be a mapping, got {type(agent_state).__name__}")
+        encoded = extract_attachments(dict(agent_state), 1 << 62, {})
+        try:
+            json.dumps(encoded, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"agent_state is not JSON-serializable: {exc}") from exc
+        return encoded
+
+    def _write_attachments(self, sdir: Path, found: dict[str, bytes]) -> None:
+        if not found:
+            return
+        directory = sdir / _ATTACHMENTS
+        directory.mkdir(exist_ok=True)
+        for digest, data in found.items():
+            path = directory / digest
+            if not path.exists():
+                atomic_write(path, data, durable=self.durability != "none")
+
+    def _append(
+        self, session_id: str, sdir: Path, tail: _Tail, bodies: builtins.list[dict[str, Any]]
+    ) -> CommitResult:
+        chunks: builtins.list[bytes] = []
+        prev, seq = tail.hash, tail.next_seq
+        for body in bodies:
+            line, prev = journal.encode_record(prev, {"n": seq, **body})
+            chunks.append(line)
+            seq += 1
+        data = b"".join(chunks)
+        path = sdir / _JOURNAL
+        cached = self._fds.get(session_id)
+        if cached is not None and tail.size and cached[0] == tail.ino:
+            ino, fd = cached
+            new_file = False
+        else:
+            self._forget(session_id)
+            new_file = tail.size == 0 and not path.exists()
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            ino = os.fstat(fd).st_ino
+            self._fds[session_id] = (ino, fd)
+        try:
+            append_all(fd, data)
+            if self.durability == "commit":
+                os.fsync(fd)
+        except BaseException:
+            self._forget(session_id)  # the next commit re-reads the tail from disk
+            raise
+        if new_file and self.durability == "commit":
+            fsync_dir(sdir)
+        count = bodies[-1]["c"]
+        new_tail = _Tail(ino, tail.size + len(data), prev, seq, count, tail.records + len(bodies))
+        self._tails[session_id] = new_tail
+        seg = self.segmentation
+        if seg.enabled and (new_tail.records >= seg.max_records or new_tail.size >= seg.max_bytes):
+            self._seal(session_id, sdir, new_tail)
+        return CommitResult(prev, count)
+
+    def _forget(self, session_id: str) -> None:
+        """Drop the cached tail and journal descriptor of a session."""
+        self._tails.pop(session_id, None)
+        cached = self._fds.pop(session_id, None)
+        if cached is not None:
+            with contextlib.suppress(OSError):
+                os.close(cached[1])
+
+    def _write_executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The store's one writer thread (commits queue there, off the event loop)."""
+        with self._writer_guard:
+            if self._writer is None:
+                self._writer = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="perdure-file-store"
+                )
+            return self._writer
+
+    def close(self) -> None:
+        """Close cached descriptors and the writer thread (the store reopens them on use)."""
+        for session_id in builtins.list(self._fds):
+            self._forget(session_id)
+        with self._writer_guard:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.shutdown(wait=True)
+
+    def _writable_tail(self, session_id: str, sdir: Path) -> _Tail:
+        """The verified end of the active journal; finishes interrupted work first.
+
+        Called with the writer lock held, so it may repair: finish a pending
+        rewrite or seal, and truncate a torn last line.
+        """
+        path = sdir / _JOURNAL
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            st = None
+        cached = self._tails.get(session_id)
+        if (
+            cached is not None
+            and st is not None
+            and (cached.ino, cached.size) == (st.st_ino, st.st_size)
+            and not (sdir / _REWRITE).exists()
+        ):
+            return cached
+        self._read_meta(session_id, sdir)
+        self._finish_pending(session_id, sdir)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            st = None
+        volume = self._volume(session_id, sdir)
+        if st is None:
+            tail = _Tail(0, 0, volume.prev_hash, volume.first_seq, volume.first_count, 0)
+        else:
+            data = path.read_bytes()
+            scanned = self._scan_bytes(
+                session_id, path, data, volume.prev_hash, volume.first_seq, 0
+            )
+            if scanned.torn:
+                os.truncate(path, scanned.end)
+            elif not data.endswith(b"\n") and scanned.end == len(data) and data:
+                with path.open("ab") as handle:  # a valid last record that lost its newline
+                    handle.write(b"\n")
+            records = scanned.records
+            last = records[-1] if records else None
+            size = path.stat().st_size
+            tail = _Tail(
+                st.st_ino,
+                size,
+                scanned.last_hash,
+                last.seq + 1 if last else volume.first_seq,
+                last.total if last else volume.first_count,
+                len(records),
+            )
+        self._tails[session_id] = tail
+        return tail
+
+    def _finish_pending(self, session_id: str, sdir: Path) -> None:
+        (sdir / _REWRITE_TMP).unlink(missing_ok=True)  # an uncommitted rewrite: roll back
+        if (sdir / _REWRITE).exists():
+            self._complete_rewrite(sdir)
+            self._forget(session_id)
+            return
+        volume = self._volume(session_id, sdir)
+        if volume.seal_pending:
+            seg = volume.segments[-1]
+            (sdir / _SEGMENTS).mkdir(exist_ok=True)
+            os.replace(sdir / _JOURNAL, sdir / _SEGMENTS / seg.file)
+            self._sync_dirs(sdir, sdir / _SEGMENTS)
+            self._forget(session_id)
+
+    def _seal(self, session_id: str, sdir: Path, tail: _Tail) -> None:
+        """Turn the active journal into the next sealed segment (manifest first)."""
+        volume = self._volume(session_id, sdir)
+        path = sdir / _JOURNAL
+        if self.durability != "commit":
+            _fsync_file(path)
+        scanned = self._scan_bytes(
+            session_id, path, path.read_bytes(), volume.prev_hash, volume.first_seq, 0
+        )
+        records = scanned.records
+        redactions = {str(r.body["i"]): r.body["m"] for r in records if r.type == "r"}
+        number = len(volume.segments) + 1
+        entry = _Segment(
+            file=f"{number:06d}.jsonl",
+            first_seq=volume.first_seq,
+            last_seq=records[-1].seq,
+            first_count=volume.first_count,
+            count=tail.count,
+            prev_hash=volume.prev_hash,
+            last_hash=scanned.last_hash,
+            redactions=redactions,
+        )
+        manifest = {
+            "format": _MANIFEST_FORMAT,
+            "segments": [s.to_json() for s in [*volume.segments, entry]],
+        }
+        atomic_write(
+            sdir / _MANIFEST, json.dumps(manifest).encode(), durable=self.durability != "none"
+        )
+        (sdir / _SEGMENTS).mkdir(exist_ok=True)
+        os.replace(path, sdir / _SEGMENTS / entry.file)
+        self._sync_dirs(sdir, sdir / _SEGMENTS)
+        self._forget(session_id)
+
+    def _rewrite(
+        self,
+        session_id: str,
+        sdir: Path,
+        messages: Sequence[Message],
+        agent_state: Mapping[str, Any] | None,
+        redactions: Mapping[int, Message] | None,
+        previous_state: dict[str, Any] | None = None,
+    ) -> CommitResult:
+        """Replace the whole history atomically (see the module docstring)."""
+        found: dict[str, bytes] = {}
+        bodies: builtins.list[dict[str, Any]] = [
+            {"c": 0, "t": "w", "at": _now(), "id": uuid.uuid4().hex}
+        ]
+        count = 0
+        for message in messages:
+            count += 1
+            bodies.append({"c": count, "t": "m", "m": self._encode_message(message, found)})
+        for index, replacement in sorted((redactions or {}).items()):
+            if not isinstance(index, int) or not 0 <= index < count:
+                raise ValueError(
+                    f"redaction index {index!r} names no message of session {session_id!r}"
+                )
+            bodies.append(
+                {"c": count, "t": "r", "i": index, "m": self._encode_message(replacement, found)}
+            )
+        if agent_state is None:
+            agent_state = (
+                previous_state
+                if previous_state is not None
+                else self._read_all(session_id, sdir, 0).agent_state
+            )
+        bodies.append({"c": count, "t": "s", "s": self._encode_state(agent_state)})
+        self._write_attachments(sdir, found)
+        prev = GENESIS
+        lines: builtins.list[bytes] = []
+        for seq, body in enumerate(bodies):
+            line, prev = journal.encode_record(prev, {"n": seq, **body})
+            lines.append(line)
+        durable = self.durability != "none"
+        tmp = sdir / _REWRITE_TMP
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            append_all(fd, b"".join(lines))
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, sdir / _REWRITE)  # the commit point
+        if durable:
+            fsync_dir(sdir)
+        self._complete_rewrite(sdir)
+        self._forget(session_id)
+        return CommitResult(prev, count)
+
+    def _complete_rewrite(self, sdir: Path) -> None:
+        (sdir / _MANIFEST).unlink(missing_ok=True)
+        shutil.rmtree(sdir / _SEGMENTS, ignore_errors=True)
+        os.replace(sdir / _REWRITE, sdir / _JOURNAL)
+        self._sync_dirs(sdir)
+
+    def _flush(self, session_id: str) -> None:
+        path = self.session_dir(session_id) / _JOURNAL
+        if path.exists() and self.durability != "none":
+            _fsync_file(path)
+
+    def _sync_dirs(self, *dirs: Path) -> None:
+        if self.durability != "none":
+            for directory in dirs:
+                if directory.exists():
+                    fsync_dir(directory)
+
+    # ------------------------------------------------------------------ damage
+
+    def _corrupted(
+        self, session_id: str, path: Path, kind: str, offset: int, detail: str
+    ) -> SessionCorruptedError:
+        return SessionCorruptedError(
+            f"session {session_id!r} is damaged: {path.name}: {kind} at byte {offset}: {detail}",
+            details={"session_id": session_id, "file": str(path), "kind": kind, "offset": offset},
+        )
+
+    def _record_damage(
+        self, session_id: str, sdir: Path, record: Record, detail: str
+    ) -> SessionCorruptedError:
+        return self._corrupted(
+            session_id, sdir, "bad_payload", record.offset, f"record {record.seq}: {detail}"
+        )
+
+    def _quarantine(self, session_id: str, sdir: Path) -> None:
+        """Move provably bad records out, rewrite the rest, and report (counts, positions)."""
+        with self._locks.for_write(session_id):
+            volume = self._volume(session_id, sdir)
+            paths = [*volume.segment_paths]
+            if volume.journal is not None and volume.journal.exists():
+                paths.append(volume.journal)
+            lines: builtins.list[bytes] = []
+            for path in paths:
+                data = path.read_bytes()
+                parts = data.split(b"\n")
+                if parts and parts[-1] == b"":
+                    parts.pop()
+                lines.extend(parts)
+            good, bad = _triage(lines)
+            if not bad:
+                return  # damage not attributable to single records: stay strict
+            qdir = self.quarantine_dir / session_id
+            qdir.mkdir(parents=True, exist_ok=True)
+            qpath = qdir / f"{_now().replace(':', '-')}-{uuid.uuid4().hex[:8]}.jsonl"
+            atomic_write(qpath, b"".join(lines[i] + b"\n" for i, _ in bad))
+            report = SessionRecoveryReport(
+                session_id, len(bad), tuple(i for i, _ in bad), tuple(k for _, k in bad), str(qpath)
+            )
+            messages, state, redacted = self._replay_loose(session_id, sdir, good)
+            self._rewrite(session_id, sdir, messages, state, redacted, previous_state=state)
+            if self.on_recovery is not None:
+                self.on_recovery(report)
+
+    def _replay_loose(
+        self, session_id: str, sdir: Path, bodies: Sequence[dict[str, Any]]
+    ) -> tuple[builtins.list[Message], dict[str, Any], dict[int, Message]]:
+        """Rebuild a history from surviving record bodies, renumbering message indexes."""
+        messages: builtins.list[Message] = []
+        state: dict[str, Any] = {}
+        redacted: dict[int, Message] = {}
+        index_of: dict[int, int] = {}  # old message index -> new
+        for body in bodies:
+            kind = body.get("t")
+            try:
+                if kind == "m":
+                    index_of[int(body["c"]) - 1] = len(messages)
+                    messages.append(self._decode_loose(session_id, sdir, body["m"]))
+                elif kind == "r" and int(body["i"]) in index_of:
+                    redacted[index_of[int(body["i"])]] = self._decode_loose(
+                        session_id, sdir, body["m"]
+                    )
+                elif kind == "s" and isinstance(body.get("s"), dict):
+                    state = decode_bytes_values(body["s"])
+            except (KeyError, TypeError, ValueError):
+                continue
+        return messages, state, redacted
+
+    def _decode_loose(self, session_id: str, sdir: Path, raw: Any) -> Message:
+        decoded = decode_bytes_values(
+            resolve_attachments(
+                raw, lambda digest, size: self._load_attachment(session_id, sdir, digest, size)
+            )
+        )
+        return validate_message(decoded, "message")
+
+
+def _triage(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+    """Split journal lines into good bodies and provably bad line numbers.
+
+    A line is good when it hashes to its claimed hash from the previous good hash.
+    When it does not, the next line decides: if it chains to the damaged line's
+    claimed hash, the damaged line's body was altered (bad); if it chains to the
+    hash the damaged line's bytes actually give, only the claimed hash was altered
+    and the body is authentic (kept).
+    """
+    good: list[dict[str, Any]] = []
+    bad: list[tuple[int, str]] = []
+    prev = GENESIS
+    for number, line in enumerate(lines):
+        claimed = journal.peek_hash(line)
+        body_json = b"{" + line[journal.BODY_AT :] if claimed is not None else b""
+        actual = journal.chain_hash(prev, body_json) if claimed is not None else None
+        try:
+            body = json.loads(line) if claimed is not None else None
+        except ValueError:
+            body = None
+        if claimed is not None and actual == claimed and isinstance(body, dict):
+            good.append(body)
+            prev = claimed
+            continue
+        nxt = lines[number + 1] if number + 1 < len(lines) else None
+        nxt_claim = journal.peek_hash(nxt) if nxt is not None else None
+        if (
+            nxt is not None
+            and nxt_claim is not None
+            and actual is not None
+            and isinstance(body, dict)
+            and journal.chain_hash(actual, b"{" + nxt[journal.BODY_AT :]) == nxt_claim
+        ):
+            good.append(body)  # only the stored hash was damaged
+            prev = actual
+            continue
+        bad.append((number, "bad_hash" if claimed is not None else "bad_line"))
+        if claimed is not None:
+            prev = claimed
+    return good, bad
+
+
+def _looks_like_message(raw: Any) -> bool:
+    """A cheap shape check for records whose bytes the hash chain already vouches for."""
+    return (
+        type(raw) is dict
+        and raw.get("role") in ("user", "assistant")
+        and type(raw.get("content")) is list
+        and all(type(block) is dict for block in raw["content"])
+    )
+
+
+def _read_tail(path: Path) -> bytes:
+    """The end of ``path``, long enough to hold its last complete line."""
+    with path.open("rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        chunk = _TAIL_READ
+        while True:
+            handle.seek(max(0, size - chunk))
+            data = handle.read()
+            if chunk >= size or data.count(b"\n") >= 2:
+                return data
+            chunk *= 4
+
+
+def _fsync_file(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

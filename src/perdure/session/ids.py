@@ -1,0 +1,31 @@
+"""Session id validation and generation (SPEC §7)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+
+def validate_session_id(session_id: Any, argument: str = "session_id") -> str:
+    """Return ``session_id`` if it is a usable id.
+
+    A session id is a non-empty string, not ``.`` or ``..``, without ``/``, ``\\`` or
+    NUL (it names a directory in file stores).
+
+    Raises:
+        TypeError: not a string.
+        ValueError: empty, ``.``/``..``, or containing a separator or NUL.
+    """
+    if not isinstance(session_id, str):
+        raise TypeError(f"{argument} must be a str, got {type(session_id).__name__}")
+    if not session_id or session_id in (".", ".."):
+        raise ValueError(f"{argument} {session_id!r} is invalid: it must be non-empty, not . or ..")
+    for bad in ("/", "\\", "\x00"):
+        if bad in session_id:
+            raise ValueError(f"{argument} {session_id!r} is invalid: it contains {bad!r}")
+    return session_id
+
+
+def new_session_id() -> str:
+    """A fresh random session id (a UUID4 string)."""
+    return str(uuid.uuid4())

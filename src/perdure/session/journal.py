@@ -1,0 +1,219 @@
+"""The journal format: one hash-chained JSON record per line (SPEC §7.1).
+
+A line is ``{"h":"<hash>",<body>}`` where ``<body>`` is the rest of a compact JSON
+object and ``hash = sha256(prev_hash + "{" + body)`` truncated to 32 hex digits; the
+first record of a session chains to :data:`GENESIS`. So every line is plain JSON (a
+journal can be read with ``jq``), and a reader verifies a record by hashing the
+bytes it read, without re-serialising anything.
+
+Body keys (short, to keep the journal close to the size of the messages):
+
+- ``n``: record sequence number (0, 1, 2, …; continues across segments);
+- ``c``: number of messages in the history after this record;
+- ``t``: type — ``"m"`` message, ``"s"`` agent state, ``"r"`` redaction, ``"w"``
+  rewrite (first record of a rewritten volume);
+- ``m``: the message (bytes encoded, large binaries replaced by attachment refs);
+- ``s``: the agent state; ``i``: the index a redaction replaces.
+
+Everything here is pure: no I/O, so damage handling is unit- and property-tested.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+GENESIS = "0" * 32
+HASH_LEN = 32
+_PREFIX = b'{"h":"'
+BODY_AT = len(_PREFIX) + HASH_LEN + 2  # after '{"h":"<hash>",'
+
+RecordType = Literal["m", "s", "r", "w"]
+_TYPES = frozenset({"m", "s", "r", "w"})
+DamageKind = Literal["bad_line", "bad_hash", "broken_chain", "bad_payload", "bad_sequence"]
+
+
+class Record(NamedTuple):
+    """One decoded journal record."""
+
+    hash: str
+    seq: int
+    total: int
+    type: RecordType
+    body: dict[str, Any]
+    offset: int = 0
+    """Byte offset of the line in its file."""
+    length: int = 0
+    """Byte length of the line including its newline."""
+    encoded: bool = False
+    """The line holds encoded bytes or attachment refs that reads must decode."""
+
+
+class JournalDamage(Exception):
+    """A record that is not what the chain says it must be."""
+
+    def __init__(self, kind: DamageKind, offset: int, seq: int | None, detail: str) -> None:
+        super().__init__(
+            f"{kind} at byte {offset}"
+            + (f" (record {seq})" if seq is not None else "")
+            + f": {detail}"
+        )
+        self.kind = kind
+        self.offset = offset
+        self.seq = seq
+        self.detail = detail
+
+
+def chain_hash(prev_hash: str, body_json: bytes) -> str:
+    """The hash of a record whose compact JSON body (starting with ``{``) is ``body_json``."""
+    return hashlib.sha256(prev_hash.encode("ascii") + body_json).hexdigest()[:HASH_LEN]
+
+
+def encode_record(prev_hash: str, body: dict[str, Any]) -> tuple[bytes, str]:
+    """Encode ``body`` chained to ``prev_hash``; return the line (with newline) and its hash."""
+    body_json = json.dumps(
+        body, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
+    digest = chain_hash(prev_hash, body_json)
+    return _PREFIX + digest.encode("ascii") + b'",' + body_json[1:] + b"\n", digest
+
+
+@dataclass
+class Scan:
+    """The result of scanning journal bytes.
+
+    ``records`` are the verified records; ``end`` is the byte offset just past the
+    last complete, verified line; ``torn`` is true when bytes follow ``end`` that
+    form no complete line (an interrupted append: not corruption).
+    """
+
+    records: list[Record]
+    end: int
+    torn: bool
+    last_hash: str
+
+
+def scan(
+    data: bytes,
+    *,
+    prev_hash: str = GENESIS,
+    first_seq: int = 0,
+    base_offset: int = 0,
+    decode: bool = True,
+) -> Scan:
+    """Verify ``data`` (whole lines of one file) against the chain and decode it.
+
+    A final fragment without a newline is a torn append: it is reported through
+    ``Scan.torn`` and left out — unless it is a complete, valid record that only
+    lost its newline, which is kept. Any other damage raises :class:`JournalDamage`
+    naming the kind and byte offset.
+
+    Args:
+        data: the file's bytes.
+        prev_hash: the hash the first record must chain to.
+        first_seq: the sequence number the first record must carry.
+        base_offset: added to reported byte offsets (for reads from the middle).
+        decode: parse the JSON bodies (``False`` only verifies hashes and framing).
+    """
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when data ends with a newline
+    torn = False
+    records: list[Record] = []
+    offsets: list[int] = []
+    position = 0
+    prev = prev_hash
+    for line in lines:
+        offsets.append(position)
+        prev = _verify_line(line, prev, base_offset + position)
+        position += len(line) + 1
+    end = position
+    if tail:
+        try:
+            last = _verify_line(tail, prev, base_offset + position)
+        except JournalDamage:
+            torn = True
+        else:
+            lines.append(tail)
+            offsets.append(position)
+            prev = last
+            end = position + len(tail)
+    if decode and lines:
+        records = _decode(lines, offsets, base_offset, first_seq)
+    elif lines:
+        records = []
+    return Scan(records=records, end=end, torn=torn, last_hash=prev)
+
+
+def _verify_line(line: bytes, prev: str, offset: int) -> str:
+    if line[:6] != _PREFIX or line[BODY_AT - 2 : BODY_AT] != b'",' or len(line) <= BODY_AT:
+        raise JournalDamage("bad_line", offset, None, "not a journal record")
+    stored = line[6 : 6 + HASH_LEN].decode("ascii", "replace")
+    digest = hashlib.sha256(prev.encode("ascii") + b"{" + line[BODY_AT:]).hexdigest()
+    if digest[:HASH_LEN] != stored:
+        raise JournalDamage(
+            "bad_hash", offset, None, "record hash does not match its bytes and chain"
+        )
+    return stored
+
+
+def _decode(
+    lines: list[bytes], offsets: list[int], base_offset: int, first_seq: int
+) -> list[Record]:
+    try:
+        parsed = json.loads(b"[" + b",".join(lines) + b"]")
+    except ValueError:
+        parsed = None
+    if parsed is None:  # find the culprit line for the report
+        for line, offset in zip(lines, offsets, strict=True):
+            try:
+                json.loads(line)
+            except ValueError as exc:
+                raise JournalDamage(
+                    "bad_payload", base_offset + offset, None, f"invalid JSON: {exc}"
+                ) from None
+        raise JournalDamage("bad_payload", base_offset, None, "invalid JSON")
+    records: list[Record] = []
+    append = records.append
+    expected = first_seq
+    for obj, line, offset in zip(parsed, lines, offsets, strict=True):
+        try:
+            seq, count, kind = obj["n"], obj["c"], obj["t"]
+        except (TypeError, KeyError):
+            raise JournalDamage(
+                "bad_payload", base_offset + offset, None, "record lacks n/c/t"
+            ) from None
+        if seq != expected or type(seq) is not int or type(count) is not int or kind not in _TYPES:
+            if type(seq) is not int or type(count) is not int or kind not in _TYPES:
+                raise JournalDamage("bad_payload", base_offset + offset, None, "record lacks n/c/t")
+            raise JournalDamage(
+                "bad_sequence", base_offset + offset, seq, f"expected record {expected}"
+            )
+        expected += 1
+        append(
+            Record(
+                obj["h"], seq, count, kind, obj, base_offset + offset, len(line) + 1, b'"__' in line
+            )
+        )
+    return records
+
+
+def last_line_start(data: bytes) -> int:
+    """Offset where the last complete line of ``data`` begins (``data`` ends with ``\\n``)."""
+    return data.rfind(b"\n", 0, len(data) - 1) + 1
+
+
+def peek_hash(line: bytes) -> str | None:
+    """The hash a line claims, or ``None`` when it is not a journal line."""
+    if line.startswith(_PREFIX) and len(line) >= BODY_AT:
+        return line[len(_PREFIX) : len(_PREFIX) + HASH_LEN].decode("ascii", "replace")
+    return None
+
+
+def peek_body(line: bytes) -> dict[str, Any]:
+    """Parse one complete line (trusting the caller verified it)."""
+    obj = json.loads(line)
+    if not isinstance(obj, dict):
+        raise ValueError("journal line is not an object")
+    return obj

@@ -1,0 +1,244 @@
+"""MemorySessionStore: sessions kept in this process's memory, for tests (SPEC §7).
+
+It keeps the contract of the persistent stores exactly, so a test written against it
+holds for them: messages are stored as the same JSON text the SQLite store writes
+(``bytes`` encoded) and decoded on every read, so what comes out is a fresh copy
+that equals what a persistent store would return — and a message that a persistent
+store would refuse (not JSON-serialisable, malformed) is refused here too. Tail
+tokens, conflicts, redactions, rewrites and pages behave the same way.
+
+Guarantees: a commit is applied entirely or not at all (everything is encoded
+before anything changes). Nothing survives the process. Every coroutine may be
+awaited from any event loop and any thread (a ``threading`` lock guards the data;
+nothing blocks on I/O). Writer locks exclude holders inside this process only.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from threading import Lock
+from typing import Any
+
+from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
+from perdure.session._locks import LockTable
+from perdure.session._sqlite_codec import (
+    DecodeError,
+    check_commit_args,
+    check_list_args,
+    check_offset,
+    decode_message,
+    decode_state,
+    encode_message,
+    encode_redactions,
+    encode_state,
+    new_tail,
+    utc_now,
+)
+from perdure.session.ids import validate_session_id
+from perdure.session.paging import check_page_args, page_bounds, page_read_range
+from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
+from perdure.types import Message
+
+__all__ = ["MemorySessionStore"]
+
+
+@dataclass
+class _Entry:
+    created_at: str
+    updated_at: str
+    tail: str
+    writes: int = 0
+    bodies: list[str] = field(default_factory=list)
+    redacted: dict[int, str] = field(default_factory=dict)
+    state: str = "{}"
+
+    def meta(self, session_id: str) -> SessionMeta:
+        return SessionMeta(session_id, self.created_at, self.updated_at, len(self.bodies))
+
+
+class MemorySessionStore:
+    """Sessions in memory with the semantics of the persistent stores (see the module)."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, _Entry] = {}
+        self._guard = Lock()
+        self._locks = LockTable()
+
+    def __repr__(self) -> str:
+        return f"MemorySessionStore(<{len(self._sessions)} sessions>)"
+
+    async def create(self, session_id: str, *, exist_ok: bool = False) -> SessionMeta:
+        """Register a new, empty session.
+
+        Raises:
+            SessionConflictError: it exists already and ``exist_ok`` is false.
+            SessionLockedError: another writer holds the session's lock.
+        """
+        validate_session_id(session_id)
+        with self._guard:
+            entry = self._sessions.get(session_id)
+        if entry is None:
+            with self._locks.for_write(session_id), self._guard:
+                entry = self._sessions.get(session_id)
+                if entry is None:
+                    now = utc_now()
+                    entry = self._sessions[session_id] = _Entry(now, now, new_tail(0))
+                    return entry.meta(session_id)
+        if not exist_ok:
+            raise SessionConflictError(f"session {session_id!r} already exists")
+        with self._guard:
+            return entry.meta(session_id)
+
+    async def get(self, session_id: str, *, offset: int = 0) -> SessionRecord:
+        """A fresh copy of a session: metadata, messages from ``offset``, state, tail.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        validate_session_id(session_id)
+        check_offset(offset)
+        with self._guard:
+            entry = self._entry(session_id)
+            start = min(offset, len(entry.bodies))
+            texts = [
+                entry.redacted.get(i, entry.bodies[i]) for i in range(start, len(entry.bodies))
+            ]
+            meta, state, tail = entry.meta(session_id), entry.state, entry.tail
+        return SessionRecord(
+            meta=meta,
+            messages=[self._decode(session_id, start + i, text) for i, text in enumerate(texts)],
+            offset=start,
+            agent_state=decode_state(state),
+            tail=tail,
+        )
+
+    async def list(
+        self, *, limit: int | None = None, after: str | None = None
+    ) -> builtins.list[SessionMeta]:
+        """Metadata of sessions sorted by id, ids greater than ``after``.
+
+        Raises:
+            ValueError: a bad ``limit`` or ``after``.
+        """
+        check_list_args(limit, after)
+        with self._guard:
+            ids = sorted(i for i in self._sessions if after is None or i > after)
+            ids = ids if limit is None else ids[:limit]
+            return [self._sessions[i].meta(i) for i in ids]
+
+    async def commit(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        agent_state: Mapping[str, Any] | None = None,
+        rewritten: bool = False,
+        expected_tail: str | None = None,
+        redactions: Mapping[int, Message] | None = None,
+    ) -> CommitResult:
+        """Store the whole history ``messages``: append what is new, or rewrite it.
+
+        Same semantics as :meth:`SQLiteSessionStore.commit
+        <perdure.session.sqlite_store.SQLiteSessionStore.commit>`; applied entirely
+        or not at all.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionConflictError: ``expected_tail`` is not the stored tail, or the
+                history is shorter than the stored one without ``rewritten``.
+            SessionLockedError: another writer holds the session's lock.
+            TypeError, ValueError: a malformed argument or message, one that cannot
+                be stored as JSON, or a redaction index that names no message.
+        """
+        validate_session_id(session_id)
+        check_commit_args(messages, agent_state, rewritten, expected_tail, redactions)
+        state_text = None if agent_state is None else encode_state(agent_state)
+        redaction_texts = encode_redactions(redactions, len(messages), session_id)
+        with self._locks.for_write(session_id), self._guard:
+            entry = self._entry(session_id)
+            if expected_tail is not None and expected_tail != entry.tail:
+                raise SessionConflictError(
+                    f"session {session_id!r} changed since this writer last saw it "
+                    "(another writer committed); reopen the session to continue",
+                    details={"expected_tail": expected_tail, "stored_tail": entry.tail},
+                )
+            stored = len(entry.bodies)
+            if not rewritten and len(messages) < stored:
+                raise SessionConflictError(
+                    f"session {session_id!r} holds {stored} messages but the commit has "
+                    f"{len(messages)}; a shorter history needs rewritten=True"
+                )
+            start = 0 if rewritten else stored
+            new = [
+                encode_message(messages[i], f"messages[{i}]") for i in range(start, len(messages))
+            ]
+            if not (rewritten or new or redaction_texts or state_text is not None):
+                return CommitResult(entry.tail, stored)
+            # Everything is encoded: from here on nothing can fail half-way.
+            if rewritten:
+                entry.bodies = new
+                entry.redacted = {}
+            else:
+                entry.bodies.extend(new)
+            entry.redacted.update(redaction_texts)
+            if state_text is not None:
+                entry.state = state_text
+            entry.writes += 1
+            entry.tail = new_tail(entry.writes)
+            entry.updated_at = utc_now()
+            return CommitResult(entry.tail, len(entry.bodies))
+
+    async def delete(self, session_id: str) -> None:
+        """Forget a session; an absent session is fine.
+
+        Raises:
+            SessionLockedError: another writer holds the session's lock.
+        """
+        validate_session_id(session_id)
+        with self._locks.for_write(session_id), self._guard:
+            self._sessions.pop(session_id, None)
+
+    def writer_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold the session's writer lock for an ``async with`` block (this process only).
+
+        Raises (on enter):
+            SessionLockedError: another holder in this process has it; never waits.
+        """
+        validate_session_id(session_id)
+        return self._locks.hold(session_id)
+
+    async def history_page(self, session_id: str, offset: int, limit: int) -> HistoryPage:
+        """One pair-aligned page (see :class:`~perdure.session.store.HistoryPage`).
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        validate_session_id(session_id)
+        check_page_args(offset, limit)
+        with self._guard:
+            entry = self._entry(session_id)
+            total = len(entry.bodies)
+            lo, hi = page_read_range(total, offset, limit)
+            texts = [entry.redacted.get(i, entry.bodies[i]) for i in range(lo, hi)]
+        window = [self._decode(session_id, lo + i, text) for i, text in enumerate(texts)]
+        start, end = page_bounds(total, offset, limit, lambda i: window[i - lo])
+        return HistoryPage(window[start - lo : end - lo], start, end, total)
+
+    def _entry(self, session_id: str) -> _Entry:
+        entry = self._sessions.get(session_id)
+        if entry is None:
+            raise SessionNotFoundError(f"session {session_id!r} not found")
+        return entry
+
+    @staticmethod
+    def _decode(session_id: str, index: int, text: str) -> Message:
+        try:
+            return decode_message(text)
+        except DecodeError as exc:  # only a bug could store such text; say so loudly
+            raise SessionCorruptedError(
+                f"session {session_id!r}: message {index}: {exc}",
+                details={"session_id": session_id, "kind": "bad_payload", "row": index},
+            ) from None

@@ -1,0 +1,169 @@
+"""The SessionStore protocol: where message-log sessions live (SPEC §7).
+
+A store keeps, per session, an append-only message history, the agent's persisted
+state, and metadata. Stores only move bytes; the rules (what to repair, how pages
+align, when to sync state) live in pure modules shared by every store.
+
+Guarantees every store gives:
+
+- ``commit`` appends only what is new: given the whole history, it appends the
+  messages past the stored count. With ``rewritten=True`` it replaces the whole
+  history atomically (compaction and restore rewrite the prefix).
+- ``expected_tail`` makes commits safe against a second writer: when the stored
+  tail is not the one the caller last saw, the commit raises
+  :class:`~perdure.errors.SessionConflictError` and writes nothing.
+- Damaged data raises :class:`~perdure.errors.SessionCorruptedError`; a missing
+  session :class:`~perdure.errors.SessionNotFoundError`. Never a silent empty session.
+- Every coroutine may be awaited from any event loop and any thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from perdure.types import Message
+
+
+@dataclass(frozen=True)
+class SessionMeta:
+    """What ``list`` returns: metadata only, never content."""
+
+    session_id: str
+    created_at: str
+    updated_at: str
+    message_count: int
+
+
+@dataclass
+class SessionRecord:
+    """A session as ``get`` returns it.
+
+    Attributes:
+        meta: the session's metadata.
+        messages: the history from ``offset`` on, redactions applied.
+        offset: index of ``messages[0]`` in the whole history.
+        agent_state: the last persisted agent state (``{}`` if none yet): the
+            ``state``, ``internal_state`` and ``conversation_manager_state`` of the
+            session's agent, as :class:`~perdure.session.Session` writes them.
+        tail: an opaque token naming the stored tail; pass it back as
+            ``expected_tail`` to detect a second writer.
+    """
+
+    meta: SessionMeta
+    messages: list[Message]
+    offset: int = 0
+    agent_state: dict[str, Any] = field(default_factory=dict)
+    tail: str = ""
+
+    @property
+    def message_count(self) -> int:
+        """The number of messages in the whole history."""
+        return self.meta.message_count
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What a commit left behind: the new tail token and message count."""
+
+    tail: str
+    message_count: int
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """One page of a history; never splits a tool pair.
+
+    ``offset`` may be earlier than asked (the start moved back to include a
+    ``toolUse`` whose result opens the page); the end may move forward. Advance with
+    ``next_offset``, never with ``offset + len(messages)``.
+    """
+
+    messages: list[Message]
+    offset: int
+    next_offset: int
+    total: int
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Where message-log sessions are stored (see the module docstring)."""
+
+    async def create(self, session_id: str, *, exist_ok: bool = False) -> SessionMeta:
+        """Register a new, empty session.
+
+        Raises:
+            SessionConflictError: it exists already and ``exist_ok`` is false.
+        """
+        ...
+
+    async def get(self, session_id: str, *, offset: int = 0) -> SessionRecord:
+        """Read a session: metadata, messages from ``offset``, agent state, tail.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionCorruptedError: the stored data is damaged.
+        """
+        ...
+
+    async def list(
+        self, *, limit: int | None = None, after: str | None = None
+    ) -> list[SessionMeta]:
+        """Metadata of sessions sorted by id, starting after the id ``after``."""
+        ...
+
+    async def commit(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        agent_state: Mapping[str, Any] | None = None,
+        rewritten: bool = False,
+        expected_tail: str | None = None,
+        redactions: Mapping[int, Message] | None = None,
+    ) -> CommitResult:
+        """Persist the history ``messages`` (the whole of it) and optionally state.
+
+        Appends ``messages[stored_count:]``; with ``rewritten=True`` replaces the
+        whole history atomically. ``redactions`` maps message indexes to
+        replacements that reads return from now on (the originals are kept).
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionConflictError: ``expected_tail`` is not the stored tail, or the
+                history is shorter than the stored one without ``rewritten``.
+            SessionLockedError: another writer holds the session's lock.
+        """
+        ...
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session and everything stored with it; absent sessions are fine."""
+        ...
+
+    def writer_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold the session's writer lock for the ``async with`` block.
+
+        Raises (on enter):
+            SessionLockedError: another writer holds it; never waits.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsHistoryPage(Protocol):
+    """A store that can read one page without reading the whole history."""
+
+    async def history_page(self, session_id: str, offset: int, limit: int) -> HistoryPage:
+        """One pair-aligned page (see :class:`HistoryPage`)."""
+        ...
+
+
+@runtime_checkable
+class SupportsFlush(Protocol):
+    """A store whose commits may be buffered until ``flush``."""
+
+    async def flush(self, session_id: str) -> None:
+        """Make every commit of ``session_id`` durable."""
+        ...

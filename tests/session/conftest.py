@@ -1,0 +1,27 @@
+"""Fixtures for the session stores: one parametrized fixture every store joins."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from session_stores import STORE_KINDS, make_store
+
+from perdure.session import SessionStore
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store(store_kind: str, tmp_path: Path) -> SessionStore:
+    return make_store(store_kind, tmp_path)
+
+
+@pytest.fixture
+def store_factory(store_kind: str, tmp_path: Path) -> Callable[..., SessionStore]:
+    """Another store instance over the same data (a second process would see this)."""
+    return lambda **options: make_store(store_kind, tmp_path, **options)

@@ -1,0 +1,121 @@
+"""Crash safety by crashing: a writer process is SIGKILLed at many points (SPEC §7.1).
+
+Each kill is followed by a check that the session opens, that every acknowledged
+commit is there, and that nothing else was invented: the stored history is exactly
+the one the writer had built after its last acknowledged commit, or after the one
+in flight when it died. Half the kills land at random moments; the other half are
+injected at the renames and fsyncs of segment sealing and rewrites.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+from perdure.session import FileSessionStore
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, os, random, signal, sys
+    from perdure.session import FileSessionStore, Segmentation
+    from perdure.session import file_store as fs_module
+
+    root, mode, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    rng = random.Random(seed)
+
+    def history(op):
+        # The deterministic history after op `op`: op % 5 == 0 rewrites (compaction).
+        messages = []
+        for j in range(1, op + 1):
+            if j % 5 == 0:
+                messages = [{"role": "user", "content": [{"text": f"summary@{j}"}]}] + messages[-2:]
+            else:
+                role = "user" if len(messages) % 2 == 0 else "assistant"
+                messages.append({"role": role, "content": [{"text": f"op{j}"}]})
+        return messages
+
+    if mode == "inject":
+        # Die inside the critical sections: at renames (seal, rewrite commit point and
+        # completion) and at fsyncs, before or after the real call.
+        real_replace, real_fsync = os.replace, os.fsync
+        def maybe_die():
+            if rng.random() < 0.08:
+                os.kill(os.getpid(), signal.SIGKILL)
+        def replace(a, b):
+            maybe_die(); real_replace(a, b); maybe_die()
+        def fsync(fd):
+            maybe_die(); real_fsync(fd)
+        fs_module.os.replace = replace
+        fs_module.os.fsync = fsync
+
+    async def main():
+        store = FileSessionStore(root, segmentation=Segmentation(max_records=4))
+        await store.create("c", exist_ok=True)
+        record = await store.get("c")
+        op = record.agent_state.get("op", 0)
+        print(f"start {op}", flush=True)
+        while True:
+            op += 1
+            messages = history(op)
+            await store.commit("c", messages, agent_state={"op": op}, rewritten=op % 5 == 0)
+            print(f"ack {op}", flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+def history(op: int) -> list[dict[str, object]]:
+    namespace: dict[str, object] = {}
+    source = WRITER.split("def history(op):", 1)[1].split("if mode", 1)[0]
+    exec("def history(op):" + source, namespace)
+    return namespace["history"](op)  # type: ignore[operator,no-any-return]
+
+
+def test_sigkill_at_many_points_never_loses_or_invents_a_commit(tmp_path: Path) -> None:
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    root = tmp_path / "store"
+    rng = random.Random(1234)
+    kills = int(os.environ.get("PERDURE_CRASH_KILLS", "60"))
+    acked = 0
+    reached_rewrites = 0
+    for round_number in range(kills):
+        mode = "inject" if round_number % 2 else "random"
+        with subprocess.Popen(
+            [sys.executable, str(script), str(root), mode, str(round_number)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as proc:
+            if mode == "random":
+                threading.Event().wait(rng.uniform(0.15, 0.45))
+                proc.send_signal(signal.SIGKILL)
+            try:
+                stdout, stderr = proc.communicate(timeout=20)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+        assert proc.returncode == -signal.SIGKILL, f"writer did not die by SIGKILL: {stderr}"
+        lines = stdout.splitlines()
+        acks = [int(line.split()[1]) for line in lines if line.startswith("ack ")]
+        starts = [int(line.split()[1]) for line in lines if line.startswith("start ")]
+        if starts:
+            assert starts[0] >= acked, "an acknowledged commit was lost across a restart"
+        if acks:
+            acked = max(acked, acks[-1])
+        record = asyncio.run(FileSessionStore(root).get("c"))  # always reopens
+        op = record.agent_state.get("op", 0)
+        assert op in (acked, acked + 1), f"stored op {op}, last acknowledged {acked}"
+        assert record.messages == history(op), "the stored history is not one the writer built"
+        acked = op
+        reached_rewrites = max(reached_rewrites, op // 5)
+    assert acked > 20, "the writers made too little progress to exercise sealing"
+    assert reached_rewrites >= 4

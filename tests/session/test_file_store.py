@@ -1,0 +1,299 @@
+"""FileSessionStore on disk: journal format, torn tails, damage, quarantine, segments,
+rewrites, attachments (SPEC §7.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from perdure.errors import SessionCorruptedError
+from perdure.session import FileSessionStore, Segmentation, SessionRecoveryReport, read_history_page
+from perdure.session.journal import GENESIS, chain_hash
+from perdure.types import Message
+
+
+def text(role: str, value: str) -> Message:
+    return {"role": role, "content": [{"text": value}]}  # type: ignore[typeddict-item]
+
+
+def conversation(n: int, prefix: str = "m") -> list[Message]:
+    return [text("user" if i % 2 == 0 else "assistant", f"{prefix}{i}") for i in range(n)]
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def journal_of(store: FileSessionStore, sid: str) -> Path:
+    return store.session_dir(sid) / "journal.jsonl"
+
+
+def filled(tmp_path: Path, n: int = 6, **options: Any) -> FileSessionStore:
+    store = FileSessionStore(tmp_path / "data", **options)
+    run(store.create("s"))
+    run(store.commit("s", conversation(n), agent_state={"state": {"k": 1}}))
+    return store
+
+
+def test_layout_and_jq_readable_hash_chained_lines(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    sdir = store.session_dir("s")
+    assert sorted(p.name for p in sdir.iterdir()) == ["journal.jsonl", "meta.json"]
+    assert json.loads((sdir / "meta.json").read_text())["session_id"] == "s"
+    prev = GENESIS
+    lines = journal_of(store, "s").read_bytes().splitlines()
+    for line in lines:
+        record = json.loads(line)  # plain JSON, one object per line
+        body = b"{" + line[line.index(b'",') + 2 :]
+        assert record["h"] == chain_hash(prev, body)
+        prev = record["h"]
+    messages = [json.loads(line)["m"] for line in lines if json.loads(line)["t"] == "m"]
+    assert messages == conversation(6)  # the message is embedded as a JSON object
+
+
+def test_torn_tail_at_every_byte_of_the_last_record_opens_cleanly(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    path = journal_of(store, "s")
+    data = path.read_bytes()
+    last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
+    for cut in range(last_start, len(data)):
+        path.write_bytes(data[:cut])
+        fresh = FileSessionStore(tmp_path / "data")
+        record = run(fresh.get("s"))
+        assert record.messages == conversation(6)  # the torn record was the state record
+        # the next writer truncates the torn bytes and appends cleanly
+        run(fresh.commit("s", conversation(7)))
+        assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(7)
+        path.write_bytes(data)
+
+
+def test_torn_message_record_loses_only_that_unacknowledged_message(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    run(store.commit("s", conversation(7)))
+    path = journal_of(store, "s")
+    data = path.read_bytes()
+    path.write_bytes(data[:-5])
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(6)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(position=st.floats(0, 1, exclude_max=True), bit=st.integers(0, 7))
+def test_a_flipped_byte_anywhere_is_corruption(tmp_path: Path, position: float, bit: int) -> None:
+    base = tmp_path / f"flip-{position}-{bit}"
+    store = FileSessionStore(base)
+    run(store.create("s"))
+    run(store.commit("s", conversation(5), agent_state={"state": {"k": "v"}}))
+    path = journal_of(store, "s")
+    data = bytearray(path.read_bytes())
+    index = int(position * (len(data) - 1))  # any byte but the final newline
+    data[index] ^= 1 << bit
+    path.write_bytes(bytes(data))
+    with pytest.raises(SessionCorruptedError) as info:
+        run(FileSessionStore(base).get("s"))
+    assert info.value.code == "session_store_corrupted"
+    assert info.value.details["kind"] in {
+        "bad_line",
+        "bad_hash",
+        "bad_payload",
+        "bad_sequence",
+        "broken_chain",
+    }
+
+
+def test_damage_in_the_middle_is_reported_with_its_position(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    path = journal_of(store, "s")
+    lines = path.read_bytes().splitlines(keepends=True)
+    offset = sum(len(line) for line in lines[:3])
+    lines[3] = lines[3].replace(b"m2", b"mX")
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(SessionCorruptedError) as info:
+        run(FileSessionStore(tmp_path / "data").get("s"))
+    assert info.value.details["offset"] == offset
+    assert info.value.details["kind"] == "bad_hash"
+    assert "journal.jsonl" in str(info.value)
+
+
+def test_a_removed_middle_line_breaks_the_chain(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    path = journal_of(store, "s")
+    lines = path.read_bytes().splitlines(keepends=True)
+    del lines[2]
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(SessionCorruptedError):
+        run(FileSessionStore(tmp_path / "data").get("s"))
+
+
+def test_quarantine_moves_bad_records_out_and_reports(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    path = journal_of(store, "s")
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[3] = lines[3].replace(b"m2", b"mX")  # message m2 altered in place
+    path.write_bytes(b"".join(lines))
+    reports: list[SessionRecoveryReport] = []
+    quarantine = tmp_path / "quarantine"
+    healing = FileSessionStore(
+        tmp_path / "data",
+        recovery="quarantine",
+        on_recovery=reports.append,
+        quarantine_dir=quarantine,
+    )
+    record = run(healing.get("s"))
+    assert [m["content"][0]["text"] for m in record.messages] == ["m0", "m1", "m3", "m4", "m5"]
+    assert record.agent_state == {"state": {"k": 1}}
+    assert len(reports) == 1
+    report = reports[0]
+    assert (report.session_id, report.quarantined, report.positions) == ("s", 1, (3,))
+    moved = Path(report.quarantine_path)
+    assert moved.parent == quarantine / "s"
+    assert b"mX" in moved.read_bytes()
+    assert "mX" not in repr(report)  # counts and positions, no content
+    # the session is healthy again for strict readers
+    assert len(run(FileSessionStore(tmp_path / "data").get("s")).messages) == 5
+
+
+def test_quarantine_callback_failure_fails_the_read(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    path = journal_of(store, "s")
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[2] = b'{"garbage": true}\n'
+    path.write_bytes(b"".join(lines))
+
+    def refuse(report: SessionRecoveryReport) -> None:
+        raise RuntimeError("operator said no")
+
+    with pytest.raises(RuntimeError, match="operator said no"):
+        run(FileSessionStore(tmp_path / "data", recovery="quarantine", on_recovery=refuse).get("s"))
+
+
+def test_strict_is_the_default(tmp_path: Path) -> None:
+    assert FileSessionStore(tmp_path).recovery == "strict"
+
+
+def test_segments_seal_and_pages_read_only_what_they_need(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data", segmentation=Segmentation(max_records=10))
+    run(store.create("s"))
+    history: list[Message] = []
+    for i in range(45):
+        history.append(text("user" if i % 2 == 0 else "assistant", f"m{i}"))
+        run(store.commit("s", history))
+    sdir = store.session_dir("s")
+    segments = sorted((sdir / "segments").iterdir())
+    assert len(segments) == 4
+    manifest = json.loads((sdir / "manifest.json").read_text())
+    assert [entry["file"] for entry in manifest["segments"]] == [p.name for p in segments]
+    assert run(store.get("s")).messages == history
+    # a tail page does not touch sealed segments: damage one, the page still reads
+    first = segments[0]
+    first.write_bytes(first.read_bytes().replace(b"m1", b"mX"))
+    page = run(read_history_page(store, "s", offset=40, limit=5))
+    assert page.messages == history[40:]
+    with pytest.raises(SessionCorruptedError):
+        run(read_history_page(store, "s", offset=0, limit=5))
+    with pytest.raises(SessionCorruptedError):
+        run(store.get("s"))
+
+
+def test_rewrite_returns_to_one_active_segment(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data", segmentation=Segmentation(max_records=5))
+    run(store.create("s"))
+    run(store.commit("s", conversation(20)))
+    assert (store.session_dir("s") / "manifest.json").exists()
+    run(store.commit("s", [text("user", "summary")], rewritten=True))
+    sdir = store.session_dir("s")
+    assert not (sdir / "manifest.json").exists()
+    assert not (sdir / "segments").exists()
+    assert run(store.get("s")).messages == [text("user", "summary")]
+
+
+def test_interrupted_rewrite_rolls_back_before_its_commit_point(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    sdir = store.session_dir("s")
+    (sdir / "rewrite.jsonl.tmp").write_bytes(b"half a volume")
+    fresh = FileSessionStore(tmp_path / "data")
+    assert run(fresh.get("s")).messages == conversation(6)
+    run(fresh.commit("s", conversation(7)))
+    assert not (sdir / "rewrite.jsonl.tmp").exists()
+    assert run(fresh.get("s")).messages == conversation(7)
+
+
+def test_interrupted_rewrite_rolls_forward_after_its_commit_point(tmp_path: Path) -> None:
+    store = filled(tmp_path, segmentation=Segmentation(max_records=3))
+    run(store.commit("s", [text("user", "summary")], rewritten=True))
+    sdir = store.session_dir("s")
+    committed = (sdir / "journal.jsonl").read_bytes()
+    # Recreate the state of a crash right after the rename to rewrite.jsonl:
+    # the old volume is still there beside the committed rewrite.
+    other = filled(tmp_path / "old", segmentation=Segmentation(max_records=3))
+    old = other.session_dir("s")
+    for name in ["journal.jsonl", "manifest.json"]:
+        if (old / name).exists():
+            (sdir / name).write_bytes((old / name).read_bytes())
+    if (old / "segments").exists():
+        (sdir / "segments").mkdir(exist_ok=True)
+        for segment in (old / "segments").iterdir():
+            (sdir / "segments" / segment.name).write_bytes(segment.read_bytes())
+    (sdir / "rewrite.jsonl").write_bytes(committed)
+    reader = FileSessionStore(tmp_path / "data")
+    assert run(reader.get("s")).messages == [text("user", "summary")]  # compacted stay gone
+    run(reader.commit("s", [text("user", "summary"), text("assistant", "ok")]))
+    assert not (sdir / "rewrite.jsonl").exists()
+    assert not (sdir / "segments").exists()
+    assert run(reader.get("s")).messages == [text("user", "summary"), text("assistant", "ok")]
+
+
+def test_large_binaries_are_stored_once_as_attachments(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    run(store.create("s"))
+    image = os.urandom(50_000)
+    block = {"image": {"format": "png", "source": {"bytes": image}}}
+    history: list[Message] = [
+        {"role": "user", "content": [{"text": "one"}, block]},  # type: ignore[list-item]
+        text("assistant", "seen"),
+        {"role": "user", "content": [{"text": "same again"}, block]},  # type: ignore[list-item]
+    ]
+    run(store.commit("s", history))
+    attachments = list((store.session_dir("s") / "attachments").iterdir())
+    assert len(attachments) == 1
+    assert attachments[0].read_bytes() == image
+    assert journal_of(store, "s").stat().st_size < 3000  # referenced, not inlined
+    assert run(store.get("s")).messages == history
+    attachments[0].write_bytes(image[:-1] + b"\x00")
+    with pytest.raises(SessionCorruptedError, match="attachment"):
+        run(FileSessionStore(tmp_path / "data").get("s"))
+
+
+@pytest.mark.parametrize("durability", ["commit", "invocation", "none"])
+def test_durability_modes_store_the_same_history(tmp_path: Path, durability: Any) -> None:
+    store = FileSessionStore(tmp_path / durability, durability=durability)
+    run(store.create("s"))
+    run(store.commit("s", conversation(4)))
+    run(store.flush("s"))
+    assert run(FileSessionStore(tmp_path / durability).get("s")).messages == conversation(4)
+
+
+def test_bad_options_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="durability"):
+        FileSessionStore(tmp_path, durability="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="recovery"):
+        FileSessionStore(tmp_path, recovery="lenient")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="segmentation"):
+        FileSessionStore(tmp_path, segmentation=10)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_checkpoints"):
+        FileSessionStore(tmp_path, max_checkpoints=0)
+
+
+def test_unreadable_meta_is_corruption_not_absence(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    (store.session_dir("s") / "meta.json").write_text("{not json")
+    with pytest.raises(SessionCorruptedError, match=r"meta\.json"):
+        run(FileSessionStore(tmp_path / "data").get("s"))

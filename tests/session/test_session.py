@@ -1,0 +1,304 @@
+"""Session: persistence through the agent's hooks, on every store (SPEC §7)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from helpers import assert_model_valid, tool_call
+from perdure import Agent, SlidingWindowConversationManager, ToolContext, tool
+from perdure.errors import SessionConflictError, SessionNotFoundError, TurnRunningError
+from perdure.models import ScriptedModel
+from perdure.session import Session, SessionStore, read_history_page
+from perdure.types import Message
+
+RUNS: list[str] = []
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up.
+
+    Args:
+        key: the key.
+    """
+    RUNS.append(key)
+    return key.upper()
+
+
+@tool
+def ask(question: str, context: ToolContext) -> str:
+    """Ask the human.
+
+    Args:
+        question: what to ask.
+    """
+    return f"answer={context.interrupt('ask', question)}"
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    RUNS.clear()
+
+
+def agent_on(session: Session, script: list[Any], **kwargs: Any) -> Agent:
+    return Agent(
+        model=ScriptedModel(script), tools=[lookup, ask], session_manager=session, **kwargs
+    )
+
+
+def test_new_session_persists_every_message_and_resumes(store: SessionStore) -> None:
+    session = Session(store)
+    agent = agent_on(session, [tool_call("t1", "lookup", key="a"), "A it is"])
+    agent("find a")
+    stored = asyncio.run(store.get(session.session_id))
+    assert stored.messages == agent.messages
+    resumed = agent_on(Session.resume(store, session.session_id), ["more"])
+    assert resumed.messages == agent.messages
+    resumed("and then?")
+    assert asyncio.run(store.get(session.session_id)).messages == resumed.messages
+    assert len(resumed.messages) == 6
+
+
+def test_resume_of_unknown_session_is_session_not_found(store: SessionStore) -> None:
+    with pytest.raises(SessionNotFoundError) as info:
+        Session.resume(store, "never-created")
+    assert info.value.code == "session_not_found"
+
+
+def test_open_or_create_by_id(store: SessionStore) -> None:
+    agent_on(Session(store, "mine"), ["hi"])("hello")
+    again = agent_on(Session(store, "mine"), [])
+    assert len(again.messages) == 2
+
+
+def test_restore_order_state_internal_state_manager_offset_messages(store: SessionStore) -> None:
+    manager = SlidingWindowConversationManager(window_size=4)
+    session = Session(store, "s")
+    agent = agent_on(session, ["a1", "a2", "a3"], conversation_manager=manager, state={"step": 1})
+    agent.model_state["cursor"] = "c1"
+    for prompt in ["q1", "q2", "q3"]:
+        agent(prompt)
+    assert manager.removed_message_count == 2
+    assert len(asyncio.run(store.get("s")).messages) == 6  # the store keeps everything
+    fresh_manager = SlidingWindowConversationManager(window_size=4)
+    resumed = agent_on(Session.resume(store, "s"), [], conversation_manager=fresh_manager)
+    assert fresh_manager.removed_message_count == 2
+    assert resumed.messages == agent.messages  # restored from the offset
+    assert resumed.state.get() == {"step": 1}
+    assert resumed.model_state == {"cursor": "c1"}
+
+
+def test_state_changed_between_turns_needs_save(store: SessionStore) -> None:
+    session = Session(store, "s")
+    agent = agent_on(session, ["ok"])
+    agent("hi")
+    agent.state.set("preference", "dark mode")
+    asyncio.run(session.save())
+    resumed = agent_on(Session.resume(store, "s"), [])
+    assert resumed.state.get("preference") == "dark mode"
+
+
+def test_state_sync_is_skipped_when_nothing_changed(store: SessionStore) -> None:
+    writes: list[bool] = []
+    original = store.commit
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        writes.append(kwargs.get("agent_state") is not None)
+        return await original(*args, **kwargs)
+
+    store.commit = counting  # type: ignore[method-assign]
+    session = Session(store, "s")
+    agent = agent_on(session, ["a", "b"])
+    agent("one")
+    assert writes == [False, False]  # two messages, state untouched
+    agent.state.set("k", 1)
+    agent("two")
+    assert writes[2:] == [True, False]  # the changed state rides on the next commit only
+    asyncio.run(session.save())
+    assert len(writes) == 4  # nothing changed: save wrote nothing
+
+
+def test_pending_interrupts_survive_a_restart(store: SessionStore) -> None:
+    agent = agent_on(Session(store, "s"), [tool_call("t1", "ask", question="budget?")])
+    result = agent("help me")
+    assert result.stop_reason == "interrupt"
+    interrupt = result.interrupts[0]
+    resumed = agent_on(Session.resume(store, "s"), ["thanks"])
+    assert [i.id for i in resumed.interrupt_state.pending] == [interrupt.id]
+    done = resumed([{"interruptResponse": {"interruptId": interrupt.id, "response": "$50"}}])
+    assert done.stop_reason == "end_turn"
+    assert resumed.messages[2]["content"][0]["toolResult"]["content"] == [{"text": "answer=$50"}]
+    assert not agent_on(Session.resume(store, "s"), []).interrupt_state.activated
+
+
+def test_checkpoint_resume_across_restart_runs_pending_tools_once(store: SessionStore) -> None:
+    agent = agent_on(Session(store, "s"), [tool_call("t1", "lookup", key="x")], checkpointing=True)
+    paused = agent("go")
+    assert paused.checkpoint is not None
+    wire = paused.checkpoint.to_dict()
+    resumed = agent_on(Session.resume(store, "s"), ["done"], checkpointing=True)
+    assert resumed.messages[-1]["content"][0]["toolUse"]["toolUseId"] == "t1"  # left pending
+    step = resumed([{"checkpointResume": {"checkpoint": wire}}])
+    assert step.checkpoint is not None
+    assert step.checkpoint.position == "after_tools"
+    again = agent_on(Session.resume(store, "s"), ["done"], checkpointing=True)
+    final = again([{"checkpointResume": {"checkpoint": step.checkpoint.to_dict()}}])
+    assert str(final) == "done"
+    assert RUNS == ["x"]
+    assert_model_valid(asyncio.run(store.get("s")).messages)
+
+
+def broken_history() -> list[Message]:
+    return [
+        {"role": "user", "content": [{"text": "start"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"toolUse": {"toolUseId": "dangling", "name": "lookup", "input": {"key": "a"}}}
+            ],
+        },
+        {"role": "user", "content": [{"text": "crashed and came back"}]},
+        {"role": "assistant", "content": [{"text": "hello again"}]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "toolResult": {
+                        "toolUseId": "orphan",
+                        "status": "success",
+                        "content": [{"text": "?"}],
+                    }
+                },
+                {"text": "next"},
+            ],
+        },
+    ]
+
+
+def test_broken_tool_pairs_are_repaired_and_written_back_once(store: SessionStore) -> None:
+    asyncio.run(store.create("s"))
+    asyncio.run(store.commit("s", broken_history()))
+    first = agent_on(Session.resume(store, "s"), [])
+    assert_model_valid(first.messages)
+    dangling_results = [
+        b["toolResult"] for m in first.messages for b in m["content"] if "toolResult" in b
+    ]
+    assert [r["toolUseId"] for r in dangling_results] == ["dangling"]
+    assert dangling_results[0]["status"] == "error"
+    stored = asyncio.run(store.get("s"))
+    assert stored.messages == first.messages  # written back
+    tail = stored.tail
+    agent_on(Session.resume(store, "s"), [])
+    assert asyncio.run(store.get("s")).tail == tail  # not repaired (rewritten) again
+    resumed = agent_on(Session.resume(store, "s"), ["fine"])
+    assert str(resumed("continue")) == "fine"  # never stays unusable
+
+
+def test_stale_session_gets_conflict_and_journal_never_interleaves(store: SessionStore) -> None:
+    first = agent_on(Session(store, "s"), ["a", "never"])
+    first("one")
+    second = agent_on(Session.resume(store, "s"), ["b"])
+    second("two")
+    with pytest.raises(SessionConflictError) as info:
+        first("stale writer")
+    assert info.value.code == "session_conflict"
+    stored = asyncio.run(store.get("s")).messages
+    assert [m["content"][0]["text"] for m in stored] == ["one", "a", "two", "b"]
+
+
+def test_redact_latest_message_is_persisted(store: SessionStore) -> None:
+    session = Session(store, "s")
+    agent = agent_on(session, ["my card is 4111-1111"])
+    agent("hi")
+    redacted: Message = {"role": "assistant", "content": [{"text": "[REDACTED]"}]}
+    asyncio.run(session.redact_latest_message(redacted))
+    assert agent.messages[-1] == redacted
+    assert asyncio.run(store.get("s")).messages[-1] == redacted
+    assert agent_on(Session.resume(store, "s"), []).messages[-1] == redacted
+
+
+def test_bytes_round_trip_through_a_session(store: SessionStore) -> None:
+    image = bytes(range(256)) * 20
+    agent = agent_on(Session(store, "s"), ["nice picture"])
+    agent([{"text": "look"}, {"image": {"format": "png", "source": {"bytes": image}}}])
+    resumed = agent_on(Session.resume(store, "s"), [])
+    assert resumed.messages[0]["content"][1]["image"]["source"]["bytes"] == image
+
+
+def test_history_pages_of_live_and_dormant_sessions(store: SessionStore) -> None:
+    session = Session(store, "s")
+    agent = agent_on(session, [tool_call("t1", "lookup", key="a"), "done", "two"])
+    agent("one")
+    agent("two")
+    page = asyncio.run(session.history(offset=2, limit=1))
+    assert (page.offset, page.next_offset, page.total) == (1, 3, 6)
+    dormant = asyncio.run(read_history_page(store, "s", offset=4, limit=50))
+    assert dormant.messages == agent.messages[4:]
+
+
+def test_save_during_a_turn_is_refused(store: SessionStore) -> None:
+    session = Session(store, "s")
+    errors: list[BaseException] = []
+
+    @tool
+    async def saver() -> str:
+        """Try to save mid-turn."""
+        try:
+            await session.save()
+        except TurnRunningError as exc:
+            errors.append(exc)
+        return "ok"
+
+    agent = Agent(
+        model=ScriptedModel([tool_call("t", "saver"), "end"]),
+        tools=[saver],
+        session_manager=session,
+    )
+    agent("go")
+    assert len(errors) == 1
+
+
+def test_store_usable_from_another_loop_while_a_turn_runs(store: SessionStore) -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    @tool
+    def slow() -> str:
+        """Wait for the test."""
+        started.set()
+        release.wait(5)
+        return "ok"
+
+    agent = Agent(
+        model=ScriptedModel([tool_call("t", "slow"), "end"]),
+        tools=[slow],
+        session_manager=Session(store, "s"),
+    )
+    runner = threading.Thread(target=lambda: agent("go"))
+    runner.start()
+    assert started.wait(5)
+    listed = asyncio.run(store.list())  # sync code, its own loop, while the turn runs
+    page = asyncio.run(read_history_page(store, "s", offset=0, limit=10))
+    release.set()
+    runner.join()
+    assert [m.session_id for m in listed] == ["s"]
+    assert page.total >= 2
+    time.sleep(0)
+
+
+async def test_session_in_an_async_app(store: SessionStore) -> None:
+    session = await Session.open(store, "async-s")
+    agent = Agent(model=ScriptedModel(["hi"]), session_manager=session)
+    await agent.invoke_async("hello")
+    resumed_session = await Session.open(store, "async-s", must_exist=True)
+    resumed = Agent(model=ScriptedModel(["again"]), session_manager=resumed_session)
+    assert len(resumed.messages) == 2  # restored at construction, even inside a loop
+    await resumed.invoke_async("more")
+    assert [m["content"][0]["text"] for m in resumed.messages] == ["hello", "hi", "more", "again"]
+    with pytest.raises(SessionNotFoundError):
+        await Session.open(store, "nope", must_exist=True)

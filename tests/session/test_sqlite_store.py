@@ -1,0 +1,1035 @@
+"""SQLiteSessionStore: semantics, integrity, locking and any-loop use on real files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from perdure.errors import (
+    SessionConflictError,
+    SessionCorruptedError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
+from perdure.session._sqlite_codec import ZERO_HASH, chain_hash
+from perdure.session.sqlite_store import SQLiteSessionStore
+from perdure.session.store import SupportsFlush, SupportsHistoryPage
+from perdure.types import Message
+
+# ---------------------------------------------------------------- helpers
+
+
+def text(role: str, value: str) -> Message:
+    return {"role": role, "content": [{"text": value}]}  # type: ignore[typeddict-item]
+
+
+def history(n: int, prefix: str = "m") -> list[Message]:
+    return [text("user" if i % 2 == 0 else "assistant", f"{prefix}{i}") for i in range(n)]
+
+
+def call(tool_id: str) -> Message:
+    return {
+        "role": "assistant",
+        "content": [{"toolUse": {"toolUseId": tool_id, "name": "f", "input": {"q": tool_id}}}],
+    }
+
+
+def result(tool_id: str) -> Message:
+    return {
+        "role": "user",
+        "content": [
+            {"toolResult": {"toolUseId": tool_id, "status": "success", "content": [{"text": "r"}]}}
+        ],
+    }
+
+
+def image(data: bytes) -> Message:
+    return {
+        "role": "user",
+        "content": [{"text": "look"}, {"image": {"format": "png", "source": {"bytes": data}}}],
+    }
+
+
+class Raw:
+    """Direct access to the database, as damage would reach it."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def base(self, session_id: str) -> int:
+        (sid,) = self.conn.execute(
+            "SELECT sid FROM perdure_sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        return int(sid) << 32
+
+    def row(self, session_id: str, index: int) -> tuple[str, str, str | None, str | None]:
+        found = self.conn.execute(
+            "SELECT body, hash, redacted, redacted_hash FROM perdure_messages WHERE key = ?",
+            (self.base(session_id) + index,),
+        ).fetchone()
+        assert found is not None
+        return found  # type: ignore[no-any-return]
+
+    def set(self, session_id: str, index: int, **columns: Any) -> None:
+        assignments = ", ".join(f"{name} = ?" for name in columns)
+        self.conn.execute(
+            f"UPDATE perdure_messages SET {assignments} WHERE key = ?",
+            (*columns.values(), self.base(session_id) + index),
+        )
+
+    def rechain(self, session_id: str) -> None:
+        """Recompute every hash and the head: only the payload check can then object."""
+        base = self.base(session_id)
+        prev = ZERO_HASH
+        rows = self.conn.execute(
+            "SELECT key, body FROM perdure_messages WHERE key >= ? AND key < ? ORDER BY key",
+            (base, base + (1 << 32)),
+        ).fetchall()
+        for key, body in rows:
+            prev = chain_hash(prev, body)
+            self.conn.execute("UPDATE perdure_messages SET hash = ? WHERE key = ?", (prev, key))
+        self.conn.execute("UPDATE perdure_sessions SET head = ? WHERE id = ?", (prev, session_id))
+
+    def count(self, table: str) -> int:
+        return int(self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "db" / "sessions.db"
+
+
+@pytest.fixture
+def sqlite_store(path: Path) -> Iterator[SQLiteSessionStore]:
+    store = SQLiteSessionStore(path)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def raw(sqlite_store: SQLiteSessionStore, path: Path) -> Iterator[Raw]:
+    asyncio.run(sqlite_store.list())  # creates the database
+    handle = Raw(path)
+    yield handle
+    handle.close()
+
+
+async def seeded(store: SQLiteSessionStore, n: int, session_id: str = "s") -> list[Message]:
+    messages = history(n)
+    await store.create(session_id)
+    await store.commit(session_id, messages, agent_state={"k": 1})
+    return messages
+
+
+# ---------------------------------------------------------------- basics
+
+
+async def test_create_get_list_and_protocols(sqlite_store: SQLiteSessionStore) -> None:
+    meta = await sqlite_store.create("s1")
+    assert (meta.session_id, meta.message_count) == ("s1", 0)
+    assert meta.created_at == meta.updated_at
+    assert meta.created_at.endswith("Z")
+    record = await sqlite_store.get("s1")
+    assert (record.messages, record.agent_state, record.offset) == ([], {}, 0)
+    assert record.tail
+    assert record.meta == meta
+    assert isinstance(sqlite_store, SupportsHistoryPage)
+    assert isinstance(sqlite_store, SupportsFlush)
+    assert "sessions.db" in repr(sqlite_store)
+
+
+async def test_create_existing(sqlite_store: SQLiteSessionStore) -> None:
+    await sqlite_store.create("s")
+    await sqlite_store.commit("s", history(2))
+    with pytest.raises(SessionConflictError) as info:
+        await sqlite_store.create("s")
+    assert info.value.code == "session_conflict"
+    meta = await sqlite_store.create("s", exist_ok=True)
+    assert meta.message_count == 2
+    assert len((await sqlite_store.get("s")).messages) == 2
+
+
+async def test_unknown_session(sqlite_store: SQLiteSessionStore) -> None:
+    for attempt in (
+        sqlite_store.get("nope"),
+        sqlite_store.commit("nope", history(1)),
+        sqlite_store.history_page("nope", 0, 10),
+    ):
+        with pytest.raises(SessionNotFoundError) as info:
+            await attempt
+        assert info.value.code == "session_not_found"
+        assert "nope" in str(info.value)
+    await sqlite_store.delete("nope")  # idempotent
+
+
+@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "a\\b", "nul\x00"])
+async def test_bad_ids(sqlite_store: SQLiteSessionStore, bad: str) -> None:
+    calls = [
+        lambda: sqlite_store.create(bad),
+        lambda: sqlite_store.get(bad),
+        lambda: sqlite_store.commit(bad, []),
+        lambda: sqlite_store.delete(bad),
+        lambda: sqlite_store.history_page(bad, 0, 1),
+        lambda: sqlite_store.flush(bad),
+    ]
+    for make in calls:
+        with pytest.raises(ValueError, match="session_id"):
+            await make()
+    with pytest.raises(ValueError, match="session_id"):
+        sqlite_store.writer_lock(bad)
+    with pytest.raises(TypeError, match="session_id"):
+        await sqlite_store.get(42)  # type: ignore[arg-type]
+
+
+def test_constructor_arguments(tmp_path: Path) -> None:
+    for bad in ("", ":memory:"):
+        with pytest.raises(ValueError, match="path"):
+            SQLiteSessionStore(bad)
+    with pytest.raises(TypeError, match="path"):
+        SQLiteSessionStore(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="durability"):
+        SQLiteSessionStore(tmp_path / "x.db", durability="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="busy_timeout"):
+        SQLiteSessionStore(tmp_path / "x.db", busy_timeout=-1)
+
+
+async def test_list(sqlite_store: SQLiteSessionStore) -> None:
+    for sid in ["b", "a", "é", "c", "B"]:
+        await sqlite_store.create(sid)
+    await sqlite_store.commit("c", history(3))
+    metas = await sqlite_store.list()
+    assert [m.session_id for m in metas] == sorted(["b", "a", "é", "c", "B"])
+    assert {m.session_id: m.message_count for m in metas}["c"] == 3
+    assert [m.session_id for m in await sqlite_store.list(limit=2)] == ["B", "a"]
+    assert [m.session_id for m in await sqlite_store.list(after="a", limit=2)] == ["b", "c"]
+    assert [m.session_id for m in await sqlite_store.list(after="zz")] == ["é"]
+    assert await sqlite_store.list(limit=0) == []
+    for bad in (-1, True, "3", 1.5):
+        with pytest.raises(ValueError, match="limit"):
+            await sqlite_store.list(limit=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="after"):
+        await sqlite_store.list(after="a/b")
+
+
+# ---------------------------------------------------------------- commit
+
+
+async def test_commit_appends_only_what_is_new(sqlite_store: SQLiteSessionStore, raw: Raw) -> None:
+    await sqlite_store.create("s")
+    first = await sqlite_store.commit("s", history(2))
+    assert first.message_count == 2
+    second = await sqlite_store.commit("s", history(5), expected_tail=first.tail)
+    assert second.message_count == 5
+    assert raw.count("perdure_messages") == 5
+    record = await sqlite_store.get("s")
+    assert record.messages == history(5)
+    assert record.tail == second.tail
+    meta = record.meta
+    assert meta.message_count == 5
+    assert meta.updated_at >= meta.created_at
+
+
+async def test_get_offset(sqlite_store: SQLiteSessionStore) -> None:
+    messages = await seeded(sqlite_store, 6)
+    record = await sqlite_store.get("s", offset=4)
+    assert (record.messages, record.offset, record.message_count) == (messages[4:], 4, 6)
+    assert record.agent_state == {"k": 1}
+    past = await sqlite_store.get("s", offset=99)
+    assert (past.messages, past.offset, past.message_count) == ([], 6, 6)
+    with pytest.raises(ValueError, match="offset"):
+        await sqlite_store.get("s", offset=-1)
+    with pytest.raises(TypeError, match="offset"):
+        await sqlite_store.get("s", offset="1")  # type: ignore[arg-type]
+
+
+async def test_conflicts_write_nothing(sqlite_store: SQLiteSessionStore) -> None:
+    await seeded(sqlite_store, 4)
+    before = await sqlite_store.get("s")
+    with pytest.raises(SessionConflictError) as info:
+        await sqlite_store.commit("s", history(6), expected_tail="0-stale")
+    assert info.value.code == "session_conflict"
+    assert info.value.details == {"expected_tail": "0-stale", "stored_tail": before.tail}
+    with pytest.raises(SessionConflictError, match="rewritten=True"):
+        await sqlite_store.commit("s", history(3), agent_state={"k": 2})
+    after = await sqlite_store.get("s")
+    assert (after.messages, after.agent_state, after.tail) == (
+        before.messages,
+        before.agent_state,
+        before.tail,
+    )
+
+
+async def test_tail_changes_on_every_write_only(sqlite_store: SQLiteSessionStore) -> None:
+    await sqlite_store.create("s")
+    tails = [(await sqlite_store.get("s")).tail]
+    tails.append((await sqlite_store.commit("s", history(2))).tail)
+    same = await sqlite_store.commit("s", history(2))  # nothing to write
+    assert same.tail == tails[-1]
+    tails.append((await sqlite_store.commit("s", history(2), agent_state={"a": 1})).tail)
+    tails.append((await sqlite_store.commit("s", history(2), agent_state={"a": 1})).tail)
+    tails.append(
+        (await sqlite_store.commit("s", history(2), redactions={0: text("user", "x")})).tail
+    )
+    tails.append((await sqlite_store.commit("s", history(2), rewritten=True)).tail)
+    assert len(set(tails)) == len(tails)
+    assert (await sqlite_store.get("s")).tail == tails[-1]
+    await sqlite_store.delete("s")
+    await sqlite_store.create("s")
+    assert (await sqlite_store.get("s")).tail not in tails  # a new incarnation
+
+
+async def test_agent_state_is_replaced_and_round_trips(sqlite_store: SQLiteSessionStore) -> None:
+    await sqlite_store.create("s")
+    state = {"state": {"blob": b"\x00\xff", "n": [1, 2.5, None, True]}, "internal_state": {}}
+    await sqlite_store.commit("s", [], agent_state=state)
+    assert (await sqlite_store.get("s")).agent_state == state
+    await sqlite_store.commit("s", history(1))  # without state: kept
+    assert (await sqlite_store.get("s")).agent_state == state
+    await sqlite_store.commit("s", history(1), agent_state={"other": "ü"})
+    assert (await sqlite_store.get("s")).agent_state == {"other": "ü"}
+
+
+async def test_bytes_and_text_round_trip_exactly(sqlite_store: SQLiteSessionStore) -> None:
+    every_byte = bytes(range(256))
+    messages: list[Message] = [
+        image(every_byte),
+        image(b""),
+        {
+            "role": "user",
+            "content": [
+                {
+                    "toolResult": {
+                        "toolUseId": "t",
+                        "status": "error",
+                        "content": [
+                            {"document": {"format": "pdf", "name": "d", "source": {"bytes": b"%P"}}}
+                        ],
+                    }
+                }
+            ],
+        },
+        text("assistant", 'ünïcødé 中文 🎉 \u2028 \x00 "quoted" \\ '),
+        text("assistant", "lone surrogate \ud800 kept"),
+        {"role": "assistant", "content": [{"reasoningContent": {"text": "hmm", "sig": b"\x01"}}]},
+    ]
+    await sqlite_store.create("s")
+    await sqlite_store.commit("s", messages)
+    record = await sqlite_store.get("s")
+    assert record.messages == messages
+    assert record.messages[0]["content"][1]["image"]["source"]["bytes"] == every_byte
+    page = await sqlite_store.history_page("s", 0, 10)
+    assert page.messages == messages
+
+
+async def test_messages_are_checked_before_anything_is_written(
+    sqlite_store: SQLiteSessionStore,
+) -> None:
+    await seeded(sqlite_store, 2)
+    before = await sqlite_store.get("s")
+    bad_calls: list[tuple[type[Exception], str, Any]] = [
+        (ValueError, "role", [*history(2), text("system", "x")]),
+        (TypeError, "content", [*history(2), {"role": "user", "content": "x"}]),
+        (ValueError, "JSON", [*history(2), text("user", "ok"), call("t") | {"extra": {1, 2}}]),
+        (ValueError, "JSON", [*history(2), {"role": "user", "content": [{"json": float("nan")}]}]),
+    ]
+    for error, match, messages in bad_calls:
+        with pytest.raises(error, match=match):
+            await sqlite_store.commit("s", messages)
+    with pytest.raises(TypeError, match="messages"):
+        await sqlite_store.commit("s", "not a list")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="agent_state"):
+        await sqlite_store.commit("s", history(2), agent_state=[1])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="agent_state"):
+        await sqlite_store.commit("s", history(2), agent_state={"x": object()})
+    with pytest.raises(TypeError, match="rewritten"):
+        await sqlite_store.commit("s", history(2), rewritten=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expected_tail"):
+        await sqlite_store.commit("s", history(2), expected_tail=1)  # type: ignore[arg-type]
+    after = await sqlite_store.get("s")
+    assert (after.messages, after.tail, after.agent_state) == (
+        before.messages,
+        before.tail,
+        before.agent_state,
+    )
+
+
+# ---------------------------------------------------------------- redactions and rewrites
+
+
+async def test_redaction_keeps_the_original(sqlite_store: SQLiteSessionStore, raw: Raw) -> None:
+    messages = await seeded(sqlite_store, 4)
+    replacement = text("assistant", "[redacted]")
+    new = [*messages, text("user", "secret 2")]
+    await sqlite_store.commit(
+        "s", new, redactions={1: replacement, 4: text("user", "[redacted 2]")}
+    )
+    record = await sqlite_store.get("s")
+    assert record.messages[1] == replacement
+    assert record.messages[4] == text("user", "[redacted 2]")
+    assert record.messages[0] == messages[0]
+    assert (await sqlite_store.get("s", offset=1)).messages[0] == replacement
+    assert (await sqlite_store.history_page("s", 1, 1)).messages == [replacement]
+    body, _, redacted, _ = raw.row("s", 1)
+    assert json.loads(body) == messages[1]  # the original is kept
+    assert redacted is not None
+    assert json.loads(redacted) == replacement
+    for bad in (5, -1, "1"):
+        with pytest.raises(ValueError, match="redaction index"):
+            await sqlite_store.commit("s", new, redactions={bad: replacement})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="role"):
+        await sqlite_store.commit("s", new, redactions={0: text("system", "x")})
+    assert (await sqlite_store.get("s")).tail == record.tail
+
+
+async def test_rewrite_replaces_history_and_clears_redactions(
+    sqlite_store: SQLiteSessionStore, raw: Raw
+) -> None:
+    await seeded(sqlite_store, 6)
+    await sqlite_store.commit("s", history(6), redactions={0: text("user", "[r]")})
+    summary = [text("user", "summary"), text("assistant", "ok")]
+    result_ = await sqlite_store.commit("s", summary, rewritten=True)
+    assert result_.message_count == 2
+    record = await sqlite_store.get("s")
+    assert record.messages == summary  # the redaction of row 0 went with the old history
+    assert record.agent_state == {"k": 1}  # state untouched without agent_state
+    assert raw.count("perdure_messages") == 2
+    await sqlite_store.commit(
+        "s", [text("user", "x")], rewritten=True, redactions={0: text("user", "y")}
+    )
+    assert (await sqlite_store.get("s")).messages == [text("user", "y")]
+    await sqlite_store.commit("s", [], rewritten=True)
+    assert (await sqlite_store.get("s")).messages == []
+
+
+async def test_rewrite_is_atomic_when_an_insert_fails_midway(
+    sqlite_store: SQLiteSessionStore, raw: Raw
+) -> None:
+    await seeded(sqlite_store, 10)
+    await sqlite_store.commit("s", history(10), redactions={3: text("assistant", "[r]")})
+    before = await sqlite_store.get("s")
+    rows_before = raw.count("perdure_messages")
+    new = history(10, prefix="new")
+    # Valid in shape, so it is only found when row 5 is encoded, inside the transaction
+    # after the old rows were deleted and rows 0-4 inserted.
+    new[5] = {
+        "role": "assistant",
+        "content": [{"toolUse": {"toolUseId": "t", "name": "f", "input": {"x": {1, 2}}}}],
+    }
+    with pytest.raises(ValueError, match=r"messages\[5\]"):
+        await sqlite_store.commit("s", new, rewritten=True, agent_state={"k": 2})
+    after = await sqlite_store.get("s")
+    assert (after.messages, after.agent_state, after.tail, after.message_count) == (
+        before.messages,
+        before.agent_state,
+        before.tail,
+        10,
+    )
+    assert raw.count("perdure_messages") == rows_before
+    # The same holds for an append that fails after inserting some rows.
+    with pytest.raises(ValueError, match=r"messages\[12\]"):
+        await sqlite_store.commit("s", [*history(12), new[5], text("user", "z")])
+    assert (await sqlite_store.get("s")).tail == before.tail
+    assert raw.count("perdure_messages") == rows_before
+
+
+REWRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from perdure.session.sqlite_store import SQLiteSessionStore
+
+    def version(tag, n):
+        return [{"role": "user", "content": [{"text": f"{tag}{i}" + "x" * 300}]} for i in range(n)]
+
+    async def main():
+        store = SQLiteSessionStore(sys.argv[1])
+        i = 0
+        while True:
+            i += 1
+            tag = "a" if i % 2 else "b"
+            await store.commit("s", version(tag, 1500 if tag == "a" else 700), rewritten=True)
+            if i == 1:
+                print("ready", flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_rewrite_killed_midway_is_all_or_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    store = SQLiteSessionStore(path)
+    asyncio.run(store.create("s"))
+    script = tmp_path / "rewriter.py"
+    script.write_text(REWRITER)
+    for delay in (0.0, 0.03, 0.07, 0.11):
+        child = subprocess.Popen(
+            [sys.executable, str(script), str(path)], stdout=subprocess.PIPE, text=True
+        )
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+        child.stdout.close()
+        record = asyncio.run(store.get("s"))
+        texts = [m["content"][0]["text"] for m in record.messages]
+        tags = {t[0] for t in texts}
+        assert len(tags) == 1, "a rewrite was half applied"
+        assert len(texts) == (1500 if tags == {"a"} else 700)
+    store.close()
+
+
+# ---------------------------------------------------------------- pages
+
+
+def paired_history() -> list[Message]:
+    # 0 u, 1 a:use t1, 2 u:result t1, 3 a, 4 u, 5 a:use t2, 6 u:result t2, 7 a
+    return [
+        text("user", "q"),
+        call("t1"),
+        result("t1"),
+        text("assistant", "a"),
+        text("user", "q2"),
+        call("t2"),
+        result("t2"),
+        text("assistant", "done"),
+    ]
+
+
+async def test_history_page_never_splits_a_tool_pair(sqlite_store: SQLiteSessionStore) -> None:
+    messages = paired_history()
+    await sqlite_store.create("s")
+    await sqlite_store.commit("s", messages)
+    page = await sqlite_store.history_page("s", 2, 2)  # would open on a toolResult
+    assert (page.offset, page.next_offset, page.total) == (1, 4, 8)
+    assert page.messages == messages[1:4]
+    page = await sqlite_store.history_page("s", 4, 2)  # would end on a toolUse
+    assert (page.offset, page.next_offset) == (4, 7)
+    assert page.messages == messages[4:7]
+    tail = await sqlite_store.history_page("s", 6, 50)
+    assert (tail.offset, tail.next_offset, tail.messages) == (5, 8, messages[5:])
+    empty = await sqlite_store.history_page("s", 20, 5)
+    assert (empty.messages, empty.offset, empty.next_offset) == ([], 8, 8)
+    zero = await sqlite_store.history_page("s", 3, 0)
+    assert (zero.messages, zero.offset, zero.next_offset) == ([], 3, 3)
+    for offset, limit in ((-1, 1), (0, -1)):
+        with pytest.raises(ValueError):
+            await sqlite_store.history_page("s", offset, limit)
+
+
+# ---------------------------------------------------------------- hypothesis
+
+blocks = st.one_of(
+    st.builds(lambda s: {"text": s}, st.text(max_size=40)),
+    st.builds(
+        lambda b: {"image": {"format": "png", "source": {"bytes": b}}}, st.binary(max_size=40)
+    ),
+    st.builds(
+        lambda v: {"json": v},
+        st.recursive(
+            st.none()
+            | st.booleans()
+            | st.integers()
+            | st.floats(allow_nan=False, allow_infinity=False)
+            | st.text(max_size=10),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+            ),
+            max_leaves=8,
+        ),
+    ),
+)
+plain_messages = st.builds(
+    lambda role, content: {"role": role, "content": content},
+    st.sampled_from(["user", "assistant"]),
+    st.lists(blocks, max_size=3),
+)
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[Message]:
+    """Messages and well-formed tool pairs (a result always right after its call)."""
+    out: list[Message] = []
+    for i, kind in enumerate(draw(st.lists(st.sampled_from(["plain", "pair"]), max_size=25))):
+        if kind == "plain":
+            out.append(draw(plain_messages))
+        else:
+            out.extend([call(f"t{i}"), result(f"t{i}")])
+    return out
+
+
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+
+
+@SETTINGS
+@given(messages=histories(), cuts=st.lists(st.integers(0, 60), max_size=4))
+def test_random_histories_round_trip(
+    sqlite_store: SQLiteSessionStore, messages: list[Message], cuts: list[int]
+) -> None:
+    async def run() -> None:
+        await sqlite_store.delete("h")
+        await sqlite_store.create("h")
+        for cut in sorted(cuts):  # committed in a few growing steps
+            await sqlite_store.commit("h", messages[:cut] if cut < len(messages) else messages)
+        await sqlite_store.commit("h", messages)
+        record = await sqlite_store.get("h")
+        assert record.messages == messages
+        assert record.message_count == len(messages)
+
+    asyncio.run(run())
+
+
+@SETTINGS
+@given(messages=histories(), limit=st.integers(1, 7), start=st.integers(0, 5))
+def test_walking_pages_covers_everything_once(
+    sqlite_store: SQLiteSessionStore, messages: list[Message], limit: int, start: int
+) -> None:
+    async def run() -> None:
+        await sqlite_store.delete("p")
+        await sqlite_store.create("p")
+        await sqlite_store.commit("p", messages)
+        seen: list[Message] = []
+        offset = 0
+        while offset < len(messages):
+            page = await sqlite_store.history_page("p", offset, limit)
+            assert page.offset == offset  # well-formed pairs never move a walked start
+            assert page.next_offset > offset
+            assert page.total == len(messages)
+            assert page.messages == messages[page.offset : page.next_offset]
+            first, last = page.messages[0], page.messages[-1]
+            assert not any("toolResult" in b for b in first["content"]) or page.offset == 0
+            assert not any("toolUse" in b for b in last["content"]) or (
+                page.next_offset == len(messages)
+            )
+            seen.extend(page.messages)
+            offset = page.next_offset
+        assert seen == messages
+        # A page asked anywhere still returns whole pairs.
+        page = await sqlite_store.history_page("p", min(start, len(messages)), limit)
+        assert page.messages == messages[page.offset : page.next_offset]
+
+    asyncio.run(run())
+
+
+# ---------------------------------------------------------------- damage
+
+
+def corrupted(excinfo: pytest.ExceptionInfo[SessionCorruptedError], row: int, kind: str) -> None:
+    err = excinfo.value
+    assert err.code == "session_store_corrupted"
+    assert f"message row {row}" in err.message
+    assert "'s'" in err.message
+    assert err.details["row"] == row
+    assert err.details["kind"] == kind
+
+
+async def test_a_changed_body_is_named_by_get_and_by_a_page_covering_it(
+    sqlite_store: SQLiteSessionStore, raw: Raw
+) -> None:
+    await seeded(sqlite_store, 20)
+    body, *_ = raw.row("s", 3)
+    raw.set("s", 3, body=body.replace("m3", "m4"))  # one byte, still valid JSON
+    with pytest.raises(SessionCorruptedError) as info:
+        await sqlite_store.get("s")
+    corrupted(info, 3, "bad_hash")
+    with pytest.raises(SessionCorruptedError) as info:
+        await sqlite_store.get("s", offset=3)
+    corrupted(info, 3, "bad_hash")
+    with pytest.raises(SessionCorruptedError) as info:
+        await sqlite_store.history_page("s", 2, 3)
+    corrupted(info, 3, "bad_hash")
+    # A page that does not read the row is served: the cost and the check follow the page.
+    page = await sqlite_store.history_page("s", 10, 5)
+    assert [m["content"][0]["text"] for m in page.messages] == [f"m{i}" for i in range(10, 15)]
+    assert (await sqlite_store.list())[0].message_count == 20
+
+
+async def test_a_changed_hash_is_named(sqlite_store: SQLiteSessionStore, raw: Raw) -> None:
+    await seeded(sqlite_store, 5)
+    _, digest, *_ = raw.row("s", 2)
+    raw.set("s", 2, hash=("1" if digest[0] != "1" else "2") + digest[1:])
+    with pytest.raises(SessionCorruptedError) as info:
+        await sqlite_store.get("s")
+    corrupted(info, 2, "bad_hash")
+    with pytest.raises(SessionCorruptedError) as info:
+        await sqlite_store.history_page("s", 2, 1)
+    corrupted(info, 2, "bad_hash")
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ('{"role":"user","content":[{"text":"x"}]', "not valid JSON"),
+        ('{"role":"user","content":[]} trailing', "not valid JSON"),
+        ('{"role":"system","content":[]}', "not a message"),
+        ('{"role":"user","content":"x"}', "not a message"),
+        (
+            '{"role":"user","content":[{"image":{"source":{"bytes":{"__bytes_encoded__":true,'
+            '"data":"!!"}}}}]}',
+            "not valid JSON",
+        ),
+        ("[1]", "not a message"),
+    ],
+)
+async def test_a_bad_payload_with_a_valid_chain_is_named(
+    sqlite_store: SQLiteSessionStore, raw: Raw, body: str, why: str
+) -> None:
+    await seeded(sqlite_store, 5)
+    raw.set("s", 1, body=body)
+    raw.rechain("s")
+    with pytest.raises(SessionCorruptedError, match=why) as info:
+        await sqlite_store.get("s")
+    corrupted(info, 1, "bad_payload")
+    with pytest.raises(SessionCorruptedError, match=why):
+        await sqlite_store.history_page("s", 0, 2)
+
+
+async def test_missing_and_extra_rows_are_named(sqlite_store: SQLiteSessionStore, raw: Raw) -> None:
+    await seeded(sqlite_store, 6)
+    base = raw.base("s")
+    raw.conn.execute("DELETE FROM perdure_messages WHERE key = ?", (base + 2,))
+    with pytest.raises(SessionCorruptedError) as info:
+        await sqlite_store.get("s")
+    corrupted(info, 2, "bad_sequence")
+    with pytest.raises(SessionCorruptedError) as info:
+        await sqlite_store.history_page("s", 3, 2)  # chains from the missing row
+    corrupted(info, 2, "bad_sequence")
+    await sqlite_store.delete("s")
+    await seeded(sqlite_store, 6)
+    base = raw.base("s")
+    raw.conn.execute("DELETE FROM perdure_messages WHERE key = ?", (base + 5,))  # the last
+    with pytest.raises(SessionCorruptedError) as info:
+        await sqlite_store.get("s")
+    corrupted(info, 5, "bad_sequence")
+    raw.conn.execute(
+        "INSERT INTO perdure_messages (key, body, hash) SELECT ?, body, hash "
+        "FROM perdure_messages WHERE key = ?",
+        (base + 7, base + 4),
+    )
+    raw.conn.execute(
+        "INSERT INTO perdure_messages (key, body, hash) SELECT ?, body, hash "
+        "FROM perdure_messages WHERE key = ?",
+        (base + 5, base + 4),
+    )
+    with pytest.raises(SessionCorruptedError) as info:
+        await sqlite_store.get("s")
+    assert info.value.details["row"] == 5
+
+
+async def test_a_moved_head_is_a_broken_chain(sqlite_store: SQLiteSessionStore, raw: Raw) -> None:
+    await seeded(sqlite_store, 3)
+    raw.conn.execute("UPDATE perdure_sessions SET head = ? WHERE id = 's'", ("f" * 32,))
+    with pytest.raises(SessionCorruptedError) as info:
+        await sqlite_store.get("s")
+    corrupted(info, 2, "broken_chain")
+    with pytest.raises(SessionCorruptedError):
+        await sqlite_store.history_page("s", 2, 5)
+    assert len((await sqlite_store.history_page("s", 0, 1)).messages) == 1
+
+
+async def test_changed_redaction_and_state_are_detected(
+    sqlite_store: SQLiteSessionStore, raw: Raw
+) -> None:
+    await seeded(sqlite_store, 3)
+    await sqlite_store.commit("s", history(3), redactions={1: text("assistant", "[r1]")})
+    raw.set("s", 1, redacted=json.dumps(text("assistant", "[r2]"), separators=(",", ":")))
+    with pytest.raises(SessionCorruptedError) as info:
+        await sqlite_store.get("s")
+    corrupted(info, 1, "bad_hash")
+    await sqlite_store.commit("s", history(3), redactions={1: text("assistant", "[r1]")})
+    assert (await sqlite_store.get("s")).messages[1] == text("assistant", "[r1]")
+    raw.conn.execute("UPDATE perdure_states SET body = '{\"k\":2}'")
+    with pytest.raises(SessionCorruptedError, match="agent state") as state_info:
+        await sqlite_store.get("s")
+    assert state_info.value.details["kind"] == "bad_state"
+    raw.conn.execute("DELETE FROM perdure_states")
+    with pytest.raises(SessionCorruptedError, match="state row is missing"):
+        await sqlite_store.get("s")
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(row=st.integers(0, 5), position=st.integers(0, 1000), char=st.characters(codec="ascii"))
+def test_any_changed_character_is_detected(
+    sqlite_store: SQLiteSessionStore, raw: Raw, row: int, position: int, char: str
+) -> None:
+    async def run() -> None:
+        await sqlite_store.delete("s")
+        await seeded(sqlite_store, 6)
+        body, *_ = raw.row("s", row)
+        at = position % len(body)
+        if body[at] == char:
+            return
+        raw.set("s", row, body=body[:at] + char + body[at + 1 :])
+        with pytest.raises(SessionCorruptedError) as info:
+            await sqlite_store.get("s")
+        corrupted(info, row, "bad_hash")
+
+    asyncio.run(run())
+
+
+async def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"this is not a database, " * 200)
+    store = SQLiteSessionStore(path)
+    with pytest.raises(SessionCorruptedError, match=r"garbage\.db") as info:
+        await store.list()
+    assert info.value.details["kind"] == "bad_database"
+    assert not isinstance(info.value, sqlite3.Error)
+
+
+async def test_a_foreign_schema_is_reported_not_leaked(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE perdure_sessions (x)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SessionCorruptedError, match="not a perdure session database"):
+        await SQLiteSessionStore(path).get("s")
+
+
+async def test_io_errors_are_os_errors(tmp_path: Path) -> None:
+    with pytest.raises(OSError, match="SQLite session store") as info:
+        await SQLiteSessionStore(tmp_path).list()  # a directory cannot be opened
+    assert not isinstance(info.value, sqlite3.Error)
+
+
+# ---------------------------------------------------------------- locking
+
+HOLDER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from perdure.session.sqlite_store import SQLiteSessionStore
+
+    async def main():
+        store = SQLiteSessionStore(sys.argv[1])
+        async with store.writer_lock("s"):
+            print("held", flush=True)
+            await asyncio.to_thread(sys.stdin.read)
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.fixture
+def holder(tmp_path: Path, path: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding the writer lock of session ``s``."""
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "held"
+    yield child
+    if child.poll() is None:
+        child.kill()
+    child.wait(timeout=10)
+    for stream in (child.stdin, child.stdout):
+        if stream is not None:
+            stream.close()
+
+
+async def test_another_process_holding_the_lock(
+    sqlite_store: SQLiteSessionStore, holder: subprocess.Popen[str]
+) -> None:
+    await sqlite_store.create("other")  # other sessions are not locked
+    started = time.monotonic()
+    for attempt in (
+        sqlite_store.create("s"),
+        sqlite_store.commit("s", history(1)),
+        sqlite_store.delete("s"),
+    ):
+        with pytest.raises(SessionLockedError) as info:
+            await attempt
+        assert info.value.code == "session_locked"
+    with pytest.raises(SessionLockedError):
+        async with sqlite_store.writer_lock("s"):
+            pass
+    assert time.monotonic() - started < 1.0  # at once, never waiting
+    holder.send_signal(signal.SIGKILL)  # a crashed holder leaves nothing locked
+    holder.wait(timeout=10)
+    await sqlite_store.create("s")
+    await sqlite_store.commit("s", history(2))
+    assert (await sqlite_store.get("s")).message_count == 2
+
+
+async def test_reads_do_not_need_the_lock(
+    path: Path, sqlite_store: SQLiteSessionStore, holder: subprocess.Popen[str]
+) -> None:
+    await sqlite_store.create("t")
+    assert [m.session_id for m in await sqlite_store.list()] == ["t"]
+    with pytest.raises(SessionNotFoundError):
+        await sqlite_store.get("s")
+
+
+async def test_a_second_store_instance_is_another_writer(
+    sqlite_store: SQLiteSessionStore, path: Path
+) -> None:
+    await sqlite_store.create("s")
+    other = SQLiteSessionStore(path)
+    async with sqlite_store.writer_lock("s"):
+        await sqlite_store.commit("s", history(1))  # the holder commits freely
+        with pytest.raises(SessionLockedError):
+            await other.commit("s", history(2))
+        with pytest.raises(SessionLockedError):
+            async with sqlite_store.writer_lock("s"):  # not re-entrant
+                pass
+    await other.commit("s", history(2))
+    assert (await sqlite_store.get("s")).message_count == 2
+    other.close()
+
+
+async def test_a_database_locked_elsewhere_is_session_locked(
+    sqlite_store: SQLiteSessionStore, path: Path
+) -> None:
+    await seeded(sqlite_store, 2)
+    impatient = SQLiteSessionStore(path, busy_timeout=0.05)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(SessionLockedError, match="locked") as info:
+            await impatient.commit("s", history(3))
+        assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+        assert (await impatient.get("s")).message_count == 2  # WAL readers go on
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    await impatient.commit("s", history(3))
+    impatient.close()
+
+
+# ---------------------------------------------------------------- any loop, any thread
+
+
+async def test_any_loop_any_thread(sqlite_store: SQLiteSessionStore) -> None:
+    await sqlite_store.create("s")
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                metas = asyncio.run(sqlite_store.list())
+                record = asyncio.run(sqlite_store.get("s"))
+                assert metas[0].session_id == "s"
+                assert record.messages == history(len(record.messages))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def writer(session_id: str) -> None:
+        async def run() -> None:
+            await sqlite_store.create(session_id)
+            for n in range(1, 30):
+                await sqlite_store.commit(session_id, history(n))
+
+        try:
+            asyncio.run(run())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader), threading.Thread(target=writer, args=("w",))]
+    for thread in threads:
+        thread.start()
+    for n in range(1, 30):  # meanwhile, this loop commits too
+        await sqlite_store.commit("s", history(n))
+    threads[1].join(timeout=30)
+    stop.set()
+    threads[0].join(timeout=30)
+    assert errors == []
+    assert (await sqlite_store.get("s")).message_count == 29
+    assert (await sqlite_store.get("w")).message_count == 29
+
+
+def test_a_store_outlives_its_first_loop(path: Path) -> None:
+    store = SQLiteSessionStore(path)
+    asyncio.run(store.create("s"))
+    asyncio.run(store.commit("s", history(2)))
+
+    async def locked_commit() -> int:
+        async with store.writer_lock("s"):
+            return (await store.commit("s", history(3))).message_count
+
+    assert asyncio.run(locked_commit()) == 3
+    assert asyncio.run(store.get("s")).message_count == 3
+    store.close()
+    assert asyncio.run(store.get("s")).message_count == 3  # reopens after close
+    store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_opens_its_own_connections(path: Path) -> None:
+    store = SQLiteSessionStore(path)
+    asyncio.run(store.create("s"))
+    asyncio.run(store.commit("s", history(2)))  # connections are open now
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            asyncio.run(store.commit("s", history(3)))
+            store.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert asyncio.run(store.get("s")).messages == history(3)
+    store.close()
+
+
+# ---------------------------------------------------------------- durability
+
+
+async def test_durability_none_and_flush(path: Path) -> None:
+    store = SQLiteSessionStore(path, durability="none")
+    await store.create("s")
+    await store.commit("s", history(3))
+    await store.flush("s")
+    await store.flush("unknown")  # nothing to make durable
+    store.close()
+    reopened = SQLiteSessionStore(path)
+    assert (await reopened.get("s")).messages == history(3)
+    await reopened.flush("s")  # a no-op for durability="commit"
+    mode = sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+    reopened.close()
+
+
+def test_disk_use_stays_near_the_message_bytes(path: Path) -> None:
+    store = SQLiteSessionStore(path, durability="none")
+    messages = [text("user", f"{i:05d} " + "x" * 360) for i in range(2000)]
+    asyncio.run(store.create("s"))
+    asyncio.run(store.commit("s", messages))
+    store.close()  # checkpoints the WAL into the database and removes it
+    raw_bytes = sum(len(json.dumps(m, separators=(",", ":"))) for m in messages)
+    wal = Path(f"{path}-wal")
+    on_disk = path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+    assert on_disk < 1.3 * raw_bytes

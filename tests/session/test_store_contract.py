@@ -1,0 +1,319 @@
+"""The SessionStore contract: every store runs this suite (SPEC §7)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from perdure.errors import (
+    SessionConflictError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
+from perdure.session import SessionMeta, SessionStore, read_history_page
+from perdure.types import Message
+
+
+def text(role: str, value: str) -> Message:
+    return {"role": role, "content": [{"text": value}]}  # type: ignore[typeddict-item]
+
+
+def conversation(n: int) -> list[Message]:
+    return [text("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(n)]
+
+
+def tool_round(i: int) -> list[Message]:
+    return [
+        text("user", f"q{i}"),
+        {
+            "role": "assistant",
+            "content": [{"toolUse": {"toolUseId": f"t{i}", "name": "f", "input": {}}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "toolResult": {
+                        "toolUseId": f"t{i}",
+                        "status": "success",
+                        "content": [{"text": "r"}],
+                    }
+                }
+            ],
+        },
+        text("assistant", f"a{i}"),
+    ]
+
+
+async def test_create_get_and_not_found(store: SessionStore) -> None:
+    meta = await store.create("s1")
+    assert isinstance(meta, SessionMeta)
+    assert (meta.session_id, meta.message_count) == ("s1", 0)
+    record = await store.get("s1")
+    assert record.messages == []
+    assert record.agent_state == {}
+    assert record.tail
+    with pytest.raises(SessionConflictError):
+        await store.create("s1")
+    assert (await store.create("s1", exist_ok=True)).session_id == "s1"
+    with pytest.raises(SessionNotFoundError) as info:
+        await store.get("missing")
+    assert info.value.code == "session_not_found"
+    with pytest.raises(SessionNotFoundError):
+        await store.commit("missing", conversation(1))
+
+
+@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "a\\b", "nul\x00"])
+async def test_bad_session_ids_are_value_errors(store: SessionStore, bad: str) -> None:
+    with pytest.raises(ValueError, match="session_id"):
+        await store.create(bad)
+    with pytest.raises(ValueError, match="session_id"):
+        await store.get(bad)
+
+
+async def test_commit_appends_only_what_is_new(store: SessionStore) -> None:
+    await store.create("s")
+    history = conversation(3)
+    first = await store.commit("s", history)
+    assert first.message_count == 3
+    history += conversation(5)[3:]
+    second = await store.commit("s", history, expected_tail=first.tail)
+    assert second.message_count == 5
+    assert second.tail != first.tail
+    assert (await store.get("s")).messages == conversation(5)
+    # committing the same history again writes nothing and keeps the tail
+    again = await store.commit("s", history, expected_tail=second.tail)
+    assert again == second
+
+
+async def test_messages_are_copied_not_aliased(store: SessionStore) -> None:
+    await store.create("s")
+    history = conversation(2)
+    await store.commit("s", history)
+    history[0]["content"][0]["text"] = "changed after commit"
+    record = await store.get("s")
+    assert record.messages[0]["content"][0]["text"] == "m0"
+    record.messages[1]["content"][0]["text"] = "changed after read"
+    assert (await store.get("s")).messages[1]["content"][0]["text"] == "m1"
+
+
+async def test_stale_tail_is_a_conflict_and_writes_nothing(store: SessionStore) -> None:
+    await store.create("s")
+    base = await store.commit("s", conversation(2))
+    moved = await store.commit("s", conversation(3), expected_tail=base.tail)
+    with pytest.raises(SessionConflictError) as info:
+        await store.commit("s", conversation(4), expected_tail=base.tail)
+    assert info.value.code == "session_conflict"
+    record = await store.get("s")
+    assert record.messages == conversation(3)
+    assert record.tail == moved.tail
+
+
+async def test_shorter_history_needs_rewritten(store: SessionStore) -> None:
+    await store.create("s")
+    await store.commit("s", conversation(4))
+    with pytest.raises(SessionConflictError):
+        await store.commit("s", conversation(2))
+    result = await store.commit("s", [text("user", "summary")], rewritten=True)
+    assert result.message_count == 1
+    assert (await store.get("s")).messages == [text("user", "summary")]
+    # and appends continue after a rewrite
+    await store.commit(
+        "s", [text("user", "summary"), text("assistant", "next")], expected_tail=result.tail
+    )
+    assert [m["content"][0]["text"] for m in (await store.get("s")).messages] == ["summary", "next"]
+
+
+async def test_rewriting_the_same_history_twice_changes_the_tail(store: SessionStore) -> None:
+    await store.create("s")
+    await store.commit("s", conversation(2))
+    one = await store.commit("s", conversation(1), rewritten=True)
+    two = await store.commit("s", conversation(1), rewritten=True, expected_tail=one.tail)
+    assert one.tail != two.tail
+
+
+async def test_agent_state_is_stored_and_replaced(store: SessionStore) -> None:
+    await store.create("s")
+    await store.commit("s", conversation(1), agent_state={"state": {"step": 1}})
+    await store.commit("s", conversation(2), agent_state={"state": {"step": 2}})
+    record = await store.get("s")
+    assert record.agent_state == {"state": {"step": 2}}
+    # a commit without state keeps the last one; a rewrite keeps it too
+    await store.commit("s", conversation(3))
+    await store.commit("s", conversation(1), rewritten=True)
+    assert (await store.get("s")).agent_state == {"state": {"step": 2}}
+
+
+async def test_state_only_commit_moves_the_tail(store: SessionStore) -> None:
+    await store.create("s")
+    first = await store.commit("s", conversation(1))
+    second = await store.commit(
+        "s", conversation(1), agent_state={"x": 1}, expected_tail=first.tail
+    )
+    assert second.tail != first.tail
+    assert second.message_count == 1
+
+
+async def test_redaction_reads_return_the_replacement(store: SessionStore) -> None:
+    await store.create("s")
+    await store.commit("s", conversation(3))
+    await store.commit("s", conversation(3), redactions={1: text("assistant", "[redacted]")})
+    record = await store.get("s")
+    assert record.messages[1] == text("assistant", "[redacted]")
+    assert record.messages[0] == text("user", "m0")
+    page = await read_history_page(store, "s", offset=0, limit=10)
+    assert page.messages[1] == text("assistant", "[redacted]")
+    with pytest.raises(ValueError, match="redaction"):
+        await store.commit("s", conversation(3), redactions={7: text("user", "x")})
+
+
+async def test_bytes_round_trip(store: SessionStore) -> None:
+    small = b"\x00\x01\xff"
+    big = bytes(range(256)) * 40  # above attachment thresholds
+    message: Message = {
+        "role": "user",
+        "content": [
+            {"text": "look"},
+            {"image": {"format": "png", "source": {"bytes": small}}},
+            {"image": {"format": "png", "source": {"bytes": big}}},
+        ],
+    }
+    await store.create("s")
+    await store.commit("s", [message, text("assistant", "seen")], agent_state={"blob": "ok"})
+    record = await store.get("s")
+    assert record.messages[0] == message
+    page = await read_history_page(store, "s", offset=0, limit=1)
+    assert page.messages[0] == message
+
+
+async def test_list_is_metadata_sorted_with_cursor(store: SessionStore) -> None:
+    for sid in ["c", "a", "b", "d"]:
+        await store.create(sid)
+    await store.commit("b", conversation(3))
+    metas = await store.list()
+    assert [m.session_id for m in metas] == ["a", "b", "c", "d"]
+    assert all(isinstance(m, SessionMeta) for m in metas)
+    assert {m.session_id: m.message_count for m in metas}["b"] == 3
+    assert [m.session_id for m in await store.list(limit=2)] == ["a", "b"]
+    assert [m.session_id for m in await store.list(after="b")] == ["c", "d"]
+    assert [m.session_id for m in await store.list(after="b", limit=1)] == ["c"]
+    b = next(m for m in metas if m.session_id == "b")
+    assert b.updated_at >= b.created_at
+
+
+async def test_delete_is_idempotent(store: SessionStore) -> None:
+    await store.create("s")
+    await store.commit("s", conversation(2))
+    await store.delete("s")
+    await store.delete("s")
+    with pytest.raises(SessionNotFoundError):
+        await store.get("s")
+    assert await store.list() == []
+    await store.create("s")  # the id can be used again
+    assert (await store.get("s")).messages == []
+
+
+async def test_writer_lock_excludes_other_writers(
+    store: SessionStore, store_factory: Callable[..., SessionStore]
+) -> None:
+    await store.create("s")
+    other = store_factory() if not type(store).__name__.startswith("Memory") else store
+    async with store.writer_lock("s"):
+        with pytest.raises(SessionLockedError) as info:
+            async with other.writer_lock("s"):
+                pass
+        assert info.value.code == "session_locked"
+        # the holder commits freely
+        await store.commit("s", conversation(1))
+        if other is not store:
+            with pytest.raises(SessionLockedError):
+                await other.commit("s", conversation(2))
+    async with other.writer_lock("s"):  # released
+        pass
+    assert (await store.get("s")).messages == conversation(1)
+
+
+async def test_history_pages_never_split_tool_pairs(store: SessionStore) -> None:
+    history = [m for i in range(6) for m in tool_round(i)]
+    await store.create("s")
+    await store.commit("s", history)
+    page = await read_history_page(store, "s", offset=2, limit=1)  # lands on a toolResult
+    assert page.offset == 1
+    assert "toolUse" in page.messages[0]["content"][0]
+    assert "toolResult" in page.messages[1]["content"][0]
+    page = await read_history_page(store, "s", offset=0, limit=2)  # ends on a toolUse
+    assert page.next_offset == 3
+    empty = await read_history_page(store, "s", offset=0, limit=0)
+    assert (empty.messages, empty.total) == ([], 24)
+    tail = await read_history_page(store, "s", offset=24 - 4, limit=50)
+    assert tail.messages == history[-4:]
+    assert tail.next_offset == 24
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(rounds=st.integers(0, 6), extra=st.integers(0, 3), limit=st.integers(1, 7))
+def test_walking_pages_covers_every_message_once(
+    store_factory: Callable[..., SessionStore], rounds: int, extra: int, limit: int
+) -> None:
+    async def run() -> None:
+        store = store_factory()
+        sid = f"walk-{rounds}-{extra}-{limit}"
+        history = [m for i in range(rounds) for m in tool_round(i)] + conversation(extra)
+        await store.create(sid, exist_ok=True)
+        await store.commit(sid, history, rewritten=True)
+        seen: list[Message] = []
+        cursor = 0
+        while cursor < len(history):
+            page = await read_history_page(store, sid, offset=cursor, limit=limit)
+            assert page.offset <= cursor
+            seen.extend(page.messages[cursor - page.offset :])
+            assert page.next_offset > cursor
+            cursor = page.next_offset
+        assert seen == history
+
+    asyncio.run(run())
+
+
+async def test_page_arguments_are_checked(store: SessionStore) -> None:
+    await store.create("s")
+    with pytest.raises(ValueError, match="offset"):
+        await read_history_page(store, "s", offset=-1, limit=5)
+    with pytest.raises(TypeError, match="limit"):
+        await read_history_page(store, "s", offset=0, limit="5")  # type: ignore[arg-type]
+
+
+def test_coroutines_work_from_any_loop_and_thread(store: SessionStore) -> None:
+    errors: list[BaseException] = []
+
+    async def writer() -> None:
+        await store.create("s")
+        history: list[Message] = []
+        for i in range(20):
+            history.append(text("user", f"m{i}"))
+            await store.commit("s", history)
+
+    def reader() -> None:
+        try:
+            for _ in range(20):
+                asyncio.run(store.list())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    asyncio.run(writer())
+    thread.join()
+    assert errors == []
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(asyncio.run(store.get("s"))))
+    worker.start()
+    worker.join()
+    assert len(results[0].messages) == 20
