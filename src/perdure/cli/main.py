@@ -9,6 +9,7 @@ from pathlib import Path
 
 from perdure import __version__
 from perdure._runner import run_sync
+from perdure.hooks import HookProvider
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -17,6 +18,12 @@ def _demo(args: argparse.Namespace) -> int:
     color = True if args.color else (False if args.no_color else None)
     run_sync(run_demo(sys.stdout, color=color, data_dir=args.data_dir), async_name="run_demo()")
     return 0
+
+
+def _chat_session(session_id: str) -> HookProvider:
+    from perdure.session import FileSessionStore, Session
+
+    return Session(FileSessionStore(".perdure"), session_id=session_id)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the demo stores its session (default: ./perdure-demo-data, reset each run)",
     )
     demo.set_defaults(handler=_demo)
+    from perdure.cli.chat import add_chat_command
+
+    add_chat_command(commands, session_factory=_chat_session)
     return parser
 
 

@@ -1,6 +1,19 @@
-"""Models: the protocol the loop calls, stream events, and the scripted test model."""
+"""Models: the protocol the loop calls, stream events, the scripted test model, adapters.
+
+``from_string("openai:gpt-4o-mini" | "anthropic:MODEL" | "scripted")`` builds a model.
+The provider adapters, :class:`~perdure.models.openai.OpenAIModel` and
+:class:`~perdure.models.anthropic.AnthropicModel`, are reachable here too, but
+imported (with their SDK) only on first access: importing ``perdure.models`` never
+imports ``openai`` or ``anthropic``. They are left out of ``__all__`` so that a star
+import does not need every extra.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from perdure.models.model import Model
+from perdure.models.registry import from_string
 from perdure.models.scripted import ScriptedModel, ScriptedResponse
 from perdure.models.stream import (
     ModelResponse,
@@ -11,6 +24,11 @@ from perdure.models.stream import (
     add_usage,
     empty_usage,
 )
+
+if TYPE_CHECKING:
+    # Redundant aliases: re-exported for type checkers, loaded lazily at run time.
+    from perdure.models.anthropic import AnthropicModel as AnthropicModel
+    from perdure.models.openai import OpenAIModel as OpenAIModel
 
 __all__ = [
     "Model",
@@ -23,4 +41,25 @@ __all__ = [
     "ToolUseDelta",
     "add_usage",
     "empty_usage",
+    "from_string",
 ]
+
+_LAZY = {
+    "OpenAIModel": "perdure.models.openai",
+    "AnthropicModel": "perdure.models.anthropic",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'perdure.models' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
