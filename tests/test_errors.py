@@ -22,6 +22,7 @@ EXPECTED_CODES = {
     "CheckpointError": "checkpoint_error",
     "SnapshotError": "snapshot_error",
     "ModelError": "model_error",
+    "MemoryStoreError": "memory_store_error",
     "ContextWindowOverflowError": "context_window_overflow",
     "ModelAuthenticationError": "model_authentication",
     "ModelRateLimitError": "model_rate_limited",
@@ -61,6 +62,9 @@ def test_all_lists_every_error_and_the_docstring_draws_each() -> None:
         "perdure.hooks",
         "perdure.models",
         "perdure.types",
+        "perdure.session",
+        "perdure.injection",
+        "perdure.memory",
     ],
 )
 def test_all_is_sorted_and_complete(module: str) -> None:

@@ -19,6 +19,7 @@ The tree::
     ├── CheckpointImportError         checkpoint_import_invalid
     ├── CheckpointError               checkpoint_error
     ├── SnapshotError                 snapshot_error
+    ├── MemoryStoreError              memory_store_error
     └── ModelError                    model_error
         ├── ContextWindowOverflowError context_window_overflow
         ├── ModelAuthenticationError   model_authentication
@@ -43,6 +44,7 @@ __all__ = [
     "CheckpointImportError",
     "CheckpointNotFoundError",
     "ContextWindowOverflowError",
+    "MemoryStoreError",
     "ModelAuthenticationError",
     "ModelConnectionError",
     "ModelError",
@@ -222,3 +224,13 @@ class ModelConnectionError(ModelError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.retry_after: float | None = None
+
+
+class MemoryStoreError(PerdureError):
+    """A memory store's backend failed (a SQLite error, say); the driver error is the cause.
+
+    Driver exceptions never leak from perdure's stores: they are translated into
+    this error, with the original as ``__cause__``.
+    """
+
+    code = "memory_store_error"

@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from perdure._fs import append_all
 from perdure.agent import Agent, AgentResult, Snapshot, TextDeltaEvent, ToolEndEvent, ToolStartEvent
 from perdure.agent.events import ResultEvent
+from perdure.cli.demo_memory import run_memory_demo
 from perdure.cli.style import Style
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session
@@ -417,6 +418,7 @@ async def run_demo(
     await agent.initialize()
     snapshot = agent.take_snapshot(app_data={"demo": "gift-finder"})
     _print_snapshot(snapshot, agent, out, s)
+    await run_memory_demo(out, s, data_dir / "memory")
     return snapshot
 
 

@@ -1,0 +1,104 @@
+"""One SQLite connection used from worker threads, with driver errors translated.
+
+Blocking SQLite work runs in ``asyncio.to_thread`` so it never blocks an event
+loop; a ``threading.Lock`` (not an asyncio primitive, which would bind to one loop)
+serialises use of the connection, so the owning object may be awaited from any
+event loop and any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from perdure.memory.errors import MemoryStoreError
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 10_000
+
+
+class SQLiteConnection:
+    """A lazily opened SQLite connection in WAL mode, shared by worker threads.
+
+    Args:
+        path: the database file (its directory is created), or ``":memory:"``.
+        schema: SQL run once when the connection opens.
+        what: how error messages name the owner ("memory store …").
+        synchronous: the ``PRAGMA synchronous`` level; ``FULL`` makes every commit
+            durable across a power cut, not only a process crash.
+    """
+
+    def __init__(self, path: Path | str, schema: str, what: str, *, synchronous: str = "FULL"):
+        self.path = path
+        self._schema = schema
+        self._what = what
+        self._synchronous = synchronous
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    def _open(self) -> sqlite3.Connection:
+        if self._closed:
+            raise MemoryStoreError(f"{self._what} is closed")
+        if self._conn is None:
+            if str(self.path) != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                str(self.path),
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                check_same_thread=False,
+                isolation_level=None,  # explicit BEGIN IMMEDIATE / COMMIT
+            )
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                if str(self.path) != ":memory:":
+                    conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+                # Deleted memories and acknowledged messages may hold personal data:
+                # overwrite their pages instead of leaving them in the free list.
+                conn.execute("PRAGMA secure_delete = ON")
+                conn.executescript(self._schema)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def run_sync(self, work: Callable[[sqlite3.Connection], T], doing: str) -> T:
+        """Run ``work(connection)`` under the lock; sqlite3 errors become MemoryStoreError."""
+        with self._lock:
+            try:
+                return work(self._open())
+            except sqlite3.Error as exc:
+                raise MemoryStoreError(f"{self._what}: {doing} failed: {exc}") from exc
+
+    async def run(self, work: Callable[[sqlite3.Connection], T], doing: str) -> T:
+        """:meth:`run_sync` in a worker thread of the calling event loop."""
+        return await asyncio.to_thread(self.run_sync, work, doing)
+
+    def close(self) -> None:
+        """Close the connection; later use raises MemoryStoreError. Idempotent."""
+        with self._lock:
+            self._closed = True
+            if self._conn is not None:
+                try:
+                    self._conn.close()
+                finally:
+                    self._conn = None
+
+
+def write_transaction(conn: sqlite3.Connection, work: Callable[[], T]) -> T:
+    """Run ``work`` inside ``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back if it raises)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = work()
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
