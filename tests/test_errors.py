@@ -23,6 +23,7 @@ EXPECTED_CODES = {
     "SnapshotError": "snapshot_error",
     "ModelError": "model_error",
     "MemoryStoreError": "memory_store_error",
+    "StorageError": "storage_error",
     "ContextWindowOverflowError": "context_window_overflow",
     "ModelAuthenticationError": "model_authentication",
     "ModelRateLimitError": "model_rate_limited",

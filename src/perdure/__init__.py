@@ -18,6 +18,7 @@ from perdure.agent import (
 from perdure.errors import PerdureError
 from perdure.hooks import HookProvider, HookRegistry
 from perdure.state import AgentState
+from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, Storage
 from perdure.tools import ToolContext, tool
 
 __version__ = "0.1.0"
@@ -29,11 +30,15 @@ __all__ = [
     "Checkpoint",
     "HookProvider",
     "HookRegistry",
+    "LocalFileStorage",
+    "MemoryStorage",
     "NullConversationManager",
     "PerdureError",
+    "SQLiteStorage",
     "SlidingWindowConversationManager",
     "Snapshot",
     "SnapshotField",
+    "Storage",
     "ToolContext",
     "__version__",
     "resolve_snapshot_fields",

@@ -20,6 +20,7 @@ The tree::
     ├── CheckpointError               checkpoint_error
     ├── SnapshotError                 snapshot_error
     ├── MemoryStoreError              memory_store_error
+    ├── StorageError                  storage_error
     └── ModelError                    model_error
         ├── ContextWindowOverflowError context_window_overflow
         ├── ModelAuthenticationError   model_authentication
@@ -57,6 +58,7 @@ __all__ = [
     "SessionMismatchError",
     "SessionNotFoundError",
     "SnapshotError",
+    "StorageError",
     "StoreNotWiredError",
     "TurnRunningError",
 ]
@@ -234,3 +236,12 @@ class MemoryStoreError(PerdureError):
     """
 
     code = "memory_store_error"
+
+
+class StorageError(PerdureError):
+    """A blob ``Storage`` backend failed for a reason other than a lock or damage.
+
+    The driver's own exception is kept as ``__cause__``.
+    """
+
+    code = "storage_error"

@@ -371,7 +371,9 @@ class FileSessionStore:
         created = self._read_meta(session_id, sdir)
         volume = self._volume(session_id, sdir)
         count, updated = self._peek_count(session_id, volume)
-        return SessionMeta(session_id, created, updated or created, count)
+        # The journal's mtime comes from a coarse kernel clock and may read a few
+        # milliseconds before the creation time we stamped; never report that.
+        return SessionMeta(session_id, created, max(updated or created, created), count)
 
     def _read_meta(self, session_id: str, sdir: Path) -> str:
         try:
@@ -499,7 +501,7 @@ class FileSessionStore:
         messages, state, redacted = self._replay(session_id, sdir, records)
         for index, replacement in redacted.items():
             messages[index] = replacement
-        meta = SessionMeta(session_id, created, updated, len(messages))
+        meta = SessionMeta(session_id, created, max(updated, created), len(messages))
         return SessionRecord(
             meta=meta,
             messages=messages[offset:],

@@ -1,0 +1,22 @@
+"""Byte-blob storage: the async :class:`Storage` protocol and its backends (SPEC §6).
+
+A ``Storage`` only moves bytes; the layers above own the key layout and the formats.
+Backends: :class:`MemoryStorage` (tests), :class:`LocalFileStorage` (a directory),
+:class:`SQLiteStorage` (one database file). Every backend passes the same contract
+suite, and every coroutine may be awaited from any event loop and thread.
+"""
+
+from perdure.storage.keys import validate_key, validate_prefix
+from perdure.storage.local_file import LocalFileStorage
+from perdure.storage.memory import MemoryStorage
+from perdure.storage.protocol import Storage
+from perdure.storage.sqlite import SQLiteStorage
+
+__all__ = [
+    "LocalFileStorage",
+    "MemoryStorage",
+    "SQLiteStorage",
+    "Storage",
+    "validate_key",
+    "validate_prefix",
+]

@@ -1,0 +1,117 @@
+"""Key rules shared by every :class:`~perdure.storage.Storage` backend (pure functions).
+
+A key is a ``/``-separated path of one or more non-empty segments, the same on every
+backend, so that a layout written to one store can be copied to another::
+
+    sessions/my-session/agents/default/latest          valid
+    /sessions/x   a//b   a/../b   a/./b   a\\b   a/b/   ""    invalid (ValueError)
+
+A key must also be encodable as UTF-8 (no lone surrogates) and hold no NUL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["validate_key", "validate_list_args", "validate_prefix"]
+
+
+def _fail(argument: str, value: str, why: str) -> ValueError:
+    return ValueError(f"{argument} {value!r} is invalid: {why}")
+
+
+def _check_text(value: Any, argument: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be a str, got {type(value).__name__}")
+    if "\x00" in value:
+        raise _fail(argument, value, "it contains NUL")
+    if "\\" in value:
+        raise _fail(argument, value, "it contains a backslash")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _fail(argument, value, "it is not encodable as UTF-8") from None
+    return value
+
+
+def validate_key(key: Any, argument: str = "key") -> str:
+    """Return ``key`` unchanged if it is a valid storage key.
+
+    Raises:
+        TypeError: ``key`` is not a ``str``.
+        ValueError: ``key`` is empty, starts with ``/``, holds a backslash or NUL, is
+            not UTF-8 encodable, or has an empty, ``.`` or ``..`` segment (which also
+            rules out a trailing ``/``). The message names the key.
+    """
+    text = _check_text(key, argument)
+    if not text:
+        raise _fail(argument, text, "it is empty")
+    if text.startswith("/"):
+        raise _fail(argument, text, "it starts with '/'")
+    for segment in text.split("/"):
+        if segment in ("", ".", ".."):
+            raise _fail(
+                argument, text, f"it has an {'empty' if not segment else repr(segment)} segment"
+            )
+    return text
+
+
+def validate_prefix(prefix: Any, argument: str = "prefix") -> str:
+    """Return ``prefix`` unchanged if it can prefix valid keys (``""`` lists everything).
+
+    The last segment may be partial (``"sessions/ab"`` matches ``"sessions/abc/x"``)
+    or empty (``"sessions/"``); every earlier segment follows :func:`validate_key`.
+
+    Raises:
+        TypeError: ``prefix`` is not a ``str``.
+        ValueError: ``prefix`` breaks a key rule (see :func:`validate_key`).
+    """
+    text = _check_text(prefix, argument)
+    if text.startswith("/"):
+        raise _fail(argument, text, "it starts with '/'")
+    for segment in text.split("/")[:-1]:
+        if segment in ("", ".", ".."):
+            raise _fail(
+                argument,
+                text,
+                f"it has an {'empty' if not segment else repr(segment)} segment",
+            )
+    return text
+
+
+def validate_list_args(prefix: Any, limit: Any, start_after: Any) -> None:
+    """Check the arguments of ``Storage.list``; return ``None`` if they are valid.
+
+    Raises:
+        TypeError: ``prefix``/``start_after`` is not a ``str``, ``limit`` not an ``int``.
+        ValueError: ``prefix`` is invalid, ``limit`` is negative, or ``start_after``
+            holds NUL or is not UTF-8 encodable. Each message names the argument.
+    """
+    validate_prefix(prefix)
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+    if start_after is not None:
+        if not isinstance(start_after, str):
+            raise TypeError(f"start_after must be a str or None, got {type(start_after).__name__}")
+        if "\x00" in start_after:
+            raise _fail("start_after", start_after, "it contains NUL")
+        try:
+            start_after.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _fail("start_after", start_after, "it is not encodable as UTF-8") from None
+
+
+def check_data(data: Any) -> bytes:
+    """Return ``data`` as ``bytes`` (bytes-like values are copied).
+
+    Raises:
+        TypeError: ``data`` is not bytes-like (a ``str`` must be encoded first).
+    """
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"data must be bytes, got {type(data).__name__}")

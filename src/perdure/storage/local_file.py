@@ -1,0 +1,318 @@
+"""LocalFileStorage: one file per key under a root directory, replaced atomically.
+
+On disk a key's segments become directories and its last segment a ``.blob`` file::
+
+    key  sessions/my-session/agents/default/latest
+    ->   <root>/sessions/my-session/agents/default/latest.blob
+
+Segments are percent-encoded so that any valid key maps to one path and back, and a
+file never collides with a directory: ``A-Z a-z 0-9 _ -`` are kept, every other
+character (``.`` and ``%`` included) becomes ``%XX`` per UTF-8 byte. Temporary files
+start with ``.`` (which no encoded name does), so ``list`` never sees them. An encoded
+segment longer than 250 bytes is refused with ``ValueError``.
+
+A write is: a temp file with a unique name in the target directory (``O_EXCL``),
+write, ``fsync``, ``os.replace`` onto the target, ``fsync`` of the directory (and of
+the parents of any directory it had to create). A killed process leaves either the
+old or the new file, plus possibly a stray ``.tmp-*`` file that is never listed and
+that :meth:`LocalFileStorage.remove_temp_files` removes. All blocking I/O runs in a
+worker thread (``asyncio.to_thread``), so every coroutine works from any loop.
+
+Keys that differ only by letter case collide on case-insensitive file systems.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from perdure.storage.keys import check_data, validate_key, validate_list_args
+
+__all__ = ["LocalFileStorage"]
+
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_SUFFIX = ".blob"
+_TMP_PREFIX = ".tmp-"
+_MAX_NAME = 250
+_DEFAULT_ROOT = Path(".perdure") / "storage"
+
+
+def encode_segment(segment: str) -> str:
+    """Return the file-system name of one key segment (percent-encoding, see module)."""
+    out: list[str] = []
+    for byte in segment.encode("utf-8"):
+        out.append(chr(byte) if byte in _SAFE else f"%{byte:02X}")
+    return "".join(out)
+
+
+def decode_segment(name: str) -> str | None:
+    """Return the key segment ``name`` encodes, or ``None`` if it is not an encoded name."""
+    raw = bytearray()
+    i = 0
+    while i < len(name):
+        char = name[i]
+        if char == "%":
+            digits = name[i + 1 : i + 3]
+            if len(digits) != 2 or not all(c in "0123456789ABCDEF" for c in digits):
+                return None
+            raw.append(int(digits, 16))
+            i += 3
+            continue
+        if ord(char) > 127 or ord(char) not in _SAFE:
+            return None
+        raw.append(ord(char))
+        i += 1
+    try:
+        segment = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return segment if encode_segment(segment) == name else None
+
+
+def _fsync_dir(path: Path, *, missing_ok: bool = False) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        # A concurrent delete removed the directory (and so the entry): nothing to sync.
+        if missing_ok:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalFileStorage:
+    """Store each blob in its own file under ``root``; writes are atomic and durable.
+
+    Args:
+        root: The directory holding the blobs (created on first write). Default:
+            ``.perdure/storage`` under the current working directory, resolved when
+            the storage is built.
+
+    After ``write`` returns, the blob survives a crash or power loss (file and
+    directory are fsynced); a crash during ``write`` leaves the previous blob. Several
+    processes may share a root: each write is an atomic rename, so concurrent writers
+    of one key are last-writer-wins and readers never see a torn blob.
+    """
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        if root is not None and not isinstance(root, str | os.PathLike):
+            raise TypeError(f"root must be a path, got {type(root).__name__}")
+        self.root = Path(_DEFAULT_ROOT if root is None else root).absolute()
+
+    def __repr__(self) -> str:
+        return f"LocalFileStorage({str(self.root)!r})"
+
+    # ------------------------------------------------------------------ paths
+
+    def _path(self, key: str) -> Path:
+        validate_key(key)
+        names = [encode_segment(segment) for segment in key.split("/")]
+        names[-1] += _SUFFIX
+        for name in names:
+            if len(name) > _MAX_NAME:
+                raise ValueError(
+                    f"key {key!r} is invalid for LocalFileStorage: a segment encodes to "
+                    f"more than {_MAX_NAME} bytes"
+                )
+        return self.root.joinpath(*names)
+
+    def _ensure_dir(self, path: Path) -> None:
+        """Create ``path`` and missing parents, fsyncing each new entry's parent."""
+        if path.is_dir():
+            return
+        if path == self.root:
+            path.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(path.parent)
+            return
+        self._ensure_dir(path.parent)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            return
+        _fsync_dir(path.parent)
+
+    # ------------------------------------------------------------------ API
+
+    async def write(self, key: str, data: bytes) -> None:
+        """Atomically replace the blob under ``key`` and make it durable (see module)."""
+        path = self._path(key)
+        blob = check_data(data)
+        await asyncio.to_thread(self._write_sync, path, blob)
+
+    def _write_sync(self, path: Path, blob: bytes) -> None:
+        for attempt in range(10):
+            self._ensure_dir(path.parent)
+            tmp = path.parent / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileNotFoundError:
+                # A concurrent delete pruned the (empty) directory; make it again.
+                if attempt == 9:
+                    raise
+                continue
+            try:
+                view = memoryview(blob)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fsync(fd)
+            except BaseException:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            os.close(fd)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            _fsync_dir(path.parent, missing_ok=True)
+            return
+
+    async def read(self, key: str) -> bytes | None:
+        """Return the blob under ``key``, or ``None`` if there is none."""
+        path = self._path(key)
+        return await asyncio.to_thread(self._read_sync, path)
+
+    @staticmethod
+    def _read_sync(path: Path) -> bytes | None:
+        try:
+            with open(path, "rb") as file:
+                return file.read()
+        except FileNotFoundError:
+            return None
+
+    async def delete(self, key: str) -> None:
+        """Remove the blob under ``key`` (idempotent); durable when this returns.
+
+        Directories left empty are removed too, up to ``root``.
+        """
+        path = self._path(key)
+        await asyncio.to_thread(self._delete_sync, path)
+
+    def _delete_sync(self, path: Path) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        _fsync_dir(path.parent, missing_ok=True)
+        parent = path.parent
+        while parent != self.root:
+            try:
+                parent.rmdir()
+            except OSError:  # not empty (or already gone): stop pruning
+                break
+            parent = parent.parent
+
+    async def list(
+        self, prefix: str, *, limit: int | None = None, start_after: str | None = None
+    ) -> list[str]:
+        """Return sorted keys starting with ``prefix`` after ``start_after`` (see ``Storage``).
+
+        Walks only the directory the prefix names, in key order, and stops after
+        ``limit`` keys.
+        """
+        validate_list_args(prefix, limit, start_after)
+        if limit == 0:
+            return []
+        return await asyncio.to_thread(self._list_sync, prefix, limit, start_after)
+
+    def _list_sync(
+        self, prefix: str, limit: int | None, start_after: str | None
+    ) -> builtins.list[str]:
+        *complete, partial = prefix.split("/")
+        base_key = "".join(f"{segment}/" for segment in complete)
+        directory = self.root.joinpath(*(encode_segment(s) for s in complete))
+        result: builtins.list[str] = []
+        for key in self._walk(directory, base_key, partial, start_after):
+            result.append(key)
+            if limit is not None and len(result) >= limit:
+                break
+        return result
+
+    def _walk(
+        self, directory: Path, base_key: str, partial: str, start_after: str | None
+    ) -> Iterator[str]:
+        """Yield the keys under ``directory`` in sorted order (see the module's naming)."""
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        items: list[tuple[str, bool, str]] = []  # (sort key, is_dir, entry name)
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue  # temp files
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir:
+                segment = decode_segment(name)
+                if segment is None:
+                    continue
+                items.append((f"{base_key}{segment}/", True, name))
+            elif name.endswith(_SUFFIX):
+                segment = decode_segment(name[: -len(_SUFFIX)])
+                if segment is None:
+                    continue
+                items.append((f"{base_key}{segment}", False, name))
+        items.sort()
+        prefix = base_key + partial
+        for sort_key, is_dir, name in items:
+            if not sort_key.startswith(prefix):
+                continue
+            if start_after is not None:
+                # Every key in a subtree starts with sort_key; skip the subtree when
+                # all of them sort at or before the cursor.
+                if is_dir:
+                    if sort_key < start_after and not start_after.startswith(sort_key):
+                        continue
+                elif sort_key <= start_after:
+                    continue
+            if is_dir:
+                yield from self._walk(directory / name, sort_key, "", start_after)
+            else:
+                yield sort_key
+
+    async def remove_temp_files(self, *, older_than: float = 3600.0) -> int:
+        """Delete temp files left by killed writers; return how many were removed.
+
+        Only ``.tmp-*`` files last modified more than ``older_than`` seconds ago are
+        removed, so writes in flight in other processes are left alone.
+
+        Raises:
+            ValueError: ``older_than`` is negative.
+        """
+        if isinstance(older_than, bool) or not isinstance(older_than, int | float):
+            raise TypeError(f"older_than must be a number, got {type(older_than).__name__}")
+        if older_than < 0:
+            raise ValueError(f"older_than must be >= 0, got {older_than}")
+        return await asyncio.to_thread(self._remove_temp_sync, float(older_than))
+
+    def _remove_temp_sync(self, older_than: float) -> int:
+        if not self.root.is_dir():
+            return 0
+        removed = 0
+        cutoff = time.time() - older_than
+        for dirpath, _dirnames, filenames in os.walk(self.root):
+            for name in filenames:
+                if not name.startswith(_TMP_PREFIX):
+                    continue
+                path = Path(dirpath) / name
+                with contextlib.suppress(FileNotFoundError):
+                    if path.stat().st_mtime <= cutoff:
+                        path.unlink()
+                        removed += 1
+        return removed

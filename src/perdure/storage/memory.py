@@ -1,0 +1,65 @@
+"""MemoryStorage: a :class:`~perdure.storage.Storage` in a dict, for tests and demos."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+
+from perdure.storage.keys import check_data, validate_key, validate_list_args
+
+__all__ = ["MemoryStorage"]
+
+
+class MemoryStorage:
+    """Keep blobs in process memory; nothing survives the process.
+
+    Thread-safe and loop-agnostic (a ``threading.Lock``, no I/O). ``write`` is atomic
+    for readers in this process. Useful in tests of code that takes a ``Storage``.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._blobs: dict[str, bytes] = {}
+        self._sorted: list[str] = []
+
+    async def write(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key``, replacing any previous value (see ``Storage``)."""
+        validate_key(key)
+        blob = check_data(data)
+        with self._lock:
+            if key not in self._blobs:
+                bisect.insort(self._sorted, key)
+            self._blobs[key] = blob
+
+    async def read(self, key: str) -> bytes | None:
+        """Return the bytes under ``key`` or ``None`` (see ``Storage``)."""
+        validate_key(key)
+        with self._lock:
+            return self._blobs.get(key)
+
+    async def delete(self, key: str) -> None:
+        """Remove ``key`` if present (idempotent)."""
+        validate_key(key)
+        with self._lock:
+            if self._blobs.pop(key, None) is not None:
+                del self._sorted[bisect.bisect_left(self._sorted, key)]
+
+    async def list(
+        self, prefix: str, *, limit: int | None = None, start_after: str | None = None
+    ) -> list[str]:
+        """Return sorted keys starting with ``prefix`` after ``start_after`` (see ``Storage``)."""
+        validate_list_args(prefix, limit, start_after)
+        result: list[str] = []
+        if limit == 0:
+            return result
+        with self._lock:
+            start = bisect.bisect_left(self._sorted, prefix)
+            if start_after is not None:
+                start = max(start, bisect.bisect_right(self._sorted, start_after))
+            for key in self._sorted[start:]:
+                if not key.startswith(prefix):
+                    break
+                result.append(key)
+                if limit is not None and len(result) >= limit:
+                    break
+        return result

@@ -1,0 +1,59 @@
+"""Keep benchmarks/snapshots.py from rotting: run its smallest case (no timing asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "snapshots.py"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("perdure_benchmark_snapshots", BENCHMARK)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_smallest_benchmark_runs_and_reports_every_target(tmp_path: Path) -> None:
+    bench = load()
+    lines: list[str] = []
+    result = bench.run(
+        (20, 60),
+        ("local", "sqlite", "memory"),
+        bench.STRATEGIES,
+        3,
+        1,
+        12,
+        tmp_path,
+        out=lines.append,
+    )
+    assert len(result["rows"]) == 3 * 3 * 2
+    assert all(row.stored > 0 and row.history > 0 for row in result["rows"])
+    stored, history, _ = result["snapshots"]
+    assert stored > 0
+    assert history > 0
+    text = "\n".join(lines)
+    assert "save/floor" in text
+    assert "targets (issue 4):" in text
+    assert text.count("message save at 60 msgs") == 4
+    assert "12 snapshots" in text
+    assert "local restore of 60 messages" in text
+
+
+def test_the_message_mix_is_valid_and_deterministic() -> None:
+    bench = load()
+    from perdure.types import validate_message
+
+    messages = bench.make_messages(9)
+    assert messages == bench.make_messages(9)
+    for index, message in enumerate(messages):
+        validate_message(message, f"messages[{index}]")
+    assert {"toolUse", "toolResult", "text"} <= {
+        key for m in messages for block in m["content"] for key in block
+    }
