@@ -13,6 +13,7 @@ from perdure.agent import (
     SlidingWindowConversationManager,
     Snapshot,
     SnapshotField,
+    SummarizingConversationManager,
     resolve_snapshot_fields,
 )
 from perdure.errors import PerdureError
@@ -39,6 +40,7 @@ __all__ = [
     "Snapshot",
     "SnapshotField",
     "Storage",
+    "SummarizingConversationManager",
     "ToolContext",
     "__version__",
     "resolve_snapshot_fields",

@@ -38,6 +38,11 @@ def test_demo_kills_its_worker_and_resumes_without_rerunning_a_tool(tmp_path: Pa
     assert "SIGKILL" in text
     assert "resume from after_model (cycle 2) — 6 messages restored from the session" in text
     assert "stop_reason=end_turn" in text
+    # time travel: a checkpoint, a compaction, a restore, and the table of checkpoints
+    assert re.search(r"◆ compact compacted: messages 0–9 folded into one summary \(12 → 3", text)
+    assert "◆ restore restored: 3 → 12 messages" in text
+    table = re.findall(r"^  ([0-9A-Z]{26})   (\w+)", text, flags=re.M)
+    assert [trigger for _, trigger in table] == ["manual", "pre_compaction", "pre_restore"]
     assert "\x1b[" not in text  # colour off when asked
     runs = (tmp_path / "data" / "tool-runs.log").read_text().split()[::2]
     assert sorted(runs) == sorted(

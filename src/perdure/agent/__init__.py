@@ -6,6 +6,7 @@ from perdure.agent.conversation import (
     ConversationManager,
     NullConversationManager,
     SlidingWindowConversationManager,
+    SummarizingConversationManager,
 )
 from perdure.agent.events import (
     AgentEvent,
@@ -52,6 +53,7 @@ __all__ = [
     "SlidingWindowConversationManager",
     "Snapshot",
     "SnapshotField",
+    "SummarizingConversationManager",
     "TextDeltaEvent",
     "ToolEndEvent",
     "ToolInterruptedEvent",

@@ -205,7 +205,9 @@ class Agent:
                 async for event in run_loop(self, start):
                     if isinstance(event, ResultEvent):
                         result = event.result
-                        self.conversation_manager.apply_management(self)
+                        managed = self.conversation_manager.apply_management(self)
+                        if inspect.isawaitable(managed):
+                            await managed
                     yield event
             except BaseException as exc:
                 error = exc

@@ -9,6 +9,7 @@ message whose calls are pending.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -192,6 +193,9 @@ async def _call_model(
     no response, when the invocation is cancelled mid-stream.
     """
     reductions = 0
+    compacting = agent.conversation_manager.maybe_compact(agent)
+    if inspect.isawaitable(compacting):
+        await compacting
     while True:
         await agent.hooks.invoke(BeforeModelCallEvent(agent=agent, cycle_index=cycle))
         tool_specs = agent.tool_registry.specs()
@@ -238,7 +242,9 @@ async def _call_model(
             reductions += 1
             if reductions > MAX_CONTEXT_REDUCTIONS:
                 raise
-            agent.conversation_manager.reduce_context(agent, exc)
+            reduced = agent.conversation_manager.reduce_context(agent, exc)
+            if inspect.isawaitable(reduced):
+                await reduced
             continue
         except Exception as exc:
             await agent.hooks.invoke(

@@ -193,6 +193,7 @@ def gift_finder_script() -> list[Any]:
         _call("t4", "confirm_choice", gift_id="g6"),
         "Done! Your colleague gets the Cold-brew coffee kit ($32): it matches his love of "
         "coffee, stays under budget and is neither a mug nor a notebook. Runner-up: Azul ($39).",
+        FOLLOW_UP_ANSWER,
     ]
 
 
@@ -209,9 +210,22 @@ def scripted_model() -> ScriptedModel:
     script = gift_finder_script()
 
     def respond(messages: list[Message]) -> Any:
+        if messages and messages[0]["content"][0].get("text", "").startswith(
+            ("Transcript:", "Instructions for this summary:")
+        ):
+            return SUMMARY  # a compaction asks for a summary of the transcript
         return script[sum(1 for m in messages if m["role"] == "assistant")]
 
     return ScriptedModel([respond] * len(script) * 2)
+
+
+FOLLOW_UP = "Can you add gift wrapping?"
+FOLLOW_UP_ANSWER = "Yes: the Cold-brew coffee kit will come gift-wrapped."
+SUMMARY = (
+    "GiftGenius helped the user pick a gift for a developer colleague: budget $50, "
+    "likes board games and coffee, no mugs or notebooks. Candidates g1, g2 and g6 passed "
+    "the filter; the user confirmed g6, the Cold-brew coffee kit ($32)."
+)
 
 
 def build_agent(session: Session | None = None) -> Agent:
@@ -414,12 +428,56 @@ async def run_demo(
     for name in ("save_profile", "generate_candidates", "filter_candidates", "confirm_choice"):
         mark = s("✔", "green") if runs[name] == 1 else s("✘", "red")
         out.write(f"  {mark} {name.ljust(20)} {runs[name]}×\n")
-    agent = build_agent(await Session.open(store, SESSION_ID, must_exist=True))
+    session = await Session.open(store, SESSION_ID, must_exist=True)
+    agent = build_agent(session)
     await agent.initialize()
+    await _time_travel(session, agent, out, s)
     snapshot = agent.take_snapshot(app_data={"demo": "gift-finder"})
     _print_snapshot(snapshot, agent, out, s)
     await run_memory_demo(out, s, data_dir / "memory")
     return snapshot
+
+
+async def _time_travel(session: Session, agent: Agent, out: TextIO, s: Style) -> None:
+    """Checkpoint, compact and restore the stored session, with a table of checkpoints."""
+    out.write(s("\nTime travel on the stored session", "bold") + "\n")
+    out.write(s("  user › ", "blue") + FOLLOW_UP + "\n")
+    answer = await agent.invoke_async(FOLLOW_UP)
+    out.write(s("  assistant › ", "magenta") + str(answer) + "\n")
+    mark = await session.checkpoint("gift chosen")
+    out.write(
+        s("  ◆ checkpoint ", "cyan")
+        + f"{mark.checkpoint_id} ({mark.label!r}, {mark.message_count} messages)\n"
+    )
+    before = len(agent.messages)
+    compacted = await session.compact(instructions="keep the budget and the chosen gift")
+    assert compacted.removed_range is not None
+    out.write(
+        s("  ◆ compact ", "cyan")
+        + f"{compacted.status}: messages {compacted.removed_range[0]}–"
+        + f"{compacted.removed_range[1] - 1} folded into one summary "
+        + f"({before} → {len(agent.messages)} messages; pre_compaction checkpoint first)\n"
+    )
+    out.write(
+        s("    ↳ ", "dim")
+        + s(_shorten(agent.messages[0]["content"][0]["text"].replace("\n", " ")), "dim")
+        + "\n"
+    )
+    restored = await session.restore(mark.checkpoint_id)
+    out.write(
+        s("  ◆ restore ", "cyan")
+        + f"{restored.status}: {restored.from_messages} → {restored.to_messages} messages "
+        + "(the full history is back; a pre_restore checkpoint keeps the compacted one)\n"
+    )
+    rows = await session.list_checkpoints()
+    out.write(
+        s("\n  checkpoint id                trigger          label         messages", "bold") + "\n"
+    )
+    for meta in rows:
+        out.write(
+            f"  {meta.checkpoint_id}   {meta.trigger:<16} {meta.label or '—'!s:<13} "
+            f"{meta.message_count:>8}\n"
+        )
 
 
 def _print_snapshot(snapshot: Snapshot, agent: Agent, out: TextIO, s: Style) -> None:

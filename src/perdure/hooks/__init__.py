@@ -5,11 +5,15 @@ from perdure.hooks.events import (
     AfterModelCallEvent,
     AfterToolCallEvent,
     AgentInitializedEvent,
+    BeforeCompactEvent,
     BeforeInvocationEvent,
     BeforeModelCallEvent,
     BeforeToolCallEvent,
     HookEvent,
     MessageAddedEvent,
+    SessionCheckpointedEvent,
+    SessionCompactedEvent,
+    SessionRestoredEvent,
 )
 from perdure.hooks.middleware import (
     InvokeModelContext,
@@ -24,6 +28,7 @@ __all__ = [
     "AfterModelCallEvent",
     "AfterToolCallEvent",
     "AgentInitializedEvent",
+    "BeforeCompactEvent",
     "BeforeInvocationEvent",
     "BeforeModelCallEvent",
     "BeforeToolCallEvent",
@@ -36,4 +41,7 @@ __all__ = [
     "MessageAddedEvent",
     "Middleware",
     "MiddlewareRegistry",
+    "SessionCheckpointedEvent",
+    "SessionCompactedEvent",
+    "SessionRestoredEvent",
 ]

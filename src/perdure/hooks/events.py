@@ -96,3 +96,49 @@ class AfterToolCallEvent(HookEvent):
     invocation_state: dict[str, Any] = field(default_factory=dict)
     exception: BaseException | None = None
     should_reverse_callbacks: ClassVar[bool] = True
+
+
+@dataclass
+class BeforeCompactEvent(HookEvent):
+    """A compaction is about to fold messages ``[0, end)`` into a summary.
+
+    Set ``cancel`` to a reason (or ``True``) to block it: the compaction is
+    rejected with ``hook_blocked`` and nothing is written.
+    """
+
+    end: int = 0
+    trigger: str = "manual"
+    cancel: bool | str = False
+
+
+@dataclass
+class SessionCheckpointedEvent(HookEvent):
+    """A session checkpoint was written (before any compaction or restore it guards)."""
+
+    session_id: str = ""
+    checkpoint_id: str = ""
+    trigger: str = "manual"
+    label: str | None = None
+    message_count: int = 0
+
+
+@dataclass
+class SessionCompactedEvent(HookEvent):
+    """Messages ``removed_range`` were folded into a summary and the store rewritten."""
+
+    session_id: str = ""
+    compaction_id: str = ""
+    removed_range: tuple[int, int] = (0, 0)
+    checkpoint_id: str | None = None
+    trigger: str = "manual"
+
+
+@dataclass
+class SessionRestoredEvent(HookEvent):
+    """The session's history was replaced by a checkpoint's."""
+
+    session_id: str = ""
+    checkpoint_id: str = ""
+    from_messages: int = 0
+    to_messages: int = 0
+    pre_restore_checkpoint_id: str | None = None

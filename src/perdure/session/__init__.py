@@ -1,7 +1,16 @@
 """Sessions: message-log stores, the Session manager, paging (SPEC §7)."""
 
+from perdure.session.checkpoints import (
+    CheckpointMeta,
+    CheckpointRecord,
+    CheckpointStore,
+    FileCheckpointStore,
+    MemoryCheckpointStore,
+)
+from perdure.session.export import EXPORT_FORMAT
 from perdure.session.file_store import FileSessionStore, Segmentation, SessionRecoveryReport
 from perdure.session.ids import new_session_id, validate_session_id
+from perdure.session.results import CompactResult, RestoreResult
 from perdure.session.session import Session, read_history_page
 from perdure.session.snapshot_manager import (
     BidiAgentSaveLatestStrategy,
@@ -10,6 +19,7 @@ from perdure.session.snapshot_manager import (
     SnapshotSessionManager,
     SnapshotTrigger,
 )
+from perdure.session.storage_checkpoints import StorageCheckpointStore
 from perdure.session.store import (
     CommitResult,
     HistoryPage,
@@ -21,11 +31,19 @@ from perdure.session.store import (
 )
 
 __all__ = [
+    "EXPORT_FORMAT",
     "BidiAgentSaveLatestStrategy",
+    "CheckpointMeta",
+    "CheckpointRecord",
+    "CheckpointStore",
     "CommitResult",
+    "CompactResult",
+    "FileCheckpointStore",
     "FileSessionStore",
     "HistoryPage",
+    "MemoryCheckpointStore",
     "MultiAgentSaveLatestStrategy",
+    "RestoreResult",
     "SaveLatestStrategy",
     "Segmentation",
     "Session",
@@ -35,6 +53,7 @@ __all__ = [
     "SessionStore",
     "SnapshotSessionManager",
     "SnapshotTrigger",
+    "StorageCheckpointStore",
     "SupportsFlush",
     "SupportsHistoryPage",
     "new_session_id",

@@ -62,6 +62,11 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:HASH_LEN]
 
 
+def blob_hash(data: bytes) -> str:
+    """The hash of a stored blob (a checkpoint body), as long as a row hash."""
+    return hashlib.sha256(data).hexdigest()[:HASH_LEN]
+
+
 def encode_json(value: Any, where: str) -> str:
     """Compact JSON text for ``value`` with ``bytes`` encoded.
 

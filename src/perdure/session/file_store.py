@@ -58,6 +58,7 @@ from perdure.errors import SessionConflictError, SessionCorruptedError, SessionN
 from perdure.session import journal
 from perdure.session._locks import LockTable
 from perdure.session.attachments import extract_attachments, is_valid_digest, resolve_attachments
+from perdure.session.checkpoints import FileCheckpointStore
 from perdure.session.ids import validate_session_id
 from perdure.session.journal import GENESIS, JournalDamage, Record
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
@@ -222,6 +223,12 @@ class FileSessionStore:
             else self.root / ".session-recovery-quarantine"
         )
         self.max_checkpoints = max_checkpoints
+        self.checkpoints = FileCheckpointStore(
+            self.root,
+            max_checkpoints=max_checkpoints,
+            _layout=lambda session_id: self.session_dir(session_id) / "checkpoints",
+        )
+        """Checkpoints beside each session (``<session dir>/checkpoints/``), deleted with it."""
         self.attachment_threshold = attachment_threshold
         self._locks = LockTable(self.root / ".locks")
         self._tails: dict[str, _Tail] = {}

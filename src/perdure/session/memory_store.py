@@ -7,6 +7,11 @@ that equals what a persistent store would return — and a message that a persis
 store would refuse (not JSON-serialisable, malformed) is refused here too. Tail
 tokens, conflicts, redactions, rewrites and pages behave the same way.
 
+Checkpoints live in :attr:`MemorySessionStore.checkpoints`, a
+:class:`~perdure.session.checkpoints.MemoryCheckpointStore`: deleting a session drops
+its checkpoints, and a session created anew starts without any (as in the
+persistent stores).
+
 Guarantees: a commit is applied entirely or not at all (everything is encoded
 before anything changes). Nothing survives the process. Every coroutine may be
 awaited from any event loop and any thread (a ``threading`` lock guards the data;
@@ -37,6 +42,7 @@ from perdure.session._sqlite_codec import (
     new_tail,
     utc_now,
 )
+from perdure.session.checkpoints import MemoryCheckpointStore
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
@@ -60,12 +66,20 @@ class _Entry:
 
 
 class MemorySessionStore:
-    """Sessions in memory with the semantics of the persistent stores (see the module)."""
+    """Sessions in memory with the semantics of the persistent stores (see the module).
 
-    def __init__(self) -> None:
+    Args:
+        max_checkpoints: keep at most this many checkpoints per session in
+            :attr:`checkpoints` (the oldest are evicted, whatever their trigger).
+    """
+
+    def __init__(self, *, max_checkpoints: int | None = None) -> None:
         self._sessions: dict[str, _Entry] = {}
         self._guard = Lock()
         self._locks = LockTable()
+        self.checkpoints = MemoryCheckpointStore(max_checkpoints=max_checkpoints)
+        """Checkpoints kept beside the sessions, dropped with their session."""
+        self.max_checkpoints = self.checkpoints.max_checkpoints
 
     def __repr__(self) -> str:
         return f"MemorySessionStore(<{len(self._sessions)} sessions>)"
@@ -86,6 +100,8 @@ class MemorySessionStore:
                 if entry is None:
                     now = utc_now()
                     entry = self._sessions[session_id] = _Entry(now, now, new_tail(0))
+                    # Leftovers put before the session existed do not belong to it.
+                    self.checkpoints.drop_session(session_id)
                     return entry.meta(session_id)
         if not exist_ok:
             raise SessionConflictError(f"session {session_id!r} already exists")
@@ -192,7 +208,7 @@ class MemorySessionStore:
             return CommitResult(entry.tail, len(entry.bodies))
 
     async def delete(self, session_id: str) -> None:
-        """Forget a session; an absent session is fine.
+        """Forget a session and its checkpoints; an absent session is fine.
 
         Raises:
             SessionLockedError: another writer holds the session's lock.
@@ -200,6 +216,7 @@ class MemorySessionStore:
         validate_session_id(session_id)
         with self._locks.for_write(session_id), self._guard:
             self._sessions.pop(session_id, None)
+            self.checkpoints.drop_session(session_id)
 
     def writer_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Hold the session's writer lock for an ``async with`` block (this process only).

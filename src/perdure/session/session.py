@@ -19,28 +19,54 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, overload
+import os
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from perdure._runner import in_running_loop, is_runner_thread, run_blocking
 from perdure.agent.conversation.pairing import repair_tool_pairs
+from perdure.agent.conversation.summarize import (
+    SummaryError,
+    latest_user_turn,
+    summarize,
+    summary_message,
+)
 from perdure.agent.interrupt_state import InterruptState
 from perdure.errors import (
     SessionConflictError,
     SessionCorruptedError,
     SessionLockedError,
+    SessionMismatchError,
     SessionNotFoundError,
+    StoreNotWiredError,
     TurnRunningError,
 )
 from perdure.hooks import (
     AfterInvocationEvent,
     AgentInitializedEvent,
+    BeforeCompactEvent,
     BeforeInvocationEvent,
+    HookEvent,
     HookRegistry,
     MessageAddedEvent,
+    SessionCheckpointedEvent,
+    SessionCompactedEvent,
+    SessionRestoredEvent,
 )
+from perdure.session.checkpoints import (
+    CheckpointMeta,
+    CheckpointRecord,
+    CheckpointStore,
+    CheckpointTrigger,
+    FileCheckpointStore,
+    check_checkpoint_id,
+    new_checkpoint_id,
+    now_iso,
+)
+from perdure.session.export import export_checkpoint_bytes, import_checkpoint_bytes
 from perdure.session.ids import new_session_id, validate_session_id
 from perdure.session.paging import check_page_args, page_bounds
+from perdure.session.results import CompactResult, RestoreResult
 from perdure.session.store import (
     HistoryPage,
     SessionRecord,
@@ -48,6 +74,7 @@ from perdure.session.store import (
     SupportsFlush,
     SupportsHistoryPage,
 )
+from perdure.session.ulid import new_ulid as new_compaction_id
 from perdure.state import AgentState
 from perdure.types import Message, validate_message
 
@@ -104,15 +131,46 @@ class Session:
         store: where the session lives.
         session_id: open this session, creating it if absent; ``None`` starts a new
             one with a fresh id.
+        checkpoints: where the session's checkpoints live: ``None`` for the store's
+            own (``store.checkpoints``: beside the session, deleted with it), a
+            directory for an independent :class:`FileCheckpointStore`, any
+            :class:`CheckpointStore`, or ``False`` for none (checkpoint operations
+            then report ``store_not_wired``).
+        checkpoint_before_compact: write a ``pre_compaction`` checkpoint before every
+            compaction unless ``compact(checkpoint=...)`` says otherwise.
 
     Give it to ``Agent(session_manager=session)``. Every coroutine may be awaited
     from any event loop and any thread.
     """
 
-    def __init__(self, store: SessionStore, session_id: str | None = None) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        session_id: str | None = None,
+        *,
+        checkpoints: CheckpointStore | str | os.PathLike[str] | Literal[False] | None = None,
+        checkpoint_before_compact: bool = True,
+    ) -> None:
         if not isinstance(store, SessionStore):
             raise TypeError(f"store must implement SessionStore, got {type(store).__name__}")
         self.store = store
+        if checkpoints is None:
+            found = getattr(store, "checkpoints", None)
+            self.checkpoints: CheckpointStore | None = (
+                found if isinstance(found, CheckpointStore) else None
+            )
+        elif checkpoints is False:
+            self.checkpoints = None
+        elif isinstance(checkpoints, str | os.PathLike):
+            self.checkpoints = FileCheckpointStore(checkpoints)
+        elif isinstance(checkpoints, CheckpointStore):
+            self.checkpoints = checkpoints
+        else:
+            raise TypeError(
+                "checkpoints must be a CheckpointStore, a directory, None or False, "
+                f"got {checkpoints!r}"
+            )
+        self.checkpoint_before_compact = checkpoint_before_compact
         self._new = session_id is None
         self.session_id = (
             validate_session_id(session_id) if session_id is not None else new_session_id()
@@ -122,6 +180,7 @@ class Session:
         self._agent: Agent | None = None
         self._tail: str | None = None
         self._lock_stack: contextlib.AsyncExitStack | None = None
+        self._holding = False
         self._synced: tuple[Any, ...] | None = None
 
     def __repr__(self) -> str:
@@ -181,6 +240,7 @@ class Session:
         stack = contextlib.AsyncExitStack()
         await stack.enter_async_context(self.store.writer_lock(self.session_id))
         self._lock_stack = stack
+        self._holding = True
 
     async def _on_message_added(self, event: MessageAddedEvent) -> None:
         await self._commit(event.agent)
@@ -193,6 +253,7 @@ class Session:
                 await self.store.flush(self.session_id)
         finally:
             stack, self._lock_stack = self._lock_stack, None
+            self._holding = False
             if stack is not None:
                 await stack.aclose()
 
@@ -209,7 +270,7 @@ class Session:
         agent = self._require_agent()
         if agent.turn_running:
             raise TurnRunningError("session.save() while a turn runs; the turn persists itself")
-        async with self.store.writer_lock(self.session_id):
+        async with self._locked():
             await self._commit(agent, state_only=True)
 
     async def history(self, offset: int = 0, limit: int = 50) -> HistoryPage:
@@ -230,13 +291,326 @@ class Session:
             raise ValueError("there is no message to redact")
         index = agent.conversation_manager.removed_message_count + len(agent.messages) - 1
         agent.messages[-1] = replacement
-        if self._lock_stack is not None:  # inside a turn: the lock is ours
-            await self._commit(agent, redactions={index: replacement})
-            return
-        async with self.store.writer_lock(self.session_id):
+        async with self._locked():
             await self._commit(agent, redactions={index: replacement})
 
+    # ------------------------------------------------------------------ checkpoints
+
+    async def checkpoint(self, label: str | None = None) -> CheckpointMeta:
+        """Write a ``manual`` checkpoint of the whole stored session now.
+
+        Raises:
+            TurnRunningError: the agent is running a turn (no side effect).
+            StoreNotWiredError: the session has no checkpoint store.
+            SessionLockedError: another writer holds the session.
+        """
+        if label is not None and not isinstance(label, str):
+            raise TypeError(f"label must be a str or None, got {type(label).__name__}")
+        self._refuse_during_turn("checkpoint")
+        checkpoints = self._require_checkpoints("checkpoint")
+        async with self._locked():
+            return await self._write_checkpoint(checkpoints, "manual", label)
+
+    async def list_checkpoints(self) -> list[CheckpointMeta]:
+        """The session's checkpoints, oldest first (``[]`` when none are wired)."""
+        if self.checkpoints is None:
+            return []
+        return await self.checkpoints.list(self.session_id)
+
+    async def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Delete a checkpoint; deleting one that is gone is fine.
+
+        Raises:
+            ValueError: ``checkpoint_id`` is not a well-formed ULID.
+            TurnRunningError: the agent is running a turn.
+        """
+        check_checkpoint_id(checkpoint_id)
+        self._refuse_during_turn("delete_checkpoint")
+        if self.checkpoints is not None:
+            await self.checkpoints.delete(self.session_id, checkpoint_id)
+
+    async def restore(self, checkpoint_id: str, checkpoint: bool = True) -> RestoreResult:
+        """Replace the whole history with a checkpoint's (``rewritten`` commit).
+
+        A ``pre_restore`` checkpoint of the current state is written first unless
+        ``checkpoint=False``. Restoring the same checkpoint twice rewrites twice.
+
+        Raises:
+            ValueError: ``checkpoint_id`` is not a well-formed ULID.
+            CheckpointNotFoundError: no such checkpoint.
+            SessionMismatchError: the checkpoint belongs to another session.
+        """
+        check_checkpoint_id(checkpoint_id)
+        if self._agent is not None and self._agent.turn_running:
+            return RestoreResult("rejected", "turn_running")
+        if self.checkpoints is None:
+            return RestoreResult("rejected", "store_not_wired")
+        record = await self._load_checkpoint(self.checkpoints, checkpoint_id)
+        async with self._locked():
+            current = await self.store.get(self.session_id)
+            pre: CheckpointMeta | None = None
+            if checkpoint:
+                pre = await self._write_checkpoint(self.checkpoints, "pre_restore", None, current)
+            result = await self.store.commit(
+                self.session_id,
+                record.messages,
+                agent_state=record.agent_state,
+                rewritten=True,
+                expected_tail=current.tail,
+            )
+            self._tail = result.tail
+            if self._agent is not None:
+                restored = await self.store.get(self.session_id)
+                self._reset_agent(self._agent)
+                await self._restore(self._agent, restored)
+        outcome = RestoreResult(
+            "restored",
+            None,
+            current.meta.message_count,
+            len(record.messages),
+            pre.checkpoint_id if pre else None,
+        )
+        await self._emit(
+            SessionRestoredEvent,
+            session_id=self.session_id,
+            checkpoint_id=checkpoint_id,
+            from_messages=outcome.from_messages,
+            to_messages=outcome.to_messages,
+            pre_restore_checkpoint_id=outcome.pre_restore_checkpoint_id,
+        )
+        return outcome
+
+    async def fork(self, checkpoint_id: str) -> str:
+        """Start a new session from a checkpoint; this session is untouched.
+
+        Returns the new session's id.
+
+        Raises:
+            ValueError: ``checkpoint_id`` is not a well-formed ULID.
+            StoreNotWiredError: no checkpoint store is wired.
+            CheckpointNotFoundError: no such checkpoint.
+            SessionMismatchError: the checkpoint belongs to another session.
+        """
+        check_checkpoint_id(checkpoint_id)
+        checkpoints = self._require_checkpoints("fork")
+        record = await self._load_checkpoint(checkpoints, checkpoint_id)
+        new_id = new_session_id()
+        await self.store.create(new_id)
+        async with self.store.writer_lock(new_id):
+            await self.store.commit(new_id, record.messages, agent_state=record.agent_state)
+        return new_id
+
+    async def export_checkpoint(self, checkpoint_id: str) -> bytes:
+        """A self-contained ``perdure-checkpoint/1`` export of a checkpoint.
+
+        Raises:
+            ValueError: ``checkpoint_id`` is not a well-formed ULID.
+            StoreNotWiredError: no checkpoint store is wired.
+            CheckpointNotFoundError: no such checkpoint.
+        """
+        check_checkpoint_id(checkpoint_id)
+        checkpoints = self._require_checkpoints("export_checkpoint")
+        return export_checkpoint_bytes(await self._load_checkpoint(checkpoints, checkpoint_id))
+
+    async def import_checkpoint(self, data: bytes) -> CheckpointMeta:
+        """Verify an export and store it as an ``import`` checkpoint of this session.
+
+        Raises:
+            CheckpointImportError: the export failed any check; nothing was written.
+            StoreNotWiredError: no checkpoint store is wired.
+        """
+        imported = import_checkpoint_bytes(data)
+        checkpoints = self._require_checkpoints("import_checkpoint")
+        meta = CheckpointMeta(
+            checkpoint_id=await new_checkpoint_id(checkpoints, self.session_id),
+            session_id=self.session_id,
+            trigger="import",
+            label=imported.meta.label,
+            message_count=len(imported.messages),
+            created_at=now_iso(),
+        )
+        await checkpoints.put(CheckpointRecord(meta, imported.messages, imported.agent_state))
+        return meta
+
+    # ------------------------------------------------------------------ compaction
+
+    async def compact(
+        self, instructions: str | None = None, checkpoint: bool | None = None
+    ) -> CompactResult:
+        """Fold everything before the latest user turn into one summary message.
+
+        A ``pre_compaction`` checkpoint is written first (unless ``checkpoint`` is
+        false, or ``None`` and the session's default is off). Needs no known context
+        window: any non-empty text the model returns is a valid summary. The model is
+        the conversation manager's summarisation model if it names one, else the
+        agent's.
+        """
+        agent = self._agent
+        if agent is not None and agent.turn_running:
+            return CompactResult("rejected", "turn_running")
+        if agent is None:
+            return CompactResult("rejected", "not_configured")
+        if not agent.messages:
+            return CompactResult("rejected", "empty_history")
+        end = latest_user_turn(agent.messages)
+        async with self._locked():
+            return await self._compact(
+                agent, end, instructions=instructions, checkpoint=checkpoint, trigger="manual"
+            )
+
+    async def apply_compaction(
+        self, agent: Agent, end: int, summary: str, *, trigger: str = "auto"
+    ) -> CompactResult:
+        """Fold ``agent.messages[:end]`` into ``summary`` (automatic compaction in a turn).
+
+        Called by :class:`SummarizingConversationManager`; writes the
+        ``pre_compaction`` checkpoint and rewrites the store like :meth:`compact`.
+        """
+        async with self._locked():
+            return await self._compact(agent, end, summary=summary, trigger=trigger)
+
+    async def _compact(
+        self,
+        agent: Agent,
+        end: int,
+        *,
+        instructions: str | None = None,
+        summary: str | None = None,
+        checkpoint: bool | None = None,
+        trigger: str,
+    ) -> CompactResult:
+        before = await agent.hooks.invoke(BeforeCompactEvent(agent=agent, end=end, trigger=trigger))
+        if before.cancel:
+            return CompactResult("rejected", "hook_blocked")
+        await self._commit(agent, state_only=True)
+        pre: CheckpointMeta | None = None
+        wanted = self.checkpoint_before_compact if checkpoint is None else checkpoint
+        if wanted and self.checkpoints is not None:
+            pre = await self._write_checkpoint(self.checkpoints, "pre_compaction", None)
+        pre_id = pre.checkpoint_id if pre else None
+        if end <= 0:
+            return CompactResult("failed", "nothing_to_compact", checkpoint_id=pre_id)
+        if summary is None:
+            manager = agent.conversation_manager
+            model = getattr(manager, "summarization_model", None) or agent.model
+            try:
+                summary = await summarize(
+                    model,
+                    agent.messages[:end],
+                    instructions=instructions,
+                    prompt=getattr(manager, "summarization_prompt", None),
+                )
+            except SummaryError as exc:
+                return CompactResult("failed", exc.reason, checkpoint_id=pre_id)
+        offset = agent.conversation_manager.removed_message_count
+        folded = [summary_message(summary), *agent.messages[end:]]
+        agent.conversation_manager.removed_message_count = 0
+        try:
+            result = await self.store.commit(
+                self.session_id,
+                folded,
+                agent_state=_agent_state(agent),
+                rewritten=True,
+                expected_tail=self._tail,
+            )
+        except BaseException:
+            agent.conversation_manager.removed_message_count = offset
+            raise
+        agent.messages[:] = folded
+        self._tail = result.tail
+        self._synced = self._state_key(agent)
+        compaction = CompactResult(
+            "compacted", None, new_compaction_id(), (0, offset + end), pre_id
+        )
+        await self._emit(
+            SessionCompactedEvent,
+            session_id=self.session_id,
+            compaction_id=compaction.compaction_id or "",
+            removed_range=compaction.removed_range or (0, 0),
+            checkpoint_id=pre_id,
+            trigger=trigger,
+        )
+        return compaction
+
     # ------------------------------------------------------------------ internals
+
+    @contextlib.asynccontextmanager
+    async def _locked(self) -> AsyncIterator[None]:
+        """Hold the session's writer lock, unless this session already holds it."""
+        if self._holding:
+            yield
+            return
+        async with self.store.writer_lock(self.session_id):
+            self._holding = True
+            try:
+                yield
+            finally:
+                self._holding = False
+
+    def _refuse_during_turn(self, operation: str) -> None:
+        if self._agent is not None and self._agent.turn_running:
+            raise TurnRunningError(f"session.{operation}() is refused while a turn runs")
+
+    def _require_checkpoints(self, operation: str) -> CheckpointStore:
+        if self.checkpoints is None:
+            raise StoreNotWiredError(
+                f"session.{operation}() needs a checkpoint store; none is wired "
+                "(pass checkpoints= to Session, or use a store that keeps them)"
+            )
+        return self.checkpoints
+
+    async def _load_checkpoint(
+        self, checkpoints: CheckpointStore, checkpoint_id: str
+    ) -> CheckpointRecord:
+        record = await checkpoints.get(self.session_id, checkpoint_id)
+        if record.meta.session_id != self.session_id:
+            raise SessionMismatchError(
+                f"checkpoint {checkpoint_id} belongs to session {record.meta.session_id!r}, "
+                f"not {self.session_id!r}"
+            )
+        return record
+
+    async def _write_checkpoint(
+        self,
+        checkpoints: CheckpointStore,
+        trigger: CheckpointTrigger,
+        label: str | None,
+        current: SessionRecord | None = None,
+    ) -> CheckpointMeta:
+        """Snapshot the stored session (after syncing the agent's state) as a checkpoint."""
+        if current is None:
+            if self._agent is not None:
+                await self._commit(self._agent, state_only=True)
+            current = await self.store.get(self.session_id)
+        meta = CheckpointMeta(
+            checkpoint_id=await new_checkpoint_id(checkpoints, self.session_id),
+            session_id=self.session_id,
+            trigger=trigger,
+            label=label,
+            message_count=current.meta.message_count,
+            created_at=now_iso(),
+        )
+        await checkpoints.put(CheckpointRecord(meta, current.messages, current.agent_state))
+        await self._emit(
+            SessionCheckpointedEvent,
+            session_id=self.session_id,
+            checkpoint_id=meta.checkpoint_id,
+            trigger=trigger,
+            label=label,
+            message_count=meta.message_count,
+        )
+        return meta
+
+    async def _emit(self, event_type: type[HookEvent], **fields: Any) -> None:
+        if self._agent is not None:
+            await self._agent.hooks.invoke(event_type(agent=self._agent, **fields))
+
+    def _reset_agent(self, agent: Agent) -> None:
+        """Forget the agent's state before a restore puts the checkpoint's in."""
+        agent.state = AgentState()
+        agent.interrupt_state = InterruptState()
+        agent.model_state = {}
+        agent.conversation_manager.removed_message_count = 0
 
     def _require_agent(self) -> Agent:
         if self._agent is None:
@@ -273,7 +647,7 @@ class Session:
         offset = agent.conversation_manager.removed_message_count
         if changes:
             # Write the repair back once, so the session is never repaired again.
-            async with self.store.writer_lock(self.session_id):
+            async with self._locked():
                 result = await self.store.commit(
                     self.session_id, repaired, rewritten=True, expected_tail=self._tail
                 )

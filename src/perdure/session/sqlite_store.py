@@ -11,12 +11,22 @@ Schema (tables are prefixed so the file can be shared with other data)::
     perdure_messages(key INTEGER PRIMARY KEY,         -- sid << 32 | message index
                      body, hash,                      -- message JSON; chain hash
                      redacted, redacted_hash)         -- replacement JSON; its hash
+    perdure_checkpoints(session_id, checkpoint_id,    -- PRIMARY KEY (both)
+                        trigger, label, message_count, created_at,  -- the meta
+                        body BLOB, hash)              -- CheckpointRecord JSON; its hash
 
 A message row's key packs the session and the index, so a session's history is one
 contiguous range of the table's own B-tree: an append touches one leaf, a page reads
 only its rows, and no secondary index costs space. ``hash = sha256(prev_hash + body)``
 truncated to 32 hex digits (row 0 chains to 32 zeros); a redaction is hashed as
 ``sha256(row_hash + redacted)``; ``head`` anchors the end of the chain.
+
+Checkpoints (:attr:`SQLiteSessionStore.checkpoints`) live in the same database, a
+row each, keyed by session id and checkpoint id: ``body`` is
+:meth:`~perdure.session.checkpoints.CheckpointRecord.to_json_bytes` and ``hash``
+its sha256 (truncated like row hashes), and the meta columns let ``list`` read no
+body. A put (with its retention) and a session's ``delete`` (with its checkpoints)
+are each one transaction, durable like a commit.
 
 Guarantees:
 
@@ -39,6 +49,12 @@ Guarantees:
   two connections (one for writes, one for reads) guarded by ``threading`` locks;
   nothing is bound to an event loop. A coroutine cancelled while its commit runs
   does not stop the commit.
+- **Checkpoints**: ``checkpoints.get`` verifies the body against its hash and its
+  meta columns and parses it; a damaged checkpoint raises ``SessionCorruptedError``
+  naming the session and the checkpoint. ``max_checkpoints`` retention runs in the
+  put's transaction. A session's checkpoints are deleted with it, and a session
+  created anew starts without any (a put for a session that does not exist yet is
+  kept until the session is created or deleted, as in the file store).
 - sqlite3 exceptions never leak: busy/locked → ``SessionLockedError``; a damaged
   file, not a database, or a schema that is not ours → ``SessionCorruptedError``;
   anything else (I/O, permissions, a full disk) → ``OSError``.
@@ -59,6 +75,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perdure.errors import (
+    CheckpointNotFoundError,
     SessionConflictError,
     SessionCorruptedError,
     SessionLockedError,
@@ -68,6 +85,7 @@ from perdure.session._locks import LockTable
 from perdure.session._sqlite_codec import (
     ZERO_HASH,
     DecodeError,
+    blob_hash,
     chain_hash,
     check_commit_args,
     check_list_args,
@@ -81,12 +99,18 @@ from perdure.session._sqlite_codec import (
     text_hash,
     utc_now,
 )
+from perdure.session.checkpoints import (
+    CheckpointMeta,
+    CheckpointRecord,
+    check_checkpoint_id,
+    check_max_checkpoints,
+)
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
 from perdure.types import Message
 
-__all__ = ["Durability", "SQLiteSessionStore"]
+__all__ = ["Durability", "SQLiteCheckpointStore", "SQLiteSessionStore"]
 
 Durability = Literal["commit", "none"]
 
@@ -123,8 +147,25 @@ _SCHEMA = (
         redacted TEXT,
         redacted_hash TEXT
     )""",
+    # A rowid table (not WITHOUT ROWID): bodies are large, and list reads only the
+    # meta columns through the primary-key index.
+    """CREATE TABLE IF NOT EXISTS perdure_checkpoints (
+        session_id TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        trigger TEXT NOT NULL,
+        label TEXT,
+        message_count INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        body BLOB NOT NULL,
+        hash TEXT NOT NULL,
+        PRIMARY KEY (session_id, checkpoint_id)
+    )""",
 )
-_TABLES = frozenset({"perdure_sessions", "perdure_states", "perdure_messages"})
+# A database made before checkpoints existed lacks the last table: the schema
+# statements (all IF NOT EXISTS) then add it on first connect.
+_TABLES = frozenset(
+    {"perdure_sessions", "perdure_states", "perdure_messages", "perdure_checkpoints"}
+)
 
 _SELECT_SESSION = (
     "SELECT sid, created_at, updated_at, message_count, head, writes, tail, state_hash "
@@ -135,6 +176,8 @@ _SELECT_ROWS = (
     "WHERE key >= ? AND key < ? ORDER BY key"
 )
 _INSERT_ROW = "INSERT INTO perdure_messages (key, body, hash) VALUES (?, ?, ?)"
+_META_COLUMNS = "checkpoint_id, trigger, label, message_count, created_at"
+_DELETE_CHECKPOINTS = "DELETE FROM perdure_checkpoints WHERE session_id = ?"
 
 # SQLite primary result codes (https://sqlite.org/rescode.html).
 _SQLITE_BUSY_CODES = frozenset({5, 6})  # BUSY, LOCKED
@@ -228,6 +271,8 @@ class SQLiteSessionStore:
             commit; :meth:`flush` makes earlier commits durable).
         busy_timeout: seconds a statement waits for a database locked by another
             connection before raising ``SessionLockedError``.
+        max_checkpoints: keep at most this many checkpoints per session in
+            :attr:`checkpoints` (the oldest are evicted, whatever their trigger).
 
     The store opens its connections on first use; :meth:`close` closes them (the
     store stays usable and reopens on the next call).
@@ -239,6 +284,7 @@ class SQLiteSessionStore:
         *,
         durability: Durability = "commit",
         busy_timeout: float = 5.0,
+        max_checkpoints: int | None = None,
     ) -> None:
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
@@ -258,9 +304,12 @@ class SQLiteSessionStore:
         self.path = Path(path)
         self.durability: Durability = durability
         self.busy_timeout = float(busy_timeout)
+        self.max_checkpoints = check_max_checkpoints(max_checkpoints)
         self._locks = LockTable(Path(str(path) + ".locks"))
         self._writer = _Slot()
         self._reader = _Slot()
+        self.checkpoints = SQLiteCheckpointStore(self)
+        """Checkpoints in this database, deleted with their session."""
 
     def __repr__(self) -> str:
         return f"SQLiteSessionStore({str(self.path)!r}, durability={self.durability!r})"
@@ -637,6 +686,9 @@ class SQLiteSessionStore:
                     )
                     if cursor.lastrowid is None or cursor.lastrowid > _MAX_SID:
                         raise OSError(f"SQLite session store {self.path} has run out of ids")
+                    # A new session starts without checkpoints, even ones put before
+                    # it existed (the file store wipes such leftovers the same way).
+                    conn.execute(_DELETE_CHECKPOINTS, (session_id,))
                     return SessionMeta(session_id, now, now, 0)
         if not exist_ok:
             raise SessionConflictError(f"session {session_id!r} already exists in {self.path}")
@@ -713,6 +765,7 @@ class SQLiteSessionStore:
             self._use(self._writer) as conn,
             _transaction(conn, "BEGIN IMMEDIATE"),
         ):
+            conn.execute(_DELETE_CHECKPOINTS, (session_id,))
             row = conn.execute(
                 "SELECT sid FROM perdure_sessions WHERE id = ?", (session_id,)
             ).fetchone()
@@ -725,6 +778,104 @@ class SQLiteSessionStore:
             conn.execute("DELETE FROM perdure_states WHERE sid = ?", (row[0],))
             conn.execute("DELETE FROM perdure_sessions WHERE sid = ?", (row[0],))
 
+    # ------------------------------------------------------------------ checkpoints
+
+    def _checkpoint_put(self, meta: CheckpointMeta, record: CheckpointRecord) -> None:
+        body = record.to_json_bytes()  # here, not on the loop: a history can be large
+        with self._use(self._writer) as conn, _transaction(conn, "BEGIN IMMEDIATE"):
+            conn.execute(
+                "INSERT OR REPLACE INTO perdure_checkpoints (session_id, checkpoint_id, "
+                "trigger, label, message_count, created_at, body, hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    meta.session_id,
+                    meta.checkpoint_id,
+                    meta.trigger,
+                    meta.label,
+                    meta.message_count,
+                    meta.created_at,
+                    body,
+                    blob_hash(body),
+                ),
+            )
+            if self.max_checkpoints is not None:
+                # Evict the (max+1)-th newest and everything older.
+                conn.execute(
+                    "DELETE FROM perdure_checkpoints WHERE session_id = ? AND checkpoint_id <= "
+                    "(SELECT checkpoint_id FROM perdure_checkpoints WHERE session_id = ? "
+                    "ORDER BY checkpoint_id DESC LIMIT 1 OFFSET ?)",
+                    (meta.session_id, meta.session_id, self.max_checkpoints),
+                )
+
+    def _checkpoint_get(self, session_id: str, checkpoint_id: str) -> CheckpointRecord:
+        with self._use(self._reader) as conn:
+            row = conn.execute(
+                f"SELECT {_META_COLUMNS}, body, hash FROM perdure_checkpoints "
+                "WHERE session_id = ? AND checkpoint_id = ?",
+                (session_id, checkpoint_id),
+            ).fetchone()
+        if row is None:
+            raise CheckpointNotFoundError(
+                f"checkpoint {checkpoint_id} of session {session_id!r} not found in {self.path}"
+            )
+        meta = self._checkpoint_meta(session_id, checkpoint_id, row[:5])
+        body, stored_hash = row[5], row[6]
+        if not isinstance(body, bytes) or blob_hash(body) != stored_hash:
+            raise self._checkpoint_damage(
+                session_id, checkpoint_id, "the body does not match its hash"
+            )
+        try:
+            record = CheckpointRecord.from_json_bytes(body)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise self._checkpoint_damage(session_id, checkpoint_id, str(exc)) from None
+        if record.meta != meta:
+            raise self._checkpoint_damage(
+                session_id, checkpoint_id, "the body's meta does not match the row's"
+            )
+        return record
+
+    def _checkpoint_list(self, session_id: str) -> builtins.list[CheckpointMeta]:
+        with self._use(self._reader) as conn:
+            rows = conn.execute(
+                f"SELECT {_META_COLUMNS} FROM perdure_checkpoints "
+                "WHERE session_id = ? ORDER BY checkpoint_id",
+                (session_id,),
+            ).fetchall()
+        return [self._checkpoint_meta(session_id, row[0], row) for row in rows]
+
+    def _checkpoint_delete(self, session_id: str, checkpoint_id: str) -> None:
+        with self._use(self._writer) as conn, _transaction(conn, "BEGIN IMMEDIATE"):
+            conn.execute(
+                "DELETE FROM perdure_checkpoints WHERE session_id = ? AND checkpoint_id = ?",
+                (session_id, checkpoint_id),
+            )
+
+    def _checkpoint_meta(
+        self, session_id: str, checkpoint_id: Any, columns: Sequence[Any]
+    ) -> CheckpointMeta:
+        """The meta stored in a row's columns (``checkpoint_id`` first), checked."""
+        fields = ("checkpoint_id", "trigger", "label", "message_count", "created_at")
+        try:
+            return CheckpointMeta.from_dict(
+                {"session_id": session_id, **dict(zip(fields, columns, strict=True))}
+            )
+        except (TypeError, ValueError) as exc:
+            raise self._checkpoint_damage(session_id, str(checkpoint_id), str(exc)) from None
+
+    def _checkpoint_damage(
+        self, session_id: str, checkpoint_id: str, detail: str
+    ) -> SessionCorruptedError:
+        return SessionCorruptedError(
+            f"session {session_id!r} in {self.path} is damaged: checkpoint {checkpoint_id}: "
+            f"{detail}",
+            details={
+                "session_id": session_id,
+                "file": str(self.path),
+                "kind": "bad_checkpoint",
+                "checkpoint_id": checkpoint_id,
+            },
+        )
+
     def _flush(self) -> None:
         # Holding a write transaction keeps this process's and others' commits (and
         # the checkpoints they run) out while the files are synced.
@@ -732,3 +883,69 @@ class SQLiteSessionStore:
             _fsync_path(Path(f"{self.path}-wal"))
             _fsync_path(self.path)
             _fsync_path(self.path.parent, directory=True)
+
+
+class SQLiteCheckpointStore:
+    """The checkpoints of a :class:`SQLiteSessionStore`, kept in its database.
+
+    Obtained as ``store.checkpoints``; implements
+    :class:`~perdure.session.checkpoints.CheckpointStore`. After ``put`` returns the
+    checkpoint is stored with the durability of a commit of the store, and at most
+    ``max_checkpoints`` of its session remain; after a crash the put and its
+    evictions happened entirely or not at all. SQLite runs in worker threads, so
+    every coroutine may be awaited from any loop and thread.
+    """
+
+    def __init__(self, sessions: SQLiteSessionStore) -> None:
+        self._sessions = sessions
+
+    def __repr__(self) -> str:
+        return f"SQLiteCheckpointStore({str(self._sessions.path)!r})"
+
+    @property
+    def max_checkpoints(self) -> int | None:
+        """The store's retention limit per session (``None``: no limit)."""
+        return self._sessions.max_checkpoints
+
+    async def put(self, record: CheckpointRecord) -> None:
+        """Store ``record`` (replacing one with its id), then apply retention; one transaction.
+
+        Raises:
+            TypeError, ValueError: ``record`` is not a well-formed checkpoint record.
+            SessionLockedError: the database stayed locked past ``busy_timeout``.
+        """
+        if not isinstance(record, CheckpointRecord):
+            raise TypeError(f"record must be a CheckpointRecord, got {type(record).__name__}")
+        meta = CheckpointMeta.from_dict(record.meta.to_dict())
+        await asyncio.to_thread(self._sessions._checkpoint_put, meta, record)
+
+    async def get(self, session_id: str, checkpoint_id: str) -> CheckpointRecord:
+        """Read and verify one checkpoint.
+
+        Raises:
+            ValueError: ``checkpoint_id`` is not a ULID, or ``session_id`` is invalid.
+            CheckpointNotFoundError: no such checkpoint in that session.
+            SessionCorruptedError: its row is damaged.
+        """
+        validate_session_id(session_id)
+        check_checkpoint_id(checkpoint_id)
+        return await asyncio.to_thread(self._sessions._checkpoint_get, session_id, checkpoint_id)
+
+    async def list(self, session_id: str) -> builtins.list[CheckpointMeta]:
+        """The session's checkpoints, oldest first (reads no body).
+
+        Raises:
+            SessionCorruptedError: a row's meta columns are damaged.
+        """
+        validate_session_id(session_id)
+        return await asyncio.to_thread(self._sessions._checkpoint_list, session_id)
+
+    async def delete(self, session_id: str, checkpoint_id: str) -> None:
+        """Delete one checkpoint (absent is fine); durable like a commit.
+
+        Raises:
+            ValueError: ``checkpoint_id`` is not a ULID, or ``session_id`` is invalid.
+        """
+        validate_session_id(session_id)
+        check_checkpoint_id(checkpoint_id)
+        await asyncio.to_thread(self._sessions._checkpoint_delete, session_id, checkpoint_id)

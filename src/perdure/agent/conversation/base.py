@@ -14,6 +14,7 @@ resume, reloads the message log from that offset (seed 000 §5.4).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable
 from typing import Any, NoReturn, Protocol
 
 from perdure.types import Message
@@ -45,15 +46,25 @@ class ConversationManager(ABC):
         self.removed_message_count = 0
 
     @abstractmethod
-    def apply_management(self, agent: SupportsMessages) -> None:
+    def apply_management(self, agent: SupportsMessages) -> Awaitable[None] | None:
         """Bring ``agent.messages`` within this manager's limits, in place.
 
         Called after every invocation. Never raises because the history cannot be
-        reduced: it leaves the history as it is instead.
+        reduced: it leaves the history as it is instead. May be a coroutine (a
+        manager that asks a model for a summary); the agent awaits it.
         """
 
+    def maybe_compact(self, agent: SupportsMessages) -> Awaitable[None] | None:
+        """Called before every model call; a manager may shrink the context here.
+
+        The default does nothing. May be a coroutine; the loop awaits it.
+        """
+        return None
+
     @abstractmethod
-    def reduce_context(self, agent: SupportsMessages, exception: Exception | None = None) -> None:
+    def reduce_context(
+        self, agent: SupportsMessages, exception: Exception | None = None
+    ) -> Awaitable[None] | None:
         """Make ``agent.messages`` smaller, in place, after a context-window overflow.
 
         Args:
