@@ -198,3 +198,24 @@ def test_cancel_without_a_running_turn_does_nothing() -> None:
     agent = Agent(model=ScriptedModel(["hi"]))
     agent.cancel()
     assert agent("hello").stop_reason == "end_turn"
+
+
+class SilentModel:
+    """A model that goes quiet for a long time before its first token."""
+
+    async def stream(self, messages: Any, *, tool_specs: Any, system_prompt: Any) -> Any:
+        await asyncio.sleep(30)
+        yield None  # pragma: no cover - never reached
+
+
+def test_cancel_does_not_wait_for_a_silent_model() -> None:
+    agent = Agent(model=SilentModel())  # type: ignore[arg-type]
+    timer = threading.Timer(0.2, agent.cancel)
+    timer.start()
+    started = time.perf_counter()
+    result = agent("hello?")
+    elapsed = time.perf_counter() - started
+    timer.join()
+    assert result.stop_reason == "cancelled"
+    assert elapsed < 2, f"cancel took {elapsed:.1f} s"
+    assert agent.messages == [{"role": "user", "content": [{"text": "hello?"}]}]

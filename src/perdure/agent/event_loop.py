@@ -8,6 +8,8 @@ message whose calls are pending.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import inspect
 from collections.abc import AsyncIterator
@@ -33,7 +35,14 @@ from perdure.hooks import (
     InvokeModelContext,
     InvokeModelStage,
 )
-from perdure.models import ModelResponse, ReasoningDelta, TextDelta, add_usage, empty_usage
+from perdure.models import (
+    ModelResponse,
+    ModelStreamEvent,
+    ReasoningDelta,
+    TextDelta,
+    add_usage,
+    empty_usage,
+)
 from perdure.types import ContentBlock, Message, StopReason, ToolResult, ToolUse
 
 if TYPE_CHECKING:
@@ -218,9 +227,7 @@ async def _call_model(
                 request_messages, tool_specs=tool_specs, system_prompt=system_prompt
             )
             try:
-                async for event in stream:
-                    if agent.cancel_requested:
-                        break
+                async for event in _until_cancelled(agent, stream):
                     if isinstance(event, ModelResponse):
                         response = event
                     elif isinstance(event, TextDelta):
@@ -265,6 +272,34 @@ async def _call_model(
         )
         yield response
         return
+
+
+CANCEL_POLL_SECONDS = 0.1
+
+
+async def _until_cancelled(
+    agent: Agent, stream: AsyncIterator[ModelStreamEvent]
+) -> AsyncIterator[ModelStreamEvent]:
+    """The stream's events until it ends or the invocation is cancelled.
+
+    A model that goes quiet (a slow first token, a stalled connection) must not
+    make ``agent.cancel()`` wait for its next event: the wait for each event is
+    checked against the cancel flag every :data:`CANCEL_POLL_SECONDS`.
+    """
+    iterator = stream.__aiter__()
+    while not agent.cancel_requested:
+        pending = asyncio.ensure_future(iterator.__anext__())
+        while not pending.done():
+            await asyncio.wait({pending}, timeout=CANCEL_POLL_SECONDS)
+            if agent.cancel_requested and not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await pending
+                return
+        try:
+            yield pending.result()
+        except StopAsyncIteration:
+            return
 
 
 def _check_response(agent: Agent, response: ModelResponse) -> None:
