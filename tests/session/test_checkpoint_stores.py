@@ -627,7 +627,7 @@ def raw_update(path: Path, sql: str, *params: Any) -> None:
 async def test_a_damaged_sqlite_body_raises_corrupted(
     sqlite_sessions: SQLiteSessionStore, damage: str
 ) -> None:
-    from perdure.session._sqlite_codec import blob_hash
+    from perdure.session._codec import blob_hash
 
     store = sqlite_sessions.checkpoints
     record = await put_new(store, "s")

@@ -26,7 +26,7 @@ from perdure.errors import (
     SessionLockedError,
     SessionNotFoundError,
 )
-from perdure.session._sqlite_codec import ZERO_HASH, chain_hash
+from perdure.session._codec import ZERO_HASH, chain_hash
 from perdure.session.sqlite_store import SQLiteSessionStore
 from perdure.session.store import SupportsFlush, SupportsHistoryPage
 from perdure.types import Message

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from perdure._fs import append_all
-from perdure.agent import Agent, AgentResult, Snapshot, TextDeltaEvent, ToolEndEvent, ToolStartEvent
-from perdure.agent.events import ResultEvent
+from perdure.agent import Agent, Snapshot
 from perdure.cli.demo_memory import run_memory_demo
 from perdure.cli.style import Style
+from perdure.cli.transcript import shorten, stream_transcript
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session
 from perdure.tools import AgentTool, ToolContext, tool
@@ -239,37 +239,6 @@ def build_agent(session: Session | None = None) -> Agent:
     )
 
 
-async def _run(agent: Agent, prompt: Any, out: TextIO, s: Style) -> AgentResult:
-    result: AgentResult | None = None
-    streaming = False
-    async for event in agent.stream_async(prompt):
-        if isinstance(event, TextDeltaEvent):
-            if not streaming:
-                out.write(s("  assistant › ", "magenta"))
-                streaming = True
-            out.write(event.text)
-        elif isinstance(event, ToolStartEvent):
-            if streaming:
-                out.write("\n")
-                streaming = False
-            args = json.dumps(event.tool_use["input"], ensure_ascii=False)
-            out.write(s(f"  ⚙ {event.tool_use['name']}", "cyan") + s(f"({args})", "dim") + "\n")
-        elif isinstance(event, ToolEndEvent):
-            text = " ".join(b.get("text", "") for b in event.result["content"])
-            status = "green" if event.result["status"] == "success" else "red"
-            out.write(s("    ↳ ", status) + s(_shorten(text), "dim") + "\n")
-        elif isinstance(event, ResultEvent):
-            result = event.result
-    if streaming:
-        out.write("\n")
-    assert result is not None
-    return result
-
-
-def _shorten(text: str, limit: int = 110) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 async def run_worker(data_dir: Path, out: TextIO, *, color: bool | None) -> None:
     """One worker process: open the stored session, resume from its last pause, go on.
 
@@ -307,7 +276,7 @@ async def run_worker(data_dir: Path, out: TextIO, *, color: bool | None) -> None
         out.write(s("  user › ", "blue") + PROMPT + "\n")
     out.flush()
     while True:
-        result = await _run(agent, prompt, out, s)
+        result = await stream_transcript(agent, prompt, out, s)
         if result.stop_reason not in ("checkpoint", "interrupt"):
             break
         pauses += 1
@@ -460,7 +429,7 @@ async def _time_travel(session: Session, agent: Agent, out: TextIO, s: Style) ->
     )
     out.write(
         s("    ↳ ", "dim")
-        + s(_shorten(agent.messages[0]["content"][0]["text"].replace("\n", " ")), "dim")
+        + s(shorten(agent.messages[0]["content"][0]["text"].replace("\n", " ")), "dim")
         + "\n"
     )
     restored = await session.restore(mark.checkpoint_id)

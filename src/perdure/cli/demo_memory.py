@@ -19,8 +19,9 @@ import re
 from pathlib import Path
 from typing import Any, TextIO
 
-from perdure.agent import Agent, ResultEvent, TextDeltaEvent, ToolEndEvent, ToolStartEvent
+from perdure.agent import Agent
 from perdure.cli.style import Style
+from perdure.cli.transcript import stream_transcript
 from perdure.memory import ExtractionConfig, LocalMemoryStore, MemoryManager
 from perdure.models import ScriptedModel
 from perdure.types import Message
@@ -63,27 +64,7 @@ def recall_answer(messages: list[Message]) -> str:
 
 async def _converse(agent: Agent, prompt: str, out: TextIO, s: Style) -> None:
     out.write(s("  user › ", "blue") + prompt + "\n")
-    streaming = False
-    async for event in agent.stream_async(prompt):
-        if isinstance(event, TextDeltaEvent):
-            if not streaming:
-                out.write(s("  assistant › ", "magenta"))
-                streaming = True
-            out.write(event.text)
-        elif isinstance(event, ToolStartEvent):
-            if streaming:
-                out.write("\n")
-                streaming = False
-            args = json.dumps(event.tool_use["input"], ensure_ascii=False)
-            out.write(s(f"  ⚙ {event.tool_use['name']}", "cyan") + s(f"({args})", "dim") + "\n")
-        elif isinstance(event, ToolEndEvent):
-            text = " ".join(b.get("text", "") for b in event.result["content"])
-            colour = "green" if event.result["status"] == "success" else "red"
-            out.write(s("    ↳ ", colour) + s(text, "dim") + "\n")
-        elif isinstance(event, ResultEvent):
-            pass
-    if streaming:
-        out.write("\n")
+    await stream_transcript(agent, prompt, out, s)
 
 
 async def run_memory_demo(out: TextIO, style: Style, data_dir: Path) -> None:

@@ -56,6 +56,7 @@ from typing import Any, Literal, cast
 from perdure._fs import append_all, atomic_write, fsync_dir
 from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
 from perdure.session import journal
+from perdure.session._codec import check_commit_args, check_list_args
 from perdure.session._locks import LockTable
 from perdure.session.attachments import extract_attachments, is_valid_digest, resolve_attachments
 from perdure.session.checkpoints import FileCheckpointStore
@@ -256,12 +257,7 @@ class FileSessionStore:
         self, *, limit: int | None = None, after: str | None = None
     ) -> builtins.list[SessionMeta]:
         """Session metadata sorted by id (reads no message content)."""
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
-        ):
-            raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
-        if after is not None:
-            validate_session_id(after, "after")
+        check_list_args(limit, after)
         return await asyncio.to_thread(self._list, limit, after)
 
     async def commit(
@@ -276,10 +272,7 @@ class FileSessionStore:
     ) -> CommitResult:
         """Append what is new (or rewrite everything). See :class:`SessionStore`."""
         validate_session_id(session_id)
-        if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
-            raise TypeError(
-                f"messages must be a sequence of messages, got {type(messages).__name__}"
-            )
+        check_commit_args(messages, agent_state, rewritten, expected_tail, redactions)
         if self.durability == "none" and not rewritten:
             # No fsync: an append lands in the page cache in microseconds, less than
             # a hop to a worker thread would cost.

@@ -28,8 +28,7 @@ from threading import Lock
 from typing import Any
 
 from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
-from perdure.session._locks import LockTable
-from perdure.session._sqlite_codec import (
+from perdure.session._codec import (
     DecodeError,
     check_commit_args,
     check_list_args,
@@ -42,6 +41,7 @@ from perdure.session._sqlite_codec import (
     new_tail,
     utc_now,
 )
+from perdure.session._locks import LockTable
 from perdure.session.checkpoints import MemoryCheckpointStore
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_bounds, page_read_range

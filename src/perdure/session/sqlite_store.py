@@ -81,8 +81,7 @@ from perdure.errors import (
     SessionLockedError,
     SessionNotFoundError,
 )
-from perdure.session._locks import LockTable
-from perdure.session._sqlite_codec import (
+from perdure.session._codec import (
     ZERO_HASH,
     DecodeError,
     blob_hash,
@@ -99,6 +98,7 @@ from perdure.session._sqlite_codec import (
     text_hash,
     utc_now,
 )
+from perdure.session._locks import LockTable
 from perdure.session.checkpoints import (
     CheckpointMeta,
     CheckpointRecord,
