@@ -2,37 +2,31 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from helpers import assert_model_valid
 from models._servers import FakeServer, openai_error, openai_text_stream, openai_tool_stream
 from perdure.agent import Agent
-from perdure.cli.chat import add_chat_command, current_time, run_chat
-from perdure.hooks import AgentInitializedEvent, HookRegistry, MessageAddedEvent
+from perdure.cli.chat import current_time, run_chat
+from perdure.cli.main import cli
 from perdure.models import ScriptedModel
+from perdure.session import FileSessionStore, Session
 
 
-def parse(argv: list[str], **kwargs: Any) -> argparse.Namespace:
-    """Parse ``argv`` with the chat command registered as the CLI registers it."""
-    parser = argparse.ArgumentParser(prog="perdure")
-    add_chat_command(parser.add_subparsers(dest="command"), **kwargs)
-    return parser.parse_args(argv)
-
-
-def run(argv: list[str], stdin: str, **kwargs: Any) -> tuple[int, str, str]:
-    args = parse(argv, **kwargs)
-    out, err = io.StringIO(), io.StringIO()
-    status = args.handler(args, stdin=io.StringIO(stdin), stdout=out, stderr=err)
-    return status, out.getvalue(), err.getvalue()
+def run(argv: list[str], stdin: str) -> tuple[int, str, str]:
+    """Run ``perdure ARGV`` through the click entry point with ``stdin`` as input."""
+    result = CliRunner().invoke(cli, argv, input=stdin)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
 
 
 @pytest.fixture
@@ -59,18 +53,8 @@ def test_scripted_chat_streams_shows_the_tool_call_and_stops_at_exit() -> None:
 
 
 def test_the_chat_runs_as_a_real_process_on_a_pipe() -> None:
-    script = textwrap.dedent(
-        """
-        import argparse, sys
-        from perdure.cli.chat import add_chat_command
-        parser = argparse.ArgumentParser(prog="perdure")
-        add_chat_command(parser.add_subparsers())
-        args = parser.parse_args(sys.argv[1:])
-        sys.exit(args.handler(args))
-        """
-    )
     proc = subprocess.run(
-        [sys.executable, "-c", script, "chat", "--model", "scripted", "--color"],
+        [sys.executable, "-m", "perdure", "chat", "--model", "scripted", "--color"],
         input="hi\nthere\n",
         capture_output=True,
         text=True,
@@ -150,46 +134,44 @@ def test_a_missing_key_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "OPENAI_API_KEY" in err
 
 
-class RecordingSession:
-    """A stand-in session manager: preloads a history and records what is added."""
-
-    def __init__(self, session_id: str) -> None:
-        self.session_id = session_id
-        self.added: list[Any] = []
-
-    def register_hooks(self, registry: HookRegistry) -> None:
-        registry.add_callback(AgentInitializedEvent, self._restore)
-        registry.add_callback(MessageAddedEvent, lambda event: self.added.append(event.message))
-
-    def _restore(self, event: AgentInitializedEvent) -> None:
-        event.agent.messages = [
-            {"role": "user", "content": [{"text": "earlier"}]},
-            {"role": "assistant", "content": [{"text": "before"}]},
-        ]
-
-
-def test_the_session_hook_adds_session_and_passes_the_manager() -> None:
-    sessions: list[RecordingSession] = []
-
-    def factory(session_id: str) -> RecordingSession:
-        sessions.append(RecordingSession(session_id))
-        return sessions[-1]
+def test_a_session_is_resumed_from_the_store_and_keeps_what_is_added(tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    earlier = Agent(
+        model=ScriptedModel(["before"]), session_manager=Session(FileSessionStore(store_dir), "s-1")
+    )
+    earlier("earlier")
+    store = f"file:{store_dir}"
 
     status, out, _ = run(
-        ["chat", "--model", "scripted", "--session", "s-1"], "hi\n", session_factory=factory
+        ["chat", "--model", "scripted", "--session", "s-1", "--store", store], "hi\n"
     )
     assert status == 0
-    (session,) = sessions
-    assert session.session_id == "s-1"
     assert out.startswith("(resumed a conversation of 2 messages)\n")
     # the scripted model answers from where the restored conversation is: an echo
-    assert [m["role"] for m in session.added] == ["user", "assistant"]
     assert "You said: hi" in out
-    # without --session, no session manager; without a factory, no --session option
-    status, _, _ = run(["chat", "--model", "scripted"], "hi\n", session_factory=factory)
-    assert len(sessions) == 1
-    with pytest.raises(SystemExit):
-        parse(["chat", "--model", "scripted", "--session", "x"])
+    messages = Agent(
+        model=ScriptedModel([]), session_manager=Session(FileSessionStore(store_dir), "s-1")
+    ).messages
+    assert [m["role"] for m in messages[2:]] == ["user", "assistant"]
+    # without --session, no session manager: the store is not touched
+    status, out, _ = run(["chat", "--model", "scripted", "--store", store], "hi\n")
+    assert status == 0
+    assert "resumed" not in out
+    assert sorted(p.name for p in (store_dir / "sessions").iterdir()) == ["s-1"]
+
+
+def test_a_session_that_cannot_be_opened_is_one_error_line(tmp_path: Path) -> None:
+    status, out, err = run(
+        ["chat", "--model", "scripted", "--session", "s1", "--store", "nope:x"], "hi\n"
+    )
+    assert (status, out) == (2, "")
+    assert err.startswith("error: --store: unknown store scheme 'nope'")
+    assert err.count("\n") == 1
+    status, _, err = run(
+        ["chat", "--model", "scripted", "--session", "a/b", "--store", f"file:{tmp_path}"], "hi\n"
+    )
+    assert status == 2
+    assert "session_id" in err
 
 
 def test_run_chat_takes_any_model_and_shows_errors_and_stops() -> None:

@@ -85,4 +85,4 @@ def test_console_script_entry_point_runs_the_demo(tmp_path: Path) -> None:
 
 def test_cli_without_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
-    assert "demo" in capsys.readouterr().out
+    assert "demo" in capsys.readouterr().err  # usage errors go to stderr

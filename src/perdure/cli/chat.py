@@ -5,6 +5,7 @@
     perdure chat --model openai:gpt-4o-mini --system "Be brief."
     OPENAI_BASE_URL=http://localhost:11434/v1 perdure chat --model openai:llama3.1:8b
     perdure chat --model scripted          # no key, no network: a smoke test
+    perdure chat --model scripted --session s1 --store sqlite:./perdure.db
 
 Each line read from standard input is one prompt; ``/exit`` (or ``/quit``) or end of
 input ends the chat. The agent has one tool, ``current_time``, so tool calls can be
@@ -13,6 +14,12 @@ seen at work: they print on their own lines as ``⚙ name({input})`` followed by
 ``error [code]: message`` to standard error and the chat goes on with a history the
 model accepts (the agent loop never leaves a tool call without its result).
 
+With ``--session ID`` the conversation lives in session ``ID`` of the ``--store``
+(default ``file:.perdure``): it is resumed when it exists, so a chat can stop and go
+on in another process. Exit status: 0, 1 when a turn failed, 2 for a bad model spec
+or store URL, 3–5 when the session cannot be opened (see
+:mod:`perdure.cli._common`), 130 on Ctrl-C.
+
 The turns run on perdure's one event loop (``perdure._runner.run_sync``), like every
 sync entry point. :func:`run_chat` is the same chat for a caller that brings its own
 model, tools, streams or session manager.
@@ -20,13 +27,13 @@ model, tools, streams or session manager.
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import datetime
-import functools
-import json
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
+
+import click
 
 from perdure._runner import run_sync
 from perdure.agent import (
@@ -37,20 +44,17 @@ from perdure.agent import (
     ToolEndEvent,
     ToolStartEvent,
 )
+from perdure.cli._common import EXIT_USAGE, fail, handle_errors, session_store, store_option
+from perdure.cli.render import preview, tool_result_text
 from perdure.cli.style import Style
 from perdure.errors import PerdureError
 from perdure.hooks import HookProvider
 from perdure.models import Model, from_string
+from perdure.session import Session
 from perdure.tools import AgentTool, tool
 
 EXIT_COMMANDS = frozenset({"/exit", "/quit"})
 """Lines that end the chat."""
-
-PREVIEW_CHARS = 200
-"""Tool inputs and results longer than this are shortened on screen."""
-
-SessionFactory = Callable[[str], HookProvider]
-"""Builds the session manager for a ``--session ID`` (see :func:`add_chat_command`)."""
 
 
 @tool
@@ -63,80 +67,60 @@ CHAT_TOOLS: tuple[AgentTool, ...] = (current_time,)
 """The tools the chat's agent has."""
 
 
-def add_chat_command(
-    subparsers: Any, *, session_factory: SessionFactory | None = None
-) -> argparse.ArgumentParser:
-    """Register ``perdure chat`` on the ``add_subparsers()`` object of the CLI.
+@click.command()
+@click.option(
+    "--model",
+    "model_spec",
+    required=True,
+    metavar="SPEC",
+    help="openai:MODEL, anthropic:MODEL, or scripted (a canned script, no network).",
+)
+@click.option("--system", metavar="TEXT", default=None, help="The system prompt.")
+@click.option(
+    "--session",
+    "session_id",
+    metavar="ID",
+    default=None,
+    help="Keep the conversation in session ID of --store (resumed when it exists).",
+)
+@store_option
+@click.option("--color", "color", flag_value=True, default=None, help="Force coloured output.")
+@click.option("--no-color", "color", flag_value=False, help="Disable coloured output.")
+@click.pass_context
+@handle_errors
+def chat(
+    ctx: click.Context,
+    model_spec: str,
+    system: str | None,
+    session_id: str | None,
+    store_url: str,
+    color: bool | None,
+) -> None:
+    """Chat with a model in the terminal, streaming its answers.
 
-    With a ``session_factory``, the command also takes ``--session ID``: the factory
-    builds the agent's session manager for that id (resuming the conversation when
-    it exists), e.g. ``lambda sid: Session(FileSessionStore(".perdure"), session_id=sid)``.
-
-    Returns:
-        The ``chat`` sub-parser (to add options to).
+    Each input line is a prompt; /exit or end of input quits. Keys and servers come
+    from OPENAI_API_KEY / OPENAI_BASE_URL and ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL.
     """
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "chat",
-        help="chat with a model in the terminal, streaming its answers",
-        description=(
-            "Chat with a model. Each input line is a prompt; /exit or end of input quits. "
-            "Keys and servers come from OPENAI_API_KEY / OPENAI_BASE_URL and "
-            "ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL."
-        ),
-    )
-    parser.add_argument(
-        "--model",
-        required=True,
-        metavar="SPEC",
-        help="openai:MODEL, anthropic:MODEL, or scripted (a canned script, no network)",
-    )
-    parser.add_argument("--system", metavar="TEXT", default=None, help="the system prompt")
-    parser.add_argument("--color", action="store_true", help="force coloured output")
-    parser.add_argument("--no-color", action="store_true", help="disable coloured output")
-    if session_factory is not None:
-        parser.add_argument(
-            "--session",
-            metavar="ID",
-            default=None,
-            help="keep the conversation in session ID (resumed when it exists)",
-        )
-    parser.set_defaults(handler=functools.partial(chat_command, session_factory=session_factory))
-    return parser
-
-
-def chat_command(
-    args: argparse.Namespace,
-    *,
-    session_factory: SessionFactory | None = None,
-    stdin: TextIO | None = None,
-    stdout: TextIO | None = None,
-    stderr: TextIO | None = None,
-) -> int:
-    """The handler of ``perdure chat``; returns the exit status.
-
-    0 when the chat ended normally, 1 when a turn failed, 2 when the model spec or
-    its configuration is wrong (the reason goes to standard error), 130 on Ctrl-C.
-    """
-    stdin = stdin if stdin is not None else sys.stdin
-    stdout = stdout if stdout is not None else sys.stdout
-    stderr = stderr if stderr is not None else sys.stderr
     try:
-        model = from_string(args.model)
+        model = from_string(model_spec)
     except (ValueError, ImportError, PerdureError) as exc:
-        stderr.write(f"perdure chat: {exc}\n")
-        return 2
-    session_id = getattr(args, "session", None)
-    session = session_factory(session_id) if session_factory and session_id else None
-    color = True if args.color else (False if args.no_color else None)
-    return run_chat(
-        model,
-        system_prompt=args.system,
-        session_manager=session,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-        style=Style.for_stream(stdout, color),
-    )
+        fail(str(exc), EXIT_USAGE)
+        return
+    with contextlib.ExitStack() as stack:
+        session = None
+        if session_id is not None:
+            store = stack.enter_context(session_store(store_url, must_exist=False))
+            session = Session(store, session_id)
+        status = run_chat(
+            model,
+            system_prompt=system,
+            session_manager=session,
+            stdin=sys.stdin,
+            stdout=sys.stdout,
+            stderr=sys.stderr,
+            style=Style.for_stream(sys.stdout, color),
+        )
+    ctx.exit(status)
 
 
 def run_chat(
@@ -232,32 +216,16 @@ async def _turn(agent: Agent, prompt: str, screen: _Screen) -> None:
             screen.write(event.text, "dim")
         elif isinstance(event, ToolStartEvent):
             call = event.tool_use
-            screen.line(f"  ⚙ {call['name']}({_preview(call['input'])})", "cyan")
+            screen.line(f"  ⚙ {call['name']}({preview(call['input'])})", "cyan")
         elif isinstance(event, ToolEndEvent):
             result = event.result
-            text = " ".join(
-                block["text"] if "text" in block else json.dumps(block.get("json"))
-                for block in result["content"]
-                if "text" in block or "json" in block
-            )
+            text = tool_result_text(result)
             if result["status"] == "error":
-                screen.line(f"  ✗ {_shorten(text)}", "red")
+                screen.line(f"  ✗ {text}", "red")
             else:
-                screen.line(f"  ↳ {_shorten(text)}", "dim")
+                screen.line(f"  ↳ {text}", "dim")
         elif isinstance(event, ResultEvent):
             screen.end_line()
             stop = event.result.stop_reason
             if stop not in ("end_turn", "tool_use"):
                 screen.line(f"[stopped: {stop}]", "yellow")
-
-
-def _preview(value: Any) -> str:
-    if value == {}:
-        return ""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return _shorten(text)
-
-
-def _shorten(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"

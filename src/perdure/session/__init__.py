@@ -10,6 +10,16 @@ from perdure.session.checkpoints import (
 from perdure.session.export import EXPORT_FORMAT
 from perdure.session.file_store import FileSessionStore, Segmentation, SessionRecoveryReport
 from perdure.session.ids import new_session_id, validate_session_id
+from perdure.session.maintenance import (
+    GcReport,
+    RepairReport,
+    VerifyReport,
+    gc_store,
+    repair_store,
+    verify_store,
+)
+from perdure.session.migrate_strands import MigrationReport, migrate_strands
+from perdure.session.open_store import open_store
 from perdure.session.results import CompactResult, RestoreResult
 from perdure.session.session import Session, read_history_page
 from perdure.session.snapshot_manager import (
@@ -40,9 +50,12 @@ __all__ = [
     "CompactResult",
     "FileCheckpointStore",
     "FileSessionStore",
+    "GcReport",
     "HistoryPage",
     "MemoryCheckpointStore",
+    "MigrationReport",
     "MultiAgentSaveLatestStrategy",
+    "RepairReport",
     "RestoreResult",
     "SaveLatestStrategy",
     "Segmentation",
@@ -56,7 +69,13 @@ __all__ = [
     "StorageCheckpointStore",
     "SupportsFlush",
     "SupportsHistoryPage",
+    "VerifyReport",
+    "gc_store",
+    "migrate_strands",
     "new_session_id",
+    "open_store",
     "read_history_page",
+    "repair_store",
     "validate_session_id",
+    "verify_store",
 ]

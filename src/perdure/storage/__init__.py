@@ -11,12 +11,16 @@ from perdure.storage.local_file import LocalFileStorage
 from perdure.storage.memory import MemoryStorage
 from perdure.storage.protocol import Storage
 from perdure.storage.sqlite import SQLiteStorage
+from perdure.storage.urls import STORAGE_SCHEMES, open_storage, split_url
 
 __all__ = [
+    "STORAGE_SCHEMES",
     "LocalFileStorage",
     "MemoryStorage",
     "SQLiteStorage",
     "Storage",
+    "open_storage",
+    "split_url",
     "validate_key",
     "validate_prefix",
 ]

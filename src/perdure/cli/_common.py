@@ -1,0 +1,173 @@
+"""What every ``perdure`` command shares: the store option, output, errors, exit codes.
+
+Exit codes (stable, for scripts):
+
+====  ===========================================================
+0     success
+1     the command ran and found a problem (``verify`` found damage)
+2     bad usage: unknown option, malformed argument, unknown store scheme
+3     not found (session, checkpoint, snapshot)
+4     stored data is corrupted, or an import failed verification
+5     the session is locked by another writer, or changed under us
+6     any other perdure error
+130   interrupted
+====  ===========================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import sys
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+
+from perdure._runner import run_sync
+from perdure.errors import PerdureError
+from perdure.session import SessionStore, open_store
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK = 0
+EXIT_PROBLEM = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_CORRUPTED = 4
+EXIT_LOCKED = 5
+EXIT_ERROR = 6
+EXIT_INTERRUPTED = 130
+
+_EXIT_BY_CODE = {
+    "session_not_found": EXIT_NOT_FOUND,
+    "checkpoint_not_found": EXIT_NOT_FOUND,
+    "session_store_corrupted": EXIT_CORRUPTED,
+    "checkpoint_import_invalid": EXIT_CORRUPTED,
+    "snapshot_error": EXIT_CORRUPTED,
+    "session_locked": EXIT_LOCKED,
+    "session_conflict": EXIT_LOCKED,
+    "turn_running": EXIT_LOCKED,
+}
+
+DEFAULT_STORE = "file:.perdure"
+
+store_option = click.option(
+    "--store",
+    "-s",
+    "store_url",
+    envvar="PERDURE_STORE",
+    default=DEFAULT_STORE,
+    show_default=True,
+    metavar="URL",
+    help="The session store: file:DIR, sqlite:PATH or memory: (env PERDURE_STORE).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def exit_code_for(error: PerdureError) -> int:
+    """The exit status a perdure error maps to."""
+    return _EXIT_BY_CODE.get(error.code, EXIT_ERROR)
+
+
+def open_cli_store(url: str, **options: Any) -> SessionStore:
+    """Open a store from ``--store``; a bad URL is a usage error (exit 2)."""
+    try:
+        return open_store(url, **options)
+    except ValueError as exc:
+        raise ValueError(f"--store: {exc}") from None
+
+
+@contextlib.contextmanager
+def session_store(
+    url: str, *, must_exist: bool = True, file_only: str | None = None
+) -> Iterator[SessionStore]:
+    """Open the ``--store`` URL for one command, and close it afterwards.
+
+    A malformed URL or unknown scheme is a one-line usage error (exit 2), and so is
+    a store other than ``file:`` when ``file_only`` names a command that needs one.
+    With ``must_exist``, a ``file:`` directory or ``sqlite:`` file that does not
+    exist is reported (exit 3) rather than made into a new, empty store.
+    """
+    from perdure.session import FileSessionStore
+    from perdure.session.sqlite_store import SQLiteSessionStore
+
+    store = open_cli_store(url)
+    if file_only is not None and not isinstance(store, FileSessionStore):
+        raise ValueError(
+            f"{file_only} works on file stores only (--store file:DIR), not {url!r}: "
+            "quarantine moves records out of journal files"
+        )
+    if must_exist:
+        where = (
+            store.root
+            if isinstance(store, FileSessionStore)
+            else store.path
+            if isinstance(store, SQLiteSessionStore)
+            else None
+        )
+        if where is not None and not where.exists():
+            fail(f"no store at {where} (--store {url})", EXIT_NOT_FOUND)
+    try:
+        yield store
+    finally:
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on perdure's loop (the CLI is sync)."""
+    return run_sync(coro, async_name="the async API")
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print ``error: message`` to stderr and exit with ``code``."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(command: F) -> F:
+    """Turn perdure errors and bad values into a one-line message and an exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except PerdureError as exc:
+            fail(f"{exc.message} [{exc.code}]", exit_code_for(exc))
+        except click.ClickException as exc:
+            fail(exc.format_message(), exc.exit_code)
+        except (ValueError, TypeError) as exc:
+            fail(str(exc), EXIT_USAGE)
+        except KeyboardInterrupt:
+            fail("interrupted", EXIT_INTERRUPTED)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A rich console: colours on a terminal, plain text in pipes and under NO_COLOR."""
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Dataclasses, bytes and nested values as JSON-ready data (bytes are named, not dumped)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return {"bytes": len(value)}
+    return value
+
+
+def echo_json(value: Any) -> None:
+    """Print ``value`` as indented JSON on stdout."""
+    click.echo(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False))

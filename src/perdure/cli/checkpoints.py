@@ -1,0 +1,296 @@
+"""``perdure checkpoints`` and ``perdure fork``: a stored session's checkpoints.
+
+::
+
+    perdure checkpoints list s1
+    perdure checkpoints create s1 --label "before the refactor"
+    perdure checkpoints restore s1 01JD…          # a pre_restore checkpoint first
+    perdure checkpoints export s1 01JD… -o s1.checkpoint.json
+    perdure checkpoints import s2 s1.checkpoint.json --create
+    perdure fork s1 01JD…                          # prints the new session's id
+
+The commands run the :class:`~perdure.session.Session` operations on a dormant
+session (no agent): each writes under the session's writer lock, so a session busy
+in another process is refused (exit 5), never interleaved. A session whose history
+is damaged still reaches its checkpoints: listing, exporting and forking read only
+the checkpoint. A checkpoint id that is not a ULID is a usage error (exit 2); one
+that names nothing is exit 3; an import that fails verification is exit 4 and
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from perdure._fs import atomic_write
+from perdure.cli._common import (
+    EXIT_ERROR,
+    console,
+    echo_json,
+    fail,
+    handle_errors,
+    json_option,
+    run,
+    session_store,
+    store_option,
+)
+from perdure.cli.render import format_time, print_table
+from perdure.cli.sessions import existing_session
+from perdure.errors import SessionNotFoundError
+from perdure.session import CheckpointMeta, Session, SessionStore
+from perdure.session.checkpoints import check_checkpoint_id
+from perdure.session.export import import_checkpoint_bytes
+
+
+@click.group()
+def checkpoints() -> None:
+    """List, create, restore and move checkpoints.
+
+    A checkpoint is a read-only copy of a whole stored session: its history and its
+    agent state. Every subcommand takes the session ID first.
+    """
+
+
+@checkpoints.command("list")
+@click.argument("session_id", metavar="ID")
+@store_option
+@json_option
+@handle_errors
+def list_checkpoints(session_id: str, store_url: str, as_json: bool) -> None:
+    """List a session's checkpoints, oldest first."""
+    with session_store(store_url) as store:
+        found = run(_list(store, session_id))
+    if as_json:
+        echo_json({"session_id": session_id, "checkpoints": found})
+        return
+    if not found:
+        click.echo(f"session {session_id!r} has no checkpoints")
+        return
+    table = Table(box=box.SIMPLE)
+    table.add_column("id", no_wrap=True)
+    table.add_column("trigger", no_wrap=True)
+    table.add_column("label")
+    table.add_column("messages", justify="right")
+    table.add_column("created", no_wrap=True)
+    for meta in found:
+        cells = (meta.checkpoint_id, meta.trigger, meta.label or "", str(meta.message_count))
+        table.add_row(*map(Text, cells), Text(format_time(meta.created_at)))
+    print_table(console(), table)
+
+
+@checkpoints.command("create")
+@click.argument("session_id", metavar="ID")
+@click.option("--label", metavar="TEXT", default=None, help="A label to recognise it by.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the new checkpoint's id.")
+@store_option
+@json_option
+@handle_errors
+def create(session_id: str, label: str | None, quiet: bool, store_url: str, as_json: bool) -> None:
+    """Checkpoint a session now.
+
+    Writes a manual checkpoint of the whole stored session and prints its id.
+    """
+    with session_store(store_url) as store:
+        meta = run(_create(store, session_id, label))
+    if as_json:
+        echo_json(meta)
+    elif quiet:
+        click.echo(meta.checkpoint_id)
+    else:
+        click.echo(
+            f"created checkpoint {meta.checkpoint_id} of session {session_id!r} "
+            f"({meta.message_count} messages)"
+        )
+
+
+@checkpoints.command("restore")
+@click.argument("session_id", metavar="ID")
+@click.argument("checkpoint_id", metavar="CHECKPOINT")
+@click.option(
+    "--no-checkpoint",
+    is_flag=True,
+    help="Do not checkpoint the current state first (it is then lost).",
+)
+@store_option
+@json_option
+@handle_errors
+def restore(
+    session_id: str, checkpoint_id: str, no_checkpoint: bool, store_url: str, as_json: bool
+) -> None:
+    """Roll a session back to a checkpoint.
+
+    The history and agent state become the checkpoint's. A pre_restore
+    checkpoint of the current state is written first unless --no-checkpoint.
+    """
+    check_checkpoint_id(checkpoint_id)
+    with session_store(store_url) as store:
+        session = run(existing_session(store, session_id))
+        result = run(session.restore(checkpoint_id, checkpoint=not no_checkpoint))
+    if result.status != "restored":
+        fail(f"restore of session {session_id!r} rejected [{result.reason}]", EXIT_ERROR)
+        return
+    if as_json:
+        echo_json({"session_id": session_id, "checkpoint_id": checkpoint_id, **vars(result)})
+        return
+    saved = (
+        f"; the state before is checkpoint {result.pre_restore_checkpoint_id}"
+        if result.pre_restore_checkpoint_id
+        else ""
+    )
+    click.echo(
+        f"restored session {session_id!r} to checkpoint {checkpoint_id}: "
+        f"{result.from_messages} → {result.to_messages} messages{saved}"
+    )
+
+
+@checkpoints.command("delete")
+@click.argument("session_id", metavar="ID")
+@click.argument("checkpoint_id", metavar="CHECKPOINT")
+@store_option
+@json_option
+@handle_errors
+def delete(session_id: str, checkpoint_id: str, store_url: str, as_json: bool) -> None:
+    """Delete a checkpoint (gone already is fine)."""
+    check_checkpoint_id(checkpoint_id)
+    with session_store(store_url) as store:
+        existed = run(_delete(store, session_id, checkpoint_id))
+    if as_json:
+        echo_json({"session_id": session_id, "checkpoint_id": checkpoint_id, "deleted": existed})
+    elif existed:
+        click.echo(f"deleted checkpoint {checkpoint_id} of session {session_id!r}")
+    else:
+        click.echo(f"no checkpoint {checkpoint_id} in session {session_id!r}; nothing to do")
+
+
+@checkpoints.command("export")
+@click.argument("session_id", metavar="ID")
+@click.argument("checkpoint_id", metavar="CHECKPOINT")
+@click.option(
+    "--output",
+    "-o",
+    metavar="FILE",
+    default="-",
+    show_default=True,
+    help="Where to write the export (- for standard output).",
+)
+@store_option
+@handle_errors
+def export(session_id: str, checkpoint_id: str, output: str, store_url: str) -> None:
+    """Write a checkpoint to a file or stdout.
+
+    The export is self-contained and verifiable (format perdure-checkpoint/1):
+    images and other binaries inlined once each, every part hashed.
+    """
+    check_checkpoint_id(checkpoint_id)
+    with session_store(store_url) as store:
+        data = run(_export(store, session_id, checkpoint_id))
+    if output == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        atomic_write(Path(output), data)
+    except OSError as exc:
+        raise ValueError(f"--output: cannot write {output}: {exc.strerror or exc}") from None
+    click.echo(f"exported checkpoint {checkpoint_id} ({len(data)} bytes) to {output}", err=True)
+
+
+@checkpoints.command("import")
+@click.argument("session_id", metavar="ID")
+@click.argument("file", metavar="FILE")
+@click.option("--create", "create_session", is_flag=True, help="Create the session if absent.")
+@store_option
+@json_option
+@handle_errors
+def import_(
+    session_id: str, file: str, create_session: bool, store_url: str, as_json: bool
+) -> None:
+    """Add an exported checkpoint to a session.
+
+    FILE (- for standard input) is verified in full first: any altered byte is
+    refused (exit 4) and nothing is written.
+    """
+    data = _read_input(file)
+    with session_store(store_url, must_exist=not create_session) as store:
+        meta = run(_import(store, session_id, data, create_session))
+    if as_json:
+        echo_json(meta)
+    else:
+        click.echo(
+            f"imported checkpoint {meta.checkpoint_id} into session {session_id!r} "
+            f"({meta.message_count} messages)"
+        )
+
+
+@click.command()
+@click.argument("session_id", metavar="ID")
+@click.argument("checkpoint_id", metavar="CHECKPOINT")
+@store_option
+@json_option
+@handle_errors
+def fork(session_id: str, checkpoint_id: str, store_url: str, as_json: bool) -> None:
+    """Start a new session from a checkpoint.
+
+    Prints the new session's id; the source session is untouched.
+    """
+    check_checkpoint_id(checkpoint_id)
+    with session_store(store_url) as store:
+        new_id = run(_fork(store, session_id, checkpoint_id))
+    if as_json:
+        echo_json(
+            {"session_id": new_id, "source_session_id": session_id, "checkpoint_id": checkpoint_id}
+        )
+    else:
+        click.echo(new_id)
+
+
+async def _list(store: SessionStore, session_id: str) -> list[CheckpointMeta]:
+    return await (await existing_session(store, session_id)).list_checkpoints()
+
+
+async def _create(store: SessionStore, session_id: str, label: str | None) -> CheckpointMeta:
+    return await (await existing_session(store, session_id)).checkpoint(label)
+
+
+async def _delete(store: SessionStore, session_id: str, checkpoint_id: str) -> bool:
+    session = await existing_session(store, session_id)
+    existed = any(m.checkpoint_id == checkpoint_id for m in await session.list_checkpoints())
+    await session.delete_checkpoint(checkpoint_id)
+    return existed
+
+
+async def _export(store: SessionStore, session_id: str, checkpoint_id: str) -> bytes:
+    return await (await existing_session(store, session_id)).export_checkpoint(checkpoint_id)
+
+
+async def _import(
+    store: SessionStore, session_id: str, data: bytes, create_session: bool
+) -> CheckpointMeta:
+    try:
+        session = await existing_session(store, session_id)
+    except SessionNotFoundError:
+        if not create_session:
+            raise
+        import_checkpoint_bytes(data)  # verify before creating anything
+        await store.create(session_id, exist_ok=True)
+        session = Session(store, session_id)
+    return await session.import_checkpoint(data)
+
+
+async def _fork(store: SessionStore, session_id: str, checkpoint_id: str) -> str:
+    return await (await existing_session(store, session_id)).fork(checkpoint_id)
+
+
+def _read_input(file: str) -> bytes:
+    if file == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(file).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {file}: {exc.strerror or exc}") from None

@@ -1,0 +1,198 @@
+"""``perdure migrate``: bring sessions over from other agent SDKs.
+
+A thin front end over :func:`perdure.session.migrate_strands.migrate_strands`; the
+conversion rules and the Strands layouts are described there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+from rich.progress import Progress
+from rich.table import Table
+from rich.text import Text
+
+from perdure.cli._common import (
+    EXIT_NOT_FOUND,
+    EXIT_PROBLEM,
+    console,
+    echo_json,
+    fail,
+    handle_errors,
+    json_option,
+    run,
+)
+from perdure.session import SessionStore, open_store
+from perdure.session.memory_store import MemorySessionStore
+from perdure.session.migrate_strands import (
+    MigrationReport,
+    MigrationStatus,
+    SessionMigration,
+    migrate_strands,
+)
+
+__all__ = ["migrate"]
+
+_STATUS_STYLE = {
+    "imported": "green",
+    "would_import": "cyan",
+    "skipped": "yellow",
+    "failed": "red",
+}
+
+
+def _target_path(url: str) -> Path | None:
+    """The file or directory a ``file:``/``sqlite:`` store URL names (else ``None``)."""
+    scheme, sep, rest = url.partition(":")
+    if not sep or scheme not in ("file", "sqlite"):
+        return None
+    if rest.startswith("//"):
+        rest = rest[2:]
+    return Path(rest).expanduser() if rest else None
+
+
+def _open_target(url: str, *, dry_run: bool) -> SessionStore:
+    try:
+        store = open_store(url)  # a bad URL exits 2 here, dry run or not
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--to") from None
+    path = _target_path(url)
+    if dry_run and path is not None and not path.exists():
+        # Nothing to compare with, and opening some stores creates their file:
+        # an empty stand-in answers "does this session exist?" without a side effect.
+        _close(store)
+        return MemorySessionStore()
+    return store
+
+
+def _close(store: SessionStore) -> None:
+    close = getattr(store, "close", None)
+    if callable(close):
+        close()
+
+
+def _render(report: MigrationReport) -> None:
+    out = console()
+    verb = "would import" if report.dry_run else "imported"
+    table = Table(title=f"Strands sessions in {report.source_dir}")
+    table.add_column("session", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    for column in ("msgs", "+results", "-orphans", "redacted", "ckpts"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for entry in report.sessions:
+        table.add_row(
+            Text(entry.session_id),
+            Text(entry.status.replace("_", " "), style=_STATUS_STYLE[entry.status]),
+            str(entry.messages_imported),
+            str(entry.placeholders_added),
+            str(entry.orphans_dropped),
+            str(entry.redactions_applied),
+            str(entry.checkpoints_imported),
+        )
+    out.print(table)
+    for entry in report.sessions:
+        lines = [f"  {entry.reason}"] if entry.reason else []
+        lines += [f"  note: {note}" for note in entry.notes]
+        if lines:
+            out.print(f"{entry.session_id} (from {entry.source}):", markup=False)
+            for line in lines:
+                out.print(line, markup=False)
+    skipped = report.all_skipped_files
+    if skipped:
+        out.print(f"not imported ({len(skipped)}):", markup=False)
+        for item in skipped:
+            out.print(f"  {item.path}: {item.reason}", markup=False)
+    done: MigrationStatus = "would_import" if report.dry_run else "imported"
+    counts = (
+        f"{report.count(done)} {verb}, {report.count('skipped')} skipped, "
+        f"{report.count('failed')} failed"
+    )
+    suffix = " (dry run: nothing written)" if report.dry_run else ""
+    out.print(f"{counts}{suffix}", markup=False)
+    out.print(
+        "+results: placeholder results for tool calls that never got one; -orphans: tool "
+        "results dropped because nothing asked for them",
+        markup=False,
+        style="dim",
+    )
+
+
+def _progress_bar() -> tuple[Progress | None, Callable[[SessionMigration, int, int], None] | None]:
+    err = console(stderr=True)
+    if not err.is_terminal:
+        return None, None
+    progress = Progress(console=err, transient=True)
+    task = progress.add_task("migrating", total=None)
+
+    def advance(entry: SessionMigration, done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total, description=entry.session_id)
+
+    return progress, advance
+
+
+@click.group()
+def migrate() -> None:
+    """Import sessions written by other agent SDKs into a perdure store."""
+
+
+@migrate.command("strands")
+@click.argument(
+    "source_dir",
+    metavar="DIR",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+)
+@click.option(
+    "--to",
+    "store_url",
+    required=True,
+    envvar="PERDURE_STORE",
+    metavar="URL",
+    help="The perdure store to import into: file:DIR or sqlite:PATH (env PERDURE_STORE).",
+)
+@click.option("--dry-run", is_flag=True, help="Read and convert everything; write nothing.")
+@click.option("--overwrite", is_flag=True, help="Replace sessions that already exist in the store.")
+@json_option
+@handle_errors
+def strands(
+    source_dir: Path, store_url: str, dry_run: bool, overwrite: bool, as_json: bool
+) -> None:
+    """Import Strands Agents sessions (FileSessionManager logs and snapshots) into a store.
+
+    DIR is the storage_dir of a FileSessionManager (session_<id>/agents/agent_<id>/
+    messages/message_<n>.json) or the base directory of the LocalFileStorage of a
+    SnapshotSessionManager (session/<id>/scopes/agent/<id>/snapshots/); both may be
+    present. Broken tool pairs are repaired on the way and every change is reported;
+    files that cannot be read are listed, never dropped silently. A session with one
+    agent keeps its id, several agents become <session>.<agent>.
+
+    Exit status: 0 all imported, 1 some file could not be read or some session not
+    written, 3 no Strands session under DIR.
+    """
+    store = _open_target(store_url, dry_run=dry_run)
+    progress, advance = (None, None) if as_json else _progress_bar()
+    try:
+        if progress is not None:
+            progress.start()
+        report = run(
+            migrate_strands(
+                source_dir, store, dry_run=dry_run, overwrite=overwrite, progress=advance
+            )
+        )
+    finally:
+        if progress is not None:
+            progress.stop()
+        _close(store)
+    if not report.sessions and not report.skipped_files:
+        fail(
+            f"no Strands sessions under {str(source_dir)!r} (expected session_<id>/agents/… "
+            "or session/<id>/scopes/agent/…)",
+            EXIT_NOT_FOUND,
+        )
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        _render(report)
+    if not report.ok:
+        fail("some Strands data was not imported (see above)", EXIT_PROBLEM)

@@ -1,0 +1,312 @@
+"""``perdure sessions``: list, show, page through and delete stored sessions.
+
+::
+
+    perdure sessions list --store sqlite:./perdure.db
+    perdure sessions show s1
+    perdure sessions history s1 --offset 40 --limit 20
+    perdure sessions delete s1 --yes
+
+Listing reads metadata only, never content. History pages never split a tool call
+from its result (the same rule as :func:`perdure.session.read_history_page`), and
+show images and documents by kind and size, never their bytes. Every command takes
+``--store URL`` (default ``file:.perdure``, or ``$PERDURE_STORE``) and ``--json``.
+
+Reading commands never create a store: a ``file:`` directory or ``sqlite:`` file that
+does not exist is reported (exit 3) instead of being made empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from perdure.cli._common import (
+    EXIT_PROBLEM,
+    console,
+    echo_json,
+    fail,
+    handle_errors,
+    json_option,
+    run,
+    session_store,
+    store_option,
+    to_jsonable,
+)
+from perdure.cli.render import format_time, print_table, rich_message
+from perdure.errors import SessionCorruptedError, SessionNotFoundError
+from perdure.session import (
+    HistoryPage,
+    Session,
+    SessionMeta,
+    SessionStore,
+    read_history_page,
+)
+
+DEFAULT_PAGE = 20
+"""Messages per history page unless ``--limit`` says otherwise."""
+
+DEFAULT_LIST = 100
+"""Sessions per listing unless ``--limit`` says otherwise."""
+
+
+def check_positive(name: str, value: int) -> int:
+    """Return ``value`` if it is at least 1, else raise ``ValueError`` naming the option."""
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+async def existing_session(store: SessionStore, session_id: str) -> Session:
+    """A :class:`Session` for ``session_id``, which must exist.
+
+    Only the session's message count is read, so a session whose history is damaged
+    still reaches its checkpoints (to list, export or fork them).
+
+    Raises:
+        SessionNotFoundError: no such session.
+        ValueError: ``session_id`` is not a valid session id.
+    """
+    await read_history_page(store, session_id, offset=0, limit=0)
+    return Session(store, session_id)
+
+
+@click.group()
+def sessions() -> None:
+    """List, show, page through and delete sessions."""
+
+
+@sessions.command("list")
+@click.option(
+    "--limit",
+    type=int,
+    default=DEFAULT_LIST,
+    show_default=True,
+    help="Show at most this many sessions.",
+)
+@click.option("--after", metavar="ID", default=None, help="Start after this session id.")
+@store_option
+@json_option
+@handle_errors
+def list_sessions(limit: int, after: str | None, store_url: str, as_json: bool) -> None:
+    """List sessions: metadata only, never content.
+
+    Shows id, created, updated and message count, sorted by id; page with --after.
+    """
+    check_positive("--limit", limit)
+    with session_store(store_url) as store:
+        found = run(store.list(limit=limit + 1, after=after))
+    shown, more = found[:limit], len(found) > limit
+    next_after = shown[-1].session_id if more else None
+    if as_json:
+        echo_json({"sessions": shown, "next_after": next_after})
+        return
+    out = console()
+    if not shown:
+        click.echo("no sessions" + (f" after {after!r}" if after else ""))
+        return
+    print_table(out, _sessions_table(shown))
+    if next_after is not None:
+        out.print(Text(f"more: --after {next_after}", "dim"))
+
+
+@sessions.command("show")
+@click.argument("session_id", metavar="ID")
+@store_option
+@json_option
+@handle_errors
+def show_session(session_id: str, store_url: str, as_json: bool) -> None:
+    """Show a session: metadata, state, checkpoints.
+
+    The agent state is summarised (key names and counts), never its values.
+    """
+    with session_store(store_url) as store:
+        record = run(store.get(session_id))
+        checkpoints = run(Session(store, session_id).list_checkpoints())
+    meta = record.meta
+    summary = _state_summary(record.agent_state)
+    if as_json:
+        echo_json(
+            {
+                **to_jsonable(meta),
+                "agent_state": summary,
+                "checkpoints": len(checkpoints),
+                "latest_checkpoint_id": checkpoints[-1].checkpoint_id if checkpoints else None,
+            }
+        )
+        return
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    rows: list[tuple[str, str]] = [
+        ("session", meta.session_id),
+        ("created", format_time(meta.created_at)),
+        ("updated", format_time(meta.updated_at)),
+        ("messages", str(meta.message_count)),
+    ]
+    if record.agent_state:
+        keys = summary["state_keys"]
+        rows += [
+            ("agent", str(summary["agent_id"])),
+            ("state", f"{len(keys)} keys" + (f": {', '.join(keys)}" if keys else "")),
+            (
+                "conversation",
+                f"{summary['conversation_manager']}, "
+                f"{summary['removed_message_count']} messages removed",
+            ),
+            ("interrupts", f"{summary['interrupts']} pending"),
+        ]
+    else:
+        rows.append(("agent state", "none stored yet"))
+    latest = f" (latest {checkpoints[-1].checkpoint_id})" if checkpoints else ""
+    rows.append(("checkpoints", f"{len(checkpoints)}{latest}"))
+    for key, value in rows:
+        table.add_row(Text(key), Text(value))
+    print_table(console(), table)
+
+
+@sessions.command("history")
+@click.argument("session_id", metavar="ID")
+@click.option("--offset", type=int, default=0, show_default=True, help="First message index.")
+@click.option(
+    "--limit",
+    type=int,
+    default=DEFAULT_PAGE,
+    show_default=True,
+    help="Messages per page (a page may grow by one to keep a tool call with its result).",
+)
+@click.option("--all", "read_all", is_flag=True, help="Every message from --offset to the end.")
+@store_option
+@json_option
+@handle_errors
+def history(
+    session_id: str, offset: int, limit: int, read_all: bool, store_url: str, as_json: bool
+) -> None:
+    """Page through a session's messages.
+
+    Tool calls show as ⚙ name(args), results as ↳ …, images and documents
+    by kind and size. A page never splits a tool call from its result.
+    """
+    check_positive("--limit", limit)
+    with session_store(store_url) as store:
+        page = run(_read(store, session_id, offset, limit, read_all))
+    if as_json:
+        echo_json(
+            {
+                "session_id": session_id,
+                "offset": page.offset,
+                "next_offset": page.next_offset,
+                "total": page.total,
+                "messages": page.messages,
+            }
+        )
+        return
+    out = console()
+    if not page.messages:
+        click.echo(f"session {session_id}: no messages at offset {offset} of {page.total}")
+        return
+    last = page.offset + len(page.messages) - 1
+    out.print(Text(f"session {session_id}: messages {page.offset}–{last} of {page.total}", "bold"))
+    for index, message in enumerate(page.messages, start=page.offset):
+        out.print(rich_message(message, index), soft_wrap=True)
+    if page.next_offset < page.total:
+        out.print(Text(f"more: --offset {page.next_offset}", "dim"))
+
+
+@sessions.command("delete")
+@click.argument("session_id", metavar="ID")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@store_option
+@json_option
+@handle_errors
+def delete(session_id: str, yes: bool, store_url: str, as_json: bool) -> None:
+    """Delete a session with its checkpoints.
+
+    Asks first unless --yes. Deleting a session that does not exist is fine.
+    """
+    with session_store(store_url) as store:
+        count = run(_message_count(store, session_id))
+        if count is not None:
+            if not yes:
+                known = " (damaged)" if count < 0 else f" ({count} messages)"
+                try:
+                    confirmed = click.confirm(
+                        f"Delete session {session_id!r}{known} and its checkpoints?",
+                        err=True,
+                    )
+                except click.Abort:
+                    confirmed = False
+                if not confirmed:
+                    fail(
+                        "not confirmed; nothing deleted (pass --yes to skip the question)",
+                        EXIT_PROBLEM,
+                    )
+                    return
+            run(store.delete(session_id))
+    if as_json:
+        echo_json({"session_id": session_id, "deleted": count is not None})
+    elif count is None:
+        click.echo(f"no session {session_id!r}; nothing to delete")
+    else:
+        click.echo(f"deleted session {session_id!r}")
+
+
+def _sessions_table(metas: list[SessionMeta]) -> Table:
+    table = Table(box=box.SIMPLE)
+    table.add_column("id", no_wrap=True)
+    table.add_column("created", no_wrap=True)
+    table.add_column("updated", no_wrap=True)
+    table.add_column("messages", justify="right")
+    for meta in metas:
+        cells = (meta.session_id, format_time(meta.created_at), format_time(meta.updated_at))
+        table.add_row(*map(Text, cells), Text(str(meta.message_count)))
+    return table
+
+
+async def _read(
+    store: SessionStore, session_id: str, offset: int, limit: int, read_all: bool
+) -> HistoryPage:
+    """One page, or (``read_all``) every page from ``offset`` joined into one."""
+    page = await read_history_page(store, session_id, offset=offset, limit=limit)
+    if not read_all:
+        return page
+    messages = list(page.messages)
+    position = page.next_offset
+    while position < page.total:
+        more = await read_history_page(store, session_id, offset=position, limit=limit)
+        # Pages align on tool pairs, so a later page may start before ``position``.
+        messages.extend(more.messages[position - more.offset :])
+        position = more.next_offset
+    return HistoryPage(messages, page.offset, position, page.total)
+
+
+async def _message_count(store: SessionStore, session_id: str) -> int | None:
+    """The session's message count; ``None`` when it does not exist, -1 when damaged."""
+    try:
+        page = await read_history_page(store, session_id, offset=0, limit=0)
+    except SessionNotFoundError:
+        return None
+    except SessionCorruptedError:
+        return -1
+    return page.total
+
+
+def _state_summary(agent_state: dict[str, Any]) -> dict[str, Any]:
+    """What ``show`` tells of the stored agent state: names and counts, never values."""
+    state = agent_state.get("state")
+    internal = agent_state.get("internal_state")
+    interrupts = internal.get("interrupt_state") if isinstance(internal, dict) else None
+    pending = interrupts.get("interrupts") if isinstance(interrupts, dict) else None
+    manager = agent_state.get("conversation_manager_state")
+    manager = manager if isinstance(manager, dict) else {}
+    return {
+        "agent_id": agent_state.get("agent_id"),
+        "state_keys": sorted(map(str, state)) if isinstance(state, dict) else [],
+        "conversation_manager": manager.get("__name__"),
+        "removed_message_count": manager.get("removed_message_count", 0),
+        "interrupts": len(pending) if isinstance(pending, dict) else 0,
+    }

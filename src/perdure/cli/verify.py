@@ -1,0 +1,233 @@
+"""``perdure verify`` and ``perdure repair``: find damaged sessions, heal file journals.
+
+::
+
+    perdure verify --store sqlite:./perdure.db          # exit 1 when anything is damaged
+    perdure verify --store file:./data s1 s2 --json
+    perdure repair --store file:./data                  # dry run: what would move
+    perdure repair --store file:./data --apply --quarantine-dir ./quarantine
+
+Both are thin faces over :func:`perdure.session.maintenance.verify_store` and
+:func:`~perdure.session.maintenance.repair_store`. ``verify`` only reads. ``repair``
+is a dry run unless ``--apply`` is given, works on ``file:`` stores only, and reports
+counts and positions of what it moves, never content. Neither creates a store: a
+``file:`` directory or ``sqlite:`` file that does not exist is an error (exit 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from perdure.cli._common import (
+    EXIT_NOT_FOUND,
+    EXIT_PROBLEM,
+    console,
+    echo_json,
+    handle_errors,
+    json_option,
+    run,
+    session_store,
+    store_option,
+)
+from perdure.session import FileSessionStore
+from perdure.session.maintenance import (
+    Damage,
+    ProgressCallback,
+    RepairReport,
+    VerifyReport,
+    repair_store,
+    verify_store,
+)
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, *, enabled: bool) -> Iterator[ProgressCallback | None]:
+    """A transient rich progress bar on stderr when it is a terminal; else no callback."""
+    err = console(stderr=True)
+    if not enabled or not err.is_terminal:
+        yield None
+        return
+    with Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+@click.command()
+@click.argument("session_ids", metavar="[SESSION]...", nargs=-1)
+@store_option
+@json_option
+@handle_errors
+def verify(session_ids: tuple[str, ...], store_url: str, as_json: bool) -> None:
+    """Verify every session and checkpoint; report the damage (exit 1 if any).
+
+    Each session is read in full and checked against its hash chain, and so is
+    every checkpoint. Each damaged one is reported with the kind of damage and
+    where it is (file and byte offset, or row); the walk never stops at the first.
+    Name sessions to check only those. Nothing is written.
+    """
+    with session_store(store_url) as store:
+        with progress_bar("verifying", enabled=not as_json) as progress:
+            report = run(
+                verify_store(store, session_ids=list(session_ids) or None, progress=progress)
+            )
+        repairable = isinstance(store, FileSessionStore)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        _print_verify(report, store_url, repairable=repairable)
+    for session_id in report.missing:
+        click.echo(f"error: session {session_id!r} not found [session_not_found]", err=True)
+    if report.missing:
+        raise SystemExit(EXIT_NOT_FOUND)
+    if not report.clean:
+        raise SystemExit(EXIT_PROBLEM)
+
+
+def _print_verify(report: VerifyReport, store_url: str, *, repairable: bool) -> None:
+    out = console()
+    checked = (
+        f"{report.sessions_checked} session{_s(report.sessions_checked)} and "
+        f"{report.checkpoints_checked} checkpoint{_s(report.checkpoints_checked)}"
+    )
+    if report.clean:
+        found = (
+            "" if report.sessions_checked or report.missing else f" (no sessions in {store_url})"
+        )
+        out.print(f"[green]✓[/] {checked} verified: no damage{found}")
+        return
+    out.print(damage_table(report.damage))
+    sessions = report.damaged_sessions
+    out.print(
+        f"[red]✗[/] {len(sessions)} of {report.sessions_checked} session"
+        f"{_s(report.sessions_checked)} damaged ({checked} verified)"
+    )
+    if repairable and any(d.checkpoint_id is None for d in report.damage):
+        out.print(
+            f"see what quarantine would move: perdure repair --store {store_url}", style="dim"
+        )
+
+
+def damage_table(damage: tuple[Damage, ...]) -> Table:
+    """Damaged sessions and checkpoints: session, kind, position."""
+    table = Table()
+    table.add_column("session", overflow="fold")
+    table.add_column("damage", no_wrap=True)
+    table.add_column("position", overflow="fold")
+    for found in damage:
+        table.add_row(found.session_id or "(store)", found.kind, found.position)
+    return table
+
+
+@click.command()
+@click.argument("session_ids", metavar="[SESSION]...", nargs=-1)
+@click.option(
+    "--apply", "apply", is_flag=True, help="Move the bad records (without it: a dry run)."
+)
+@click.option(
+    "--quarantine-dir",
+    metavar="DIR",
+    default=None,
+    help="Where moved records go (default: .session-recovery-quarantine in the store).",
+)
+@store_option
+@json_option
+@handle_errors
+def repair(
+    session_ids: tuple[str, ...],
+    apply: bool,
+    quarantine_dir: str | None,
+    store_url: str,
+    as_json: bool,
+) -> None:
+    """Quarantine bad journal records of a file store (dry run by default).
+
+    Damaged sessions are found as verify finds them. With --apply, records whose
+    bytes were altered, and lines that are no record, move to the quarantine
+    directory and the rest of each session is kept; the report gives counts and
+    line positions, never content. Damage that cannot be pinned on single records
+    (checkpoints, manifests, attachments) is reported and left alone. Exit 1 when
+    damage remains afterwards (always, in a dry run that found some).
+    """
+    with session_store(store_url, file_only="repair") as store:
+        assert isinstance(store, FileSessionStore)
+        report = run(
+            repair_store(
+                store,
+                dry_run=not apply,
+                quarantine_dir=quarantine_dir,
+                session_ids=list(session_ids) or None,
+            )
+        )
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        _print_repair(report)
+    if not report.clean:
+        raise SystemExit(EXIT_PROBLEM)
+
+
+def _print_repair(report: RepairReport) -> None:
+    out = console()
+    if not report.sessions and not report.remaining:
+        checked = report.sessions_checked
+        out.print(f"[green]✓[/] {checked} session{_s(checked)} verified: nothing to repair")
+        return
+    if report.dry_run:
+        out.print(
+            "[bold]dry run[/]: nothing was changed; --apply moves the records below to "
+            f"{report.quarantine_dir}",
+            soft_wrap=True,
+        )
+    if report.sessions:
+        table = Table()
+        table.add_column("session", overflow="fold")
+        table.add_column("damage", no_wrap=True)
+        table.add_column("position", overflow="fold")
+        table.add_column("status", no_wrap=True)
+        table.add_column("records", justify="right")
+        table.add_column("lines")
+        for item in report.sessions:
+            table.add_row(
+                item.session_id,
+                item.damage.kind,
+                item.damage.position,
+                item.status.replace("_", " "),
+                str(item.quarantined),
+                ", ".join(map(str, item.positions)) or "-",
+            )
+        out.print(table)
+        for item in report.sessions:
+            if item.quarantine_path is not None:
+                out.print(f"{item.session_id}: moved to {item.quarantine_path}", soft_wrap=True)
+    if report.remaining:
+        out.print("not repaired by quarantine (delete or restore these by hand):")
+        out.print(damage_table(report.remaining))
+    moved = report.quarantined
+    sessions = sum(1 for s in report.sessions if s.quarantined)
+    if report.dry_run:
+        out.print(f"would move {moved} record{_s(moved)} of {sessions} session{_s(sessions)}")
+    else:
+        out.print(f"moved {moved} record{_s(moved)} of {sessions} session{_s(sessions)}")
+    for item in report.sessions:
+        if item.detail is not None:
+            out.print(f"{item.session_id}: {item.status}: {item.detail}", style="dim")
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"

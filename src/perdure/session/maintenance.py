@@ -1,0 +1,777 @@
+"""Store maintenance: verify every session, repair file journals, expire and prune (SPEC §7, §9).
+
+The ``perdure verify``, ``repair`` and ``gc`` commands are thin faces over these
+coroutines; scripts and servers call them directly::
+
+    report = await verify_store(store)               # reads everything, changes nothing
+    report = await repair_store("./data")            # dry run: what quarantine would move
+    report = await repair_store("./data", dry_run=False)
+    report = await gc_store(store, ttl_seconds=30 * 86400, keep_checkpoints=5)  # dry run
+
+Guarantees:
+
+- :func:`verify_store` only reads, through the store's own verifying ``get`` (the
+  hash chain, every segment, attachments, the agent state) and every checkpoint's
+  ``get``. It never stops at the first damage: each damaged session and checkpoint is
+  reported with the kind of damage and where it is (file and byte offset, or row).
+- :func:`repair_store` in dry run (the default) writes nothing to the store: it
+  runs the store's own quarantine on a scratch copy of each damaged session, so what
+  it reports is exactly what ``dry_run=False`` would move. Applied, it reads each
+  damaged session through a ``FileSessionStore(recovery="quarantine")``, which moves
+  provably bad records out under the session's writer lock and rewrites the rest
+  atomically (a crash leaves the old or the healed journal, never half of one).
+- :func:`gc_store` in dry run (the default) deletes nothing. Applied, each deletion
+  is the store's own ``delete`` (a session with its checkpoints, atomically and
+  idempotently); a session whose writer lock is held elsewhere is skipped, not
+  waited for.
+
+Reports are frozen dataclasses of plain values; ``to_dict()`` gives JSON-ready data.
+None of them holds message content: kinds, positions, counts and ids only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import datetime as _dt
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from perdure.errors import (
+    CheckpointNotFoundError,
+    SessionCorruptedError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
+from perdure.session.checkpoints import CheckpointStore
+from perdure.session.file_store import FileSessionStore, SessionRecoveryReport
+from perdure.session.ids import validate_session_id
+from perdure.session.store import SessionMeta, SessionStore
+from perdure.session.ulid import is_ulid
+
+__all__ = [
+    "Damage",
+    "ExpiredSession",
+    "GcReport",
+    "ProgressCallback",
+    "PrunedCheckpoint",
+    "RepairReport",
+    "SessionRepair",
+    "SkippedSession",
+    "VerifyReport",
+    "gc_store",
+    "parse_duration",
+    "repair_store",
+    "verify_store",
+]
+
+PAGE_SIZE = 500
+"""Sessions per ``store.list`` page while walking a store."""
+
+ProgressCallback = Callable[[int, int], None]
+"""Called as ``progress(done, total)`` after each session is verified."""
+
+
+# ----------------------------------------------------------------------------- reports
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One damaged thing found by :func:`verify_store`: where it is and what is wrong.
+
+    Attributes:
+        session_id: the damaged session, or ``None`` when the store as a whole is
+            unreadable (a damaged SQLite file, say).
+        kind: the kind of damage as the store names it (``bad_hash``, ``bad_line``,
+            ``bad_payload``, ``bad_sequence``, ``broken_chain``, ``bad_state``,
+            ``bad_checkpoint``, ``bad_database``), or ``unreadable`` for an I/O error.
+        detail: the store's one-line description (never message content).
+        file: the damaged file (file stores) or database file, when known.
+        offset: the byte offset of the damage in ``file`` (file stores).
+        row: the damaged message row (SQLite stores).
+        checkpoint_id: set when the damage is in one of the session's checkpoints.
+    """
+
+    session_id: str | None
+    kind: str
+    detail: str
+    file: str | None = None
+    offset: int | None = None
+    row: int | None = None
+    checkpoint_id: str | None = None
+
+    @property
+    def position(self) -> str:
+        """Where the damage is, for people: ``journal.jsonl byte 812``, ``row 3``, …"""
+        if self.checkpoint_id is not None:
+            return f"checkpoint {self.checkpoint_id}"
+        if self.row is not None:
+            return f"row {self.row}"
+        if self.file is None:
+            return "-"
+        where = Path(self.file)
+        name = f"segments/{where.name}" if where.parent.name == "segments" else where.name
+        return name if self.offset is None else f"{name} byte {self.offset}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields, plus ``position``."""
+        return {**asdict(self), "position": self.position}
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What :func:`verify_store` found.
+
+    Attributes:
+        sessions_checked: sessions read in full.
+        checkpoints_checked: checkpoints read in full.
+        damage: every damaged session and checkpoint, in session id order.
+        missing: session ids asked for that the store does not hold.
+    """
+
+    sessions_checked: int
+    checkpoints_checked: int
+    damage: tuple[Damage, ...]
+    missing: tuple[str, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        """True when nothing is damaged."""
+        return not self.damage
+
+    @property
+    def damaged_sessions(self) -> tuple[str, ...]:
+        """Ids of the sessions with any damage (journal or checkpoints), sorted."""
+        return tuple(sorted({d.session_id for d in self.damage if d.session_id is not None}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {
+            "clean": self.clean,
+            "sessions_checked": self.sessions_checked,
+            "checkpoints_checked": self.checkpoints_checked,
+            "damaged_sessions": list(self.damaged_sessions),
+            "damage": [d.to_dict() for d in self.damage],
+            "missing": list(self.missing),
+        }
+
+
+RepairStatus = Literal["would_repair", "repaired", "unrepairable", "locked", "clean"]
+
+
+@dataclass(frozen=True)
+class SessionRepair:
+    """What quarantine did (or would do) to one damaged session: counts and positions.
+
+    Attributes:
+        session_id: the session.
+        status: ``would_repair`` (dry run), ``repaired``, ``unrepairable`` (the
+            damage is not in records quarantine can prove bad: a manifest, an
+            attachment, ``meta.json``), ``locked`` (another writer holds the session;
+            try again later) or ``clean`` (healed meanwhile).
+        damage: the damage :func:`verify_store` found first.
+        quarantined: records moved (or that would be moved).
+        positions: their line numbers, 0-based across the session's files in order.
+        kinds: the kind of each moved record (``bad_hash`` or ``bad_line``).
+        quarantine_path: the file the records were moved to (``None`` in a dry run).
+        detail: why the session was not repaired, for ``unrepairable`` and ``locked``.
+    """
+
+    session_id: str
+    status: RepairStatus
+    damage: Damage
+    quarantined: int = 0
+    positions: tuple[int, ...] = ()
+    kinds: tuple[str, ...] = ()
+    quarantine_path: str | None = None
+    detail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {
+            **asdict(self),
+            "damage": self.damage.to_dict(),
+            "positions": list(self.positions),
+            "kinds": list(self.kinds),
+        }
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What :func:`repair_store` found and did.
+
+    Attributes:
+        dry_run: nothing was written.
+        store: the store's directory.
+        quarantine_dir: where quarantined records go (one directory per session).
+        sessions_checked: sessions verified.
+        sessions: one entry per session with damage in its journal.
+        remaining: damage quarantine does not repair (checkpoint files, an
+            unreadable store); delete or restore those by hand.
+    """
+
+    dry_run: bool
+    store: str
+    quarantine_dir: str
+    sessions_checked: int
+    sessions: tuple[SessionRepair, ...]
+    remaining: tuple[Damage, ...] = ()
+
+    @property
+    def quarantined(self) -> int:
+        """Records moved (or that would be moved), over every session."""
+        return sum(s.quarantined for s in self.sessions)
+
+    @property
+    def clean(self) -> bool:
+        """True when no damage is left in the store after this run."""
+        return not self.remaining and all(s.status in ("repaired", "clean") for s in self.sessions)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {
+            "dry_run": self.dry_run,
+            "store": self.store,
+            "quarantine_dir": self.quarantine_dir,
+            "sessions_checked": self.sessions_checked,
+            "quarantined": self.quarantined,
+            "clean": self.clean,
+            "sessions": [s.to_dict() for s in self.sessions],
+            "remaining": [d.to_dict() for d in self.remaining],
+        }
+
+
+@dataclass(frozen=True)
+class ExpiredSession:
+    """A session :func:`gc_store` deleted (or would delete): inactive past the TTL."""
+
+    session_id: str
+    updated_at: str
+    idle_seconds: float
+    message_count: int
+
+
+@dataclass(frozen=True)
+class PrunedCheckpoint:
+    """A checkpoint :func:`gc_store` deleted (or would delete): older than the newest N."""
+
+    session_id: str
+    checkpoint_id: str
+    trigger: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class SkippedSession:
+    """A session :func:`gc_store` could not handle; ``code`` is the error's code."""
+
+    session_id: str | None
+    code: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class GcReport:
+    """What :func:`gc_store` deleted, or would delete in a dry run.
+
+    Attributes:
+        dry_run: nothing was deleted.
+        now: the time inactivity was measured against (ISO-8601 UTC).
+        ttl_seconds: the TTL applied (``None``: sessions were not expired).
+        keep_checkpoints: checkpoints kept per session (``None``: none pruned).
+        sessions_checked: sessions looked at.
+        expired: sessions inactive for longer than the TTL.
+        pruned: checkpoints beyond the newest ``keep_checkpoints`` of a session.
+        skipped: sessions left alone (locked by a writer, damaged metadata).
+    """
+
+    dry_run: bool
+    now: str
+    ttl_seconds: float | None
+    keep_checkpoints: int | None
+    sessions_checked: int
+    expired: tuple[ExpiredSession, ...]
+    pruned: tuple[PrunedCheckpoint, ...]
+    skipped: tuple[SkippedSession, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {
+            "dry_run": self.dry_run,
+            "now": self.now,
+            "ttl_seconds": self.ttl_seconds,
+            "keep_checkpoints": self.keep_checkpoints,
+            "sessions_checked": self.sessions_checked,
+            "expired": [asdict(e) for e in self.expired],
+            "pruned": [asdict(p) for p in self.pruned],
+            "skipped": [asdict(s) for s in self.skipped],
+        }
+
+
+# ----------------------------------------------------------------------------- durations
+
+_DURATION = re.compile(r"([0-9]+)([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in a duration such as ``3600s``, ``90m``, ``12h``, ``30d`` or ``2w``.
+
+    Strict: one whole number greater than zero, then one unit; no spaces, sign or
+    fraction.
+
+    Raises:
+        ValueError: ``text`` is not such a duration (the message shows the forms).
+    """
+    match = _DURATION.fullmatch(text) if isinstance(text, str) else None
+    if match is None or int(match.group(1)) == 0:
+        raise ValueError(
+            f"{text!r} is not a duration; use a whole number > 0 and a unit: "
+            "3600s, 90m, 12h, 30d or 2w"
+        )
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+async def verify_store(
+    store: SessionStore,
+    *,
+    session_ids: Sequence[str] | None = None,
+    progress: ProgressCallback | None = None,
+) -> VerifyReport:
+    """Read every session (or those named) and its checkpoints in full; report all damage.
+
+    Sessions are found through ``store.list`` pages; each is read with
+    ``store.get`` (which verifies the hash chain) and each of its checkpoints with
+    ``store.checkpoints.get`` when the store keeps checkpoints. Nothing is written.
+    A session whose metadata is too damaged to list is reported and the walk goes on.
+
+    Args:
+        store: the store to verify. A ``FileSessionStore`` must be strict: one opened
+            with ``recovery="quarantine"`` would heal what it reads.
+        session_ids: verify only these sessions (absent ones are reported in
+            ``missing``); ``None`` walks the whole store.
+        progress: called as ``progress(done, total)`` after each session.
+
+    Raises:
+        ValueError: ``store`` heals on read, or a session id is malformed.
+    """
+    if getattr(store, "recovery", "strict") != "strict":
+        raise ValueError(
+            "store must be opened with recovery='strict' to be verified "
+            "(a quarantine store changes what it reads); use repair_store to heal"
+        )
+    damage: list[Damage] = []
+    if session_ids is None:
+        metas, listing_damage = await _walk(store)
+        ids = [m.session_id for m in metas]
+        damage.extend(listing_damage)
+        explicit = False
+    else:
+        ids = [validate_session_id(s, "session_ids") for s in dict.fromkeys(session_ids)]
+        explicit = True
+    checkpoints = _checkpoint_store(store)
+    missing: list[str] = []
+    sessions_checked = checkpoints_checked = 0
+    for done, session_id in enumerate(ids, start=1):
+        try:
+            await store.get(session_id)
+        except SessionNotFoundError:
+            if explicit:
+                missing.append(session_id)
+            # else: deleted since it was listed
+            if progress is not None:
+                progress(done, len(ids))
+            continue
+        except SessionCorruptedError as exc:
+            damage.append(_damage(exc, session_id))
+        except OSError as exc:
+            damage.append(Damage(session_id, "unreadable", str(exc)))
+        sessions_checked += 1
+        if checkpoints is not None:
+            found, count = await _verify_checkpoints(store, checkpoints, session_id)
+            damage.extend(found)
+            checkpoints_checked += count
+        if progress is not None:
+            progress(done, len(ids))
+    damage.sort(key=lambda d: (d.session_id or "", d.checkpoint_id or ""))
+    return VerifyReport(sessions_checked, checkpoints_checked, tuple(damage), tuple(missing))
+
+
+async def _walk(store: SessionStore) -> tuple[list[SessionMeta], list[Damage]]:
+    """Every session's metadata, page by page, stepping over sessions too damaged to list.
+
+    A page that fails names the damaged session in the error's details; the walk
+    then goes one session at a time up to it, reports it, and carries on after it.
+    Damage that names no session (an unreadable store) ends the walk.
+    """
+    metas: list[SessionMeta] = []
+    damage: list[Damage] = []
+    cursor: str | None = None
+    culprit: str | None = None  # while set, list one session at a time up to it
+    while True:
+        step = 1 if culprit is not None else PAGE_SIZE
+        try:
+            page = await store.list(limit=step, after=cursor)
+        except SessionCorruptedError as exc:
+            bad = exc.details.get("session_id")
+            if not isinstance(bad, str) or (cursor is not None and bad <= cursor):
+                damage.append(_damage(exc, None))
+                break
+            if step > 1:
+                culprit = bad
+                continue
+            damage.append(_damage(exc, bad))
+            cursor = bad
+            if culprit is not None and bad >= culprit:
+                culprit = None
+            continue
+        metas.extend(page)
+        if page:
+            cursor = page[-1].session_id
+            if culprit is not None and cursor >= culprit:
+                culprit = None
+        if len(page) < step:
+            break
+    return metas, damage
+
+
+def _checkpoint_store(store: SessionStore) -> CheckpointStore | None:
+    found = getattr(store, "checkpoints", None)
+    return found if isinstance(found, CheckpointStore) else None
+
+
+async def _verify_checkpoints(
+    store: SessionStore, checkpoints: CheckpointStore, session_id: str
+) -> tuple[list[Damage], int]:
+    """Read each of a session's checkpoints; the damage found and how many were read."""
+    damage: list[Damage] = []
+    try:
+        ids = [meta.checkpoint_id for meta in await checkpoints.list(session_id)]
+    except SessionCorruptedError as exc:
+        if not isinstance(store, FileSessionStore):
+            return [_damage(exc, session_id, checkpoint=True)], 0
+        # A file store's list parses every checkpoint and stops at the first bad one;
+        # its files are named by id, so read each of them to report them all.
+        ids = await asyncio.to_thread(
+            _checkpoint_files, store.session_dir(session_id) / "checkpoints"
+        )
+    checked = 0
+    for checkpoint_id in ids:
+        try:
+            await checkpoints.get(session_id, checkpoint_id)
+        except CheckpointNotFoundError:
+            continue  # deleted since it was listed
+        except SessionCorruptedError as exc:
+            damage.append(_damage(exc, session_id, checkpoint_id=checkpoint_id))
+        except OSError as exc:
+            damage.append(Damage(session_id, "unreadable", str(exc), checkpoint_id=checkpoint_id))
+        checked += 1
+    return damage, checked
+
+
+def _checkpoint_files(directory: Path) -> list[str]:
+    if not directory.is_dir():
+        return []
+    return sorted(p.stem for p in directory.iterdir() if p.suffix == ".json" and is_ulid(p.stem))
+
+
+def _damage(
+    exc: SessionCorruptedError,
+    session_id: str | None,
+    *,
+    checkpoint_id: str | None = None,
+    checkpoint: bool = False,
+) -> Damage:
+    """A :class:`Damage` from the facts a store put in the error's ``details``."""
+    details = exc.details
+
+    def text(key: str) -> str | None:
+        value = details.get(key)
+        return value if isinstance(value, str) else None
+
+    def number(key: str) -> int | None:
+        value = details.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    checkpoint_id = text("checkpoint_id") or checkpoint_id
+    kind = text("kind")
+    if checkpoint_id is not None or checkpoint:
+        kind = "bad_checkpoint" if kind in (None, "bad_payload") else kind
+    return Damage(
+        session_id=text("session_id") or session_id,
+        kind=kind or "damaged",
+        detail=exc.message,
+        file=text("file"),
+        offset=number("offset"),
+        row=number("row"),
+        checkpoint_id=checkpoint_id,
+    )
+
+
+# ----------------------------------------------------------------------------- repair
+
+
+async def repair_store(
+    store: FileSessionStore | str | os.PathLike[str],
+    *,
+    dry_run: bool = True,
+    quarantine_dir: str | os.PathLike[str] | None = None,
+    session_ids: Sequence[str] | None = None,
+) -> RepairReport:
+    """Heal a file store's damaged journals by quarantine, or (dry run) say what would move.
+
+    Finds damaged sessions with :func:`verify_store`. In a dry run each one is healed
+    on a scratch copy outside the store, by the store's own quarantine, and the
+    report says which records that moved; the store is not written. Otherwise each
+    is read through ``FileSessionStore(recovery="quarantine")``: provably bad
+    records (altered bytes, lines that are no record) go to
+    ``<quarantine_dir>/<session_id>/``, the rest is rewritten atomically, and the
+    session reads cleanly again. Damage quarantine cannot pin on single records is
+    reported, never guessed at.
+
+    Args:
+        store: a :class:`FileSessionStore` or its directory.
+        dry_run: report without writing (the default).
+        quarantine_dir: where moved records go (default: the store's,
+            ``<dir>/.session-recovery-quarantine``).
+        session_ids: repair only these sessions; ``None`` for the whole store.
+
+    Raises:
+        TypeError: ``store`` is not a file store (only journals can be quarantined).
+        ValueError: the directory does not exist, or a session id is malformed.
+    """
+    if isinstance(store, str | os.PathLike):
+        root = Path(store)
+        strict = FileSessionStore(root)
+    elif isinstance(store, FileSessionStore):
+        root = store.root
+        strict = store if store.recovery == "strict" else FileSessionStore(root)
+    else:
+        raise TypeError(
+            f"repair works on file stores only (quarantine moves journal records), "
+            f"got {type(store).__name__}"
+        )
+    if not root.is_dir():
+        raise ValueError(f"store directory {root} does not exist")
+    qdir = Path(quarantine_dir) if quarantine_dir is not None else strict.quarantine_dir
+    verified = await verify_store(strict, session_ids=session_ids)
+    journal_damage = [d for d in verified.damage if d.checkpoint_id is None and d.session_id]
+    remaining = [d for d in verified.damage if d not in journal_damage]
+    reports: list[SessionRecoveryReport] = []
+    healer = FileSessionStore(
+        root,
+        durability=strict.durability,
+        recovery="quarantine",
+        on_recovery=reports.append,
+        quarantine_dir=qdir,
+    )
+    repairs: list[SessionRepair] = []
+    try:
+        for found in journal_damage:
+            assert found.session_id is not None
+            if dry_run:
+                repairs.append(await _plan(strict, found))
+            else:
+                repairs.append(await _heal(healer, found, reports))
+    finally:
+        healer.close()
+        if strict is not store:
+            strict.close()
+    return RepairReport(
+        dry_run=dry_run,
+        store=str(root),
+        quarantine_dir=str(qdir),
+        sessions_checked=verified.sessions_checked,
+        sessions=tuple(repairs),
+        remaining=tuple(remaining),
+    )
+
+
+async def _heal(
+    healer: FileSessionStore, found: Damage, reports: list[SessionRecoveryReport]
+) -> SessionRepair:
+    session_id = found.session_id
+    assert session_id is not None
+    reports.clear()
+    try:
+        await healer.get(session_id)
+    except SessionLockedError as exc:
+        return SessionRepair(session_id, "locked", found, detail=exc.message)
+    except (SessionCorruptedError, SessionNotFoundError) as exc:
+        return _repair(session_id, "unrepairable", found, reports, detail=exc.message)
+    return _repair(session_id, "repaired" if reports else "clean", found, reports)
+
+
+async def _plan(strict: FileSessionStore, found: Damage) -> SessionRepair:
+    """Run the store's quarantine on a scratch copy of the session: what would move."""
+    session_id = found.session_id
+    assert session_id is not None
+    reports: list[SessionRecoveryReport] = []
+    with tempfile.TemporaryDirectory(prefix="perdure-repair-") as scratch:
+        copy_root = Path(scratch) / "store"
+        source = strict.session_dir(session_id)
+
+        def skip_checkpoints(directory: str, names: builtins.list[str]) -> builtins.list[str]:
+            # Quarantine reads journals and attachments, never the session's checkpoints.
+            return ["checkpoints"] if Path(directory) == source else []
+
+        try:
+            await asyncio.to_thread(
+                shutil.copytree,
+                source,
+                copy_root / "sessions" / session_id,
+                symlinks=True,
+                ignore=skip_checkpoints,
+            )
+        except FileNotFoundError as exc:
+            return SessionRepair(session_id, "unrepairable", found, detail=str(exc))
+        rehearsal = FileSessionStore(
+            copy_root,
+            durability="none",
+            recovery="quarantine",
+            on_recovery=reports.append,
+            quarantine_dir=Path(scratch) / "quarantine",
+        )
+        try:
+            await rehearsal.get(session_id)
+        except (SessionCorruptedError, SessionNotFoundError) as exc:
+            return _repair(session_id, "unrepairable", found, reports, detail=exc.message)
+        finally:
+            rehearsal.close()
+    return _repair(session_id, "would_repair" if reports else "clean", found, reports, plan=True)
+
+
+def _repair(
+    session_id: str,
+    status: RepairStatus,
+    found: Damage,
+    reports: Sequence[SessionRecoveryReport],
+    *,
+    detail: str | None = None,
+    plan: bool = False,
+) -> SessionRepair:
+    mine = [r for r in reports if r.session_id == session_id]
+    positions = tuple(p for r in mine for p in r.positions)
+    return SessionRepair(
+        session_id,
+        status,
+        found,
+        quarantined=sum(r.quarantined for r in mine),
+        positions=positions,
+        kinds=tuple(k for r in mine for k in r.kinds),
+        quarantine_path=None if plan or not mine else mine[-1].quarantine_path,
+        detail=detail,
+    )
+
+
+# ----------------------------------------------------------------------------- gc
+
+
+async def gc_store(
+    store: SessionStore,
+    *,
+    ttl_seconds: float | None = None,
+    keep_checkpoints: int | None = None,
+    dry_run: bool = True,
+    now: _dt.datetime | None = None,
+) -> GcReport:
+    """Expire inactive sessions and prune old checkpoints (SPEC §9); a dry run by default.
+
+    A session whose ``updated_at`` is more than ``ttl_seconds`` before ``now`` is
+    deleted with its checkpoints. Every other session keeps its newest
+    ``keep_checkpoints`` checkpoints; older ones are deleted, whatever their trigger.
+
+    Args:
+        store: the store to clean.
+        ttl_seconds: seconds of inactivity after which a session expires (``None``:
+            expire nothing).
+        keep_checkpoints: checkpoints to keep per session, newest first (``None``:
+            keep all; ``0``: delete all).
+        dry_run: report what would be deleted, delete nothing (the default).
+        now: the time to measure inactivity against (aware; default: now).
+
+    Raises:
+        ValueError: both limits are ``None``, a limit is out of range, or ``now`` is
+            naive.
+    """
+    if ttl_seconds is None and keep_checkpoints is None:
+        raise ValueError("gc_store needs ttl_seconds, keep_checkpoints or both")
+    if ttl_seconds is not None and (
+        isinstance(ttl_seconds, bool)
+        or not isinstance(ttl_seconds, int | float)
+        or not ttl_seconds > 0
+    ):
+        raise ValueError(f"ttl_seconds must be a number > 0, got {ttl_seconds!r}")
+    if keep_checkpoints is not None and (
+        isinstance(keep_checkpoints, bool)
+        or not isinstance(keep_checkpoints, int)
+        or keep_checkpoints < 0
+    ):
+        raise ValueError(f"keep_checkpoints must be an int >= 0, got {keep_checkpoints!r}")
+    if now is None:
+        now = _dt.datetime.now(_dt.UTC)
+    elif not isinstance(now, _dt.datetime) or now.utcoffset() is None:
+        raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
+    checkpoints = _checkpoint_store(store) if keep_checkpoints is not None else None
+    metas, listing_damage = await _walk(store)
+    skipped = [
+        SkippedSession(d.session_id, "session_store_corrupted", d.detail) for d in listing_damage
+    ]
+    expired: list[ExpiredSession] = []
+    pruned: list[PrunedCheckpoint] = []
+    for meta in metas:
+        try:
+            idle = (now - _parse_time(meta.updated_at)).total_seconds()
+        except ValueError as exc:
+            skipped.append(SkippedSession(meta.session_id, "session_store_corrupted", str(exc)))
+            continue
+        try:
+            if ttl_seconds is not None and idle > ttl_seconds:
+                if not dry_run:
+                    await store.delete(meta.session_id)
+                expired.append(
+                    ExpiredSession(meta.session_id, meta.updated_at, idle, meta.message_count)
+                )
+            elif checkpoints is not None and keep_checkpoints is not None:
+                pruned.extend(await _prune(checkpoints, meta.session_id, keep_checkpoints, dry_run))
+        except (SessionLockedError, SessionCorruptedError) as exc:
+            skipped.append(SkippedSession(meta.session_id, exc.code, exc.message))
+    return GcReport(
+        dry_run=dry_run,
+        now=now.astimezone(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        ttl_seconds=ttl_seconds,
+        keep_checkpoints=keep_checkpoints,
+        sessions_checked=len(metas),
+        expired=tuple(expired),
+        pruned=tuple(pruned),
+        skipped=tuple(skipped),
+    )
+
+
+async def _prune(
+    checkpoints: CheckpointStore, session_id: str, keep: int, dry_run: bool
+) -> list[PrunedCheckpoint]:
+    metas = await checkpoints.list(session_id)  # oldest first
+    stale = metas[: max(0, len(metas) - keep)]
+    for meta in stale:
+        if not dry_run:
+            await checkpoints.delete(session_id, meta.checkpoint_id)
+    return [PrunedCheckpoint(session_id, m.checkpoint_id, m.trigger, m.created_at) for m in stale]
+
+
+def _parse_time(text: str) -> _dt.datetime:
+    """An ISO-8601 timestamp as an aware datetime (naive ones are UTC)."""
+    try:
+        parsed = _dt.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"updated_at {text!r} is not an ISO-8601 time") from None
+    return parsed if parsed.utcoffset() is not None else parsed.replace(tzinfo=_dt.UTC)

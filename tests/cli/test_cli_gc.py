@@ -1,0 +1,182 @@
+"""``perdure gc`` through its real entry point, on real stores."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from perdure import Agent
+from perdure.cli.gc import human_duration, short_time
+from perdure.cli.main import cli
+from perdure.models import ScriptedModel
+from perdure.session import FileSessionStore, Session, SessionStore
+from perdure.session.sqlite_store import SQLiteSessionStore
+
+
+def perdure(*args: str) -> Result:
+    runner = CliRunner(env={"COLUMNS": "200", "PERDURE_STORE": None})
+    return runner.invoke(cli, list(args), catch_exceptions=False)
+
+
+def populate(store: SessionStore, ids: list[str], *, checkpoints: int = 0) -> None:
+    for sid in ids:
+        session = Session(store, sid)
+        agent = Agent(model=ScriptedModel([f"{sid} answer"]), session_manager=session)
+        agent(f"{sid} question")
+        for _ in range(checkpoints):
+            asyncio.run(session.checkpoint())
+
+
+def age_file_session(store: FileSessionStore, session_id: str, days: float) -> None:
+    """Make a file session look created and last written ``days`` ago (meta and mtime)."""
+    when = dt.datetime.now(dt.UTC) - dt.timedelta(days=days)
+    meta_path = store.session_dir(session_id) / "meta.json"
+    meta = json.loads(meta_path.read_bytes())
+    meta["created_at"] = when.isoformat().replace("+00:00", "Z")
+    meta_path.write_text(json.dumps(meta))
+    os.utime(store.session_dir(session_id) / "journal.jsonl", (when.timestamp(),) * 2)
+
+
+def ids(store: SessionStore) -> list[str]:
+    return [m.session_id for m in asyncio.run(store.list())]
+
+
+def checkpoint_ids(store: Any, session_id: str) -> list[str]:
+    return [m.checkpoint_id for m in asyncio.run(store.checkpoints.list(session_id))]
+
+
+@pytest.fixture
+def aged(tmp_path: Path) -> FileSessionStore:
+    """Sessions idle for 40 days, 2 days and none."""
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["ancient", "recent", "today"])
+    age_file_session(store, "ancient", 40)
+    age_file_session(store, "recent", 2)
+    return store
+
+
+def test_gc_is_a_dry_run_by_default(aged: FileSessionStore) -> None:
+    result = perdure("gc", "--store", f"file:{aged.root}", "--ttl", "30d")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("dry run: nothing was deleted")
+    assert "sessions inactive for more than 30d:" in result.stdout
+    assert "ancient" in result.stdout
+    assert "recent" not in result.stdout
+    assert "would delete 1 of 3 sessions and 0 checkpoints" in result.stdout
+    assert ids(aged) == ["ancient", "recent", "today"]
+
+
+def test_gc_apply_deletes_only_sessions_past_the_ttl(aged: FileSessionStore) -> None:
+    result = perdure("gc", "--store", f"file:{aged.root}", "--ttl", "24h", "--apply", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["dry_run"] is False
+    assert report["ttl_seconds"] == 86400
+    assert [e["session_id"] for e in report["expired"]] == ["ancient", "recent"]
+    assert report["expired"][0]["idle_seconds"] == pytest.approx(40 * 86400, abs=60)
+    assert ids(aged) == ["today"]
+    assert not aged.session_dir("ancient").exists()
+
+
+def test_gc_keeps_the_newest_checkpoints(tmp_path: Path) -> None:
+    store = SQLiteSessionStore(tmp_path / "p.db")
+    populate(store, ["a", "b"], checkpoints=3)
+    before = {sid: checkpoint_ids(store, sid) for sid in "ab"}
+    url = f"sqlite:{store.path}"
+    dry = perdure("gc", "--store", url, "--keep-checkpoints", "1")
+    assert dry.exit_code == 0
+    assert "checkpoints beyond each session's newest 1:" in dry.stdout
+    assert "would delete 0 of 2 sessions and 4 checkpoints" in dry.stdout
+    assert {sid: checkpoint_ids(store, sid) for sid in "ab"} == before
+    done = perdure("gc", "--store", url, "--keep-checkpoints", "1", "--apply")
+    assert done.exit_code == 0
+    assert "deleted 0 of 2 sessions and 4 checkpoints" in done.stdout
+    assert {sid: checkpoint_ids(store, sid) for sid in "ab"} == {
+        sid: before[sid][-1:] for sid in "ab"
+    }
+
+
+def test_gc_ttl_on_sqlite_with_a_given_now(tmp_path: Path) -> None:
+    store = SQLiteSessionStore(tmp_path / "p.db")
+    populate(store, ["a", "b"], checkpoints=1)
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("UPDATE perdure_sessions SET updated_at = '2025-01-01T00:00:00Z' WHERE id='a'")
+        conn.execute("UPDATE perdure_sessions SET updated_at = '2025-03-01T00:00:00Z' WHERE id='b'")
+    conn.close()
+    url = f"sqlite:{store.path}"
+    args = ["gc", "--store", url, "--ttl", "2w", "--now", "2025-03-02T00:00:00Z", "--json"]
+    report = json.loads(perdure(*args).stdout)
+    assert [e["session_id"] for e in report["expired"]] == ["a"]
+    assert report["now"] == "2025-03-02T00:00:00.000000Z"
+    assert perdure(*args, "--apply").exit_code == 0
+    assert ids(store) == ["b"]
+    assert checkpoint_ids(store, "a") == []  # deleted with their session
+
+
+def test_gc_reports_a_locked_session_and_exits_1(aged: FileSessionStore) -> None:
+    async def scenario() -> Result:
+        async with FileSessionStore(aged.root).writer_lock("ancient"):
+            return await asyncio.to_thread(
+                perdure, "gc", "--store", f"file:{aged.root}", "--ttl", "30d", "--apply"
+            )
+
+    result = asyncio.run(scenario())
+    assert result.exit_code == 1
+    assert "session_locked" in result.stdout
+    assert ids(aged) == ["ancient", "recent", "today"]
+
+
+@pytest.mark.parametrize("ttl", ["30", "30x", "0d", "-1d", "1.5h", "30 d", "1d2h", ""])
+def test_a_bad_duration_is_a_usage_error_naming_the_option(
+    aged: FileSessionStore, ttl: str
+) -> None:
+    result = perdure("gc", "--store", f"file:{aged.root}", "--ttl", ttl, "--apply")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: --ttl: {ttl!r} is not a duration")
+    assert result.stderr.count("\n") == 1
+    assert ids(aged) == ["ancient", "recent", "today"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "error: nothing to do: give --ttl, --keep-checkpoints or both"),
+        (["--keep-checkpoints", "-1"], "error: --keep-checkpoints must be 0 or more"),
+        (["--ttl", "1d", "--store", "redis2:x"], "error: --store: unknown store scheme"),
+        (["--ttl", "1d", "--now", "yesterday"], "error: --now: 'yesterday' is not an ISO-8601"),
+    ],
+)
+def test_bad_inputs_get_one_line_and_exit_2(
+    aged: FileSessionStore, args: list[str], message: str
+) -> None:
+    result = perdure("gc", "--store", f"file:{aged.root}", *args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(message)
+    assert result.stderr.count("\n") == 1
+
+
+def test_gc_on_a_missing_store_creates_nothing(tmp_path: Path) -> None:
+    result = perdure("gc", "--store", f"sqlite:{tmp_path}/none.db", "--ttl", "1d", "--apply")
+    assert result.exit_code == 3
+    assert result.stderr.startswith("error: no store at")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (59.9, "59s"), (61, "1m 1s"), (3600, "1h"), (90061, "1d 1h"), (40 * 86400, "40d")],
+)
+def test_idle_times_read_well(seconds: float, text: str) -> None:
+    assert human_duration(seconds) == text
+
+
+def test_table_times_are_cut_to_the_second() -> None:
+    assert short_time("2025-03-01T12:00:05.123456Z") == "2025-03-01 12:00:05"

@@ -1,0 +1,251 @@
+"""``perdure snapshots list|show|restore`` through the real entry points.
+
+The storage is written by a real ``SnapshotSessionManager`` (with a ``snapshot_trigger``
+appending an immutable snapshot after every invocation), on files and on SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from perdure import Agent
+from perdure.cli._common import EXIT_CORRUPTED, EXIT_NOT_FOUND, EXIT_USAGE
+from perdure.cli.main import cli
+from perdure.cli.render import human_size
+from perdure.models import ScriptedModel
+from perdure.session import SnapshotSessionManager
+from perdure.storage import LocalFileStorage, SQLiteStorage, Storage, open_storage
+
+ABSENT = "01ARZ3NDEKTSV4RRFFQ69G5FAV"  # a well-formed ULID no snapshot has
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(100)
+
+
+def invoke(*args: str) -> Result:
+    """Run ``perdure ARGS``; an unexpected exception fails the test with its traceback."""
+    result = CliRunner().invoke(cli, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def ok_json(*args: str) -> Any:
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def fill(storage: Storage) -> None:
+    """Three invocations of a real agent; a snapshot after each, the second with an image."""
+    manager = SnapshotSessionManager("s1", storage=storage, snapshot_trigger=lambda **_: True)
+    agent = Agent(model=ScriptedModel(["one", "a picture", "three"]), session_manager=manager)
+    agent("hello")
+    agent.state.set("city", "Paris")
+    agent(
+        [
+            {"text": "what is this?"},
+            {"image": {"format": "png", "source": {"bytes": PNG}}},
+        ]
+    )
+    agent.state.set("step", 3)
+    agent("last one")
+
+
+@pytest.fixture(params=["file", "sqlite"])
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "file":
+        storage: Storage = LocalFileStorage(tmp_path / "blobs")
+        fill(storage)
+        yield f"file:{tmp_path / 'blobs'}"
+    else:
+        sqlite = SQLiteStorage(tmp_path / "blobs.db")
+        fill(sqlite)
+        sqlite.close()
+        yield f"sqlite:{tmp_path / 'blobs.db'}"
+
+
+def snapshot_ids(storage_url: str) -> list[str]:
+    listing = ok_json("snapshots", "list", "s1", "--storage", storage_url)
+    return [row["snapshot_id"] for row in listing["snapshots"]]
+
+
+def test_list_shows_ids_oldest_first_with_time_and_message_count(storage_url: str) -> None:
+    listing = ok_json("snapshots", "list", "s1", "--storage", storage_url)
+    rows = listing["snapshots"]
+    assert [row["message_count"] for row in rows] == [2, 4, 6]
+    ids = [row["snapshot_id"] for row in rows]
+    assert ids == sorted(ids)
+    assert all(row["created_at"].endswith("Z") for row in rows)
+    assert listing["latest"] == {"message_count": 6}
+    assert listing["next_cursor"] is None
+    text = invoke("snapshots", "list", "s1", "--storage", storage_url)
+    assert text.exit_code == 0, text.stderr
+    assert all(snapshot_id in text.stdout for snapshot_id in ids)
+    assert "snapshot_latest: 6 messages" in text.stdout
+
+
+def test_list_pages_with_limit_and_after(storage_url: str) -> None:
+    ids = snapshot_ids(storage_url)
+    page = ok_json("snapshots", "list", "s1", "--storage", storage_url, "--limit", "2")
+    assert [row["snapshot_id"] for row in page["snapshots"]] == ids[:2]
+    assert page["next_cursor"] == ids[1]
+    rest = ok_json("snapshots", "list", "s1", "--storage", storage_url, "--after", ids[1])
+    assert [row["snapshot_id"] for row in rest["snapshots"]] == ids[2:]
+
+
+def test_show_latest_names_images_instead_of_dumping_them(storage_url: str) -> None:
+    result = invoke("snapshots", "show", "s1", "--storage", storage_url, "--messages", "6")
+    assert result.exit_code == 0, result.stderr
+    assert f"[image png, {human_size(len(PNG))}]" in result.stdout
+    assert "#5 assistant" in result.stdout
+    assert "iVBORw0KGgo" not in result.stdout  # no base64 PNG
+    assert "city, step" in result.stdout
+    info = ok_json("snapshots", "show", "s1", "latest", "--storage", storage_url)
+    assert info["message_count"] == 6
+    assert info["state_keys"] == ["city", "step"]
+    assert len(info["last_messages"]) == 5
+    image = info["last_messages"][1]["content"][1]["image"]  # message 2 of 6
+    assert image["source"]["bytes"] == {"bytes": len(PNG)}
+
+
+def test_show_an_immutable_snapshot(storage_url: str) -> None:
+    first = snapshot_ids(storage_url)[0]
+    info = ok_json("snapshots", "show", "s1", first, "--storage", storage_url)
+    assert (info["snapshot_id"], info["message_count"]) == (first, 2)
+    assert info["created_at"].endswith("Z")
+    assert info["state_keys"] == []
+
+
+def test_restore_makes_a_snapshot_the_latest_and_keeps_a_backup(storage_url: str) -> None:
+    first = snapshot_ids(storage_url)[0]
+    result = invoke("snapshots", "restore", "s1", first, "--storage", storage_url)
+    assert result.exit_code == 0, result.stderr
+    assert "messages: 6 → 2 (first 2 unchanged)" in result.stdout
+    assert "state removed: city, step" in result.stdout
+    assert "kept as snapshot" in result.stdout
+    listing = ok_json("snapshots", "list", "s1", "--storage", storage_url)
+    assert listing["latest"] == {"message_count": 2}
+    assert [row["message_count"] for row in listing["snapshots"]] == [2, 4, 6, 6]
+    # A real agent built on the same storage resumes from the restored latest.
+    storage = open_storage(storage_url)
+    try:
+        manager = SnapshotSessionManager("s1", storage=storage)
+        agent = Agent(model=ScriptedModel(["again"]), session_manager=manager)
+        agent("and now?")
+        assert [m["role"] for m in agent.messages] == ["user", "assistant"] * 2
+        assert agent.state.get() == {}
+    finally:
+        if isinstance(storage, SQLiteStorage):
+            storage.close()
+    # The backup undoes it.
+    backup = listing["snapshots"][-1]["snapshot_id"]
+    undo = ok_json("snapshots", "restore", "s1", backup, "--storage", storage_url, "--no-backup")
+    assert (undo["messages_before"], undo["messages_after"]) == (4, 6)
+    assert undo["backup_snapshot_id"] is None
+
+
+def test_unknown_snapshot_session_or_storage_is_not_found(storage_url: str, tmp_path: Path) -> None:
+    for args in (
+        ("show", "s1", ABSENT),
+        ("restore", "s1", ABSENT),
+        ("list", "nobody"),
+        ("show", "nobody"),
+    ):
+        result = invoke("snapshots", *args, "--storage", storage_url)
+        assert result.exit_code == EXIT_NOT_FOUND, (args, result.stdout, result.stderr)
+        assert result.stderr.startswith("error: ")
+    missing = invoke("snapshots", "list", "s1", "--storage", f"file:{tmp_path / 'nowhere'}")
+    assert missing.exit_code == EXIT_NOT_FOUND
+    assert "no snapshot storage" in missing.stderr
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_bad_ids_cursors_and_urls_are_usage_errors(storage_url: str) -> None:
+    for args in (
+        ("show", "s1", "not-a-ulid"),
+        ("restore", "s1", "01arz3ndektsv4rrffq69g5fav"),
+        ("list", "s1", "--after", "nope"),
+        ("list", "s1", "--limit", "-1"),
+        ("list", "../etc"),
+    ):
+        result = invoke("snapshots", *args, "--storage", storage_url)
+        assert result.exit_code == EXIT_USAGE, (args, result.stdout, result.stderr)
+    for url in ("redis://x", "file:", "nowhere"):
+        result = invoke("snapshots", "list", "s1", "--storage", url)
+        assert result.exit_code == EXIT_USAGE, (url, result.stderr)
+        assert "--storage" in result.stderr
+
+
+def corrupt_file(root: Path, snapshot_id: str) -> None:
+    path = root / "sessions" / "s1" / "agents" / "default" / "snapshots" / f"{snapshot_id}.blob"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def corrupt_sqlite(path: Path, snapshot_id: str) -> None:
+    key = f"sessions/s1/agents/default/snapshots/{snapshot_id}"
+    with sqlite3.connect(path) as conn:
+        (data,) = conn.execute("SELECT data FROM perdure_blobs WHERE key = ?", (key,)).fetchone()
+        damaged = bytearray(data)
+        damaged[len(damaged) // 2] ^= 0x01
+        conn.execute("UPDATE perdure_blobs SET data = ? WHERE key = ?", (bytes(damaged), key))
+    conn.close()
+
+
+def test_a_flipped_byte_is_corruption(storage_url: str) -> None:
+    ids = snapshot_ids(storage_url)
+    scheme, _, path = storage_url.partition(":")
+    if scheme == "file":
+        corrupt_file(Path(path), ids[1])
+    else:
+        corrupt_sqlite(Path(path), ids[1])
+    shown = invoke("snapshots", "show", "s1", ids[1], "--storage", storage_url)
+    assert shown.exit_code == EXIT_CORRUPTED, shown.stderr
+    assert "session_store_corrupted" in shown.stderr
+    restored = invoke("snapshots", "restore", "s1", ids[1], "--storage", storage_url)
+    assert restored.exit_code == EXIT_CORRUPTED
+    listed = invoke("snapshots", "list", "s1", "--storage", storage_url, "--json")
+    assert listed.exit_code == EXIT_CORRUPTED
+    rows = json.loads(listed.stdout)["snapshots"]
+    assert [row.get("error") is not None for row in rows] == [False, True, False]
+    # The others are still readable.
+    assert (
+        ok_json("snapshots", "show", "s1", ids[2], "--storage", storage_url)["message_count"] == 6
+    )
+
+
+def test_the_module_runs_as_a_subprocess(tmp_path: Path) -> None:
+    fill(LocalFileStorage(tmp_path / "blobs"))
+    completed = subprocess.run(
+        [sys.executable, "-m", "perdure", "snapshots", "list", "s1", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "NO_COLOR": "1", "PERDURE_STORAGE": "file:blobs"},
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert [row["message_count"] for row in json.loads(completed.stdout)["snapshots"]] == [2, 4, 6]
+
+
+def test_every_command_has_help() -> None:
+    for args in (
+        ("snapshots",),
+        ("snapshots", "list"),
+        ("snapshots", "show"),
+        ("snapshots", "restore"),
+    ):
+        result = invoke(*args, "--help")
+        assert result.exit_code == 0
+        assert "Usage:" in result.stdout

@@ -1,0 +1,293 @@
+"""``perdure verify`` and ``perdure repair`` through their real entry points, on real stores."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from rich.console import Console
+
+from perdure import Agent
+from perdure.cli import verify as verify_command
+from perdure.cli.main import cli
+from perdure.models import ScriptedModel
+from perdure.session import FileSessionStore, Session, SessionStore
+from perdure.session.sqlite_store import SQLiteSessionStore
+
+
+def perdure(*args: str) -> Result:
+    runner = CliRunner(env={"COLUMNS": "200", "PERDURE_STORE": None})
+    return runner.invoke(cli, list(args), catch_exceptions=False)
+
+
+def populate(store: SessionStore, ids: list[str], *, checkpoints: int = 1) -> None:
+    for sid in ids:
+        session = Session(store, sid)
+        agent = Agent(
+            model=ScriptedModel([f"{sid} answer 1", f"{sid} answer 2"]), session_manager=session
+        )
+        agent(f"{sid} question 1")
+        agent(f"{sid} question 2")
+        for _ in range(checkpoints):
+            asyncio.run(session.checkpoint())
+
+
+def flip(path: Path, needle: bytes) -> int:
+    """Flip one bit in ``needle``'s first byte; return the offset of its line."""
+    data = bytearray(path.read_bytes())
+    at = data.index(needle)
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+    return data.rfind(b"\n", 0, at) + 1
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture
+def file_store(tmp_path: Path) -> FileSessionStore:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b", "c"])
+    return store
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> SQLiteSessionStore:
+    store = SQLiteSessionStore(tmp_path / "p.db")
+    populate(store, ["a", "b", "c"])
+    store.close()
+    return store
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+def test_verify_a_clean_file_store(file_store: FileSessionStore) -> None:
+    result = perdure("verify", "--store", f"file:{file_store.root}")
+    assert result.exit_code == 0, result.output
+    assert "3 sessions and 3 checkpoints verified: no damage" in result.stdout
+
+
+def test_verify_a_clean_sqlite_store_as_json(sqlite_store: SQLiteSessionStore) -> None:
+    result = perdure("verify", "--store", f"sqlite:{sqlite_store.path}", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["clean"] is True
+    assert (report["sessions_checked"], report["checkpoints_checked"]) == (3, 3)
+    assert report["damage"] == []
+
+
+def test_verify_reports_the_damaged_file_session_with_kind_and_position(
+    file_store: FileSessionStore,
+) -> None:
+    offset = flip(file_store.session_dir("b") / "journal.jsonl", b"b answer 1")
+    url = f"file:{file_store.root}"
+    result = perdure("verify", "--store", url)
+    assert result.exit_code == 1, result.output
+    rows = [line.split("│")[1:-1] for line in result.stdout.splitlines() if "│" in line]
+    assert [[cell.strip() for cell in row] for row in rows] == [
+        ["b", "bad_hash", f"journal.jsonl byte {offset}"]  # the one damaged session
+    ]
+    assert "session" in result.stdout.splitlines()[1]  # the header
+    assert "1 of 3 sessions damaged" in result.stdout
+    assert f"perdure repair --store {url}" in result.stdout
+    report = json.loads(perdure("verify", "--store", url, "--json").stdout)
+    assert report["damaged_sessions"] == ["b"]
+    (damage,) = report["damage"]
+    assert (damage["kind"], damage["offset"], damage["position"]) == (
+        "bad_hash",
+        offset,
+        f"journal.jsonl byte {offset}",
+    )
+    assert damage["file"].endswith(os.path.join("sessions", "b", "journal.jsonl"))
+
+
+def test_verify_reports_the_damaged_sqlite_session_with_its_row(
+    sqlite_store: SQLiteSessionStore,
+) -> None:
+    with sqlite3.connect(sqlite_store.path) as conn:
+        (sid,) = conn.execute("SELECT sid FROM perdure_sessions WHERE id = 'c'").fetchone()
+        conn.execute(
+            "UPDATE perdure_messages SET body = replace(body, 'answer', 'answeR') WHERE key = ?",
+            ((sid << 32) + 1,),
+        )
+    conn.close()
+    result = perdure("verify", "--store", f"sqlite:{sqlite_store.path}", "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["damaged_sessions"] == ["c"]
+    assert [(d["kind"], d["row"]) for d in report["damage"]] == [("bad_hash", 1)]
+    assert "repair" not in perdure("verify", "--store", f"sqlite:{sqlite_store.path}").stdout
+
+
+def test_verify_reports_damaged_checkpoint_files(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b"], checkpoints=3)
+    files = sorted((store.session_dir("b") / "checkpoints").iterdir())
+    for broken in (files[0], files[1]):
+        broken.write_bytes(broken.read_bytes()[:-3])
+    result = perdure("verify", "--store", f"file:{store.root}")
+    assert result.exit_code == 1
+    for broken in (files[0], files[1]):
+        assert f"checkpoint {broken.stem}" in result.stdout
+    assert result.stdout.count("bad_checkpoint") == 2
+    assert "perdure repair" not in result.stdout  # quarantine does not fix checkpoints
+
+
+def test_verify_named_sessions_and_a_missing_one(file_store: FileSessionStore) -> None:
+    flip(file_store.session_dir("b") / "journal.jsonl", b"b answer 1")
+    url = f"file:{file_store.root}"
+    assert perdure("verify", "--store", url, "a", "c").exit_code == 0
+    result = perdure("verify", "--store", url, "a", "nope")
+    assert result.exit_code == 3
+    assert result.stderr == "error: session 'nope' not found [session_not_found]\n"
+
+
+def test_verify_as_a_real_process(file_store: FileSessionStore) -> None:
+    flip(file_store.session_dir("a") / "journal.jsonl", b"a question 2")
+    proc = subprocess.run(
+        [sys.executable, "-m", "perdure", "verify", "--store", f"file:{file_store.root}", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k != "PERDURE_STORE"},
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["damaged_sessions"] == ["a"]
+    assert proc.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--store", "ftp:./x"], 2, "error: --store: unknown store scheme 'ftp'"),
+        (["--store", "nocolon"], 2, "error: --store: store URL 'nocolon' has no scheme"),
+        (["--store", "file:{tmp}/missing"], 3, "error: no store at"),
+        (["--store", "sqlite:{tmp}/missing.db"], 3, "error: no store at"),
+        (["--store", "file:{tmp}", "../x"], 2, "error: "),
+    ],
+)
+def test_verify_bad_inputs(tmp_path: Path, args: list[str], code: int, message: str) -> None:
+    result = perdure("verify", *[a.format(tmp=tmp_path) for a in args])
+    assert result.exit_code == code
+    assert result.stderr.startswith(message)
+    assert result.stderr.count("\n") == 1  # one line
+    assert result.stdout == ""
+    assert not (tmp_path / "missing").exists()
+    assert not (tmp_path / "missing.db").exists()
+
+
+# ----------------------------------------------------------------------------- repair
+
+
+def test_repair_is_a_dry_run_by_default_and_writes_nothing(
+    file_store: FileSessionStore, tmp_path: Path
+) -> None:
+    flip(file_store.session_dir("b") / "journal.jsonl", b"b answer 1")
+    before = tree(tmp_path)
+    result = perdure("repair", "--store", f"file:{file_store.root}")
+    assert tree(tmp_path) == before
+    assert result.exit_code == 1  # damage remains: nothing was changed
+    assert result.stdout.startswith("dry run: nothing was changed")
+    assert "would repair" in result.stdout
+    assert "would move 1 record of 1 session" in result.stdout
+    report = json.loads(perdure("repair", "--store", f"file:{file_store.root}", "--json").stdout)
+    assert report["dry_run"] is True
+    (item,) = report["sessions"]
+    assert (item["session_id"], item["status"], item["quarantined"], item["positions"]) == (
+        "b",
+        "would_repair",
+        1,
+        [2],
+    )
+    assert tree(tmp_path) == before
+
+
+def test_repair_apply_moves_bad_records_and_the_session_reads_again(
+    file_store: FileSessionStore, tmp_path: Path
+) -> None:
+    flip(file_store.session_dir("b") / "journal.jsonl", b"b answer 1")
+    quarantine = tmp_path / "q"
+    url = f"file:{file_store.root}"
+    result = perdure("repair", "--store", url, "--apply", "--quarantine-dir", str(quarantine))
+    assert result.exit_code == 0, result.output
+    assert "moved 1 record of 1 session" in result.stdout
+    assert "repaired" in result.stdout
+    assert "answer" not in result.stdout  # counts and positions, never content
+    (moved,) = (quarantine / "b").iterdir()
+    assert str(moved) in result.stdout.replace("\n", "")
+    healed = asyncio.run(FileSessionStore(file_store.root).get("b"))  # a strict reader
+    assert healed.meta.message_count == 3
+    assert perdure("verify", "--store", url).exit_code == 0
+    again = perdure("repair", "--store", url, "--apply")
+    assert again.exit_code == 0
+    assert "nothing to repair" in again.stdout
+
+
+def test_repair_apply_as_json_reports_positions_not_content(
+    file_store: FileSessionStore,
+) -> None:
+    flip(file_store.session_dir("c") / "journal.jsonl", b"c question 2")
+    result = perdure("repair", "--store", f"file:{file_store.root}", "--apply", "--json")
+    assert result.exit_code == 0
+    report = json.loads(result.stdout)
+    (item,) = report["sessions"]
+    assert (item["status"], item["quarantined"], item["kinds"]) == ("repaired", 1, ["bad_hash"])
+    assert item["quarantine_path"].startswith(str(file_store.quarantine_dir))
+    assert "question" not in result.stdout
+
+
+def test_repair_leaves_what_quarantine_cannot_fix_and_exits_1(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"], checkpoints=1)
+    (checkpoint,) = (store.session_dir("a") / "checkpoints").iterdir()
+    checkpoint.write_bytes(b"{}")
+    result = perdure("repair", "--store", f"file:{store.root}", "--apply")
+    assert result.exit_code == 1
+    assert "not repaired by quarantine" in result.stdout
+    assert checkpoint.read_bytes() == b"{}"
+
+
+def test_repair_refuses_stores_other_than_file(sqlite_store: SQLiteSessionStore) -> None:
+    before = sqlite_store.path.read_bytes()
+    for url in (f"sqlite:{sqlite_store.path}", "memory:"):
+        result = perdure("repair", "--store", url, "--apply")
+        assert result.exit_code == 2
+        assert result.stderr.startswith("error: repair works on file stores only")
+        assert result.stderr.count("\n") == 1
+    assert sqlite_store.path.read_bytes() == before
+
+
+def test_verify_shows_a_progress_bar_on_a_terminal(
+    file_store: FileSessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    terminal = io.StringIO()
+
+    def fake_console(*, stderr: bool = False) -> Console:
+        if stderr:
+            return Console(file=terminal, force_terminal=True, width=100)
+        return Console(highlight=False, soft_wrap=False)
+
+    monkeypatch.setattr(verify_command, "console", fake_console)
+    result = perdure("verify", "--store", f"file:{file_store.root}")
+    assert result.exit_code == 0
+    assert "verifying" in terminal.getvalue()
+    assert "3/3" in terminal.getvalue()
+    terminal.seek(0)
+    terminal.truncate()
+    json_result = perdure("verify", "--store", f"file:{file_store.root}", "--json")
+    assert json.loads(json_result.stdout)["clean"] is True
+    assert terminal.getvalue() == ""  # no bar around output meant for scripts

@@ -1,0 +1,409 @@
+"""Store maintenance (SPEC §7, §9): verify every session, repair by quarantine, gc."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from session_stores import make_store
+
+from perdure import Agent
+from perdure.models import ScriptedModel
+from perdure.session import FileSessionStore, Session, SessionStore, maintenance
+from perdure.session.maintenance import (
+    Damage,
+    gc_store,
+    parse_duration,
+    repair_store,
+    verify_store,
+)
+from perdure.session.sqlite_store import SQLiteSessionStore
+
+NOW = dt.datetime.now(dt.UTC)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def populate(store: SessionStore, ids: list[str], *, checkpoints: int = 1) -> None:
+    """Two turns per session through a real agent, then ``checkpoints`` checkpoints."""
+    for sid in ids:
+        session = Session(store, sid)
+        agent = Agent(
+            model=ScriptedModel([f"{sid} answer 1", f"{sid} answer 2"]), session_manager=session
+        )
+        agent(f"{sid} question 1")
+        agent(f"{sid} question 2")
+        for i in range(checkpoints):
+            run(session.checkpoint(f"mark {i}"))
+
+
+def flip(path: Path, needle: bytes) -> int:
+    """Flip one bit of the first byte of ``needle`` in ``path``; return the line's offset."""
+    data = bytearray(path.read_bytes())
+    at = data.index(needle)
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+    return data.rfind(b"\n", 0, at) + 1
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` with its bytes (``None`` for a directory)."""
+    return {
+        str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def age(store: SessionStore, session_id: str, when: dt.datetime) -> None:
+    """Make ``session_id`` look created and last updated at ``when``."""
+    if isinstance(store, FileSessionStore):
+        # updated_at is the journal's mtime, never earlier than meta.json's created_at
+        meta_path = store.session_dir(session_id) / "meta.json"
+        meta = json.loads(meta_path.read_bytes())
+        meta["created_at"] = when.isoformat().replace("+00:00", "Z")
+        meta_path.write_text(json.dumps(meta))
+        stamp = when.timestamp()
+        os.utime(store.session_dir(session_id) / "journal.jsonl", (stamp, stamp))
+    else:
+        assert isinstance(store, SQLiteSessionStore)
+        with sqlite3.connect(store.path) as conn:
+            conn.execute(
+                "UPDATE perdure_sessions SET updated_at = ? WHERE id = ?",
+                (when.isoformat().replace("+00:00", "Z"), session_id),
+            )
+        conn.close()
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite", "memory"])
+def test_a_clean_store_verifies_clean(kind: str, tmp_path: Path) -> None:
+    store = make_store(kind, tmp_path)
+    populate(store, ["a", "b", "c"], checkpoints=2)
+    seen: list[tuple[int, int]] = []
+    report = run(verify_store(store, progress=lambda done, total: seen.append((done, total))))
+    assert report.clean
+    assert (report.sessions_checked, report.checkpoints_checked) == (3, 6)
+    assert report.damage == report.missing == ()
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    assert report.to_dict()["clean"] is True
+    json.dumps(report.to_dict())
+
+
+def test_a_flipped_byte_in_one_file_session_is_reported_with_its_position(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b", "c"])
+    journal = store.session_dir("b") / "journal.jsonl"
+    offset = flip(journal, b"b question 2")
+    before = tree(tmp_path)
+    report = run(verify_store(FileSessionStore(tmp_path / "data")))
+    assert tree(tmp_path) == before  # verify only reads
+    assert not report.clean
+    assert report.damaged_sessions == ("b",)
+    (damage,) = report.damage
+    assert damage.kind == "bad_hash"
+    assert (damage.file, damage.offset) == (str(journal), offset)
+    assert damage.position == f"journal.jsonl byte {offset}"
+    assert report.sessions_checked == 3  # the walk went on past the damage
+    assert report.checkpoints_checked == 3
+
+
+def test_a_changed_row_in_one_sqlite_session_is_reported_with_its_row(tmp_path: Path) -> None:
+    store = SQLiteSessionStore(tmp_path / "p.db")
+    populate(store, ["a", "b", "c"])
+    with sqlite3.connect(store.path) as conn:
+        (sid,) = conn.execute("SELECT sid FROM perdure_sessions WHERE id = 'b'").fetchone()
+        conn.execute(
+            "UPDATE perdure_messages SET body = replace(body, 'question 2', 'question X') "
+            "WHERE key = ?",
+            ((sid << 32) + 2,),
+        )
+    conn.close()
+    report = run(verify_store(SQLiteSessionStore(tmp_path / "p.db")))
+    assert report.damaged_sessions == ("b",)
+    (damage,) = report.damage
+    assert (damage.kind, damage.row, damage.position) == ("bad_hash", 2, "row 2")
+    assert report.sessions_checked == 3
+
+
+def test_every_damaged_checkpoint_file_is_reported(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b"], checkpoints=3)
+    files = sorted((store.session_dir("a") / "checkpoints").iterdir())
+    files[0].write_bytes(files[0].read_bytes()[:-20])  # truncated
+    files[2].write_bytes(b"not json")
+    report = run(verify_store(store))
+    assert report.damaged_sessions == ("a",)
+    assert [(d.kind, d.checkpoint_id) for d in report.damage] == [
+        ("bad_checkpoint", files[0].stem),
+        ("bad_checkpoint", files[2].stem),
+    ]
+    assert report.damage[0].position == f"checkpoint {files[0].stem}"
+    assert report.checkpoints_checked == 6
+
+
+def test_a_damaged_sqlite_checkpoint_is_reported(tmp_path: Path) -> None:
+    store = SQLiteSessionStore(tmp_path / "p.db")
+    populate(store, ["a", "b"], checkpoints=2)
+    (meta, _) = run(store.checkpoints.list("b"))
+    with sqlite3.connect(store.path) as conn:
+        conn.execute(
+            "UPDATE perdure_checkpoints SET body = CAST('{}' AS BLOB) WHERE checkpoint_id = ?",
+            (meta.checkpoint_id,),
+        )
+    conn.close()
+    report = run(verify_store(SQLiteSessionStore(tmp_path / "p.db")))
+    assert [(d.session_id, d.kind, d.checkpoint_id) for d in report.damage] == [
+        ("b", "bad_checkpoint", meta.checkpoint_id)
+    ]
+
+
+@pytest.mark.parametrize("page_size", [2, 500])
+def test_sessions_too_damaged_to_list_are_reported_and_the_walk_goes_on(
+    page_size: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(maintenance, "PAGE_SIZE", page_size)
+    store = FileSessionStore(tmp_path / "data")
+    ids = [f"s{i:02d}" for i in range(9)]
+    populate(store, ids, checkpoints=0)
+    for sid in ("s03", "s04", "s07"):
+        (store.session_dir(sid) / "meta.json").write_bytes(b"{broken")
+    report = run(verify_store(store))
+    assert report.damaged_sessions == ("s03", "s04", "s07")
+    assert [Path(d.file or "").name for d in report.damage] == ["meta.json"] * 3
+    assert report.sessions_checked == 6  # every other session was still read
+
+
+def test_an_unreadable_database_is_store_level_damage(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    path.write_bytes(b"this is not a database" * 200)
+    report = run(verify_store(SQLiteSessionStore(path)))
+    (damage,) = report.damage
+    assert (damage.session_id, damage.kind) == (None, "bad_database")
+    assert report.damaged_sessions == ()
+    assert not report.clean
+
+
+def test_named_sessions_only_and_missing_ones_reported(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b"])
+    flip(store.session_dir("b") / "journal.jsonl", b"b answer 1")
+    report = run(verify_store(store, session_ids=["a", "zz", "a"]))
+    assert report.clean
+    assert (report.sessions_checked, report.missing) == (1, ("zz",))
+    with pytest.raises(ValueError):
+        run(verify_store(store, session_ids=["../x"]))
+
+
+def test_verify_refuses_a_store_that_heals_on_read(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="strict"):
+        run(verify_store(FileSessionStore(tmp_path, recovery="quarantine")))
+
+
+def test_damage_positions_read_well() -> None:
+    assert Damage(
+        "s", "bad_line", "x", file="/d/sessions/s/segments/000001.jsonl", offset=9
+    ).position == ("segments/000001.jsonl byte 9")
+    assert Damage("s", "bad_payload", "x", file="/d/sessions/s/meta.json").position == "meta.json"
+    assert Damage(None, "bad_database", "x").position == "-"
+
+
+# ----------------------------------------------------------------------------- repair
+
+
+def damaged_file_store(tmp_path: Path) -> tuple[FileSessionStore, int]:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b", "c"])
+    journal = store.session_dir("b") / "journal.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    flip(journal, b"b question 2")
+    line = next(i for i, text in enumerate(lines) if b"b question 2" in text)
+    return store, line
+
+
+def test_repair_dry_run_writes_nothing_and_says_what_would_move(tmp_path: Path) -> None:
+    store, line = damaged_file_store(tmp_path)
+    before = tree(tmp_path)
+    report = run(repair_store(tmp_path / "data"))
+    assert tree(tmp_path) == before  # byte for byte, no new file either
+    assert report.dry_run
+    assert not report.clean
+    (item,) = report.sessions
+    assert (item.session_id, item.status, item.quarantined) == ("b", "would_repair", 1)
+    assert (item.positions, item.kinds, item.quarantine_path) == ((line,), ("bad_hash",), None)
+    assert item.damage.kind == "bad_hash"
+    assert report.quarantine_dir == str(store.quarantine_dir)
+
+
+def test_repair_apply_heals_and_reports_counts_and_positions_only(tmp_path: Path) -> None:
+    store, line = damaged_file_store(tmp_path)
+    quarantine = tmp_path / "quarantine"
+    planned = run(repair_store(store, quarantine_dir=quarantine))
+    report = run(repair_store(store, dry_run=False, quarantine_dir=quarantine))
+    assert report.clean
+    assert not report.dry_run
+    (item,) = report.sessions
+    assert (item.status, item.quarantined, item.positions) == ("repaired", 1, (line,))
+    assert (planned.sessions[0].positions, planned.sessions[0].kinds) == (
+        item.positions,
+        item.kinds,
+    )
+    moved = Path(item.quarantine_path or "")
+    assert moved.parent == quarantine / "b"
+    assert b"question 2" in moved.read_bytes()  # the bad record is kept aside, not lost
+    text = json.dumps(report.to_dict())
+    assert "question" not in text  # counts and positions, no content
+    assert "answer" not in text
+    # a strict reader reads the healed session; the other sessions were not touched
+    healed = run(FileSessionStore(tmp_path / "data").get("b"))
+    assert [b["text"] for m in healed.messages for b in m["content"]] == [
+        "b question 1",
+        "b answer 1",
+        "b answer 2",
+    ]
+    assert run(verify_store(FileSessionStore(tmp_path / "data"))).clean
+    assert run(repair_store(store, dry_run=False)).sessions == ()  # nothing left to do
+
+
+def test_damage_quarantine_cannot_pin_is_reported_unrepairable(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b"], checkpoints=2)
+    (store.session_dir("a") / "meta.json").write_bytes(b"{broken")
+    first = sorted((store.session_dir("b") / "checkpoints").iterdir())[0]
+    first.write_bytes(b"garbage")
+    before = tree(tmp_path)
+    report = run(repair_store(store, dry_run=False))
+    assert tree(tmp_path) == before
+    (item,) = report.sessions
+    assert (item.session_id, item.status, item.quarantined) == ("a", "unrepairable", 0)
+    assert "meta.json" in str(item.detail)
+    assert [(d.session_id, d.checkpoint_id) for d in report.remaining] == [("b", first.stem)]
+    assert not report.clean
+
+
+def test_repair_skips_a_session_whose_writer_is_busy(tmp_path: Path) -> None:
+    store, _ = damaged_file_store(tmp_path)
+
+    async def scenario() -> Any:
+        async with FileSessionStore(store.root).writer_lock("b"):
+            return await repair_store(store, dry_run=False)
+
+    report = run(scenario())
+    (item,) = report.sessions
+    assert (item.status, item.quarantined) == ("locked", 0)
+    assert "locked" in str(item.detail)
+    assert not report.clean
+    assert run(repair_store(store, dry_run=False)).sessions[0].status == "repaired"
+
+
+def test_repair_needs_an_existing_file_store(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="file stores only"):
+        run(repair_store(SQLiteSessionStore(tmp_path / "p.db")))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="does not exist"):
+        run(repair_store(tmp_path / "nowhere"))
+    assert not (tmp_path / "nowhere").exists()
+    assert not (tmp_path / "p.db").exists()
+
+
+# ----------------------------------------------------------------------------- gc
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_gc_expires_only_sessions_inactive_past_the_ttl(kind: str, tmp_path: Path) -> None:
+    store = make_store(kind, tmp_path)
+    populate(store, ["old", "older", "fresh"])
+    age(store, "old", NOW - dt.timedelta(days=2))
+    age(store, "older", NOW - dt.timedelta(days=40))
+    dry = run(gc_store(store, ttl_seconds=86400, now=NOW))
+    assert dry.dry_run
+    assert [e.session_id for e in dry.expired] == ["old", "older"]
+    assert dry.expired[0].idle_seconds == pytest.approx(2 * 86400, abs=1)
+    assert dry.expired[0].message_count == 4
+    assert [m.session_id for m in run(store.list())] == ["fresh", "old", "older"]  # untouched
+    done = run(gc_store(store, ttl_seconds=86400, dry_run=False, now=NOW))
+    assert [e.session_id for e in done.expired] == ["old", "older"]
+    assert [m.session_id for m in run(store.list())] == ["fresh"]
+    assert run(store.checkpoints.list("old")) == []  # type: ignore[attr-defined]
+    # a later "now" expires the rest
+    later = run(gc_store(store, ttl_seconds=86400, now=NOW + dt.timedelta(days=3)))
+    assert [e.session_id for e in later.expired] == ["fresh"]
+    json.dumps(later.to_dict())
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite", "memory"])
+def test_gc_keeps_the_newest_checkpoints_of_each_session(kind: str, tmp_path: Path) -> None:
+    store = make_store(kind, tmp_path)
+    populate(store, ["a", "b"], checkpoints=4)
+    populate(store, ["c"], checkpoints=1)
+    cps: Any = store.checkpoints  # type: ignore[attr-defined]
+    ids = {sid: [m.checkpoint_id for m in run(cps.list(sid))] for sid in "abc"}
+    dry = run(gc_store(store, keep_checkpoints=2))
+    assert [(p.session_id, p.checkpoint_id) for p in dry.pruned] == [
+        ("a", ids["a"][0]),
+        ("a", ids["a"][1]),
+        ("b", ids["b"][0]),
+        ("b", ids["b"][1]),
+    ]
+    assert {sid: [m.checkpoint_id for m in run(cps.list(sid))] for sid in "abc"} == ids
+    run(gc_store(store, keep_checkpoints=2, dry_run=False))
+    assert [m.checkpoint_id for m in run(cps.list("a"))] == ids["a"][2:]
+    assert [m.checkpoint_id for m in run(cps.list("c"))] == ids["c"]
+    run(gc_store(store, keep_checkpoints=0, dry_run=False))
+    assert all(run(cps.list(sid)) == [] for sid in "abc")
+    assert len(run(store.list())) == 3  # sessions stay
+
+
+def test_gc_skips_a_session_another_writer_holds(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b"])
+    age(store, "a", NOW - dt.timedelta(days=9))
+    age(store, "b", NOW - dt.timedelta(days=9))
+
+    async def scenario() -> Any:
+        async with FileSessionStore(tmp_path / "data").writer_lock("a"):
+            return await gc_store(store, ttl_seconds=3600, dry_run=False, now=NOW)
+
+    report = run(scenario())
+    assert [(s.session_id, s.code) for s in report.skipped] == [("a", "session_locked")]
+    assert [e.session_id for e in report.expired] == ["b"]
+    assert [m.session_id for m in run(store.list())] == ["a"]
+
+
+def test_gc_arguments_are_checked() -> None:
+    store: Any = object()
+    for kwargs in (
+        {},
+        {"ttl_seconds": 0},
+        {"ttl_seconds": -5},
+        {"ttl_seconds": True},
+        {"keep_checkpoints": -1},
+        {"keep_checkpoints": 1.5},
+        {"ttl_seconds": 10, "now": dt.datetime(2025, 1, 1)},  # naive
+    ):
+        with pytest.raises(ValueError):
+            run(gc_store(store, **kwargs))
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("3600s", 3600), ("90m", 5400), ("12h", 43200), ("30d", 2592000), ("2w", 1209600)],
+)
+def test_durations(text: str, seconds: int) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text", ["", "30", "d", "0s", "-1d", "+1d", "1.5h", "30 d", " 30d", "30D", "1d2h", "30days"]
+)
+def test_durations_are_parsed_strictly(text: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(text)
