@@ -132,6 +132,7 @@ class Agent:
         self._turn_lock = threading.Lock()
         self._cancel = threading.Event()
         self._pending_init: list[Callable[[], Awaitable[None]]] = []
+        self._initializing = False
 
         for provider in hooks:
             self.hooks.add_hook(provider)
@@ -280,11 +281,15 @@ class Agent:
 
         The snapshot is validated before anything changes.
 
+        Session managers restoring the agent while it initialises (which may happen
+        at the start of its first invocation) are allowed to load; anyone else during
+        a turn is refused.
+
         Raises:
             TurnRunningError: an invocation is running (loading would corrupt it).
             SnapshotError: the snapshot is malformed or of another schema.
         """
-        if self.turn_running:
+        if self.turn_running and not self._initializing:
             raise TurnRunningError("cannot load a snapshot while the agent is running a turn")
         if not isinstance(snapshot, Snapshot):
             raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
@@ -497,9 +502,13 @@ class Agent:
         session restoring the history, async plugins — waits until the first
         invocation, or until this is awaited.
         """
-        while self._pending_init:
-            step = self._pending_init.pop(0)
-            await step()
+        self._initializing = True
+        try:
+            while self._pending_init:
+                step = self._pending_init.pop(0)
+                await step()
+        finally:
+            self._initializing = False
 
 
 def _check_id(value: Any, argument: str) -> None:

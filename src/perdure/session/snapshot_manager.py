@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from perdure._runner import run_sync
-from perdure.agent import Agent, InterruptState, Snapshot, SnapshotField
+from perdure.agent import Agent, Snapshot, SnapshotField
 from perdure.errors import SnapshotError, TurnRunningError
 from perdure.hooks import (
     AfterInvocationEvent,
@@ -76,7 +76,6 @@ from perdure.session._snapshot_io import (
 from perdure.session._snapshot_layout import Layout, plan_save
 from perdure.session.ids import validate_session_id
 from perdure.session.ulid import MonotonicUlid, is_ulid
-from perdure.state import AgentState
 from perdure.storage import LocalFileStorage, Storage
 from perdure.types import Message, validate_message
 
@@ -599,10 +598,9 @@ class SnapshotSessionManager:
 def _apply(agent: Agent, loaded: Loaded, key: str) -> None:
     """Put restored data into ``agent``, validating everything before changing anything.
 
-    This mirrors :meth:`Agent.load_snapshot` field by field, without its deep copy of
-    the (freshly decoded) messages and without its refusal during a turn: restore on
-    init runs at the start of the agent's first invocation when the agent was built
-    inside a running event loop.
+    The messages travel beside the snapshot rather than in it, so the freshly decoded
+    (and hash-verified) history is neither deep-copied nor serialised again to
+    validate; every other field goes through :meth:`Agent.load_snapshot`.
 
     Raises:
         SnapshotError: the data does not make a valid agent (agent untouched).
@@ -629,33 +627,5 @@ def _apply(agent: Agent, loaded: Loaded, key: str) -> None:
                 f"snapshot {key!r} messages[{index}] is not a message "
                 "(role 'user'/'assistant' and a content list)"
             )
-    data = snapshot.data
-    try:
-        state = (
-            AgentState(data[SnapshotField.state.value])
-            if SnapshotField.state.value in data
-            else None
-        )
-        interrupt_state = (
-            InterruptState.from_dict(data[SnapshotField.interrupt_state.value])
-            if SnapshotField.interrupt_state.value in data
-            else None
-        )
-    except (TypeError, ValueError, KeyError) as exc:
-        raise SnapshotError(f"snapshot {key!r} data is invalid: {exc}") from exc
-    if SnapshotField.conversation_manager_state.value in data:
-        try:
-            agent.conversation_manager.restore_from_session(
-                copy.deepcopy(data[SnapshotField.conversation_manager_state.value])
-            )
-        except ValueError as exc:
-            raise SnapshotError(f"snapshot {key!r} conversation_manager_state: {exc}") from exc
+    agent.load_snapshot(snapshot)  # every other field, validated before any change
     agent.messages = messages
-    if state is not None:
-        agent.state = state
-    if interrupt_state is not None:
-        agent.interrupt_state = interrupt_state
-    if SnapshotField.system_prompt.value in data:
-        agent.system_prompt = data[SnapshotField.system_prompt.value]
-    if SnapshotField.model_state.value in data:
-        agent.model_state = copy.deepcopy(data[SnapshotField.model_state.value])
