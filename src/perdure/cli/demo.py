@@ -243,7 +243,8 @@ async def run_worker(data_dir: Path, out: TextIO, *, color: bool | None) -> None
     """One worker process: open the stored session, resume from its last pause, go on.
 
     After every pause the worker stores the loop checkpoint in the agent's state and
-    saves the session, then prints ``SAVED <n>`` so the parent knows it may kill it.
+    saves the session, prints ``SAVED <n>`` and waits for a line on stdin: the parent
+    either lets it go on or kills it there.
     """
     global _RUN_LOG
     _RUN_LOG = data_dir / "tool-runs.log"
@@ -304,6 +305,9 @@ async def run_worker(data_dir: Path, out: TextIO, *, color: bool | None) -> None
         await session.save()
         out.write(f"SAVED {pauses}\n")
         out.flush()
+        # Wait for the parent: it either lets us go on or kills us right here, so the
+        # kill lands at the same pause point on every run, however loaded the machine.
+        await asyncio.to_thread(sys.stdin.readline)
         if result.stop_reason == "interrupt":
             out.write(s("  user › ", "blue") + "yes\n")
             out.write(s("▶  resume with interruptResponse", "green") + "\n")
@@ -325,6 +329,7 @@ def _start_worker(data_dir: Path, color: bool) -> subprocess.Popen[str]:
             str(data_dir),
             "--color" if color else "--no-color",
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -336,13 +341,16 @@ def _relay(
 ) -> bool:
     """Copy the worker's output; SIGKILL it once it saved pause ``kill_after``. True if killed."""
     assert worker.stdout is not None
-    with worker.stdout:
+    assert worker.stdin is not None
+    with worker.stdout, worker.stdin:
         for line in worker.stdout:
             if line.startswith("SAVED "):
                 if kill_after is not None and int(line.split()[1]) >= kill_after:
                     worker.send_signal(signal.SIGKILL)
                     worker.wait()
                     return True
+                worker.stdin.write("go on\n")
+                worker.stdin.flush()
                 continue
             out.write(s(f"{label} │ ", "dim") + line)
             out.flush()
