@@ -310,9 +310,10 @@ class FileSessionStore:
         return await asyncio.to_thread(self._history_page, session_id, offset, limit)
 
     async def flush(self, session_id: str) -> None:
-        """fsync the session's active journal (for ``durability="invocation"``)."""
+        """Make buffered commits durable (``durability="invocation"``; else a no-op)."""
         validate_session_id(session_id)
-        await asyncio.to_thread(self._flush, session_id)
+        if self.durability == "invocation":
+            await asyncio.to_thread(self._flush, session_id)
 
     def session_dir(self, session_id: str) -> Path:
         """The directory holding ``session_id``."""
@@ -1032,8 +1033,10 @@ class FileSessionStore:
         self._sync_dirs(sdir)
 
     def _flush(self, session_id: str) -> None:
+        # Only "invocation" defers its fsyncs to here: "commit" already synced every
+        # commit, and "none" never syncs.
         path = self.session_dir(session_id) / _JOURNAL
-        if path.exists() and self.durability != "none":
+        if self.durability == "invocation" and path.exists():
             _fsync_file(path)
 
     def _sync_dirs(self, *dirs: Path) -> None:
