@@ -289,6 +289,8 @@ async def run_worker(data_dir: Path, out: TextIO, *, color: bool | None) -> None
             )
             state: dict[str, Any] = {"pauses": pauses, "interrupts": [interrupt.to_dict()]}
             prompt = [{"interruptResponse": {"interruptId": interrupt.id, "response": "yes"}}]
+            resume_line = s("  user › ", "blue") + "yes\n"
+            resume_line += s("▶  resume with interruptResponse", "green") + "\n"
         else:
             assert result.checkpoint is not None
             ckpt = result.checkpoint
@@ -301,6 +303,7 @@ async def run_worker(data_dir: Path, out: TextIO, *, color: bool | None) -> None
             )
             state = {"pauses": pauses, "checkpoint": ckpt.to_dict()}
             prompt = [{"checkpointResume": {"checkpoint": ckpt.to_dict()}}]
+            resume_line = s(f"▶  resume from {ckpt.position}", "green") + "\n"
         agent.state.set("demo", state)
         await session.save()
         out.write(f"SAVED {pauses}\n")
@@ -308,11 +311,7 @@ async def run_worker(data_dir: Path, out: TextIO, *, color: bool | None) -> None
         # Wait for the parent: it either lets us go on or kills us right here, so the
         # kill lands at the same pause point on every run, however loaded the machine.
         await asyncio.to_thread(sys.stdin.readline)
-        if result.stop_reason == "interrupt":
-            out.write(s("  user › ", "blue") + "yes\n")
-            out.write(s("▶  resume with interruptResponse", "green") + "\n")
-        else:
-            out.write(s(f"▶  resume from {result.checkpoint.position}", "green") + "\n")  # type: ignore[union-attr]
+        out.write(resume_line)
     agent.state.set("demo", {"pauses": pauses, "done": True})
     await session.save()
     out.write(s(f"✔  finished: stop_reason={result.stop_reason}", "green", "bold") + "\n")
