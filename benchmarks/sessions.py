@@ -177,9 +177,10 @@ async def measure(
         page = await read_history_page(reader, "bench", offset=len(history) - 50, limit=50)
         pages.append(time.perf_counter() - start)
     assert page.messages == history[-50:]
-    close = getattr(reader, "close", None)
-    if close is not None:
-        close()  # a closed SQLite store has folded its WAL back into the database
+    for opened in (bulk, durable, fast, reader):
+        close = getattr(opened, "close", None)
+        if close is not None:
+            close()  # the last SQLite connection to close folds its WAL into the database
     disk = disk_of(work, kind)
     return {
         "floor_us": statistics.median(floor_times) * 1e6,
