@@ -1,4 +1,5 @@
-"""Pieces both provider adapters share: argument checks and an SDK client per event loop."""
+"""Pieces both provider adapters share: argument checks, an SDK client per event loop,
+and the streaming entry point with its retry."""
 
 from __future__ import annotations
 
@@ -6,10 +7,13 @@ import asyncio
 import functools
 import inspect
 import os
-from collections.abc import Callable, Mapping
-from typing import Any, Generic, Protocol, TypeVar
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from typing import Any, Generic, Protocol, Self, TypeVar
 
-from perdure.models._retry import RetryPolicy, Sleep
+from perdure.models._retry import RetryPolicy, Sleep, stream_with_retry
+from perdure.models.stream import ModelStreamEvent
+from perdure.types import Message, ToolSpec
 
 
 class _Closable(Protocol):
@@ -174,3 +178,55 @@ def is_transport_error(exc: BaseException) -> bool:
     :class:`~perdure.errors.ModelConnectionError` either way.
     """
     return type(exc).__module__.partition(".")[0] in _HTTP_PACKAGES
+
+
+class StreamingAdapter(ABC):
+    """The shape of a provider adapter: build a request, stream it with retries.
+
+    Subclasses set ``provider``, ``model_id``, ``_retry``, ``_sleep`` and
+    ``_clients`` (a :class:`LoopBoundClient`), and implement :meth:`request` (pure)
+    and :meth:`_attempt` (one call, translating the SDK's errors).
+    """
+
+    provider: str
+    model_id: str
+    _retry: RetryPolicy
+    _sleep: Sleep
+    _clients: LoopBoundClient[Any]
+
+    @abstractmethod
+    def request(
+        self, messages: list[Message], *, tool_specs: list[ToolSpec], system_prompt: str | None
+    ) -> dict[str, Any]:
+        """The request of one call, as body fields (pure; nothing is sent)."""
+
+    @abstractmethod
+    def _attempt(self, request: dict[str, Any]) -> AsyncGenerator[ModelStreamEvent, None]:
+        """Make one call and stream its events."""
+
+    async def stream(
+        self,
+        messages: list[Message],
+        *,
+        tool_specs: list[ToolSpec],
+        system_prompt: str | None,
+    ) -> AsyncIterator[ModelStreamEvent]:
+        """Stream one call, retrying transient failures before anything was yielded."""
+        request = self.request(messages, tool_specs=tool_specs, system_prompt=system_prompt)
+        async for event in stream_with_retry(
+            lambda: self._attempt(request),
+            policy=self._retry,
+            sleep=self._sleep,
+            label=f"{self.provider}:{self.model_id}",
+        ):
+            yield event
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this model built for the running loop."""
+        await self._clients.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

@@ -8,7 +8,7 @@ Needs the ``anthropic`` package (``pip install 'perdure[anthropic]'``)::
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, cast
 
 try:
@@ -21,6 +21,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 from perdure.errors import ModelAuthenticationError, ModelConnectionError, ModelError
 from perdure.models._adapter import (
     LoopBoundClient,
+    StreamingAdapter,
     check_model_id,
     check_optional_str,
     check_params,
@@ -36,7 +37,7 @@ from perdure.models._anthropic_format import (
     to_anthropic_tools,
 )
 from perdure.models._errors import classify_error
-from perdure.models._retry import Sleep, stream_with_retry
+from perdure.models._retry import Sleep
 from perdure.models.stream import ModelStreamEvent
 from perdure.types import Message, ToolSpec
 
@@ -52,7 +53,7 @@ _CREDENTIAL_ERRORS: tuple[type[Exception], ...] = tuple(
 _RESERVED_PARAMS = frozenset({"model", "messages", "system", "tools", "stream", "max_tokens"})
 
 
-class AnthropicModel:
+class AnthropicModel(StreamingAdapter):
     """A :class:`~perdure.models.Model` on the Anthropic Messages API, streaming.
 
     Each call streams (``stream=True``) and yields text as it arrives, ``tool_use``
@@ -95,6 +96,8 @@ class AnthropicModel:
     Raises:
         TypeError, ValueError: a bad argument (named in the message).
     """
+
+    provider = "anthropic"
 
     def __init__(
         self,
@@ -150,16 +153,6 @@ class AnthropicModel:
             options["timeout"] = self._timeout
         return anthropic.AsyncAnthropic(max_retries=0, **options)
 
-    async def aclose(self) -> None:
-        """Close the HTTP client this model built for the running loop."""
-        await self._clients.aclose()
-
-    async def __aenter__(self) -> AnthropicModel:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
     def request(
         self, messages: list[Message], *, tool_specs: list[ToolSpec], system_prompt: str | None
     ) -> dict[str, Any]:
@@ -183,23 +176,6 @@ class AnthropicModel:
         if tool_specs:
             request["tools"] = to_anthropic_tools(tool_specs)
         return request
-
-    async def stream(
-        self,
-        messages: list[Message],
-        *,
-        tool_specs: list[ToolSpec],
-        system_prompt: str | None,
-    ) -> AsyncIterator[ModelStreamEvent]:
-        """Stream one Messages API call (see the class docstring)."""
-        request = self.request(messages, tool_specs=tool_specs, system_prompt=system_prompt)
-        async for event in stream_with_retry(
-            lambda: self._attempt(request),
-            policy=self._retry,
-            sleep=self._sleep,
-            label=f"anthropic:{self.model_id}",
-        ):
-            yield event
 
     async def _attempt(self, request: dict[str, Any]) -> AsyncGenerator[ModelStreamEvent, None]:
         state = AnthropicStreamState()

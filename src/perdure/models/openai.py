@@ -11,7 +11,7 @@ server, LM Studio, … — through ``base_url``::
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, cast
 
 try:
@@ -24,6 +24,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 from perdure.errors import ModelAuthenticationError, ModelConnectionError, ModelError
 from perdure.models._adapter import (
     LoopBoundClient,
+    StreamingAdapter,
     check_model_id,
     check_optional_str,
     check_params,
@@ -39,7 +40,7 @@ from perdure.models._openai_format import (
     to_openai_messages,
     to_openai_tools,
 )
-from perdure.models._retry import Sleep, stream_with_retry
+from perdure.models._retry import Sleep
 from perdure.models.stream import ModelStreamEvent
 from perdure.types import Message, ToolSpec
 
@@ -52,7 +53,7 @@ ignore it; the SDK insists on one)."""
 _RESERVED_PARAMS = frozenset({"model", "messages", "stream", "tools"})
 
 
-class OpenAIModel:
+class OpenAIModel(StreamingAdapter):
     """A :class:`~perdure.models.Model` on the Chat Completions API, streaming.
 
     Each call sends ``stream=True`` with ``stream_options={"include_usage": True}``
@@ -101,6 +102,8 @@ class OpenAIModel:
     The model holds an HTTP connection pool per event loop; ``await model.aclose()``
     (or ``async with``) releases it.
     """
+
+    provider = "openai"
 
     def __init__(
         self,
@@ -156,16 +159,6 @@ class OpenAIModel:
             api_key=self._api_key, base_url=self.base_url, max_retries=0, **options
         )
 
-    async def aclose(self) -> None:
-        """Close the HTTP client this model built for the running loop."""
-        await self._clients.aclose()
-
-    async def __aenter__(self) -> OpenAIModel:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
     def request(
         self, messages: list[Message], *, tool_specs: list[ToolSpec], system_prompt: str | None
     ) -> dict[str, Any]:
@@ -189,23 +182,6 @@ class OpenAIModel:
         if tool_specs:
             request["tools"] = to_openai_tools(tool_specs)
         return request
-
-    async def stream(
-        self,
-        messages: list[Message],
-        *,
-        tool_specs: list[ToolSpec],
-        system_prompt: str | None,
-    ) -> AsyncIterator[ModelStreamEvent]:
-        """Stream one Chat Completions call (see the class docstring)."""
-        request = self.request(messages, tool_specs=tool_specs, system_prompt=system_prompt)
-        async for event in stream_with_retry(
-            lambda: self._attempt(request),
-            policy=self._retry,
-            sleep=self._sleep,
-            label=f"openai:{self.model_id}",
-        ):
-            yield event
 
     async def _attempt(self, request: dict[str, Any]) -> AsyncGenerator[ModelStreamEvent, None]:
         state = OpenAIStreamState()
