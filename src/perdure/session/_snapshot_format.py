@@ -160,6 +160,17 @@ def fields_chunk(fields_json: bytes) -> bytes:
     return _chunk(b'{"kind":"fields","fields":' + fields_json + b"}")
 
 
+def _json_object(body: bytes, where: str) -> dict[str, Any]:
+    """Parse a blob's JSON body, which must be an object (``SessionCorruptedError`` if not)."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise _corrupt(where, f"invalid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise _corrupt(where, "the body is not an object")
+    return data
+
+
 def _corrupt(where: str, why: str) -> SessionCorruptedError:
     return SessionCorruptedError(f"snapshot blob {where!r} is damaged: {why}")
 
@@ -214,12 +225,7 @@ def parse_chunk(blob: bytes | None, sha: str, where: str) -> dict[str, Any]:
                 f"this perdure reads {CHUNK_FORMAT!r}"
             )
         raise _corrupt(where, "unknown header")
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise _corrupt(where, f"invalid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise _corrupt(where, "the body is not an object")
+    data = _json_object(body, where)
     kind = data.get("kind")
     if kind in ("messages", "tail"):
         _check_messages(data.get("messages"), where)
@@ -346,12 +352,7 @@ def parse_manifest(blob: bytes, where: str) -> Manifest:
         raise _corrupt(where, "unknown header")
     if f"{zlib.crc32(body):08x}".encode() != match.group(1):
         raise _corrupt(where, "its checksum does not match")
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise _corrupt(where, f"invalid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise _corrupt(where, "the body is not an object")
+    data = _json_object(body, where)
     meta = data.get("snapshot")
     messages = data.get("messages")
     if not isinstance(meta, dict) or not isinstance(messages, dict):
