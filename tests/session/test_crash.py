@@ -4,7 +4,9 @@ Each kill is followed by a check that the session opens, that every acknowledged
 commit is there, and that nothing else was invented: the stored history is exactly
 the one the writer had built after its last acknowledged commit, or after the one
 in flight when it died. Half the kills land at random moments; the other half are
-injected at the renames and fsyncs of segment sealing and rewrites.
+injected at the renames and fsyncs of segment sealing and rewrites. Half the writers
+hold the writer lock, as a Session does during a turn, so their appends take the
+inline path (kernel fsync, seal after the append).
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ WRITER = textwrap.dedent(
             maybe_die(); real_fsync(fd)
         fs_module.os.replace = replace
         fs_module.os.fsync = fsync
+        real_start_fsync = fs_module.start_fsync
+        def start_fsync(fd, executor=None):  # appends inside a held turn sync here
+            maybe_die(); return real_start_fsync(fd, executor)
+        fs_module.start_fsync = start_fsync
 
     async def main():
         store = FileSessionStore(root, segmentation=Segmentation(max_records=4))
@@ -61,6 +67,15 @@ WRITER = textwrap.dedent(
         record = await store.get("c")
         op = record.agent_state.get("op", 0)
         print(f"start {op}", flush=True)
+        # Half the writers hold the writer lock as a Session's turn does: their appends
+        # take the inline path (write on the loop, fsync in the kernel, seal after).
+        if seed % 4 < 2:
+            async with store.writer_lock("c"):
+                await write_from(store, op)
+        else:
+            await write_from(store, op)
+
+    async def write_from(store, op):
         while True:
             op += 1
             messages = history(op)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from perdure.errors import SessionCorruptedError
 from perdure.session import FileSessionStore, Segmentation, SessionRecoveryReport, read_history_page
+from perdure.session import file_store as file_store_module
 from perdure.session.journal import GENESIS, chain_hash
 from perdure.types import Message
 
@@ -297,3 +298,101 @@ def test_unreadable_meta_is_corruption_not_absence(tmp_path: Path) -> None:
     (store.session_dir("s") / "meta.json").write_text("{not json")
     with pytest.raises(SessionCorruptedError, match=r"meta\.json"):
         run(FileSessionStore(tmp_path / "data").get("s"))
+
+
+# ---------------------------------------------------------------- appends inside a turn
+
+
+def count_kernel_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Wrap the store's start_fsync (the real one still runs) and record each fd."""
+    calls: list[int] = []
+    real = file_store_module.start_fsync
+
+    def counting(fd: int, executor: Any = None) -> Any:
+        calls.append(fd)
+        return real(fd, executor)
+
+    monkeypatch.setattr(file_store_module, "start_fsync", counting)
+    return calls
+
+
+async def test_appends_in_a_held_turn_write_on_the_loop_and_sync_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = count_kernel_fsyncs(monkeypatch)
+    store = FileSessionStore(tmp_path / "data")
+    await store.create("s")
+    history = conversation(10)
+    async with store.writer_lock("s"):
+        tail = None
+        for end in range(1, 11):
+            tail = (await store.commit("s", history[:end], expected_tail=tail)).tail
+    # The first append reads the tail from disk on the writer thread; the other nine
+    # are written on the loop and synced through start_fsync.
+    assert len(calls) == 9
+    assert (await store.get("s")).messages == history
+    assert (await FileSessionStore(tmp_path / "data").get("s")).messages == history
+
+
+async def test_without_durability_inline_appends_never_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = count_kernel_fsyncs(monkeypatch)
+    store = FileSessionStore(tmp_path / "data", durability="none")
+    await store.create("s")
+    async with store.writer_lock("s"):
+        for end in range(1, 6):
+            await store.commit("s", conversation(end))
+    assert calls == []
+    assert (await store.get("s")).messages == conversation(5)
+
+
+async def test_an_inline_append_that_fills_the_segment_seals_it(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data", segmentation=Segmentation(max_records=3))
+    await store.create("s")
+    async with store.writer_lock("s"):
+        for end in range(1, 12):
+            await store.commit("s", conversation(end))
+    sdir = store.session_dir("s")
+    assert len(list((sdir / "segments").iterdir())) >= 3
+    assert (await FileSessionStore(tmp_path / "data").get("s")).messages == conversation(11)
+    page = await read_history_page(store, "s", offset=6, limit=4)
+    assert page.messages == conversation(11)[6:10]
+
+
+async def test_a_failed_inline_fsync_is_raised_and_the_tail_reread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    await store.create("s")
+    real = file_store_module.start_fsync
+
+    def failing(fd: int, executor: Any = None) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        future.set_exception(OSError(5, "Input/output error"))
+        return future
+
+    async with store.writer_lock("s"):
+        await store.commit("s", conversation(2))
+        monkeypatch.setattr(file_store_module, "start_fsync", failing)
+        with pytest.raises(OSError, match="Input/output"):
+            await store.commit("s", conversation(3))
+        monkeypatch.setattr(file_store_module, "start_fsync", real)
+        # The store forgot its cached tail: the next commit reads the journal again
+        # (which holds the unsynced record) and appends only what is new.
+        await store.commit("s", conversation(4))
+    assert (await store.get("s")).messages == conversation(4)
+
+
+async def test_inline_appends_to_two_sessions_on_one_loop(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    await asyncio.gather(store.create("a"), store.create("b"))
+
+    async def turn(session_id: str) -> None:
+        async with store.writer_lock(session_id):
+            for end in range(1, 21):
+                await store.commit(session_id, conversation(end, prefix=session_id))
+
+    await asyncio.gather(turn("a"), turn("b"))
+    assert (await store.get("a")).messages == conversation(20, prefix="a")
+    assert (await store.get("b")).messages == conversation(20, prefix="b")

@@ -18,6 +18,12 @@ Guarantees:
   records are appended and fsynced; ``"invocation"`` defers the fsync to
   :meth:`flush` (the ``Session`` calls it after each invocation); ``"none"`` never
   fsyncs (fast, for tests and caches).
+- **Off the loop, without a hop**: the appends of a turn (writer lock held, tail
+  cached) write their few hundred bytes into the page cache on the caller's thread
+  and hand the fsync to the kernel (Linux native AIO, see ``perdure._kernel_fsync``),
+  so the loop keeps running and no worker thread wakes; elsewhere the fsync runs on
+  the store's writer thread. Everything heavier — reading a tail from disk, rewrites,
+  sealing, attachments — runs on the writer thread.
 - **Crash-healing**: a torn last line (an append interrupted by a crash) is not
   corruption: readers ignore it and the next writer truncates it. A bad line in the
   middle, a broken chain or a bad payload raises ``SessionCorruptedError`` with the
@@ -54,6 +60,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from perdure._fs import append_all, atomic_write, fsync_dir
+from perdure._kernel_fsync import start_fsync
 from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
 from perdure.session import journal
 from perdure.session._codec import check_commit_args, check_list_args
@@ -234,8 +241,11 @@ class FileSessionStore:
         self._locks = LockTable(self.root / ".locks")
         self._tails: dict[str, _Tail] = {}
         self._fds: dict[str, tuple[int, int]] = {}  # session id -> (inode, open journal fd)
+        self._paths: dict[str, tuple[str, str]] = {}  # session id -> (journal, rewrite marker)
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
         self._writer_guard = threading.Lock()
+        # Held while the journal cache (_tails, _fds) or a session's files change.
+        self._guard = threading.RLock()
 
     def __repr__(self) -> str:
         return f"FileSessionStore({str(self.root)!r}, durability={self.durability!r})"
@@ -273,13 +283,25 @@ class FileSessionStore:
         """Append what is new (or rewrite everything). See :class:`SessionStore`."""
         validate_session_id(session_id)
         check_commit_args(messages, agent_state, rewritten, expected_tail, redactions)
-        if self.durability == "none" and not rewritten:
-            # No fsync: an append lands in the page cache in microseconds, less than
-            # a hop to a worker thread would cost.
-            return self._commit(
-                session_id, messages, agent_state, rewritten, expected_tail, redactions
-            )
         loop = asyncio.get_running_loop()
+        if not rewritten:
+            inline = self._append_inline(
+                session_id, messages, agent_state, expected_tail, redactions
+            )
+            if inline is not None:
+                result, synced, seal_due = inline
+                if synced is not None:
+                    try:
+                        await synced
+                    except OSError:
+                        with self._guard:
+                            self._forget(session_id)  # the next commit re-reads the tail
+                        raise
+                if seal_due:
+                    await loop.run_in_executor(
+                        self._write_executor(), self._seal_if_due, session_id
+                    )
+                return result
         return await loop.run_in_executor(
             self._write_executor(),
             functools.partial(
@@ -323,7 +345,7 @@ class FileSessionStore:
 
     def _create(self, session_id: str, exist_ok: bool) -> SessionMeta:
         sdir = self.session_dir(session_id)
-        with self._locks.for_write(session_id):
+        with self._guard, self._locks.for_write(session_id):
             if (sdir / _META).exists():
                 if exist_ok:
                     return self._meta(session_id)
@@ -412,7 +434,7 @@ class FileSessionStore:
 
     def _delete(self, session_id: str) -> None:
         sdir = self.session_dir(session_id)
-        with self._locks.for_write(session_id):
+        with self._guard, self._locks.for_write(session_id):
             if not sdir.exists():
                 return
             trash = sdir.with_name(f".deleted-{session_id}-{uuid.uuid4().hex}")
@@ -741,47 +763,113 @@ class FileSessionStore:
         redactions: Mapping[int, Message] | None,
     ) -> CommitResult:
         sdir = self.session_dir(session_id)
-        with self._locks.for_write(session_id):
+        with self._guard, self._locks.for_write(session_id):
             tail = self._writable_tail(session_id, sdir)
-            if expected_tail is not None and expected_tail != tail.hash:
-                raise SessionConflictError(
-                    f"session {session_id!r} changed since this writer last saw it "
-                    "(another writer committed); reopen the session to continue",
-                    details={"expected_tail": expected_tail, "stored_tail": tail.hash},
-                )
+            self._check_tail(session_id, tail, expected_tail)
             if rewritten:
                 return self._rewrite(session_id, sdir, messages, agent_state, redactions)
-            if len(messages) < tail.count:
-                raise SessionConflictError(
-                    f"session {session_id!r} holds {tail.count} messages but the commit has "
-                    f"{len(messages)}; a shorter history needs rewritten=True"
-                )
-            for index in redactions or {}:
-                if not isinstance(index, int) or not 0 <= index < len(messages):
-                    raise ValueError(
-                        f"redaction index {index!r} names no message of session {session_id!r}"
-                    )
-            bodies: builtins.list[dict[str, Any]] = []
-            count = tail.count
             found: dict[str, bytes] = {}
-            for message in messages[tail.count :]:
-                count += 1
-                bodies.append({"c": count, "t": "m", "m": self._encode_message(message, found)})
-            for index, replacement in sorted((redactions or {}).items()):
-                bodies.append(
-                    {
-                        "c": count,
-                        "t": "r",
-                        "i": index,
-                        "m": self._encode_message(replacement, found),
-                    }
-                )
-            if agent_state is not None:
-                bodies.append({"c": count, "t": "s", "s": self._encode_state(agent_state)})
+            bodies = self._bodies(session_id, tail, messages, agent_state, redactions, found)
             if not bodies:
                 return CommitResult(tail.hash, tail.count)
             self._write_attachments(sdir, found)
-            return self._append(session_id, sdir, tail, bodies)
+            fd, new_tail, new_file = self._write_records(session_id, sdir, tail, bodies)
+            if self.durability == "commit":
+                try:
+                    os.fsync(fd)
+                except BaseException:
+                    self._forget(session_id)
+                    raise
+                if new_file:
+                    fsync_dir(sdir)
+            if self._seal_due(new_tail):
+                self._seal(session_id, sdir, new_tail)
+            return CommitResult(new_tail.hash, new_tail.count)
+
+    def _append_inline(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        agent_state: Mapping[str, Any] | None,
+        expected_tail: str | None,
+        redactions: Mapping[int, Message] | None,
+    ) -> tuple[CommitResult, asyncio.Future[None] | None, bool] | None:
+        """The common append, done on the caller's thread; None when it needs the writer.
+
+        A turn's appends go to an open journal whose tail is cached and verified, under
+        a writer lock already held: the work left is to encode the records and write
+        them into the page cache (microseconds), then fsync. The fsync is started here
+        (:func:`~perdure._kernel_fsync.start_fsync`: in the kernel, or on the writer
+        thread) and awaited by the caller. Anything heavier — a first commit that reads
+        the tail from disk, attachments, a lock to take, a writer busy with this store
+        — returns None and goes to the writer thread whole.
+        """
+        if not self._locks.is_held(session_id) or not self._guard.acquire(blocking=False):
+            return None
+        try:
+            tail = self._cached_tail(session_id)
+            open_journal = self._fds.get(session_id)
+            if tail is None or open_journal is None or open_journal[0] != tail.ino:
+                return None
+            self._check_tail(session_id, tail, expected_tail)
+            found: dict[str, bytes] = {}
+            bodies = self._bodies(session_id, tail, messages, agent_state, redactions, found)
+            if found:
+                return None
+            if not bodies:
+                return CommitResult(tail.hash, tail.count), None, False
+            fd, new_tail, _ = self._write_records(session_id, None, tail, bodies)
+            synced = None
+            if self.durability == "commit":
+                try:
+                    synced = start_fsync(fd, self._write_executor())
+                except BaseException:
+                    self._forget(session_id)
+                    raise
+            return CommitResult(new_tail.hash, new_tail.count), synced, self._seal_due(new_tail)
+        finally:
+            self._guard.release()
+
+    def _check_tail(self, session_id: str, tail: _Tail, expected_tail: str | None) -> None:
+        if expected_tail is not None and expected_tail != tail.hash:
+            raise SessionConflictError(
+                f"session {session_id!r} changed since this writer last saw it "
+                "(another writer committed); reopen the session to continue",
+                details={"expected_tail": expected_tail, "stored_tail": tail.hash},
+            )
+
+    def _bodies(
+        self,
+        session_id: str,
+        tail: _Tail,
+        messages: Sequence[Message],
+        agent_state: Mapping[str, Any] | None,
+        redactions: Mapping[int, Message] | None,
+        found: dict[str, bytes],
+    ) -> builtins.list[dict[str, Any]]:
+        """The record bodies an append writes (attachments it needs land in ``found``)."""
+        if len(messages) < tail.count:
+            raise SessionConflictError(
+                f"session {session_id!r} holds {tail.count} messages but the commit has "
+                f"{len(messages)}; a shorter history needs rewritten=True"
+            )
+        for index in redactions or {}:
+            if not isinstance(index, int) or not 0 <= index < len(messages):
+                raise ValueError(
+                    f"redaction index {index!r} names no message of session {session_id!r}"
+                )
+        bodies: builtins.list[dict[str, Any]] = []
+        count = tail.count
+        for message in messages[tail.count :]:
+            count += 1
+            bodies.append({"c": count, "t": "m", "m": self._encode_message(message, found)})
+        for index, replacement in sorted((redactions or {}).items()):
+            bodies.append(
+                {"c": count, "t": "r", "i": index, "m": self._encode_message(replacement, found)}
+            )
+        if agent_state is not None:
+            bodies.append({"c": count, "t": "s", "s": self._encode_state(agent_state)})
+        return bodies
 
     def _encode_message(self, message: Message, found: dict[str, bytes]) -> Any:
         validate_message(message, "message")
@@ -807,9 +895,14 @@ class FileSessionStore:
             if not path.exists():
                 atomic_write(path, data, durable=self.durability != "none")
 
-    def _append(
-        self, session_id: str, sdir: Path, tail: _Tail, bodies: builtins.list[dict[str, Any]]
-    ) -> CommitResult:
+    def _write_records(
+        self,
+        session_id: str,
+        sdir: Path | None,
+        tail: _Tail,
+        bodies: builtins.list[dict[str, Any]],
+    ) -> tuple[int, _Tail, bool]:
+        """Append records to the active journal (no fsync): its fd, new tail, new file?"""
         chunks: builtins.list[bytes] = []
         prev, seq = tail.hash, tail.next_seq
         for body in bodies:
@@ -817,37 +910,43 @@ class FileSessionStore:
             chunks.append(line)
             seq += 1
         data = b"".join(chunks)
-        path = sdir / _JOURNAL
         cached = self._fds.get(session_id)
         if cached is not None and tail.size and cached[0] == tail.ino:
             ino, fd = cached
             new_file = False
         else:
             self._forget(session_id)
+            path = (sdir or self.session_dir(session_id)) / _JOURNAL
             new_file = tail.size == 0 and not path.exists()
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             ino = os.fstat(fd).st_ino
             self._fds[session_id] = (ino, fd)
         try:
             append_all(fd, data)
-            if self.durability == "commit":
-                os.fsync(fd)
         except BaseException:
             self._forget(session_id)  # the next commit re-reads the tail from disk
             raise
-        if new_file and self.durability == "commit":
-            fsync_dir(sdir)
         count = bodies[-1]["c"]
         new_tail = _Tail(ino, tail.size + len(data), prev, seq, count, tail.records + len(bodies))
         self._tails[session_id] = new_tail
+        return fd, new_tail, new_file
+
+    def _seal_due(self, tail: _Tail) -> bool:
         seg = self.segmentation
-        if seg.enabled and (new_tail.records >= seg.max_records or new_tail.size >= seg.max_bytes):
-            self._seal(session_id, sdir, new_tail)
-        return CommitResult(prev, count)
+        return seg.enabled and (tail.records >= seg.max_records or tail.size >= seg.max_bytes)
+
+    def _seal_if_due(self, session_id: str) -> None:
+        """Seal the active journal if it is full (after an append made on the loop)."""
+        sdir = self.session_dir(session_id)
+        with self._guard, self._locks.for_write(session_id):
+            tail = self._writable_tail(session_id, sdir)
+            if self._seal_due(tail):
+                self._seal(session_id, sdir, tail)
 
     def _forget(self, session_id: str) -> None:
         """Drop the cached tail and journal descriptor of a session."""
         self._tails.pop(session_id, None)
+        self._paths.pop(session_id, None)
         cached = self._fds.pop(session_id, None)
         if cached is not None:
             with contextlib.suppress(OSError):
@@ -864,8 +963,9 @@ class FileSessionStore:
 
     def close(self) -> None:
         """Close cached descriptors and the writer thread (the store reopens them on use)."""
-        for session_id in builtins.list(self._fds):
-            self._forget(session_id)
+        with self._guard:
+            for session_id in builtins.list(self._fds):
+                self._forget(session_id)
         with self._writer_guard:
             writer, self._writer = self._writer, None
         if writer is not None:
@@ -877,19 +977,10 @@ class FileSessionStore:
         Called with the writer lock held, so it may repair: finish a pending
         rewrite or seal, and truncate a torn last line.
         """
-        path = sdir / _JOURNAL
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            st = None
-        cached = self._tails.get(session_id)
-        if (
-            cached is not None
-            and st is not None
-            and (cached.ino, cached.size) == (st.st_ino, st.st_size)
-            and not (sdir / _REWRITE).exists()
-        ):
+        cached = self._cached_tail(session_id)
+        if cached is not None:
             return cached
+        path = sdir / _JOURNAL
         self._read_meta(session_id, sdir)
         self._finish_pending(session_id, sdir)
         try:
@@ -922,6 +1013,24 @@ class FileSessionStore:
             )
         self._tails[session_id] = tail
         return tail
+
+    def _cached_tail(self, session_id: str) -> _Tail | None:
+        """The cached tail while the journal on disk is still the one it describes."""
+        cached = self._tails.get(session_id)
+        if cached is None:
+            return None
+        paths = self._paths.get(session_id)
+        if paths is None:
+            sdir = self.session_dir(session_id)
+            paths = self._paths[session_id] = (str(sdir / _JOURNAL), str(sdir / _REWRITE))
+        journal_path, rewrite_path = paths
+        try:
+            st = os.stat(journal_path)
+        except FileNotFoundError:
+            return None
+        if (cached.ino, cached.size) != (st.st_ino, st.st_size) or os.path.exists(rewrite_path):
+            return None
+        return cached
 
     def _finish_pending(self, session_id: str, sdir: Path) -> None:
         (sdir / _REWRITE_TMP).unlink(missing_ok=True)  # an uncommitted rewrite: roll back
@@ -1064,7 +1173,7 @@ class FileSessionStore:
 
     def _quarantine(self, session_id: str, sdir: Path) -> None:
         """Move provably bad records out, rewrite the rest, and report (counts, positions)."""
-        with self._locks.for_write(session_id):
+        with self._guard, self._locks.for_write(session_id):
             volume = self._volume(session_id, sdir)
             paths = [*volume.segment_paths]
             if volume.journal is not None and volume.journal.exists():

@@ -28,6 +28,8 @@ from typing import Any, Literal, NamedTuple
 GENESIS = "0" * 32
 HASH_LEN = 32
 _PREFIX = b'{"h":"'
+# One encoder for every record: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 BODY_AT = len(_PREFIX) + HASH_LEN + 2  # after '{"h":"<hash>",'
 
 RecordType = Literal["m", "s", "r", "w"]
@@ -73,9 +75,7 @@ def chain_hash(prev_hash: str, body_json: bytes) -> str:
 
 def encode_record(prev_hash: str, body: dict[str, Any]) -> tuple[bytes, str]:
     """Encode ``body`` chained to ``prev_hash``; return the line (with newline) and its hash."""
-    body_json = json.dumps(
-        body, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode()
+    body_json = _ENCODER.encode(body).encode()
     digest = chain_hash(prev_hash, body_json)
     return _PREFIX + digest.encode("ascii") + b'",' + body_json[1:] + b"\n", digest
 

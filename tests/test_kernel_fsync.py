@@ -1,0 +1,191 @@
+"""start_fsync: an fsync in the kernel (Linux AIO) or on a thread, awaited on any loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from perdure import _kernel_fsync
+from perdure._kernel_fsync import kernel_fsync_available, start_fsync
+
+LINUX_AIO = sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64")
+
+
+@pytest.fixture
+def fd(tmp_path: Path) -> Iterator[int]:
+    descriptor = os.open(tmp_path / "journal", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    yield descriptor
+    os.close(descriptor)
+
+
+@pytest.fixture
+def no_kernel_aio(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_kernel_fsync, "_context", lambda: None)
+
+
+@pytest.mark.skipif(not LINUX_AIO, reason="native AIO fsync is Linux x86_64/aarch64 only")
+def test_linux_runs_fsync_in_the_kernel() -> None:
+    assert kernel_fsync_available()
+
+
+async def test_fsync_resolves_after_a_write(fd: int, tmp_path: Path) -> None:
+    os.write(fd, b"one\n")
+    future = start_fsync(fd)
+    assert isinstance(future, asyncio.Future)
+    assert await future is None
+    assert (tmp_path / "journal").read_bytes() == b"one\n"
+
+
+async def test_the_fsync_holds_the_file_so_the_caller_may_close_at_once(tmp_path: Path) -> None:
+    descriptor = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(descriptor, b"x")
+    future = start_fsync(descriptor)
+    os.close(descriptor)
+    await future
+
+
+async def test_a_closed_descriptor_is_refused_at_once(fd: int, tmp_path: Path) -> None:
+    await start_fsync(fd)  # this loop's eventfd is open before the number is freed
+    descriptor = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.close(descriptor)
+    with pytest.raises(OSError) as info:
+        start_fsync(descriptor)
+    assert info.value.errno == 9  # EBADF
+
+
+async def test_a_file_that_cannot_sync_raises_oserror() -> None:
+    # A pipe has no fsync: the kernel refuses the AIO request, the fallback's
+    # os.fsync raises EINVAL, and the error reaches the awaiting coroutine.
+    read_end, write_end = os.pipe()
+    try:
+        with pytest.raises(OSError):
+            await start_fsync(write_end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+async def test_many_fsyncs_in_flight_all_complete(tmp_path: Path) -> None:
+    # More than the AIO context holds (256): the extra ones go to the executor.
+    descriptors = [os.open(tmp_path / f"f{i}", os.O_WRONLY | os.O_CREAT, 0o644) for i in range(300)]
+    try:
+        for descriptor in descriptors:
+            os.write(descriptor, b"x")
+        futures = [start_fsync(d) for d in descriptors]
+        assert await asyncio.gather(*futures) == [None] * 300
+    finally:
+        for descriptor in descriptors:
+            os.close(descriptor)
+
+
+def test_loops_in_several_threads_each_get_their_results(tmp_path: Path) -> None:
+    # One AIO context serves every loop: whichever loop reaps a completion hands it
+    # to the loop that awaits it.
+    errors: list[BaseException] = []
+    counts: list[int] = []
+
+    def worker(index: int) -> None:
+        async def run() -> int:
+            path = tmp_path / f"t{index}"
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                for round_number in range(40):
+                    os.write(descriptor, b"%d\n" % round_number)
+                    await asyncio.gather(start_fsync(descriptor), start_fsync(descriptor))
+            finally:
+                os.close(descriptor)
+            return len(path.read_bytes().splitlines())
+
+        try:
+            counts.append(asyncio.run(run()))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert counts == [40, 40, 40, 40]
+
+
+async def test_a_cancelled_wait_does_not_break_later_fsyncs(fd: int) -> None:
+    os.write(fd, b"a")
+    waiter = asyncio.ensure_future(start_fsync(fd))
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    for _ in range(5):
+        os.write(fd, b"b")
+        await start_fsync(fd)
+
+
+def test_each_new_loop_works_after_the_last_one_closed(fd: int) -> None:
+    async def once() -> None:
+        os.write(fd, b"x")
+        await start_fsync(fd)
+
+    for _ in range(20):
+        asyncio.run(once())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_makes_its_own_aio_context(fd: int) -> None:
+    async def once() -> None:
+        os.write(fd, b"x")
+        await start_fsync(fd)
+
+    asyncio.run(once())  # the parent's context exists before the fork
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 0
+        try:
+            asyncio.run(once())
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+async def test_without_kernel_aio_the_executor_syncs_a_duplicate(
+    no_kernel_aio: None, tmp_path: Path
+) -> None:
+    assert not kernel_fsync_available()
+    descriptor = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(descriptor, b"x")
+    with ThreadPoolExecutor(1, thread_name_prefix="sync") as executor:
+        future = start_fsync(descriptor, executor)
+        os.close(descriptor)  # the executor syncs its own duplicate
+        await future
+
+
+async def test_without_kernel_aio_errors_still_reach_the_caller(no_kernel_aio: None) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        with pytest.raises(OSError):
+            await start_fsync(write_end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+class _RefusingExecutor(Executor):
+    def submit(self, *args: object, **kwargs: object) -> Future[object]:  # type: ignore[override]
+        raise AssertionError("the fsync fell back to a thread")
+
+
+@pytest.mark.skipif(not LINUX_AIO, reason="native AIO fsync is Linux x86_64/aarch64 only")
+async def test_on_linux_a_regular_file_never_needs_the_thread(fd: int) -> None:
+    for _ in range(3):
+        os.write(fd, b"x")
+        await start_fsync(fd, _RefusingExecutor())
