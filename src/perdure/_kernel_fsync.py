@@ -108,10 +108,28 @@ class _Aio:
         self._lock = threading.Lock()
         self._waiters: dict[int, _Waiter] = {}
         self._tokens = itertools.count(1)
-        self._events = (_IoEvent * _MAX_EVENTS)()
-        self._no_wait = _Timespec(0, 0)
         self._eventfds: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int | None] = (
             weakref.WeakKeyDictionary()
+        )
+        # One request block and one event array, reused under the lock: io_submit
+        # copies the block, io_getevents fills the array. The syscall arguments are
+        # built once (this runs for every durable append).
+        self._iocb = _Iocb(aio_lio_opcode=_IOCB_CMD_FSYNC, aio_flags=_IOCB_FLAG_RESFD)
+        self._submit_args = (
+            ctypes.c_long(self._submit),
+            self._ctx,
+            ctypes.c_long(1),
+            (ctypes.POINTER(_Iocb) * 1)(ctypes.pointer(self._iocb)),
+        )
+        self._events = (_IoEvent * _MAX_EVENTS)()
+        self._no_wait = _Timespec(0, 0)
+        self._reap_args = (
+            ctypes.c_long(self._getevents),
+            self._ctx,
+            ctypes.c_long(0),
+            ctypes.c_long(_MAX_EVENTS),
+            self._events,
+            ctypes.byref(self._no_wait),
         )
 
     def _call(self, number: int, *args: object) -> int:
@@ -122,24 +140,22 @@ class _Aio:
     def start(self, fd: int) -> asyncio.Future[None] | None:
         """Submit an fsync of ``fd``; None when this loop or the kernel cannot."""
         loop = asyncio.get_running_loop()
-        eventfd = self._eventfd(loop)
+        eventfd = self._eventfds.get(loop, -1)
+        if eventfd == -1:
+            eventfd = self._eventfd(loop)
         if eventfd is None:
             return None
         future: asyncio.Future[None] = loop.create_future()
-        token = next(self._tokens)
-        iocb = _Iocb(
-            aio_data=token,
-            aio_lio_opcode=_IOCB_CMD_FSYNC,
-            aio_fildes=fd,
-            aio_flags=_IOCB_FLAG_RESFD,
-            aio_resfd=eventfd,
-        )
         with self._lock:
             if len(self._waiters) >= _MAX_EVENTS:
                 return None
+            token = next(self._tokens)
+            iocb = self._iocb
+            iocb.aio_data = token
+            iocb.aio_fildes = fd
+            iocb.aio_resfd = eventfd
             self._waiters[token] = (future, loop)
-            pointers = (ctypes.POINTER(_Iocb) * 1)(ctypes.pointer(iocb))
-            if self._call(self._submit, self._ctx, 1, pointers) != 1:
+            if self._syscall(*self._submit_args) != 1:
                 del self._waiters[token]
                 error = _errno_error("io_submit")
                 if error.errno == errno.EBADF:  # the caller's mistake, not ours
@@ -156,7 +172,7 @@ class _Aio:
     def _watch(self, loop: asyncio.AbstractEventLoop) -> int | None:
         eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         try:
-            loop.add_reader(eventfd, self._reap, eventfd)
+            loop.add_reader(eventfd, self._reap, eventfd, loop)
         except NotImplementedError:  # e.g. the Windows proactor loop
             os.close(eventfd)
             self._eventfds[loop] = None
@@ -165,23 +181,15 @@ class _Aio:
         self._eventfds[loop] = eventfd
         return eventfd
 
-    def _reap(self, eventfd: int) -> None:
-        with contextlib.suppress(BlockingIOError):
+    def _reap(self, eventfd: int, here: asyncio.AbstractEventLoop) -> None:
+        with contextlib.suppress(BlockingIOError):  # a wake-up with nothing counted
             os.eventfd_read(eventfd)
         with self._lock:
-            count = self._call(
-                self._getevents,
-                self._ctx,
-                0,
-                _MAX_EVENTS,
-                self._events,
-                ctypes.byref(self._no_wait),
-            )
+            count = self._syscall(*self._reap_args)
             finished = [
                 (self._waiters.pop(event.data, None), event.res)
                 for event in self._events[: max(count, 0)]
             ]
-        here = asyncio.get_running_loop()
         for waiter, result in finished:
             if waiter is None:
                 continue
