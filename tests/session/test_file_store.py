@@ -13,8 +13,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import tool_call
+from perdure import Agent, tool
 from perdure.errors import SessionCorruptedError
-from perdure.session import FileSessionStore, Segmentation, SessionRecoveryReport, read_history_page
+from perdure.models import ScriptedModel
+from perdure.session import (
+    FileSessionStore,
+    Segmentation,
+    Session,
+    SessionRecoveryReport,
+    read_history_page,
+)
 from perdure.session import file_store as file_store_module
 from perdure.session.journal import GENESIS, chain_hash
 from perdure.types import Message
@@ -396,3 +405,30 @@ async def test_inline_appends_to_two_sessions_on_one_loop(tmp_path: Path) -> Non
     await asyncio.gather(turn("a"), turn("b"))
     assert (await store.get("a")).messages == conversation(20, prefix="a")
     assert (await store.get("b")).messages == conversation(20, prefix="b")
+
+
+def test_a_sessions_turn_appends_inline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The path the agent really takes: Session holds the writer lock for the turn,
+    # so after its first commit each message is written on the loop and synced apart.
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up.
+
+        Args:
+            key: the key.
+        """
+        return key.upper()
+
+    calls = count_kernel_fsyncs(monkeypatch)
+    store = FileSessionStore(tmp_path / "data")
+    session = Session(store)
+    agent = Agent(
+        model=ScriptedModel([tool_call("t1", "lookup", key="a"), "A it is"]),
+        tools=[lookup],
+        session_manager=session,
+    )
+    agent("find a")
+    assert len(agent.messages) == 4
+    assert len(calls) >= 3
+    stored = run(FileSessionStore(tmp_path / "data").get(session.session_id))
+    assert stored.messages == agent.messages
