@@ -873,6 +873,8 @@ class FileSessionStore:
 
     def _encode_message(self, message: Message, found: dict[str, bytes]) -> Any:
         validate_message(message, "message")
+        if len(message) == 2 and all(len(b) == 1 and "text" in b for b in message["content"]):
+            return message  # role and text blocks only (validated): no bytes to extract
         return extract_attachments(message, self.attachment_threshold, found)
 
     def _encode_state(self, agent_state: Mapping[str, Any]) -> Any:
