@@ -26,6 +26,7 @@ from perdure.session import (
 )
 from perdure.session import file_store as file_store_module
 from perdure.session.journal import GENESIS, chain_hash
+from perdure.session.memory_store import MemorySessionStore
 from perdure.types import Message
 
 
@@ -432,3 +433,30 @@ def test_a_sessions_turn_appends_inline(tmp_path: Path, monkeypatch: pytest.Monk
     assert len(calls) >= 3
     stored = run(FileSessionStore(tmp_path / "data").get(session.session_id))
     assert stored.messages == agent.messages
+
+
+@pytest.mark.parametrize("min_window", [64, None])
+async def test_pages_match_the_reference_when_line_sizes_vary_wildly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, min_window: int | None
+) -> None:
+    # A page's first read window is sized from the file's average bytes per message;
+    # a page of big messages after small ones (or the reverse), with state records in
+    # between, needs the window to grow (forced often with a 64-byte margin). Every
+    # page must equal the memory store's.
+    if min_window is not None:
+        monkeypatch.setattr(file_store_module, "_MIN_WINDOW", min_window)
+    store = FileSessionStore(tmp_path / "data", segmentation=Segmentation(max_records=40))
+    reference = MemorySessionStore()
+    history: list[Message] = []
+    for store_ in (store, reference):
+        await store_.create("s")
+    for i in range(60):
+        size = 6000 if (i // 10) % 2 else 8
+        history.append(text("user" if i % 2 == 0 else "assistant", f"{i}:" + "x" * size))
+        for store_ in (store, reference):
+            await store_.commit("s", history, agent_state={"i": i} if i % 3 else None)
+    for offset in range(0, 61, 4):
+        for limit in (1, 5, 17, 60):
+            got = await read_history_page(store, "s", offset=offset, limit=limit)
+            want = await read_history_page(reference, "s", offset=offset, limit=limit)
+            assert got == want

@@ -85,7 +85,8 @@ _SEGMENTS = "segments"
 _ATTACHMENTS = "attachments"
 _MANIFEST_FORMAT = "perdure-manifest/1"
 _META_FORMAT = "perdure-session/1"
-_TAIL_READ = 64 * 1024
+_TAIL_READ = 8 * 1024
+_MIN_WINDOW = 8 * 1024
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,23 @@ class _Volume:
     first_count: int
     rewrite_pending: bool = False
     seal_pending: bool = False
+
+
+@dataclass(frozen=True)
+class _Share:
+    """How many of a file's messages a read wants, to size its first window."""
+
+    wanted: int
+    """Messages from the first one wanted to the end of the file."""
+    messages: int
+    """Messages the file holds."""
+
+    def bytes_of(self, size: int) -> int:
+        """A window likely to hold the wanted messages: their share of the file, +25%
+        and a line's worth (records are not all alike; a short window just grows)."""
+        if self.messages <= 0 or self.wanted >= self.messages:
+            return size
+        return min(size, size * self.wanted * 5 // (self.messages * 4) + _MIN_WINDOW)
 
 
 @dataclass
@@ -462,7 +480,8 @@ class FileSessionStore:
                 raise self._corrupted(
                     session_id, manifest_path, "bad_payload", 0, f"manifest is unreadable: {exc}"
                 ) from None
-        paths = [sdir / _SEGMENTS / seg.file for seg in segments]
+        segment_dir = sdir / _SEGMENTS
+        paths = [segment_dir / seg.file for seg in segments]
         journal_path: Path | None = sdir / _JOURNAL
         seal_pending = False
         if segments and not paths[-1].exists():
@@ -625,12 +644,12 @@ class FileSessionStore:
         lo, hi = page_read_range(total, offset, limit)
         window: dict[int, Message] = {}
         if hi > lo:
-            window = self._read_range(session_id, sdir, volume, lo, hi)
+            window = self._read_range(session_id, sdir, volume, lo, hi, total)
         start, end = page_bounds(total, offset, limit, window.__getitem__)
         return HistoryPage([window[i] for i in range(start, end)], start, end, total)
 
     def _read_range(
-        self, session_id: str, sdir: Path, volume: _Volume, lo: int, hi: int
+        self, session_id: str, sdir: Path, volume: _Volume, lo: int, hi: int, total: int
     ) -> dict[int, Message]:
         """Messages ``lo..hi-1`` (redactions applied), reading only the files covering them."""
         found: dict[int, Message] = {}
@@ -639,7 +658,13 @@ class FileSessionStore:
         for seg, path in zip(volume.segments, volume.segment_paths, strict=True):
             if seg.count > lo and seg.first_count < hi:
                 records = self._journal_window(
-                    session_id, path, seg.prev_hash, seg.first_seq, lo, anchor=seg.last_hash
+                    session_id,
+                    path,
+                    seg.prev_hash,
+                    seg.first_seq,
+                    lo,
+                    _Share(seg.count - max(lo, seg.first_count), seg.count - seg.first_count),
+                    anchor=seg.last_hash,
                 )
                 self._collect(session_id, sdir, records, lo, hi, found, redactions)
             elif seg.first_count >= hi:
@@ -650,7 +675,8 @@ class FileSessionStore:
                         )
             prev, seq = seg.last_hash, seg.last_seq + 1
         if volume.journal is not None and volume.journal.exists():
-            records = self._journal_window(session_id, volume.journal, prev, seq, lo)
+            share = _Share(total - max(lo, volume.first_count), total - volume.first_count)
+            records = self._journal_window(session_id, volume.journal, prev, seq, lo, share)
             self._collect(session_id, sdir, records, lo, hi, found, redactions)
         found.update({i: m for i, m in redactions.items() if i in found})
         missing = [i for i in range(lo, hi) if i not in found]
@@ -685,6 +711,7 @@ class FileSessionStore:
         prev: str,
         seq: int,
         lo: int,
+        share: _Share,
         *,
         anchor: str | None = None,
     ) -> builtins.list[Record]:
@@ -696,7 +723,7 @@ class FileSessionStore:
         sealed segment it must also end at the manifest's ``anchor`` hash, so nothing
         in the window can have been altered.
         """
-        scanned = self._window_scan(session_id, path, prev, seq, lo)
+        scanned = self._window_scan(session_id, path, prev, seq, lo, share)
         if anchor is not None and (scanned.torn or scanned.last_hash != anchor):
             raise self._corrupted(
                 session_id, path, "broken_chain", scanned.end, "segment does not match the manifest"
@@ -704,13 +731,13 @@ class FileSessionStore:
         return scanned.records
 
     def _window_scan(
-        self, session_id: str, path: Path, prev: str, seq: int, lo: int
+        self, session_id: str, path: Path, prev: str, seq: int, lo: int, share: _Share
     ) -> journal.Scan:
         try:
             size = path.stat().st_size
         except FileNotFoundError:
             raise self._corrupted(session_id, path, "bad_line", 0, "file is missing") from None
-        chunk = _TAIL_READ
+        chunk = share.bytes_of(size)
         with path.open("rb") as handle:
             while True:
                 start = max(0, size - chunk)
