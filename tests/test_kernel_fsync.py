@@ -189,3 +189,18 @@ async def test_on_linux_a_regular_file_never_needs_the_thread(fd: int) -> None:
     for _ in range(3):
         os.write(fd, b"x")
         await start_fsync(fd, _RefusingExecutor())
+
+
+async def test_out_of_descriptors_for_an_eventfd_falls_back_to_the_thread(
+    fd: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_eventfd(*args: object) -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "eventfd", no_eventfd)
+    os.write(fd, b"x")
+    await start_fsync(fd)  # this test's loop has no eventfd yet and cannot get one
+    monkeypatch.undo()
+    os.write(fd, b"y")
+    executor = _RefusingExecutor() if LINUX_AIO else None
+    await start_fsync(fd, executor)  # the next fsync gets its eventfd: no thread needed

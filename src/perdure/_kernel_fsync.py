@@ -170,7 +170,10 @@ class _Aio:
             return self._watch(loop)
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> int | None:
-        eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        try:
+            eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        except OSError:  # out of descriptors, say: use the thread this time, retry later
+            return None
         try:
             loop.add_reader(eventfd, self._reap, eventfd, loop)
         except NotImplementedError:  # e.g. the Windows proactor loop

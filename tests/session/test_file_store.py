@@ -460,3 +460,21 @@ async def test_pages_match_the_reference_when_line_sizes_vary_wildly(
             got = await read_history_page(store, "s", offset=offset, limit=limit)
             want = await read_history_page(reference, "s", offset=offset, limit=limit)
             assert got == want
+
+
+async def test_a_large_append_in_a_turn_goes_to_the_writer_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = count_kernel_fsyncs(monkeypatch)
+    store = FileSessionStore(tmp_path / "data")
+    await store.create("s")
+    history = conversation(2)
+    async with store.writer_lock("s"):
+        await store.commit("s", history[:1])  # reads the tail: writer thread
+        await store.commit("s", history)  # small: inline
+        history.append(text("user", "x" * (300 * 1024)))  # over 256 KiB: writer thread
+        await store.commit("s", history)
+        history.append(text("assistant", "ok"))  # inline again
+        await store.commit("s", history)
+    assert len(calls) == 2
+    assert (await FileSessionStore(tmp_path / "data").get("s")).messages == history

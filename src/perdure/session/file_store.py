@@ -87,6 +87,7 @@ _MANIFEST_FORMAT = "perdure-manifest/1"
 _META_FORMAT = "perdure-session/1"
 _TAIL_READ = 8 * 1024
 _MIN_WINDOW = 8 * 1024
+_INLINE_MAX = 256 * 1024  # bytes an append may copy into the page cache on the loop
 
 
 @dataclass(frozen=True)
@@ -832,8 +833,9 @@ class FileSessionStore:
         them into the page cache (microseconds), then fsync. The fsync is started here
         (:func:`~perdure._kernel_fsync.start_fsync`: in the kernel, or on the writer
         thread) and awaited by the caller. Anything heavier — a first commit that reads
-        the tail from disk, attachments, a lock to take, a writer busy with this store
-        — returns None and goes to the writer thread whole.
+        the tail from disk, attachments, records over ``_INLINE_MAX`` bytes, a lock to
+        take, a writer busy with this store — returns None and goes to the writer
+        thread whole.
         """
         if not self._locks.is_held(session_id) or not self._guard.acquire(blocking=False):
             return None
@@ -849,7 +851,10 @@ class FileSessionStore:
                 return None
             if not bodies:
                 return CommitResult(tail.hash, tail.count), None, False
-            fd, new_tail, _ = self._write_records(session_id, None, tail, bodies)
+            encoded = _encode_records(tail, bodies)
+            if len(encoded[0]) > _INLINE_MAX:
+                return None  # a page-cache copy of this size belongs off the loop
+            fd, new_tail, _ = self._write_records(session_id, None, tail, bodies, encoded)
             synced = None
             if self.durability == "commit":
                 try:
@@ -934,15 +939,10 @@ class FileSessionStore:
         sdir: Path | None,
         tail: _Tail,
         bodies: builtins.list[dict[str, Any]],
+        encoded: _Encoded | None = None,
     ) -> tuple[int, _Tail, bool]:
         """Append records to the active journal (no fsync): its fd, new tail, new file?"""
-        chunks: builtins.list[bytes] = []
-        prev, seq = tail.hash, tail.next_seq
-        for body in bodies:
-            line, prev = journal.encode_record(prev, {"n": seq, **body})
-            chunks.append(line)
-            seq += 1
-        data = b"".join(chunks)
+        data, prev, seq = encoded or _encode_records(tail, bodies)
         cached = self._fds.get(session_id)
         if cached is not None and tail.size and cached[0] == tail.ino:
             ino, fd = cached
@@ -1316,6 +1316,20 @@ def _looks_like_message(raw: Any) -> bool:
         and type(raw.get("content")) is list
         and all(type(block) is dict for block in raw["content"])
     )
+
+
+_Encoded = tuple[bytes, str, int]  # journal lines, last hash, next sequence number
+
+
+def _encode_records(tail: _Tail, bodies: Sequence[dict[str, Any]]) -> _Encoded:
+    """The journal lines of ``bodies``, chained on from ``tail``."""
+    chunks: list[bytes] = []
+    prev, seq = tail.hash, tail.next_seq
+    for body in bodies:
+        line, prev = journal.encode_record(prev, {"n": seq, **body})
+        chunks.append(line)
+        seq += 1
+    return b"".join(chunks), prev, seq
 
 
 def _read_tail(path: Path) -> bytes:
