@@ -4,9 +4,10 @@ Run: ``.venv/bin/python benchmarks/sessions.py [--quick] [--sizes 1000,10000,100
 
 For each store and session size it prints: the durable append cost per message
 (the median of a run of appends to a session already that long) next to the raw
-floor measured in the same run on the same disk (append + fsync of the same bytes
-to one file for the file store; one SQLite insert per transaction with
-synchronous=FULL for the SQLite store), the non-durable append rate, the time to
+floor, measured step by step between the store's own appends so that a noisy
+neighbour slows both alike (append + fsync of the same bytes to one file for the
+file store; one SQLite insert per transaction with synchronous=FULL for the SQLite
+store), the non-durable append rate, the time to
 resume (read and verify) the whole session, the time to read its last page of 50,
 and its bytes on disk against the raw message bytes.
 
@@ -62,41 +63,55 @@ def disk_of(work: Path, kind: str) -> int:
     return sum(disk_usage(f) for f in files if f.exists())
 
 
-def floor_append_fsync(directory: Path, line: bytes, n: int) -> float:
-    """Median seconds of one append + fsync of ``line`` to one file."""
-    path = directory / "floor.log"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    times = []
+def floor_median(floor: FileFloor | SQLiteFloor, n: int) -> float:
+    """Median seconds of ``n`` steps of ``floor`` (then closes it)."""
     try:
-        for _ in range(n):
-            start = time.perf_counter()
-            os.write(fd, line)
-            os.fsync(fd)
-            times.append(time.perf_counter() - start)
+        return statistics.median(floor.once() for _ in range(n))
     finally:
-        os.close(fd)
-        path.unlink()
-    return statistics.median(times)
+        floor.close()
 
 
-def floor_sqlite_insert(directory: Path, body: str, n: int) -> float:
-    """Median seconds of one SQLite insert per transaction (WAL, synchronous=FULL)."""
-    path = directory / "floor.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
-    times = []
-    for _ in range(n):
+class FileFloor:
+    """The file store's floor, one step at a time: append + fsync to one file."""
+
+    def __init__(self, directory: Path, line: bytes) -> None:
+        self.path = directory / "floor.log"
+        self.line = line
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def once(self) -> float:
         start = time.perf_counter()
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO t (body) VALUES (?)", (body,))
-        conn.execute("COMMIT")
-        times.append(time.perf_counter() - start)
-    conn.close()
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(path) + suffix).unlink(missing_ok=True)
-    return statistics.median(times)
+        os.write(self.fd, self.line)
+        os.fsync(self.fd)
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.path.unlink()
+
+
+class SQLiteFloor:
+    """The SQLite store's floor, one step at a time: one insert per transaction."""
+
+    def __init__(self, directory: Path, body: str) -> None:
+        self.path = directory / "floor.db"
+        self.body = body
+        self.conn = sqlite3.connect(self.path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
+
+    def once(self) -> float:
+        start = time.perf_counter()
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.execute("INSERT INTO t (body) VALUES (?)", (self.body,))
+        self.conn.execute("COMMIT")
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        self.conn.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(self.path) + suffix).unlink(missing_ok=True)
 
 
 def store_kinds() -> dict[str, Callable[[Path, str], SessionStore]]:
@@ -134,21 +149,16 @@ async def measure(
     tail = (await durable.get("bench")).tail
     times, floor_times = [], []
     line = json.dumps(message(0)).encode() + b"\n"
-    floor_path = work / "floor.log"
-    fd = os.open(floor_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    floor = FileFloor(work, line) if kind == "file" else SQLiteFloor(work, line.decode())
     async with durable.writer_lock("bench"):
         for i in range(appends):
-            start = time.perf_counter()
-            os.write(fd, line)
-            os.fsync(fd)
-            floor_times.append(time.perf_counter() - start)
+            floor_times.append(floor.once())
             history.append(message(size + i))
             start = time.perf_counter()
             result = await durable.commit("bench", history, expected_tail=tail)
             times.append(time.perf_counter() - start)
             tail = result.tail
-    os.close(fd)
-    floor_path.unlink()
+    floor.close()
     append_s = statistics.median(times)
 
     fast = make(work, "none")
@@ -208,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         line = json.dumps(message(0)).encode() + b"\n"
         floors = {
-            "file": floor_append_fsync(base, line, appends),
-            "sqlite": floor_sqlite_insert(base, line.decode(), appends),
+            "file": floor_median(FileFloor(base, line), appends),
+            "sqlite": floor_median(SQLiteFloor(base, line.decode()), appends),
         }
         print(
             f"raw floor: append+fsync {floors['file'] * 1e6:.0f} us, "
@@ -226,9 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                 work = base / f"{kind}-{size}"
                 work.mkdir()
                 r = asyncio.run(measure(kind, make, size, appends, work))
-                # file: append+fsync interleaved with the appends; sqlite: one insert
-                # per transaction, measured at the start of the run.
-                floor_us = r["floor_us"] if kind == "file" else floors["sqlite"] * 1e6
+                # Each store's floor is measured interleaved with its own appends.
+                floor_us = r["floor_us"]
                 print(
                     f"{kind:<7}{size:>8}{r['append_us']:>11.0f}"
                     f"{floor_us:>10.0f}{r['append_us'] / floor_us:>9.2f}"
