@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import platform
 import sys
@@ -204,3 +205,18 @@ async def test_out_of_descriptors_for_an_eventfd_falls_back_to_the_thread(
     os.write(fd, b"y")
     executor = _RefusingExecutor() if LINUX_AIO else None
     await start_fsync(fd, executor)  # the next fsync gets its eventfd: no thread needed
+
+
+def test_the_fsync_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Keep benchmarks/fsync.py from rotting (no timing asserted).
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fsync.py"
+    spec = importlib.util.spec_from_file_location("perdure_benchmark_fsync", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--n", "5", "--dir", str(tmp_path)]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert set(rows) == {"inline", "executor", "kernel"}
+    assert all(float(row[1]) > 0 for row in rows.values())
+    assert list(tmp_path.iterdir()) == []
