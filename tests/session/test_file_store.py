@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -478,3 +479,33 @@ async def test_a_large_append_in_a_turn_goes_to_the_writer_thread(
         await store.commit("s", history)
     assert len(calls) == 2
     assert (await FileSessionStore(tmp_path / "data").get("s")).messages == history
+
+
+def test_turns_on_two_threads_loops_share_one_store(tmp_path: Path) -> None:
+    # Each thread runs its own loop and holds its own session's lock: their inline
+    # appends contend for the store's guard (the loser goes to the writer thread) and
+    # their fsync completions may be reaped by either loop.
+    store = FileSessionStore(tmp_path / "data")
+    errors: list[BaseException] = []
+
+    def turn(session_id: str) -> None:
+        async def run_turn() -> None:
+            await store.create(session_id)
+            async with store.writer_lock(session_id):
+                for end in range(1, 41):
+                    await store.commit(session_id, conversation(end, prefix=session_id))
+
+        try:
+            asyncio.run(run_turn())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=turn, args=(sid,)) for sid in ("a", "b", "c")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    reopened = FileSessionStore(tmp_path / "data")
+    for sid in ("a", "b", "c"):
+        assert run(reopened.get(sid)).messages == conversation(40, prefix=sid)
