@@ -5,23 +5,15 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "memory.py"
+from helpers import load_benchmark
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perdure_memory_benchmark", BENCHMARK)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("memory")
 
 
 def test_smallest_case_prints_the_table() -> None:

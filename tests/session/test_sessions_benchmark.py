@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "sessions.py"
-
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perdure_benchmark_sessions", BENCHMARK)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from helpers import load_benchmark
 
 
 def test_the_smallest_benchmark_prints_a_row_per_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bench = load()
+    bench = load_benchmark("sessions")
     assert bench.main(["--quick", "--sizes", "120", "--dir", str(tmp_path)]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
     measured = {row[0]: row for row in rows if row and row[0] in ("file", "sqlite")}

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "snapshots.py"
+from helpers import load_benchmark
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perdure_benchmark_snapshots", BENCHMARK)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("snapshots")
 
 
 def test_the_smallest_benchmark_runs_and_reports_every_target(tmp_path: Path) -> None:
