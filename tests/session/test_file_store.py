@@ -26,6 +26,7 @@ from perdure.session import (
     read_history_page,
 )
 from perdure.session import file_store as file_store_module
+from perdure.session import journal as journal_module
 from perdure.session.journal import GENESIS, chain_hash
 from perdure.session.memory_store import MemorySessionStore
 from perdure.types import Message
@@ -509,3 +510,74 @@ def test_turns_on_two_threads_loops_share_one_store(tmp_path: Path) -> None:
     reopened = FileSessionStore(tmp_path / "data")
     for sid in ("a", "b", "c"):
         assert run(reopened.get(sid)).messages == conversation(40, prefix=sid)
+
+
+# ---------------------------------------------------------------- sealed segment digests
+
+
+def sealed(tmp_path: Path, n: int = 30) -> FileSessionStore:
+    store = FileSessionStore(tmp_path / "data", segmentation=Segmentation(max_records=10))
+    run(store.create("s"))
+    for end in range(1, n + 1):
+        run(store.commit("s", conversation(end)))
+    return store
+
+
+def test_a_sealed_segment_is_verified_by_its_digest_not_line_by_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = sealed(tmp_path)
+    sdir = store.session_dir("s")
+    manifest = json.loads((sdir / "manifest.json").read_text())
+    assert all(len(entry["sha256"]) == 64 for entry in manifest["segments"])
+    checked: list[int] = []
+    real = journal_module._verify_line
+
+    def counting(line: bytes, prev: str, offset: int) -> str:
+        checked.append(offset)
+        return real(line, prev, offset)
+
+    monkeypatch.setattr(journal_module, "_verify_line", counting)
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(30)
+    active = journal_of(store, "s").read_bytes().count(b"\n")
+    assert len(checked) == active  # only the active journal, line by line
+
+
+def test_a_flipped_byte_in_a_sealed_segment_is_named_as_before(tmp_path: Path) -> None:
+    store = sealed(tmp_path)
+    segment = sorted((store.session_dir("s") / "segments").iterdir())[1]
+    data = bytearray(segment.read_bytes())
+    at = data.index(b"m1") + 1
+    data[at] ^= 0x01
+    segment.write_bytes(bytes(data))
+    with pytest.raises(SessionCorruptedError) as info:
+        run(FileSessionStore(tmp_path / "data").get("s"))
+    # the digest differs, so the lines are checked one by one and the bad one named
+    assert info.value.details["kind"] == "bad_hash"
+    assert info.value.details["file"] == str(segment)
+    assert info.value.details["offset"] == data.rindex(b"\n", 0, at) + 1
+
+
+def test_a_damaged_digest_in_the_manifest_is_corruption(tmp_path: Path) -> None:
+    store = sealed(tmp_path)
+    path = store.session_dir("s") / "manifest.json"
+    manifest = json.loads(path.read_text())
+    digest = manifest["segments"][0]["sha256"]
+    manifest["segments"][0]["sha256"] = ("0" if digest[0] != "0" else "1") + digest[1:]
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(SessionCorruptedError, match="manifest digest"):
+        run(FileSessionStore(tmp_path / "data").get("s"))
+
+
+def test_manifests_without_digests_are_verified_line_by_line(tmp_path: Path) -> None:
+    # Manifests sealed before segments carried a digest still read, the slow way.
+    store = sealed(tmp_path)
+    path = store.session_dir("s") / "manifest.json"
+    manifest = json.loads(path.read_text())
+    for entry in manifest["segments"]:
+        del entry["sha256"]
+    path.write_text(json.dumps(manifest))
+    reader = FileSessionStore(tmp_path / "data")
+    assert run(reader.get("s")).messages == conversation(30)
+    run(reader.commit("s", conversation(45)))  # seals more, now with digests
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(45)
