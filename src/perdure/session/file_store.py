@@ -603,11 +603,7 @@ class FileSessionStore:
         for record in records:
             count = len(messages)
             if record.type == "m":
-                raw = record.body.get("m")
-                if not record.encoded and _looks_like_message(raw):
-                    messages.append(cast(Message, raw))  # _message's common case, uncalled
-                else:
-                    messages.append(self._message(session_id, sdir, record))
+                messages.append(self._message(session_id, sdir, record))
             elif record.type == "r":
                 index = record.body.get("i")
                 if not isinstance(index, int) or not 0 <= index < count:

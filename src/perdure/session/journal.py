@@ -186,7 +186,6 @@ def _decode(
         raise JournalDamage("bad_payload", base_offset, None, "invalid JSON")
     records: list[Record] = []
     append = records.append
-    new = tuple.__new__  # Record's own __new__ is a Python function: 10k calls per resume
     expected = first_seq
     for obj, line, offset in zip(parsed, lines, offsets, strict=True):
         try:
@@ -202,8 +201,11 @@ def _decode(
                 "bad_sequence", base_offset + offset, seq, f"expected record {expected}"
             )
         expected += 1
-        fields = (obj["h"], seq, count, kind, obj, base_offset + offset, len(line) + 1)
-        append(new(Record, (*fields, b'"__' in line)))
+        append(
+            Record(
+                obj["h"], seq, count, kind, obj, base_offset + offset, len(line) + 1, b'"__' in line
+            )
+        )
     return records
 
 
