@@ -34,7 +34,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 BODY_AT = len(_PREFIX) + HASH_LEN + 2  # after '{"h":"<hash>",'
 
 RecordType = Literal["m", "s", "r", "w"]
-_TYPES = frozenset({"m", "s", "r", "w"})
+_TYPES = ("m", "s", "r", "w")  # a tuple: `in` must not hash what a record holds
 DamageKind = Literal["bad_line", "bad_hash", "broken_chain", "bad_payload", "bad_sequence"]
 
 
@@ -150,7 +150,7 @@ def scan(
             prev = last
             end = position + len(tail)
     if decode and lines:
-        records = _decode(lines, offsets, base_offset, first_seq)
+        records = _decode(data, end, lines, offsets, base_offset, first_seq)
     elif lines:
         records = []
     return Scan(records=records, end=end, torn=torn, last_hash=prev)
@@ -169,13 +169,18 @@ def _verify_line(line: bytes, prev: str, offset: int) -> str:
 
 
 def _decode(
-    lines: list[bytes], offsets: list[int], base_offset: int, first_seq: int
+    data: bytes, end: int, lines: list[bytes], offsets: list[int], base_offset: int, first_seq: int
 ) -> list[Record]:
+    """Parse ``lines`` (which are ``data[:end]``) into records."""
+    # One parse for the whole file: a JSON line never holds a raw newline, so the
+    # lines become the items of one array without joining them again.
+    body = data[: end - 1 if data[end - 1 : end] == b"\n" else end]
+    joined = b"[" + body.replace(b"\n", b",") + b"]"
     try:
-        parsed = json.loads(b"[" + b",".join(lines) + b"]")
+        parsed = json.loads(joined)
     except ValueError:
         parsed = None
-    if parsed is None:  # find the culprit line for the report
+    if parsed is None or len(parsed) != len(lines):  # find the culprit line for the report
         for line, offset in zip(lines, offsets, strict=True):
             try:
                 json.loads(line)
@@ -184,26 +189,35 @@ def _decode(
                     "bad_payload", base_offset + offset, None, f"invalid JSON: {exc}"
                 ) from None
         raise JournalDamage("bad_payload", base_offset, None, "invalid JSON")
+    # Encoded values ({"__bytes__": …}, attachment refs) are rare: one search of the
+    # whole file spares one per line when there are none.
+    maybe_encoded = b'"__' in body
     records: list[Record] = []
     append = records.append
+    new = tuple.__new__  # Record(...) would run its generated __new__ per record
     expected = first_seq
     for obj, line, offset in zip(parsed, lines, offsets, strict=True):
         try:
-            seq, count, kind = obj["n"], obj["c"], obj["t"]
+            digest, seq, count, kind = obj["h"], obj["n"], obj["c"], obj["t"]
         except (TypeError, KeyError):
-            raise JournalDamage(
-                "bad_payload", base_offset + offset, None, "record lacks n/c/t"
-            ) from None
-        if seq != expected or type(seq) is not int or type(count) is not int or kind not in _TYPES:
-            if type(seq) is not int or type(count) is not int or kind not in _TYPES:
-                raise JournalDamage("bad_payload", base_offset + offset, None, "record lacks n/c/t")
+            digest = seq = count = kind = None
+        well_formed = (
+            type(seq) is int and type(count) is int and kind in _TYPES and type(digest) is str
+        )
+        if seq != expected or not well_formed:
+            if not well_formed:
+                raise JournalDamage(
+                    "bad_payload", base_offset + offset, None, "record lacks h/n/c/t"
+                )
             raise JournalDamage(
                 "bad_sequence", base_offset + offset, seq, f"expected record {expected}"
             )
         expected += 1
+        encoded = maybe_encoded and b'"__' in line
         append(
-            Record(
-                obj["h"], seq, count, kind, obj, base_offset + offset, len(line) + 1, b'"__' in line
+            new(
+                Record,
+                (digest, seq, count, kind, obj, base_offset + offset, len(line) + 1, encoded),
             )
         )
     return records
