@@ -603,7 +603,10 @@ class FileSessionStore:
         for record in records:
             count = len(messages)
             if record.type == "m":
-                messages.append(self._message(session_id, sdir, record))
+                raw: Any = record.body.get("m")
+                if record.encoded or not _looks_like_message(raw):
+                    raw = self._message(session_id, sdir, record)
+                messages.append(raw)
             elif record.type == "r":
                 index = record.body.get("i")
                 if not isinstance(index, int) or not 0 <= index < count:
@@ -1328,12 +1331,16 @@ def _triage(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[tuple[int, s
 
 def _looks_like_message(raw: Any) -> bool:
     """A cheap shape check for records whose bytes the hash chain already vouches for."""
-    return (
-        type(raw) is dict
-        and raw.get("role") in ("user", "assistant")
-        and type(raw.get("content")) is list
-        and all(type(block) is dict for block in raw["content"])
-    )
+    if type(raw) is not dict or raw.get("role") not in ("user", "assistant"):
+        return False
+    content = raw.get("content")
+    if type(content) is not list:
+        return False
+    # A loop: all() over a generator costs more than the one block most messages hold.
+    for block in content:  # noqa: SIM110
+        if type(block) is not dict:
+            return False
+    return True
 
 
 _Encoded = tuple[bytes, str, int]  # journal lines, last hash, next sequence number
