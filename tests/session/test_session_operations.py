@@ -508,3 +508,30 @@ def test_malformed_imports_are_rejected(tmp_path: Path, bad: Any) -> None:
     session, _ = exported(tmp_path)
     with pytest.raises(CheckpointImportError):
         run(session.import_checkpoint(bad))
+
+
+def test_lone_surrogates_survive_turns_checkpoints_and_export(
+    tmp_path: Path, store: SessionStore
+) -> None:
+    # Text decoded with surrogateescape (a file name) or half a UTF-16 pair: UTF-8
+    # cannot carry it, and no store, checkpoint or export may fail the turn over it.
+    odd = "name \udc80\udcff and \ud800"
+    session = Session(store, "src")
+    agent = chatty(session, [f"answer {odd}"])
+    agent(f"question {odd}")
+    agent.state.set("path", odd)
+    run(session.save())
+    meta = run(session.checkpoint("odd"))
+    record = run(session.checkpoints.get("src", meta.checkpoint_id))  # type: ignore[union-attr]
+    assert record.messages == run(store.get("src")).messages
+    data = run(session.export_checkpoint(meta.checkpoint_id))
+    other_store = make_store("file", tmp_path / "other")
+    target = Session(other_store, "dst")
+    chatty(target, [])
+    imported = run(target.import_checkpoint(data))
+    assert run(target.restore(imported.checkpoint_id)).status == "restored"
+    assert run(other_store.get("dst")).messages == run(store.get("src")).messages
+    stored = run(store.get("src"))
+    assert stored.messages[0]["content"][0]["text"] == f"question {odd}"  # type: ignore[typeddict-item]
+    assert stored.messages[-1]["content"][0]["text"] == f"answer {odd}"  # type: ignore[typeddict-item]
+    assert stored.agent_state["state"]["path"] == odd

@@ -69,7 +69,7 @@ async def test_create_get_and_not_found(store: SessionStore) -> None:
         await store.commit("missing", conversation(1))
 
 
-@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "a\\b", "nul\x00"])
+@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "a\\b", "nul\x00", "\ud800", "a\udc80"])
 async def test_bad_session_ids_are_value_errors(store: SessionStore, bad: str) -> None:
     with pytest.raises(ValueError, match="session_id"):
         await store.create(bad)
@@ -190,6 +190,23 @@ async def test_bytes_round_trip(store: SessionStore) -> None:
     assert record.messages[0] == message
     page = await read_history_page(store, "s", offset=0, limit=1)
     assert page.messages[0] == message
+
+
+async def test_lone_surrogates_round_trip(store: SessionStore) -> None:
+    # A str decoded with surrogateescape (a file name, a tool's broken output) holds
+    # lone surrogates, which UTF-8 cannot carry; storing it must not fail the turn.
+    odd = text("user", "file \udc80\udcff name, half a pair \ud800, é")
+    state = {"path": "\udcfe", "ok": "ü"}
+    await store.create("s")
+    await store.commit("s", [odd, text("assistant", "seen")], agent_state=state)
+    record = await store.get("s")
+    assert record.messages[0] == odd
+    assert record.agent_state == state
+    page = await read_history_page(store, "s", offset=0, limit=1)
+    assert page.messages == [odd]
+    result = await store.commit("s", [odd, text("assistant", "seen"), odd])
+    assert (await store.get("s")).messages[2] == odd
+    assert result.message_count == 3
 
 
 async def test_list_is_metadata_sorted_with_cursor(store: SessionStore) -> None:

@@ -34,6 +34,7 @@ from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
 from perdure.session.ulid import MonotonicUlid, is_ulid
 from perdure.types import Message, decode_bytes_values, encode_bytes_values, validate_message
+from perdure.types.json import compact_json_bytes
 
 CheckpointTrigger = Literal["manual", "pre_compaction", "pre_restore", "import"]
 TRIGGERS: frozenset[str] = frozenset({"manual", "pre_compaction", "pre_restore", "import"})
@@ -114,23 +115,16 @@ class CheckpointRecord:
         """Serialise (bytes inside messages encoded as base64 markers).
 
         Raises:
-            ValueError: a value cannot be stored (NaN, infinity, a lone surrogate).
+            ValueError: a value cannot be stored (NaN, infinity).
         """
-        text = json.dumps(
+        return compact_json_bytes(
             {
                 "format": _FORMAT,
                 "meta": self.meta.to_dict(),
                 "messages": encode_bytes_values(self.messages),
                 "agent_state": encode_bytes_values(self.agent_state),
-            },
-            ensure_ascii=False,
-            separators=(",", ":"),
-            allow_nan=False,
+            }
         )
-        try:
-            return text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError(f"checkpoint holds text that is not valid Unicode: {exc}") from None
 
     @classmethod
     def from_json_bytes(cls, data: bytes) -> CheckpointRecord:

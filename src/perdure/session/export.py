@@ -30,13 +30,14 @@ from perdure.errors import CheckpointImportError
 from perdure.session.attachments import extract_attachments, is_valid_digest, resolve_attachments
 from perdure.session.checkpoints import CheckpointMeta, CheckpointRecord
 from perdure.types import Message, decode_bytes_values, validate_message
+from perdure.types.json import compact_json_bytes
 
 EXPORT_FORMAT = "perdure-checkpoint/1"
 _KEYS = {"format", "checkpoint", "messages", "agent_state", "attachments", "sha256"}
 
 
 def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return compact_json_bytes(obj, sort_keys=True)
 
 
 def export_checkpoint_bytes(record: CheckpointRecord) -> bytes:

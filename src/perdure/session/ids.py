@@ -10,11 +10,13 @@ def validate_session_id(session_id: Any, argument: str = "session_id") -> str:
     """Return ``session_id`` if it is a usable id.
 
     A session id is a non-empty string, not ``.`` or ``..``, without ``/``, ``\\`` or
-    NUL (it names a directory in file stores).
+    NUL (it names a directory in file stores), that UTF-8 can encode (no lone
+    surrogate: it is a file name, a database key and a JSON string).
 
     Raises:
         TypeError: not a string.
-        ValueError: empty, ``.``/``..``, or containing a separator or NUL.
+        ValueError: empty, ``.``/``..``, containing a separator or NUL, or a lone
+            surrogate.
     """
     if not isinstance(session_id, str):
         raise TypeError(f"{argument} must be a str, got {type(session_id).__name__}")
@@ -23,6 +25,14 @@ def validate_session_id(session_id: Any, argument: str = "session_id") -> str:
     for bad in ("/", "\\", "\x00"):
         if bad in session_id:
             raise ValueError(f"{argument} {session_id!r} is invalid: it contains {bad!r}")
+    if not session_id.isascii():
+        try:
+            session_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{argument} {session_id!r} is invalid: it holds a lone surrogate, "
+                "which UTF-8 cannot encode"
+            ) from None
     return session_id
 
 

@@ -26,6 +26,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from perdure.types.json import compact_json_bytes
+
 GENESIS = "0" * 32
 HASH_LEN = 32
 _PREFIX = b'{"h":"'
@@ -76,7 +78,10 @@ def chain_hash(prev_hash: str, body_json: bytes) -> str:
 
 def encode_record(prev_hash: str, body: dict[str, Any]) -> tuple[bytes, str]:
     """Encode ``body`` chained to ``prev_hash``; return the line (with newline) and its hash."""
-    body_json = _ENCODER.encode(body).encode()
+    try:
+        body_json = _ENCODER.encode(body).encode()
+    except UnicodeEncodeError:  # a lone surrogate: escaped, it round-trips as such
+        body_json = compact_json_bytes(body)
     digest = chain_hash(prev_hash, body_json)
     return _PREFIX + digest.encode("ascii") + b'",' + body_json[1:] + b"\n", digest
 

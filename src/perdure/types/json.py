@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 BYTES_MARKER = "__bytes_encoded__"
@@ -42,3 +43,26 @@ def decode_bytes_values(obj: Any) -> Any:
     if isinstance(obj, list):
         return [decode_bytes_values(value) for value in obj]
     return obj
+
+
+def compact_json_bytes(value: Any, *, sort_keys: bool = False) -> bytes:
+    """Compact JSON of ``value`` as UTF-8 bytes (NaN and infinity refused).
+
+    Text is kept as UTF-8, except when ``value`` holds a lone surrogate (a ``str``
+    decoded with ``surrogateescape``, or half of a broken UTF-16 pair), which UTF-8
+    cannot carry: then every non-ASCII character is ``\\u``-escaped instead, and the
+    surrogate still round-trips through ``json.loads``.
+
+    Raises:
+        TypeError: a value JSON does not know.
+        ValueError: NaN or infinity, or a cycle.
+    """
+    text = json.dumps(
+        value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, sort_keys=sort_keys
+    )
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(
+            value, ensure_ascii=True, separators=(",", ":"), allow_nan=False, sort_keys=sort_keys
+        ).encode("ascii")
