@@ -312,3 +312,19 @@ def test_usable_from_any_event_loop_and_thread(tmp_path: Path) -> None:
         thread.join()
     assert errors == []
     assert asyncio.run(store.count()) == 5
+
+
+async def test_lone_surrogates_are_refused_in_content_and_kept_elsewhere(
+    store: LocalMemoryStore,
+) -> None:
+    # Text decoded with surrogateescape (a file name): SQLite stores UTF-8 only.
+    with pytest.raises(ValueError, match=r"content .* lone surrogate"):
+        await store.add("file \udc80 name")
+    await store.add("the report file", metadata={"path": "/tmp/\udc80.txt"})
+    [entry] = await store.list()
+    assert entry.metadata is not None
+    assert entry.metadata["path"] == "/tmp/\udc80.txt"
+    # Text taken from a conversation is an index of it: the surrogate becomes U+FFFD.
+    await store.add_messages([{"role": "user", "content": [{"text": "see quarterly \udcff"}]}])
+    assert "see quarterly \ufffd" in contents(await store.search("quarterly", limit=5))
+    assert await store.count() == 2

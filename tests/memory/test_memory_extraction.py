@@ -244,3 +244,15 @@ def test_a_bad_outbox_path_fails_when_the_agent_is_built(tmp_path: Path) -> None
     )
     with pytest.raises(MemoryStoreError, match="outbox"):
         Agent(model=ScriptedModel([]), memory_manager=manager)
+
+
+async def test_the_outbox_keeps_messages_with_lone_surrogates(tmp_path: Path) -> None:
+    # A tool's file name decoded with surrogateescape: SQLite stores UTF-8 only, and
+    # the outbox must not fail the turn that buffers it.
+    outbox = ExtractionOutbox(tmp_path / "outbox.sqlite", "c")
+    odd: Message = {"role": "user", "content": [{"text": "file \udc80\udcff, é"}]}
+    try:
+        assert await outbox.append(odd) == 1
+        assert [message for _, message in await outbox.claim(10)] == [odd]
+    finally:
+        outbox.close()

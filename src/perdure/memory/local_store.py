@@ -269,7 +269,7 @@ class LocalMemoryStore(MemoryStore):
         items: list[tuple[str, dict[str, Any]]] = []
         for message in messages:
             texts = [
-                block["text"].strip()
+                _storable(block["text"].strip())
                 for block in message.get("content") or []
                 if isinstance(block.get("text"), str) and block["text"].strip()
             ]
@@ -298,6 +298,11 @@ class LocalMemoryStore(MemoryStore):
                 raise TypeError(f"content must be a str, got {type(content).__name__}")
             if not content.strip():
                 raise ValueError("content must not be empty")
+            if not content.isascii() and not _is_utf8(content):
+                raise ValueError(
+                    f"content {content[:40]!r} holds a lone surrogate, which UTF-8 (and "
+                    "so SQLite) cannot store"
+                )
             items.append((content, checked))
         if not items:
             return 0
@@ -466,7 +471,7 @@ class LocalMemoryStore(MemoryStore):
                 content,
                 _content_key(content),
                 _index_terms(self._prefix, content),
-                json.dumps(meta, ensure_ascii=False) if meta else None,
+                _meta_json(meta) if meta else None,
                 now,
                 blob,
                 model_id if blob is not None else None,
@@ -601,6 +606,30 @@ class LocalMemoryStore(MemoryStore):
 def _check_limit(limit: object, argument: str = "limit") -> None:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"{argument} must be an int >= 1, got {limit!r}")
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _storable(text: str) -> str:
+    """``text`` with any lone surrogate (from surrogateescape decoding) made U+FFFD.
+
+    Memories from a conversation are a search index over its text; the session keeps
+    the exact text, and SQLite stores UTF-8 only.
+    """
+    if text.isascii() or _is_utf8(text):
+        return text
+    return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+
+
+def _meta_json(meta: dict[str, Any]) -> str:
+    text = json.dumps(meta, ensure_ascii=False)
+    return text if _is_utf8(text) else json.dumps(meta)  # a lone surrogate: \u-escaped
 
 
 def _check_metadata(metadata: object) -> dict[str, Any]:

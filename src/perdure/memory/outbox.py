@@ -17,6 +17,7 @@ from typing import Any
 
 from perdure.memory._sqlite import SQLiteConnection, write_transaction
 from perdure.types import Message, decode_bytes_values, encode_bytes_values
+from perdure.types.json import compact_json_bytes
 
 __all__ = ["ExtractionOutbox"]
 
@@ -55,7 +56,9 @@ class ExtractionOutbox:
 
     async def append(self, message: Message) -> int:
         """Store ``message`` durably; return how many unclaimed messages are buffered."""
-        payload = json.dumps(encode_bytes_values(message), ensure_ascii=False)
+        # A lone surrogate (text decoded with surrogateescape) is \u-escaped: SQLite
+        # stores UTF-8 only.
+        payload = compact_json_bytes(encode_bytes_values(message)).decode("utf-8")
 
         def work(conn: sqlite3.Connection) -> int:
             def insert() -> int:
