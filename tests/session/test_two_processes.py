@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from session_stores import make_store
@@ -14,7 +15,7 @@ from session_stores import make_store
 from perdure import Agent
 from perdure.errors import SessionLockedError
 from perdure.models import ScriptedModel
-from perdure.session import Session
+from perdure.session import Session, read_history_page
 
 CHILD = textwrap.dedent(
     """
@@ -80,3 +81,84 @@ def test_second_writer_gets_session_locked_during_a_turn(tmp_path: Path, kind: s
     )
     resumed("parent turn")
     assert len(asyncio.run(store.get("shared")).messages) == 6
+
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    sys.path.insert(0, sys.argv[3])
+    from pathlib import Path
+    from session_stores import make_store
+
+    options = {"durability": "none"}
+    if sys.argv[1] == "file":
+        from perdure.session.file_store import Segmentation
+        options["segmentation"] = Segmentation(max_records=7)  # a seal every few commits
+    store = make_store(sys.argv[1], Path(sys.argv[2]), **options)
+
+    def message(i):
+        return {"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": f"m{i}"}]}
+
+    async def main():
+        history, i, seals_and_rewrites = [], 0, 0
+        deadline = time.monotonic() + float(sys.argv[4])
+        while time.monotonic() < deadline:
+            history.append(message(i))
+            i += 1
+            rewrite = i % 40 == 0
+            if rewrite:
+                history = history[-10:]  # a compaction: the segments go away
+                seals_and_rewrites += 1
+            await store.commit("busy", history, rewritten=rewrite)
+        print(i, seals_and_rewrites, flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+def consecutive(messages: list[Any]) -> bool:
+    """True for a run of the writer's messages: m<i>, m<i+1>, … with roles by parity."""
+    numbers = [int(m["content"][0]["text"][1:]) for m in messages]
+    roles = ["user" if n % 2 == 0 else "assistant" for n in numbers]
+    return numbers == list(range(numbers[0], numbers[0] + len(numbers))) and roles == [
+        m["role"] for m in messages
+    ]
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_readers_never_see_damage_while_another_process_seals_and_rewrites(
+    tmp_path: Path, kind: str
+) -> None:
+    store = make_store(kind, tmp_path)
+    asyncio.run(store.create("busy"))
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    reads = 0
+
+    async def read_until_done(writer: subprocess.Popen[str]) -> None:
+        nonlocal reads
+        while writer.poll() is None:
+            record = await store.get("busy")
+            page = await read_history_page(store, "busy", offset=0, limit=5)
+            [meta] = await store.list()
+            for messages in (record.messages, page.messages):
+                assert not messages or consecutive(messages), messages
+            assert meta.session_id == "busy"
+            reads += 1
+
+    with subprocess.Popen(
+        [sys.executable, str(script), kind, str(tmp_path), str(Path(__file__).parent), "2.5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as writer:
+        asyncio.run(read_until_done(writer))
+        out, err = writer.communicate(timeout=30)
+    assert writer.returncode == 0, err
+    commits, rewrites = map(int, out.split())
+    assert rewrites >= 3, "the writer did too little to race the readers"
+    assert reads >= 20, "the readers did too little to race the writer"
+    final = asyncio.run(store.get("busy")).messages
+    assert consecutive(final)
+    assert int(final[-1]["content"][0]["text"][1:]) == commits - 1

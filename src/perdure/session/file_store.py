@@ -37,6 +37,10 @@ Guarantees:
   point. Readers treat an existing ``rewrite.jsonl`` as the whole history; the next
   writer finishes the switch. A crash before the rename rolls back, after it rolls
   forward: never half a volume; rewritten-away messages never come back.
+- **Readers never lock**: ``get``, ``list`` and pages read while another process or
+  thread appends, seals or rewrites. A read that a seal or rewrite moved files under
+  (a file gone, a chain that no longer meets) is retried on the new volume; only
+  damage that stays while the volume is still is reported as corruption.
 """
 
 from __future__ import annotations
@@ -52,12 +56,13 @@ import json
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from perdure._fs import append_all, atomic_write, fsync_dir
 from perdure._kernel_fsync import start_fsync
@@ -88,6 +93,11 @@ _META_FORMAT = "perdure-session/1"
 _TAIL_READ = 8 * 1024
 _MIN_WINDOW = 8 * 1024
 _INLINE_MAX = 256 * 1024  # bytes an append may copy into the page cache on the loop
+# A lock-free read that a concurrent seal or rewrite disturbed is retried this many
+# times (backing off up to ~10 ms), so a reader never reports a writer's move as damage.
+_READ_ATTEMPTS = 40
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -412,6 +422,11 @@ class FileSessionStore:
 
     def _meta(self, session_id: str) -> SessionMeta:
         sdir = self.session_dir(session_id)
+        return self._lock_free(
+            session_id, sdir, functools.partial(self._read_meta_of, session_id, sdir)
+        )
+
+    def _read_meta_of(self, session_id: str, sdir: Path) -> SessionMeta:
         created = self._read_meta(session_id, sdir)
         volume = self._volume(session_id, sdir)
         count, updated = self._peek_count(session_id, volume)
@@ -507,13 +522,38 @@ class FileSessionStore:
 
     def _get(self, session_id: str, offset: int) -> SessionRecord:
         sdir = self.session_dir(session_id)
+        read = functools.partial(self._read_all, session_id, sdir, offset)
         try:
-            return self._read_all(session_id, sdir, offset)
+            return self._lock_free(session_id, sdir, read)
         except SessionCorruptedError:
             if self.recovery != "quarantine":
                 raise
         self._quarantine(session_id, sdir)
-        return self._read_all(session_id, sdir, offset)
+        return self._lock_free(session_id, sdir, read)
+
+    def _lock_free(self, session_id: str, sdir: Path, read: Callable[[], _T]) -> _T:
+        """Run ``read`` (which takes no lock) until no writer moved the volume under it.
+
+        A seal renames the journal and replaces the manifest; a rewrite deletes the
+        segments. A reader caught in between finds a file gone or a chain that does
+        not meet, which would be corruption in a volume at rest. So the error counts
+        only when the volume's files are the same before and after the attempt;
+        otherwise the read starts again on the new volume.
+        """
+        for attempt in range(1, _READ_ATTEMPTS + 1):
+            before = _volume_identity(sdir)
+            try:
+                return read()
+            except (SessionCorruptedError, FileNotFoundError) as exc:
+                if attempt == _READ_ATTEMPTS or _volume_identity(sdir) == before:
+                    if isinstance(exc, FileNotFoundError):
+                        path = Path(exc.filename) if exc.filename else sdir
+                        raise self._corrupted(
+                            session_id, path, "bad_line", 0, "file is missing"
+                        ) from None
+                    raise
+            time.sleep(min(0.0005 * attempt, 0.01))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _read_all(self, session_id: str, sdir: Path, offset: int) -> SessionRecord:
         created = self._read_meta(session_id, sdir)
@@ -664,6 +704,10 @@ class FileSessionStore:
 
     def _history_page(self, session_id: str, offset: int, limit: int) -> HistoryPage:
         sdir = self.session_dir(session_id)
+        read = functools.partial(self._read_page, session_id, sdir, offset, limit)
+        return self._lock_free(session_id, sdir, read)
+
+    def _read_page(self, session_id: str, sdir: Path, offset: int, limit: int) -> HistoryPage:
         self._read_meta(session_id, sdir)
         volume = self._volume(session_id, sdir)
         total, _ = self._peek_count(session_id, volume)
@@ -1327,6 +1371,19 @@ def _triage(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[tuple[int, s
         if claimed is not None:
             prev = claimed
     return good, bad
+
+
+def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
+    """What a seal or rewrite changes: each volume file's inode, size and mtime."""
+    identity: list[tuple[int, int, int] | None] = []
+    for name in (_MANIFEST, _JOURNAL, _REWRITE, _SEGMENTS):
+        try:
+            st = os.stat(sdir / name)
+        except FileNotFoundError:
+            identity.append(None)
+        else:
+            identity.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(identity)
 
 
 def _looks_like_message(raw: Any) -> bool:
