@@ -4,6 +4,7 @@ rewrites, attachments (SPEC §7.1)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import threading
@@ -283,6 +284,43 @@ def test_large_binaries_are_stored_once_as_attachments(tmp_path: Path) -> None:
     attachments[0].write_bytes(image[:-1] + b"\x00")
     with pytest.raises(SessionCorruptedError, match="attachment"):
         run(FileSessionStore(tmp_path / "data").get("s"))
+
+
+def test_a_rewrite_deletes_the_attachments_only_the_old_history_named(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    run(store.create("s"))
+
+    def with_image(label: str, image: bytes) -> Message:
+        block = {"image": {"format": "png", "source": {"bytes": image}}}
+        return {"role": "user", "content": [{"text": label}, block]}  # type: ignore[list-item]
+
+    dropped, kept, shared = (os.urandom(5000) for _ in range(3))
+    history = [
+        with_image("dropped", dropped),
+        text("assistant", "a"),
+        with_image("shared", shared),
+        text("assistant", "b"),
+        with_image("kept", kept),
+        text("assistant", "c"),
+    ]
+    run(store.commit("s", history))
+    attachments = store.session_dir("s") / "attachments"
+    foreign = attachments / "notes.txt"  # not a digest: not ours to delete
+    foreign.write_text("keep me")
+    assert len(list(attachments.iterdir())) == 4
+    # A text that quotes a reference verbatim must not keep the file alive.
+    quoted = json.dumps({"__attachment__": hashlib.sha256(dropped).hexdigest()})
+    compacted = [
+        text("user", f"summary {quoted}"),
+        text("assistant", "ok"),
+        with_image("shared again", shared),  # the same bytes as a dropped message
+        *history[3:],
+    ]
+    run(store.commit("s", compacted, rewritten=True))
+    assert sorted(p.name for p in attachments.iterdir()) == sorted(
+        [hashlib.sha256(kept).hexdigest(), hashlib.sha256(shared).hexdigest(), "notes.txt"]
+    )
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == compacted
 
 
 @pytest.mark.parametrize("durability", ["commit", "invocation", "none"])

@@ -97,7 +97,11 @@ WRITER = textwrap.dedent(
     store = make_store(sys.argv[1], Path(sys.argv[2]), **options)
 
     def message(i):
-        return {"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": f"m{i}"}]}
+        content = [{"text": f"m{i}"}]
+        if i % 3 == 0:  # an attachment, which a rewrite that drops it deletes
+            image = i.to_bytes(4, "big") * 512
+            content.append({"image": {"format": "png", "source": {"bytes": image}}})
+        return {"role": "user" if i % 2 == 0 else "assistant", "content": content}
 
     async def main():
         history, i, seals_and_rewrites = [], 0, 0
@@ -118,12 +122,18 @@ WRITER = textwrap.dedent(
 
 
 def consecutive(messages: list[Any]) -> bool:
-    """True for a run of the writer's messages: m<i>, m<i+1>, … with roles by parity."""
+    """True for a run of the writer's messages: m<i>, m<i+1>, … (roles, images and all)."""
     numbers = [int(m["content"][0]["text"][1:]) for m in messages]
     roles = ["user" if n % 2 == 0 else "assistant" for n in numbers]
-    return numbers == list(range(numbers[0], numbers[0] + len(numbers))) and roles == [
-        m["role"] for m in messages
+    images = [
+        m["content"][1]["image"]["source"]["bytes"] if len(m["content"]) > 1 else None
+        for m in messages
     ]
+    return (
+        numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+        and roles == [m["role"] for m in messages]
+        and images == [n.to_bytes(4, "big") * 512 if n % 3 == 0 else None for n in numbers]
+    )
 
 
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
@@ -162,3 +172,6 @@ def test_readers_never_see_damage_while_another_process_seals_and_rewrites(
     final = asyncio.run(store.get("busy")).messages
     assert consecutive(final)
     assert int(final[-1]["content"][0]["text"][1:]) == commits - 1
+    if kind == "file":  # every rewrite deleted the images it dropped, under the readers
+        attachments = tmp_path / "file-store" / "sessions" / "busy" / "attachments"
+        assert len(list(attachments.iterdir())) == sum(len(m["content"]) > 1 for m in final)

@@ -6,7 +6,8 @@ Layout, under ``<dir>/sessions/<session_id>/``::
     journal.jsonl      the active segment: one hash-chained record per line
     manifest.json      sealed segments, in order (only once a segment was sealed)
     segments/000001.jsonl …
-    attachments/<sha256>   large binaries referenced from the journal
+    attachments/<sha256>   large binaries referenced from the journal (a rewrite that
+                           drops the last reference deletes the file)
     checkpoints/       (session checkpoints, beside the session)
 
 Writer locks live in ``<dir>/.locks/<session_id>.lock`` (``flock``), so deleting a
@@ -54,6 +55,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -70,7 +72,12 @@ from perdure.errors import SessionConflictError, SessionCorruptedError, SessionN
 from perdure.session import journal
 from perdure.session._codec import check_commit_args, check_list_args
 from perdure.session._locks import LockTable
-from perdure.session.attachments import extract_attachments, is_valid_digest, resolve_attachments
+from perdure.session.attachments import (
+    ATTACHMENT_MARKER,
+    extract_attachments,
+    is_valid_digest,
+    resolve_attachments,
+)
 from perdure.session.checkpoints import FileCheckpointStore
 from perdure.session.ids import validate_session_id
 from perdure.session.journal import GENESIS, JournalDamage, Record
@@ -88,6 +95,9 @@ _REWRITE = "rewrite.jsonl"
 _REWRITE_TMP = "rewrite.jsonl.tmp"
 _SEGMENTS = "segments"
 _ATTACHMENTS = "attachments"
+# How a journal line names an attachment (compact JSON): text that merely contains
+# these words has its quotes escaped and never matches.
+_ATTACHMENT_REF = re.compile(b'"' + ATTACHMENT_MARKER.encode() + b'":"([0-9a-f]{64})"')
 _MANIFEST_FORMAT = "perdure-manifest/1"
 _META_FORMAT = "perdure-session/1"
 _TAIL_READ = 8 * 1024
@@ -1186,8 +1196,13 @@ class FileSessionStore:
         agent_state: Mapping[str, Any] | None,
         redactions: Mapping[int, Message] | None,
         previous_state: dict[str, Any] | None = None,
+        *,
+        collect: bool = True,
     ) -> CommitResult:
-        """Replace the whole history atomically (see the module docstring)."""
+        """Replace the whole history atomically (see the module docstring).
+
+        With ``collect``, attachments only the old history named are deleted after.
+        """
         found: dict[str, bytes] = {}
         bodies: builtins.list[dict[str, Any]] = [
             {"c": 0, "t": "w", "at": _now(), "id": uuid.uuid4().hex}
@@ -1231,7 +1246,31 @@ class FileSessionStore:
             fsync_dir(sdir)
         self._complete_rewrite(sdir)
         self._forget(session_id)
+        if collect:
+            self._collect_attachments(sdir, b"".join(lines))
         return CommitResult(prev, count)
+
+    def _collect_attachments(self, sdir: Path, volume: bytes) -> None:
+        """Delete the attachments that ``volume`` (the whole new history) no longer names.
+
+        Runs after a rewrite, under the writer lock, so no commit adds one meanwhile.
+        A reader still on the old volume that misses one retries on the new volume
+        (see :meth:`_lock_free`). Files that are not digests are left alone.
+        """
+        directory = sdir / _ATTACHMENTS
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            return
+        keep = {digest.decode("ascii") for digest in _ATTACHMENT_REF.findall(volume)}
+        removed = False
+        for name in names:
+            if name not in keep and is_valid_digest(name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(directory / name)
+                    removed = True
+        if removed:
+            self._sync_dirs(directory)
 
     def _complete_rewrite(self, sdir: Path) -> None:
         (sdir / _MANIFEST).unlink(missing_ok=True)
@@ -1294,7 +1333,10 @@ class FileSessionStore:
                 session_id, len(bad), tuple(i for i, _ in bad), tuple(k for _, k in bad), str(qpath)
             )
             messages, state, redacted = self._replay_loose(session_id, sdir, good)
-            self._rewrite(session_id, sdir, messages, state, redacted, previous_state=state)
+            # Quarantined records may name attachments: keep them for whoever inspects.
+            self._rewrite(
+                session_id, sdir, messages, state, redacted, previous_state=state, collect=False
+            )
             if self.on_recovery is not None:
                 self.on_recovery(report)
 
