@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from helpers import tool_call
 from perdure import Agent, tool
-from perdure.errors import SessionCorruptedError
+from perdure.errors import SessionCorruptedError, SessionNotFoundError
 from perdure.models import ScriptedModel
 from perdure.session import (
     FileSessionStore,
@@ -619,3 +620,52 @@ def test_manifests_without_digests_are_verified_line_by_line(tmp_path: Path) -> 
     assert run(reader.get("s")).messages == conversation(30)
     run(reader.commit("s", conversation(45)))  # seals more, now with digests
     assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(45)
+
+
+def test_a_deleted_session_leaves_through_the_trash_and_is_never_listed(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    for sid in ("a", "b", "c"):
+        run(store.create(sid))
+    sessions = tmp_path / "data" / "sessions"
+    # A crash in the middle of an older delete left this inside sessions/.
+    shutil.copytree(sessions / "a", sessions / f".deleted-a-{'0' * 32}")
+    # A crash in the middle of a delete left this in the trash.
+    trash = tmp_path / "data" / ".trash"
+    shutil.copytree(sessions / "b", trash / "leftover")
+    assert [m.session_id for m in run(store.list())] == ["a", "b", "c"]
+    run(store.delete("b"))
+    assert [m.session_id for m in run(store.list())] == ["a", "c"]
+    assert list(trash.iterdir()) == []  # its own directory and the leftover are gone
+    with pytest.raises(SessionNotFoundError):
+        run(store.get("b"))
+
+
+def test_listing_while_another_thread_deletes_never_fails(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data", durability="none")
+    ids = [f"s{i:03}" for i in range(60)]
+    for sid in ids:
+        run(store.create(sid))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def delete_all() -> None:
+        try:
+            for sid in ids:
+                run(store.delete(sid))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    deleter = threading.Thread(target=delete_all)
+    deleter.start()
+    listings = 0
+    while not stop.is_set():
+        listed = [m.session_id for m in run(store.list())]
+        assert listed == sorted(listed)
+        assert set(listed) <= set(ids)
+        listings += 1
+    deleter.join()
+    assert errors == []
+    assert listings > 0
+    assert run(store.list()) == []

@@ -11,7 +11,8 @@ Layout, under ``<dir>/sessions/<session_id>/``::
     checkpoints/       (session checkpoints, beside the session)
 
 Writer locks live in ``<dir>/.locks/<session_id>.lock`` (``flock``), so deleting a
-session directory never deletes a held lock.
+session directory never deletes a held lock. A deleted session is renamed into
+``<dir>/.trash/`` first, so a listing never meets half of one.
 
 Guarantees:
 
@@ -95,6 +96,10 @@ _REWRITE = "rewrite.jsonl"
 _REWRITE_TMP = "rewrite.jsonl.tmp"
 _SEGMENTS = "segments"
 _ATTACHMENTS = "attachments"
+_TRASH = ".trash"  # under the store root: deleted sessions on their way out
+# Deleted sessions used to wait inside sessions/ under this name; a crash could
+# leave one there, and it is no session.
+_LEGACY_TRASH = re.compile(r"\.deleted-.+-[0-9a-f]{32}")
 # How a journal line names an attachment (compact JSON): text that merely contains
 # these words has its quotes escaped and never matches.
 _ATTACHMENT_REF = re.compile(b'"' + ATTACHMENT_MARKER.encode() + b'":"([0-9a-f]{64})"')
@@ -417,7 +422,11 @@ class FileSessionStore:
         base = self.root / "sessions"
         if not base.is_dir():
             return []
-        ids = sorted(p.name for p in base.iterdir() if (p / _META).is_file())
+        ids = sorted(
+            p.name
+            for p in base.iterdir()
+            if (p / _META).is_file() and not _LEGACY_TRASH.fullmatch(p.name)
+        )
         if after is not None:
             ids = [i for i in ids if i > after]
         if limit is not None:
@@ -483,11 +492,15 @@ class FileSessionStore:
         with self._guard, self._locks.for_write(session_id):
             if not sdir.exists():
                 return
-            trash = sdir.with_name(f".deleted-{session_id}-{uuid.uuid4().hex}")
-            os.replace(sdir, trash)
+            # Out of sessions/ in one rename, so a list() never meets a half-deleted
+            # directory; what a crash leaves in the trash is emptied by the next delete.
+            trash = self.root / _TRASH
+            trash.mkdir(exist_ok=True)
+            os.replace(sdir, trash / uuid.uuid4().hex)
             if self.durability != "none":
                 fsync_dir(sdir.parent)
-            shutil.rmtree(trash, ignore_errors=True)
+            for leftover in trash.iterdir():
+                shutil.rmtree(leftover, ignore_errors=True)
             self._forget(session_id)
 
     # ------------------------------------------------------------------ reading
