@@ -71,7 +71,7 @@ from perdure._fs import append_all, atomic_write, fsync_dir
 from perdure._kernel_fsync import start_fsync
 from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
 from perdure.session import journal
-from perdure.session._codec import check_commit_args, check_list_args
+from perdure.session._codec import check_commit_args, check_list_args, looks_like_message
 from perdure.session._locks import LockTable
 from perdure.session.attachments import (
     ATTACHMENT_MARKER,
@@ -667,7 +667,7 @@ class FileSessionStore:
             count = len(messages)
             if record.type == "m":
                 raw: Any = record.body.get("m")
-                if record.encoded or not _looks_like_message(raw):
+                if record.encoded or not looks_like_message(raw):
                     raw = self._message(session_id, sdir, record)
                 messages.append(raw)
             elif record.type == "r":
@@ -698,7 +698,7 @@ class FileSessionStore:
                         lambda digest, size: self._load_attachment(session_id, sdir, digest, size),
                     )
                 )
-            if not record.encoded and _looks_like_message(raw):
+            if not record.encoded and looks_like_message(raw):
                 # The chain vouches for these bytes, and they were validated on write.
                 return cast(Message, raw)
             return validate_message(raw, f"record {record.seq}")
@@ -1439,20 +1439,6 @@ def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
         else:
             identity.append((st.st_ino, st.st_size, st.st_mtime_ns))
     return tuple(identity)
-
-
-def _looks_like_message(raw: Any) -> bool:
-    """A cheap shape check for records whose bytes the hash chain already vouches for."""
-    if type(raw) is not dict or raw.get("role") not in ("user", "assistant"):
-        return False
-    content = raw.get("content")
-    if type(content) is not list:
-        return False
-    # A loop: all() over a generator costs more than the one block most messages hold.
-    for block in content:  # noqa: SIM110
-        if type(block) is not dict:
-            return False
-    return True
 
 
 _Encoded = tuple[bytes, str, int]  # journal lines, last hash, next sequence number
