@@ -561,8 +561,14 @@ class FileSessionStore:
         segments. A reader caught in between finds a file gone or a chain that does
         not meet, which would be corruption in a volume at rest. So the error counts
         only when the volume's files are the same before and after the attempt;
-        otherwise the read starts again on the new volume.
+        otherwise the read starts again on the new volume. The first attempt does
+        not watch (four stats would cost a listing of many sessions 40%): an error
+        there only means the read is tried again, watching.
         """
+        try:
+            return read()
+        except (SessionCorruptedError, FileNotFoundError):
+            pass
         for attempt in range(1, _READ_ATTEMPTS + 1):
             before = _volume_identity(sdir)
             try:
