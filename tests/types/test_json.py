@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perdure.types import decode_bytes_values, encode_bytes_values
-from perdure.types.json import compact_json_bytes
+from perdure.types.json import compact_json_bytes, encodes_as_utf8
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text() | st.binary(),
@@ -64,3 +64,10 @@ ANY_CHAR = st.characters() | st.sampled_from(["\ud800", "\udbff", "\udc80", "\ud
 @given(st.text(ANY_CHAR))
 def test_compact_json_bytes_round_trips_any_text(value: str) -> None:
     assert json.loads(compact_json_bytes({"v": value})) == {"v": value}
+
+
+def test_encodes_as_utf8_refuses_only_lone_surrogates() -> None:
+    assert encodes_as_utf8("plain")
+    assert encodes_as_utf8("é 中文 🎉")
+    assert not encodes_as_utf8("x\udc80")
+    assert not encodes_as_utf8("\ud800")

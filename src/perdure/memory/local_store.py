@@ -29,6 +29,7 @@ from perdure.memory.embedder import Embedder
 from perdure.memory.entry import MemoryEntry
 from perdure.memory.store import MemoryStore
 from perdure.types import Message
+from perdure.types.json import encodes_as_utf8
 
 __all__ = ["RESERVED_METADATA_KEYS", "LocalMemoryStore", "build_match_query", "query_terms"]
 
@@ -298,7 +299,7 @@ class LocalMemoryStore(MemoryStore):
                 raise TypeError(f"content must be a str, got {type(content).__name__}")
             if not content.strip():
                 raise ValueError("content must not be empty")
-            if not content.isascii() and not _is_utf8(content):
+            if not encodes_as_utf8(content):
                 raise ValueError(
                     f"content {content[:40]!r} holds a lone surrogate, which UTF-8 (and "
                     "so SQLite) cannot store"
@@ -608,28 +609,20 @@ def _check_limit(limit: object, argument: str = "limit") -> None:
         raise ValueError(f"{argument} must be an int >= 1, got {limit!r}")
 
 
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _storable(text: str) -> str:
     """``text`` with any lone surrogate (from surrogateescape decoding) made U+FFFD.
 
     Memories from a conversation are a search index over its text; the session keeps
     the exact text, and SQLite stores UTF-8 only.
     """
-    if text.isascii() or _is_utf8(text):
+    if encodes_as_utf8(text):
         return text
     return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
 
 
 def _meta_json(meta: dict[str, Any]) -> str:
     text = json.dumps(meta, ensure_ascii=False)
-    return text if _is_utf8(text) else json.dumps(meta)  # a lone surrogate: \u-escaped
+    return text if encodes_as_utf8(text) else json.dumps(meta)  # a lone surrogate: \u-escaped
 
 
 def _check_metadata(metadata: object) -> dict[str, Any]:

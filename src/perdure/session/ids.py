@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from perdure.types.json import encodes_as_utf8
+
 
 def validate_session_id(session_id: Any, argument: str = "session_id") -> str:
     """Return ``session_id`` if it is a usable id.
@@ -25,14 +27,11 @@ def validate_session_id(session_id: Any, argument: str = "session_id") -> str:
     for bad in ("/", "\\", "\x00"):
         if bad in session_id:
             raise ValueError(f"{argument} {session_id!r} is invalid: it contains {bad!r}")
-    if not session_id.isascii():
-        try:
-            session_id.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(
-                f"{argument} {session_id!r} is invalid: it holds a lone surrogate, "
-                "which UTF-8 cannot encode"
-            ) from None
+    if not encodes_as_utf8(session_id):
+        raise ValueError(
+            f"{argument} {session_id!r} is invalid: it holds a lone surrogate, "
+            "which UTF-8 cannot encode"
+        )
     return session_id
 
 

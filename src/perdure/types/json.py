@@ -45,6 +45,17 @@ def decode_bytes_values(obj: Any) -> Any:
     return obj
 
 
+def encodes_as_utf8(text: str) -> bool:
+    """False when ``text`` holds a lone surrogate, which UTF-8 cannot carry."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def compact_json_bytes(value: Any, *, sort_keys: bool = False) -> bytes:
     """Compact JSON of ``value`` as UTF-8 bytes (NaN and infinity refused).
 
