@@ -7,11 +7,11 @@ hand-over each way. On Linux (4.18 and later) the kernel can run the fsync for u
 the kernel runs it on its own worker and signals an eventfd that the running loop
 watches, and the awaiting coroutine resumes as it would after a socket read.
 
-``benchmarks/fsync.py`` on a 2-vCPU VM, per durable append of 420 bytes: on the
-calling thread 241–279 µs (the floor, blocking the loop); through
-``run_in_executor`` 381–431 µs; through this module 316–360 µs, of which the
-kernel's own part is ~20 µs and the rest is the loop waking up to resume the
-coroutine.
+``benchmarks/fsync.py`` on 2-vCPU VMs, per durable append of 420 bytes, as a
+multiple of the fsync on the calling thread (the floor, which blocks the loop):
+through ``run_in_executor`` 1.5–2.4×, through this module 1.3–1.5×. Of the
+difference, the kernel's hand-off to its worker is ~10 µs; the rest is the loop
+waking up to resume the coroutine (~30 µs).
 
 Where that is not available (another OS, an older kernel, ``io_setup`` refused by a
 sandbox, a loop without ``add_reader``, too many fsyncs in flight) the fsync runs on
