@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from perdure.session.ids import validate_session_id
 from perdure.types import Message, decode_bytes_values, encode_bytes_values, validate_message
-from perdure.types.json import BYTES_MARKER
+from perdure.types.json import BYTES_MARKER, encodes_as_utf8
 
 ZERO_HASH = "0" * 32
 """The hash row 0 chains to."""
@@ -67,11 +67,12 @@ def blob_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:HASH_LEN]
 
 
-def encode_json(value: Any, where: str) -> str:
+def encode_json(value: Any, where: str, *, has_bytes: bool = True) -> str:
     """Compact JSON text for ``value`` with ``bytes`` encoded.
 
     Non-ASCII text is kept as UTF-8 (smaller on disk) unless the value holds a lone
     surrogate, which UTF-8 cannot carry; then that text is ``\\u``-escaped.
+    ``has_bytes=False`` promises that ``value`` holds no ``bytes`` (skips the walk).
 
     Raises:
         ValueError: ``value`` cannot be stored as JSON (an object JSON does not know,
@@ -79,15 +80,18 @@ def encode_json(value: Any, where: str) -> str:
             ``where``.
     """
     try:
-        encoded = encode_bytes_values(value)
-        text = json.dumps(encoded, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        encoded = encode_bytes_values(value) if has_bytes else value
+        text = _COMPACT.encode(encoded)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"{where} cannot be stored as JSON: {exc}") from None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(encoded, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    if not encodes_as_utf8(text):
+        text = _COMPACT_ASCII.encode(encoded)
     return text
+
+
+# One encoder each: json.dumps with options builds a new one per call.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_COMPACT_ASCII = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
 
 
 def encode_message(message: Any, where: str) -> str:
@@ -98,7 +102,17 @@ def encode_message(message: Any, where: str) -> str:
         ValueError: a malformed message, or one that cannot be stored as JSON.
     """
     validate_message(message, where)
-    return encode_json(message, where)
+    return encode_json(message, where, has_bytes=not is_text_only(message))
+
+
+def is_text_only(message: Message) -> bool:
+    """True for a validated message of a role and text blocks only: it holds no bytes."""
+    if len(message) != 2:
+        return False
+    for block in message["content"]:  # noqa: SIM110 (a loop: see looks_like_message)
+        if len(block) != 1 or "text" not in block:
+            return False
+    return True
 
 
 def encode_state(agent_state: Any) -> str:
@@ -205,7 +219,7 @@ def check_commit_args(
     Message contents are checked while they are encoded, since only the messages
     past the stored count are written.
     """
-    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise TypeError(f"messages must be a sequence of messages, got {type(messages).__name__}")
     if len(messages) > MAX_MESSAGES:
         raise ValueError(f"messages holds {len(messages)} messages; at most {MAX_MESSAGES} fit")

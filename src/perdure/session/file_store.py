@@ -71,7 +71,12 @@ from perdure._fs import append_all, atomic_write, fsync_dir
 from perdure._kernel_fsync import start_fsync
 from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
 from perdure.session import journal
-from perdure.session._codec import check_commit_args, check_list_args, looks_like_message
+from perdure.session._codec import (
+    check_commit_args,
+    check_list_args,
+    is_text_only,
+    looks_like_message,
+)
 from perdure.session._locks import LockTable
 from perdure.session.attachments import (
     ATTACHMENT_MARKER,
@@ -1003,8 +1008,8 @@ class FileSessionStore:
 
     def _encode_message(self, message: Message, found: dict[str, bytes]) -> Any:
         validate_message(message, "message")
-        if len(message) == 2 and all(len(b) == 1 and "text" in b for b in message["content"]):
-            return message  # role and text blocks only (validated): no bytes to extract
+        if is_text_only(message):
+            return message  # no bytes to extract
         return extract_attachments(message, self.attachment_threshold, found)
 
     def _encode_state(self, agent_state: Mapping[str, Any]) -> Any:

@@ -15,13 +15,19 @@ def encode_bytes_values(obj: Any) -> Any:
     ``b"..."`` becomes ``{"__bytes_encoded__": True, "data": "<base64>"}``; dicts, lists
     and tuples are walked recursively (tuples come back as lists, as JSON would).
     """
-    if isinstance(obj, bytes | bytearray | memoryview):
+    # Tuples of types, not ``bytes | bytearray``: a union is built anew on every
+    # call, and this runs for every value of every stored message.
+    if isinstance(obj, _BINARY):
         return {BYTES_MARKER: True, "data": base64.b64encode(bytes(obj)).decode("ascii")}
     if isinstance(obj, dict):
         return {key: encode_bytes_values(value) for key, value in obj.items()}
-    if isinstance(obj, list | tuple):
+    if isinstance(obj, _SEQUENCES):
         return [encode_bytes_values(value) for value in obj]
     return obj
+
+
+_BINARY = (bytes, bytearray, memoryview)
+_SEQUENCES = (list, tuple)
 
 
 def decode_bytes_values(obj: Any) -> Any:
