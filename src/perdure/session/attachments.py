@@ -16,13 +16,13 @@ from typing import Any
 from perdure.types import encode_bytes_values
 
 ATTACHMENT_MARKER = "__attachment__"
-_BINARY = (bytes, bytearray, memoryview)
-_SEQUENCES = (list, tuple)
 
 
 def extract_attachments(obj: Any, threshold: int, found: dict[str, bytes]) -> Any:
     """Return ``obj`` JSON-ready: big bytes become refs (into ``found``), small ones base64."""
-    if isinstance(obj, _BINARY):  # tuples: a `|` union is rebuilt on every call
+    if isinstance(
+        obj, (bytes, bytearray, memoryview)
+    ):  # tuples: a `|` union is rebuilt on every call
         data = bytes(obj)
         if len(data) >= threshold:
             digest = hashlib.sha256(data).hexdigest()
@@ -31,7 +31,7 @@ def extract_attachments(obj: Any, threshold: int, found: dict[str, bytes]) -> An
         return encode_bytes_values(data)
     if isinstance(obj, dict):
         return {key: extract_attachments(value, threshold, found) for key, value in obj.items()}
-    if isinstance(obj, _SEQUENCES):
+    if isinstance(obj, (list, tuple)):
         return [extract_attachments(value, threshold, found) for value in obj]
     return obj
 

@@ -17,17 +17,13 @@ def encode_bytes_values(obj: Any) -> Any:
     """
     # Tuples of types, not ``bytes | bytearray``: a union is built anew on every
     # call, and this runs for every value of every stored message.
-    if isinstance(obj, _BINARY):
+    if isinstance(obj, (bytes, bytearray, memoryview)):
         return {BYTES_MARKER: True, "data": base64.b64encode(bytes(obj)).decode("ascii")}
     if isinstance(obj, dict):
         return {key: encode_bytes_values(value) for key, value in obj.items()}
-    if isinstance(obj, _SEQUENCES):
+    if isinstance(obj, (list, tuple)):
         return [encode_bytes_values(value) for value in obj]
     return obj
-
-
-_BINARY = (bytes, bytearray, memoryview)
-_SEQUENCES = (list, tuple)
 
 
 def decode_bytes_values(obj: Any) -> Any:
