@@ -1256,11 +1256,12 @@ class FileSessionStore:
         for seq, body in enumerate(bodies):
             line, prev = journal.encode_record(prev, {"n": seq, **body})
             lines.append(line)
+        volume = b"".join(lines)
         durable = self.durability != "none"
         tmp = sdir / _REWRITE_TMP
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            append_all(fd, b"".join(lines))
+            append_all(fd, volume)
             if durable:
                 os.fsync(fd)
         finally:
@@ -1271,7 +1272,7 @@ class FileSessionStore:
         self._complete_rewrite(sdir)
         self._forget(session_id)
         if collect:
-            self._collect_attachments(sdir, b"".join(lines))
+            self._collect_attachments(sdir, volume)
         return CommitResult(prev, count)
 
     def _collect_attachments(self, sdir: Path, volume: bytes) -> None:
