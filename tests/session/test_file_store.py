@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -669,3 +670,25 @@ def test_listing_while_another_thread_deletes_never_fails(tmp_path: Path) -> Non
     assert errors == []
     assert listings > 0
     assert run(store.list()) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_commits_through_its_own_writer_thread(tmp_path: Path) -> None:
+    # The parent's commits started the store's writer thread; a child made by fork()
+    # inherits the executor but not the thread, and used to wait on it for ever.
+    store = filled(tmp_path, 2)
+    run(store.commit("s", conversation(3)))
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            signal.alarm(20)  # a hang fails the test instead of stalling the run
+            run(store.commit("s", conversation(4)))
+            store.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(4)
+    store.close()

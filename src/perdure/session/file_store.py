@@ -294,6 +294,7 @@ class FileSessionStore:
         self._fds: dict[str, tuple[int, int]] = {}  # session id -> (inode, open journal fd)
         self._paths: dict[str, tuple[str, str]] = {}  # session id -> (journal, rewrite marker)
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._writer_pid = 0  # the process that made _writer
         self._writer_guard = threading.Lock()
         # Held while the journal cache (_tails, _fds) or a session's files change.
         self._guard = threading.RLock()
@@ -1087,10 +1088,13 @@ class FileSessionStore:
     def _write_executor(self) -> concurrent.futures.ThreadPoolExecutor:
         """The store's one writer thread (commits queue there, off the event loop)."""
         with self._writer_guard:
-            if self._writer is None:
+            # A child made by fork() inherits the executor but not its thread: work
+            # queued there would never run, so the child makes its own.
+            if self._writer is None or self._writer_pid != os.getpid():
                 self._writer = concurrent.futures.ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="perdure-file-store"
                 )
+                self._writer_pid = os.getpid()
             return self._writer
 
     def close(self) -> None:
@@ -1100,7 +1104,7 @@ class FileSessionStore:
                 self._forget(session_id)
         with self._writer_guard:
             writer, self._writer = self._writer, None
-        if writer is not None:
+        if writer is not None and self._writer_pid == os.getpid():
             writer.shutdown(wait=True)
 
     def _writable_tail(self, session_id: str, sdir: Path) -> _Tail:
