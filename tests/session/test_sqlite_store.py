@@ -927,6 +927,83 @@ async def test_a_database_locked_elsewhere_is_session_locked(
     impatient.close()
 
 
+async def test_an_append_on_the_loop_never_waits_for_a_locked_database(path: Path) -> None:
+    # A non-durable append runs on the caller's thread; when another connection holds
+    # the database's write lock it must wait in a thread, not on the event loop.
+    store = SQLiteSessionStore(path, durability="none", busy_timeout=10)
+    await store.create("s")
+    await store.commit("s", history(2))  # the writer connection is open now
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(1.0, lambda: blocker.execute("COMMIT"))
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0.05)
+    release.start()
+    try:
+        async with store.writer_lock("s"):
+            started = time.monotonic()
+            committed = await store.commit("s", history(3))
+            waited = time.monotonic() - started
+        await asyncio.sleep(0.05)  # the ticker's next tick measures any stall
+    finally:
+        ticking.cancel()
+        release.join()
+        blocker.close()
+    assert committed.message_count == 3
+    assert waited >= 0.5  # it did wait for the lock ...
+    assert max(gaps) < 0.5  # ... while the loop went on
+    assert (await store.get("s")).messages == history(3)
+    store.close()
+
+
+async def test_appends_on_the_loop_fold_the_wal_on_a_worker_thread(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Folding the WAL fsyncs: it must not run inside an append made on the event
+    # loop, yet it must run, or the WAL would grow with every append.
+    folded_on: list[int] = []
+    fold = SQLiteSessionStore._fold
+
+    def spy(self: SQLiteSessionStore, conn: sqlite3.Connection) -> None:
+        folded_on.append(threading.get_ident())
+        fold(self, conn)
+
+    monkeypatch.setattr(SQLiteSessionStore, "_fold", spy)
+    store = SQLiteSessionStore(path, durability="none")
+    await store.create("s")
+    messages = [text("user" if i % 2 == 0 else "assistant", f"{i} " + "x" * 400) for i in range(2)]
+    await store.commit("s", messages)
+    wal = Path(f"{path}-wal")
+
+    def wal_size() -> int:
+        return wal.stat().st_size
+
+    largest = 0
+    async with store.writer_lock("s"):
+        for i in range(2, 3000):
+            messages.append(text("user" if i % 2 == 0 else "assistant", f"{i} " + "x" * 400))
+            await store.commit("s", messages)
+            largest = max(largest, wal_size())
+    store.close()
+    assert len(folded_on) >= 10
+    assert threading.get_ident() not in folded_on
+    # ~3000 appends of two pages each would make a 24 MiB WAL without folding.
+    assert largest < 6 * 1024 * 1024
+    reopened = SQLiteSessionStore(path)
+    assert (await reopened.get("s")).messages == messages
+    reopened.close()
+
+
 # ---------------------------------------------------------------- any loop, any thread
 
 

@@ -256,6 +256,36 @@ async def test_writer_lock_excludes_other_writers(
     assert (await store.get("s")).messages == conversation(1)
 
 
+@pytest.mark.parametrize("durability", ["commit", "none"])
+async def test_a_writer_sees_what_others_committed_between_its_turns(
+    store_kind: str, store_factory: Callable[..., SessionStore], durability: str
+) -> None:
+    # A store may remember a session's end while it holds the writer lock; once the
+    # lock was let go, another writer's commits must be seen, never written over.
+    if store_kind == "memory":
+        pytest.skip("a memory store's data belongs to one instance")
+    first = store_factory(durability=durability)
+    second = store_factory(durability=durability)
+    await first.create("s")
+    async with first.writer_lock("s"):
+        tail = (await first.commit("s", conversation(2))).tail
+        tail = (await first.commit("s", conversation(3), expected_tail=tail)).tail
+    async with second.writer_lock("s"):
+        seen = await second.get("s")
+        theirs = (await second.commit("s", conversation(5), expected_tail=seen.tail)).tail
+    async with first.writer_lock("s"):
+        with pytest.raises(SessionConflictError):
+            await first.commit("s", conversation(6), expected_tail=tail)
+        record = await first.get("s")
+        assert (record.messages, record.tail) == (conversation(5), theirs)
+        await first.commit("s", conversation(6), expected_tail=record.tail)
+    assert (await second.get("s")).messages == conversation(6)
+    for opened in (first, second):
+        close = getattr(opened, "close", None)
+        if close is not None:
+            close()
+
+
 async def test_history_pages_never_split_tool_pairs(store: SessionStore) -> None:
     history = [m for i in range(6) for m in tool_round(i)]
     await store.create("s")

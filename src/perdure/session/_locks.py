@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import itertools
 import os
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -32,11 +33,21 @@ class LockTable:
         self._directory = directory
         self._guard = threading.Lock()
         self._held: dict[str, int | None] = {}  # session id -> lock fd (None: in-process)
+        self._hold_ids: dict[str, int] = {}  # session id -> the current hold's number
+        self._numbers = itertools.count(1)
 
     def is_held(self, session_id: str) -> bool:
         """True when this store instance holds ``session_id``'s lock."""
         with self._guard:
             return session_id in self._held
+
+    def hold_id(self, session_id: str) -> int | None:
+        """A number for the current hold of ``session_id``'s lock (None: not held).
+
+        Every acquisition gets a new number, so a value remembered under one hold is
+        known to be unchanged by anyone else while the number stays the same.
+        """
+        return self._hold_ids.get(session_id)
 
     def acquire(self, session_id: str) -> None:
         """Take the lock or raise ``SessionLockedError`` at once."""
@@ -47,11 +58,13 @@ class LockTable:
                 )
             fd = self._flock(session_id) if self._directory is not None else None
             self._held[session_id] = fd
+            self._hold_ids[session_id] = next(self._numbers)
 
     def release(self, session_id: str) -> None:
         """Release the lock (a lock not held is fine)."""
         with self._guard:
             fd = self._held.pop(session_id, None)
+            self._hold_ids.pop(session_id, None)
         if fd is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)

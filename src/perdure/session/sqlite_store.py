@@ -48,7 +48,11 @@ Guarantees:
 - **Any loop, any thread**: SQLite runs in worker threads (``asyncio.to_thread``) on
   two connections (one for writes, one for reads) guarded by ``threading`` locks;
   nothing is bound to an event loop. A coroutine cancelled while its commit runs
-  does not stop the commit.
+  does not stop the commit. The one exception is a small non-durable append, made
+  on the caller's thread because a thread hop would cost more than the append — and
+  only when it cannot wait: with the writer connection busy, or the database locked
+  by another connection, it goes to a thread too. The WAL is folded into the
+  database (which fsyncs) only on worker threads.
 - **Checkpoints**: ``checkpoints.get`` verifies the body against its hash and its
   meta columns and parses it; a damaged checkpoint raises ``SessionCorruptedError``
   naming the session and the checkpoint. ``max_checkpoints`` retention runs in the
@@ -65,9 +69,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -114,15 +120,22 @@ __all__ = ["Durability", "SQLiteCheckpointStore", "SQLiteSessionStore"]
 
 Durability = Literal["commit", "none"]
 
+_log = logging.getLogger(__name__)
+
 _KEY_BITS = 32
 _KEY_SPAN = 1 << _KEY_BITS
 _MAX_SID = (1 << 31) - 1  # sid << 32 must fit SQLite's signed 64-bit integers
-# Checkpoint the WAL every 128 pages (SQLite's default is 1000) and keep its file at
-# most 512 KiB: the WAL is scratch space next to the database, so a small one keeps
-# the bytes on disk close to the message bytes; appends measured no slower
-# (median and mean), though one append in ~64 pays for a checkpoint.
-_WAL_CHECKPOINT_PAGES = 128
+# Fold the WAL into the database every ~512 pages written (~2 MiB; SQLite's own
+# autocheckpoint is off: see _count_wal) and cut its file back to 512 KiB when it
+# starts over: the WAL is scratch space next to the database, so a small one keeps
+# the bytes on disk close to the message bytes. Folding every 128 pages made
+# non-durable appends ~15% slower (a fold costs two fsyncs, whatever its size).
+_WAL_FOLD_PAGES = 512
 _WAL_SIZE_LIMIT = 512 * 1024
+# Pages a write transaction adds to the WAL, estimated from the rows it changed: the
+# table leaves it touched (~8 rows of ~400-byte messages to a 4 KiB page) and the
+# session row's page.
+_ROWS_PER_PAGE = 8
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS perdure_sessions (
@@ -235,9 +248,13 @@ class _Chain:
 
 
 @contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection, begin: str) -> Iterator[None]:
-    """Run the block in one transaction: committed on success, rolled back on any error."""
-    conn.execute(begin)
+def _transaction(conn: sqlite3.Connection, begin: str | None) -> Iterator[None]:
+    """Run the block in one transaction: committed on success, rolled back on any error.
+
+    ``begin`` starts it (None: the caller already began it).
+    """
+    if begin is not None:
+        conn.execute(begin)
     try:
         yield
         conn.execute("COMMIT")
@@ -246,6 +263,11 @@ def _transaction(conn: sqlite3.Connection, begin: str) -> Iterator[None]:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
         raise
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in _SQLITE_BUSY_CODES
 
 
 def _fsync_path(path: Path, *, directory: bool = False) -> None:
@@ -308,6 +330,12 @@ class SQLiteSessionStore:
         self._locks = LockTable(Path(str(path) + ".locks"))
         self._writer = _Slot()
         self._reader = _Slot()
+        self._wal_pages = 0  # written since the last fold (guarded by the writer slot)
+        # The session row as this store last wrote it, by session id, with the number
+        # of the writer-lock hold it was written under (guarded by the writer slot):
+        # while that hold lasts nobody else can change the row, so an append needs
+        # not read it again.
+        self._heads: dict[str, tuple[int, _Head]] = {}
         self.checkpoints = SQLiteCheckpointStore(self)
         """Checkpoints in this database, deleted with their session."""
 
@@ -388,12 +416,11 @@ class SQLiteSessionStore:
         state_text = None if agent_state is None else encode_state(agent_state)
         redaction_texts = encode_redactions(redactions, len(messages), session_id)
         if self.durability == "none" and not rewritten:
-            # Without a sync a small append costs less than a hop to a worker thread
-            # and back (2-3x the throughput here). A rewrite, which may be large, still
-            # goes to a thread. (A busy database can make this wait up to busy_timeout.)
-            return self._commit(
-                session_id, messages, state_text, rewritten, expected_tail, redaction_texts
+            done = self._append_here(
+                session_id, messages, state_text, expected_tail, redaction_texts
             )
+            if done is not None:
+                return done
         return await asyncio.to_thread(
             self._commit,
             session_id,
@@ -472,11 +499,11 @@ class SQLiteSessionStore:
                 _INHERITED.append(slot.conn)
                 slot.conn = None
             if slot.conn is None:
-                slot.conn = self._connect()
+                slot.conn = self._connect(writer=slot is self._writer)
                 slot.pid = os.getpid()
             yield slot.conn
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, *, writer: bool) -> sqlite3.Connection:
         durable = self.durability == "commit"
         created = [d for d in (self.path.parent, *self.path.parent.parents) if not d.exists()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -495,7 +522,7 @@ class SQLiteSessionStore:
             sync = "FULL" if durable else "NORMAL"
             conn.execute(f"PRAGMA synchronous = {sync}")
             conn.execute(f"PRAGMA journal_size_limit = {_WAL_SIZE_LIMIT}")
-            conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_CHECKPOINT_PAGES}")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # see _count_wal
             names = {
                 row[0]
                 for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
@@ -506,6 +533,10 @@ class SQLiteSessionStore:
                         conn.execute(statement)
                 if durable:  # a new database file: make its name durable too
                     _fsync_path(self.path.parent, directory=True)
+            if writer:
+                # The writer never sleeps in SQLite's busy handler: _begin_write waits
+                # in a thread, and an append on the event loop goes to one instead.
+                conn.execute("PRAGMA busy_timeout = 0")
         except BaseException:
             conn.close()
             raise
@@ -681,8 +712,9 @@ class SQLiteSessionStore:
             with (
                 self._locks.for_write(session_id),
                 self._use(self._writer) as conn,
-                _transaction(conn, "BEGIN IMMEDIATE"),
+                self._write_transaction(conn),
             ):
+                self._heads.pop(session_id, None)
                 existing = conn.execute(_SELECT_SESSION, (session_id,)).fetchone()
                 if existing is None:
                     now = utc_now()
@@ -710,68 +742,222 @@ class SQLiteSessionStore:
         expected_tail: str | None,
         redaction_texts: dict[int, str],
     ) -> CommitResult:
-        with (
-            self._locks.for_write(session_id),
-            self._use(self._writer) as conn,
-            _transaction(conn, "BEGIN IMMEDIATE"),
-        ):
+        with self._locks.for_write(session_id), self._use(self._writer) as conn:
+            remembered = self._heads.pop(session_id, None)  # kept again once committed
+            with self._write_transaction(conn):
+                result, head = self._write_messages(
+                    conn,
+                    session_id,
+                    messages,
+                    state_text,
+                    rewritten,
+                    expected_tail,
+                    redaction_texts,
+                    remembered,
+                )
+            self._remember(session_id, head)
+            return result
+
+    def _append_here(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        state_text: str | None,
+        expected_tail: str | None,
+        redaction_texts: dict[int, str],
+    ) -> CommitResult | None:
+        """A non-durable append on the caller's thread; None when it would have to wait.
+
+        Without a sync, a small append costs less than a hop to a worker thread and
+        back (2-3x the throughput). It never blocks the event loop: when the writer
+        connection is busy in a thread or not open yet, or another connection holds
+        the database's write lock, it returns None and the commit goes to a thread,
+        which may wait. Nor does it fold the WAL into the database (that fsyncs):
+        once a fold is due, the next commit goes to a thread and folds after it.
+        """
+        slot = self._writer
+        if not slot.lock.acquire(blocking=False):
+            return None
+        try:
+            conn = slot.conn
+            if conn is None or slot.pid != os.getpid() or self._wal_pages >= _WAL_FOLD_PAGES:
+                return None
+            with self._locks.for_write(session_id), self._translate():
+                if not self._begin_write(conn, wait=False):
+                    return None
+                changes = conn.total_changes
+                remembered = self._heads.pop(session_id, None)
+                with _transaction(conn, None):
+                    result, head = self._write_messages(
+                        conn,
+                        session_id,
+                        messages,
+                        state_text,
+                        False,
+                        expected_tail,
+                        redaction_texts,
+                        remembered,
+                    )
+                self._remember(session_id, head)
+                self._count_wal(conn.total_changes - changes)
+                return result
+        finally:
+            slot.lock.release()
+
+    @contextlib.contextmanager
+    def _write_transaction(self, conn: sqlite3.Connection) -> Iterator[None]:
+        """One write transaction on the writer connection, on a worker thread.
+
+        Waits up to ``busy_timeout`` for the database's write lock, commits (or
+        rolls back), then folds the WAL when it has grown enough.
+        """
+        self._begin_write(conn, wait=True)
+        changes = conn.total_changes
+        with _transaction(conn, None):
+            yield
+        self._count_wal(conn.total_changes - changes)
+        if self._wal_pages >= _WAL_FOLD_PAGES:
+            self._fold(conn)
+
+    def _begin_write(self, conn: sqlite3.Connection, *, wait: bool) -> bool:
+        """``BEGIN IMMEDIATE``; False when another connection writes and not ``wait``.
+
+        With ``wait``, retries with growing sleeps (as SQLite's busy handler would)
+        until ``busy_timeout``, then raises the busy error.
+        """
+        deadline: float | None = None
+        delay = 0.001
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return True
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                if not wait:
+                    return False
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.busy_timeout
+                if now >= deadline:
+                    raise
+                time.sleep(min(delay, deadline - now))
+                delay = min(delay * 2, 0.05)
+
+    def _count_wal(self, rows_changed: int) -> None:
+        """Count the pages a committed write added to the WAL (under the writer slot).
+
+        SQLite's autocheckpoint would fold the WAL inside the commit that crosses
+        its limit, fsyncing on the committing thread — the event loop's, for an
+        append made there. The store counts and folds it itself, always on a
+        worker thread (see :meth:`_write_transaction`).
+        """
+        if rows_changed > 0:
+            self._wal_pages += 1 + -(-rows_changed // _ROWS_PER_PAGE)
+
+    def _fold(self, conn: sqlite3.Connection) -> None:
+        """Copy the WAL into the database without waiting for anyone (``PASSIVE``).
+
+        Done by the writer after its commit, before any other write of this store,
+        so it usually copies the whole WAL and the next write starts it over. A
+        fold that fails loses nothing (the commits are in the WAL) and is retried
+        after the next ``_WAL_FOLD_PAGES``, so the write before it still succeeds.
+        """
+        self._wal_pages = 0
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            _log.warning("SQLite session store %s: folding the WAL failed: %s", self.path, exc)
+
+    def _write_messages(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        messages: Sequence[Message],
+        state_text: str | None,
+        rewritten: bool,
+        expected_tail: str | None,
+        redaction_texts: dict[int, str],
+        remembered: tuple[int, _Head] | None = None,
+    ) -> tuple[CommitResult, _Head]:
+        """The commit's statements, inside a write transaction the caller began.
+
+        Returns the session row as it stands after the commit. ``remembered`` is the
+        row this store last wrote, used instead of reading it when it was written
+        under the writer-lock hold still in force.
+        """
+        if remembered is not None and remembered[0] == self._locks.hold_id(session_id):
+            head = remembered[1]
+        else:
             head = self._head(conn, session_id)
-            if expected_tail is not None and expected_tail != head.tail:
-                raise SessionConflictError(
-                    f"session {session_id!r} changed since this writer last saw it "
-                    "(another writer committed); reopen the session to continue",
-                    details={"expected_tail": expected_tail, "stored_tail": head.tail},
-                )
-            if not rewritten and len(messages) < head.count:
-                raise SessionConflictError(
-                    f"session {session_id!r} holds {head.count} messages but the commit has "
-                    f"{len(messages)}; a shorter history needs rewritten=True"
-                )
-            wrote = False
-            count, last = head.count, head.head
-            if rewritten:
-                conn.execute(
-                    "DELETE FROM perdure_messages WHERE key >= ? AND key < ?",
-                    (head.base, head.base + _KEY_SPAN),
-                )
-            if rewritten or len(messages) > head.count:
-                chain = _Chain(head.base, ZERO_HASH if rewritten else head.head)
-                conn.executemany(_INSERT_ROW, chain.rows(messages, 0 if rewritten else head.count))
-                count, last, wrote = len(messages), chain.head, True
-            for index, text in sorted(redaction_texts.items()):
-                row = conn.execute(
-                    "SELECT hash FROM perdure_messages WHERE key = ?", (head.base + index,)
-                ).fetchone()
-                if row is None:
-                    raise self._damage(session_id, index, "bad_sequence", "the row is missing")
-                conn.execute(
-                    "UPDATE perdure_messages SET redacted = ?, redacted_hash = ? WHERE key = ?",
-                    (text, chain_hash(row[0], text), head.base + index),
-                )
-                wrote = True
-            state_hash = head.state_hash
-            if state_text is not None:
-                conn.execute(
-                    "INSERT OR REPLACE INTO perdure_states (sid, body) VALUES (?, ?)",
-                    (head.sid, state_text),
-                )
-                state_hash, wrote = text_hash(state_text), True
-            if not wrote:
-                return CommitResult(head.tail, head.count)
-            tail = new_tail(head.writes + 1)
-            conn.execute(
-                "UPDATE perdure_sessions SET updated_at = ?, message_count = ?, head = ?, "
-                "writes = ?, tail = ?, state_hash = ? WHERE sid = ?",
-                (utc_now(), count, last, head.writes + 1, tail, state_hash, head.sid),
+        if expected_tail is not None and expected_tail != head.tail:
+            raise SessionConflictError(
+                f"session {session_id!r} changed since this writer last saw it "
+                "(another writer committed); reopen the session to continue",
+                details={"expected_tail": expected_tail, "stored_tail": head.tail},
             )
-            return CommitResult(tail, count)
+        if not rewritten and len(messages) < head.count:
+            raise SessionConflictError(
+                f"session {session_id!r} holds {head.count} messages but the commit has "
+                f"{len(messages)}; a shorter history needs rewritten=True"
+            )
+        wrote = False
+        count, last = head.count, head.head
+        if rewritten:
+            conn.execute(
+                "DELETE FROM perdure_messages WHERE key >= ? AND key < ?",
+                (head.base, head.base + _KEY_SPAN),
+            )
+        if rewritten or len(messages) > head.count:
+            chain = _Chain(head.base, ZERO_HASH if rewritten else head.head)
+            rows = chain.rows(messages, 0 if rewritten else head.count)
+            if len(messages) == head.count + 1 and not rewritten:
+                conn.execute(_INSERT_ROW, next(rows))  # one row: no executemany set-up
+            else:
+                conn.executemany(_INSERT_ROW, rows)
+            count, last, wrote = len(messages), chain.head, True
+        for index, text in sorted(redaction_texts.items()):
+            row = conn.execute(
+                "SELECT hash FROM perdure_messages WHERE key = ?", (head.base + index,)
+            ).fetchone()
+            if row is None:
+                raise self._damage(session_id, index, "bad_sequence", "the row is missing")
+            conn.execute(
+                "UPDATE perdure_messages SET redacted = ?, redacted_hash = ? WHERE key = ?",
+                (text, chain_hash(row[0], text), head.base + index),
+            )
+            wrote = True
+        state_hash = head.state_hash
+        if state_text is not None:
+            conn.execute(
+                "INSERT OR REPLACE INTO perdure_states (sid, body) VALUES (?, ?)",
+                (head.sid, state_text),
+            )
+            state_hash, wrote = text_hash(state_text), True
+        if not wrote:
+            return CommitResult(head.tail, head.count), head
+        writes, tail, now = head.writes + 1, new_tail(head.writes + 1), utc_now()
+        conn.execute(
+            "UPDATE perdure_sessions SET updated_at = ?, message_count = ?, head = ?, "
+            "writes = ?, tail = ?, state_hash = ? WHERE sid = ?",
+            (now, count, last, writes, tail, state_hash, head.sid),
+        )
+        after = _Head(head.sid, head.created_at, now, count, last, writes, tail, state_hash)
+        return CommitResult(tail, count), after
+
+    def _remember(self, session_id: str, head: _Head) -> None:
+        """Keep the committed session row for the rest of this writer-lock hold."""
+        hold = self._locks.hold_id(session_id)
+        if hold is not None:
+            self._heads[session_id] = (hold, head)
 
     def _delete(self, session_id: str) -> None:
         with (
             self._locks.for_write(session_id),
             self._use(self._writer) as conn,
-            _transaction(conn, "BEGIN IMMEDIATE"),
+            self._write_transaction(conn),
         ):
+            self._heads.pop(session_id, None)
             conn.execute(_DELETE_CHECKPOINTS, (session_id,))
             row = conn.execute(
                 "SELECT sid FROM perdure_sessions WHERE id = ?", (session_id,)
@@ -789,7 +975,7 @@ class SQLiteSessionStore:
 
     def _checkpoint_put(self, meta: CheckpointMeta, record: CheckpointRecord) -> None:
         body = record.to_json_bytes()  # here, not on the loop: a history can be large
-        with self._use(self._writer) as conn, _transaction(conn, "BEGIN IMMEDIATE"):
+        with self._use(self._writer) as conn, self._write_transaction(conn):
             conn.execute(
                 "INSERT OR REPLACE INTO perdure_checkpoints (session_id, checkpoint_id, "
                 "trigger, label, message_count, created_at, body, hash) "
@@ -851,7 +1037,7 @@ class SQLiteSessionStore:
         return [self._checkpoint_meta(session_id, row[0], row) for row in rows]
 
     def _checkpoint_delete(self, session_id: str, checkpoint_id: str) -> None:
-        with self._use(self._writer) as conn, _transaction(conn, "BEGIN IMMEDIATE"):
+        with self._use(self._writer) as conn, self._write_transaction(conn):
             conn.execute(
                 "DELETE FROM perdure_checkpoints WHERE session_id = ? AND checkpoint_id = ?",
                 (session_id, checkpoint_id),
@@ -886,7 +1072,7 @@ class SQLiteSessionStore:
     def _flush(self) -> None:
         # Holding a write transaction keeps this process's and others' commits (and
         # the checkpoints they run) out while the files are synced.
-        with self._use(self._writer) as conn, _transaction(conn, "BEGIN IMMEDIATE"):
+        with self._use(self._writer) as conn, self._write_transaction(conn):
             _fsync_path(Path(f"{self.path}-wal"))
             _fsync_path(self.path)
             _fsync_path(self.path.parent, directory=True)
