@@ -126,12 +126,14 @@ _KEY_BITS = 32
 _KEY_SPAN = 1 << _KEY_BITS
 _MAX_SID = (1 << 31) - 1  # sid << 32 must fit SQLite's signed 64-bit integers
 # Fold the WAL into the database every ~512 pages written (~2 MiB; SQLite's own
-# autocheckpoint is off: see _count_wal) and cut its file back to 512 KiB when it
-# starts over: the WAL is scratch space next to the database, so a small one keeps
-# the bytes on disk close to the message bytes. Folding every 128 pages made
-# non-durable appends ~15% slower (a fold costs two fsyncs, whatever its size).
+# autocheckpoint is off: see _count_wal). Folding every 128 pages made non-durable
+# appends ~15% slower (a fold costs two fsyncs, whatever its size). The WAL file
+# may keep up to 4 MiB when it starts over, more than a fold's worth, so that it is
+# overwritten in place: cutting it back and growing it again made every durable
+# append's fsync commit the file's new size too (~20% slower). It is scratch space:
+# the last connection to close folds it and deletes it.
 _WAL_FOLD_PAGES = 512
-_WAL_SIZE_LIMIT = 512 * 1024
+_WAL_SIZE_LIMIT = 4 * 1024 * 1024
 # Pages a write transaction adds to the WAL, estimated from the rows it changed: the
 # table leaves it touched (~8 rows of ~400-byte messages to a 4 KiB page) and the
 # session row's page.
