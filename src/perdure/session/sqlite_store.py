@@ -125,14 +125,15 @@ _log = logging.getLogger(__name__)
 _KEY_BITS = 32
 _KEY_SPAN = 1 << _KEY_BITS
 _MAX_SID = (1 << 31) - 1  # sid << 32 must fit SQLite's signed 64-bit integers
-# Fold the WAL into the database every ~512 pages written (~2 MiB; SQLite's own
-# autocheckpoint is off: see _count_wal). Folding every 128 pages made non-durable
-# appends ~15% slower (a fold costs two fsyncs, whatever its size). The WAL file
-# may keep up to 4 MiB when it starts over, more than a fold's worth, so that it is
-# overwritten in place: cutting it back and growing it again made every durable
-# append's fsync commit the file's new size too (~20% slower). It is scratch space:
-# the last connection to close folds it and deletes it.
-_WAL_FOLD_PAGES = 512
+# Fold the WAL into the database every so many pages written (SQLite's own
+# autocheckpoint is off: see _count_wal). A fold costs two fsyncs, whatever its
+# size: next to a durable append's own fsync that is little, so durable stores fold
+# often and keep a small WAL; folding non-durable appends every 128 pages made them
+# ~15% slower than every 512. Whichever, the WAL file is overwritten in place when
+# it starts over: a durable append that grows the file has its fsync commit the new
+# size too (~20% slower), so the file is never cut back below a fold's worth. It is
+# scratch space: the last connection to close folds it and deletes it.
+_WAL_FOLD_PAGES = {"commit": 128, "none": 512}
 _WAL_SIZE_LIMIT = 4 * 1024 * 1024
 # Pages a write transaction adds to the WAL, estimated from the rows it changed: the
 # table leaves it touched (~8 rows of ~400-byte messages to a 4 KiB page) and the
@@ -333,6 +334,7 @@ class SQLiteSessionStore:
         self._writer = _Slot()
         self._reader = _Slot()
         self._wal_pages = 0  # written since the last fold (guarded by the writer slot)
+        self._fold_pages = _WAL_FOLD_PAGES[durability]
         # The session row as this store last wrote it, by session id, with the number
         # of the writer-lock hold it was written under (guarded by the writer slot):
         # while that hold lasts nobody else can change the row, so an append needs
@@ -782,7 +784,7 @@ class SQLiteSessionStore:
             return None
         try:
             conn = slot.conn
-            if conn is None or slot.pid != os.getpid() or self._wal_pages >= _WAL_FOLD_PAGES:
+            if conn is None or slot.pid != os.getpid() or self._wal_pages >= self._fold_pages:
                 return None
             with self._locks.for_write(session_id), self._translate():
                 if not self._begin_write(conn, wait=False):
@@ -818,7 +820,7 @@ class SQLiteSessionStore:
         with _transaction(conn, None):
             yield
         self._count_wal(conn.total_changes - changes)
-        if self._wal_pages >= _WAL_FOLD_PAGES:
+        if self._wal_pages >= self._fold_pages:
             self._fold(conn)
 
     def _begin_write(self, conn: sqlite3.Connection, *, wait: bool) -> bool:
@@ -863,7 +865,7 @@ class SQLiteSessionStore:
         Done by the writer after its commit, before any other write of this store,
         so it usually copies the whole WAL and the next write starts it over. A
         fold that fails loses nothing (the commits are in the WAL) and is retried
-        after the next ``_WAL_FOLD_PAGES``, so the write before it still succeeds.
+        after the next ``_fold_pages``, so the write before it still succeeds.
         """
         self._wal_pages = 0
         try:
