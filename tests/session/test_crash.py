@@ -23,6 +23,7 @@ from pathlib import Path
 
 from perdure.errors import SessionNotFoundError
 from perdure.session import FileSessionStore
+from perdure.session.sqlite_store import SQLiteSessionStore
 
 WRITER = textwrap.dedent(
     """
@@ -145,3 +146,116 @@ def test_sigkill_at_many_points_never_loses_or_invents_a_commit(tmp_path: Path) 
         reached_rewrites = max(reached_rewrites, op // 5)
     assert acked > 20, "the writers made too little progress to exercise sealing"
     assert reached_rewrites >= 4
+
+
+_SQLITE_HEAD = textwrap.dedent(
+    """
+    import asyncio, os, random, signal, sys
+    from perdure.session.sqlite_store import SQLiteSessionStore
+
+    path, mode, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    rng = random.Random(seed)
+    """
+)
+_SQLITE_TAIL = textwrap.dedent(
+    """
+    if mode == "inject":
+        # Die around the store's own steps: inside the transaction before COMMIT,
+        # right after it, and around folding the WAL into the database.
+        def maybe_die():
+            if rng.random() < 0.08:
+                os.kill(os.getpid(), signal.SIGKILL)
+        def around(name):
+            real = getattr(SQLiteSessionStore, name)
+            def wrapper(*args, **kwargs):
+                maybe_die()
+                result = real(*args, **kwargs)
+                maybe_die()
+                return result
+            setattr(SQLiteSessionStore, name, wrapper)
+        around("_write_messages")
+        around("_count_wal")
+        around("_fold")
+
+    async def main():
+        # Even seeds: durable commits; odd: durability="none", whose commits must
+        # survive a killed process too (only a power cut may take them).
+        store = SQLiteSessionStore(path, durability="commit" if seed % 2 == 0 else "none")
+        store._fold_pages = 4  # fold often, so that kills land around folds
+        await store.create("c", exist_ok=True)
+        record = await store.get("c")
+        op = record.agent_state.get("op", 0)
+        print(f"start {op}", flush=True)
+        # Half the writers hold the writer lock as a Session's turn does (non-durable
+        # appends are then made on the loop, with the session row remembered).
+        if seed % 4 < 2:
+            async with store.writer_lock("c"):
+                await write_from(store, op)
+        else:
+            await write_from(store, op)
+
+    async def write_from(store, op):
+        while True:
+            op += 1
+            messages = history(op)
+            await store.commit("c", messages, agent_state={"op": op}, rewritten=op % 5 == 0)
+            print(f"ack {op}", flush=True)
+
+    asyncio.run(main())
+    """
+)
+# The same deterministic history as the file store's writer.
+SQLITE_WRITER = (
+    _SQLITE_HEAD
+    + "def history(op):"
+    + WRITER.split("def history(op):", 1)[1].split("if mode", 1)[0]
+    + _SQLITE_TAIL
+)
+
+
+def test_sqlite_sigkill_at_many_points_never_loses_or_invents_a_commit(tmp_path: Path) -> None:
+    script = tmp_path / "writer.py"
+    script.write_text(SQLITE_WRITER)
+    path = tmp_path / "sessions.db"
+    rng = random.Random(4321)
+    kills = int(os.environ.get("PERDURE_CRASH_KILLS", "60"))
+    acked = 0
+    created = False
+    for round_number in range(kills // 2):
+        mode = "inject" if round_number % 2 else "random"
+        with subprocess.Popen(
+            [sys.executable, str(script), str(path), mode, str(round_number)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as proc:
+            if mode == "random":
+                threading.Event().wait(rng.uniform(0.15, 0.45))
+                proc.send_signal(signal.SIGKILL)
+            try:
+                stdout, stderr = proc.communicate(timeout=20)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+        assert proc.returncode == -signal.SIGKILL, f"writer did not die by SIGKILL: {stderr}"
+        lines = stdout.splitlines()
+        acks = [int(line.split()[1]) for line in lines if line.startswith("ack ")]
+        starts = [int(line.split()[1]) for line in lines if line.startswith("start ")]
+        if starts:
+            assert starts[0] >= acked, "an acknowledged commit was lost across a restart"
+        if acks:
+            acked = max(acked, acks[-1])
+        created = created or bool(starts)
+        store = SQLiteSessionStore(path)
+        try:
+            record = asyncio.run(store.get("c"))  # always reopens
+        except SessionNotFoundError:
+            assert not created, "the session vanished"
+            continue
+        finally:
+            store.close()
+        op = record.agent_state.get("op", 0)
+        assert op in (acked, acked + 1), f"stored op {op}, last acknowledged {acked}"
+        assert record.messages == history(op), "the stored history is not one the writer built"
+        acked = op
+    assert acked > 20, "the writers made too little progress"
