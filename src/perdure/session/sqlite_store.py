@@ -76,9 +76,8 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from perdure.errors import (
     CheckpointNotFoundError,
@@ -200,14 +199,13 @@ _SQLITE_BUSY_CODES = frozenset({5, 6})  # BUSY, LOCKED
 _SQLITE_DAMAGE_CODES = frozenset({1, 11, 19, 20, 24, 26})  # ERROR, CORRUPT, CONSTRAINT, …
 
 
-@dataclass(frozen=True)
-class _Head:
-    """A row of ``perdure_sessions``."""
+class _Head(NamedTuple):
+    """A row of ``perdure_sessions`` (a tuple: one is made per append)."""
 
     sid: int
     created_at: str
     updated_at: str
-    count: int
+    total: int  # messages
     head: str
     writes: int
     tail: str
@@ -218,7 +216,7 @@ class _Head:
         return self.sid << _KEY_BITS
 
     def meta(self, session_id: str) -> SessionMeta:
-        return SessionMeta(session_id, self.created_at, self.updated_at, self.count)
+        return SessionMeta(session_id, self.created_at, self.updated_at, self.total)
 
 
 class _Slot:
@@ -643,7 +641,7 @@ class SQLiteSessionStore:
             raise self._damage(
                 session_id, index, "bad_sequence", f"the row is missing (expected {end} rows)"
             )
-        if end == head.count and prev != head.head:
+        if end == head.total and prev != head.head:
             raise self._damage(
                 session_id,
                 end - 1,
@@ -655,13 +653,13 @@ class SQLiteSessionStore:
     def _get(self, session_id: str, offset: int) -> SessionRecord:
         with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
             head = self._head(conn, session_id)
-            start = min(offset, head.count)
+            start = min(offset, head.total)
             prev = self._prev_hash(conn, session_id, head, start)
             rows = conn.execute(_SELECT_ROWS, (head.base + start, head.base + _KEY_SPAN)).fetchall()
             state_row = conn.execute(
                 "SELECT body FROM perdure_states WHERE sid = ?", (head.sid,)
             ).fetchone()
-        messages = self._verify(session_id, head, rows, start, prev, head.count)
+        messages = self._verify(session_id, head, rows, start, prev, head.total)
         return SessionRecord(
             meta=head.meta(session_id),
             messages=messages,
@@ -691,12 +689,12 @@ class SQLiteSessionStore:
     def _history_page(self, session_id: str, offset: int, limit: int) -> HistoryPage:
         with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
             head = self._head(conn, session_id)
-            lo, hi = page_read_range(head.count, offset, limit)
+            lo, hi = page_read_range(head.total, offset, limit)
             prev = self._prev_hash(conn, session_id, head, lo)
             rows = conn.execute(_SELECT_ROWS, (head.base + lo, head.base + hi)).fetchall()
         window = self._verify(session_id, head, rows, lo, prev, hi)
-        start, end = page_bounds(head.count, offset, limit, lambda i: window[i - lo])
-        return HistoryPage(window[start - lo : end - lo], start, end, head.count)
+        start, end = page_bounds(head.total, offset, limit, lambda i: window[i - lo])
+        return HistoryPage(window[start - lo : end - lo], start, end, head.total)
 
     def _list(self, limit: int | None, after: str | None) -> builtins.list[SessionMeta]:
         with self._use(self._reader) as conn:
@@ -900,22 +898,22 @@ class SQLiteSessionStore:
                 "(another writer committed); reopen the session to continue",
                 details={"expected_tail": expected_tail, "stored_tail": head.tail},
             )
-        if not rewritten and len(messages) < head.count:
+        if not rewritten and len(messages) < head.total:
             raise SessionConflictError(
-                f"session {session_id!r} holds {head.count} messages but the commit has "
+                f"session {session_id!r} holds {head.total} messages but the commit has "
                 f"{len(messages)}; a shorter history needs rewritten=True"
             )
         wrote = False
-        count, last = head.count, head.head
+        count, last = head.total, head.head
         if rewritten:
             conn.execute(
                 "DELETE FROM perdure_messages WHERE key >= ? AND key < ?",
                 (head.base, head.base + _KEY_SPAN),
             )
-        if rewritten or len(messages) > head.count:
+        if rewritten or len(messages) > head.total:
             chain = _Chain(head.base, ZERO_HASH if rewritten else head.head)
-            rows = chain.rows(messages, 0 if rewritten else head.count)
-            if len(messages) == head.count + 1 and not rewritten:
+            rows = chain.rows(messages, 0 if rewritten else head.total)
+            if len(messages) == head.total + 1 and not rewritten:
                 conn.execute(_INSERT_ROW, next(rows))  # one row: no executemany set-up
             else:
                 conn.executemany(_INSERT_ROW, rows)
@@ -939,7 +937,7 @@ class SQLiteSessionStore:
             )
             state_hash, wrote = text_hash(state_text), True
         if not wrote:
-            return CommitResult(head.tail, head.count), head
+            return CommitResult(head.tail, head.total), head
         writes, tail, now = head.writes + 1, new_tail(head.writes + 1), utc_now()
         conn.execute(
             "UPDATE perdure_sessions SET updated_at = ?, message_count = ?, head = ?, "
