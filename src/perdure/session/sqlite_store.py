@@ -219,6 +219,17 @@ class _Head(NamedTuple):
         return SessionMeta(session_id, self.created_at, self.updated_at, self.total)
 
 
+class _Commit(NamedTuple):
+    """A commit's arguments, checked and encoded (states and redactions as text)."""
+
+    session_id: str
+    messages: Sequence[Message]
+    state_text: str | None
+    rewritten: bool
+    expected_tail: str | None
+    redaction_texts: dict[int, str]
+
+
 class _Slot:
     """One connection, used by one thread at a time, in the process that opened it."""
 
@@ -417,21 +428,14 @@ class SQLiteSessionStore:
         check_commit_args(messages, agent_state, rewritten, expected_tail, redactions)
         state_text = None if agent_state is None else encode_state(agent_state)
         redaction_texts = encode_redactions(redactions, len(messages), session_id)
+        commit = _Commit(
+            session_id, messages, state_text, rewritten, expected_tail, redaction_texts
+        )
         if self.durability == "none" and not rewritten:
-            done = self._append_here(
-                session_id, messages, state_text, expected_tail, redaction_texts
-            )
+            done = self._append_here(commit)
             if done is not None:
                 return done
-        return await asyncio.to_thread(
-            self._commit,
-            session_id,
-            messages,
-            state_text,
-            rewritten,
-            expected_tail,
-            redaction_texts,
-        )
+        return await asyncio.to_thread(self._commit, commit)
 
     async def delete(self, session_id: str) -> None:
         """Delete a session with its messages and state; an absent session is fine.
@@ -735,39 +739,16 @@ class SQLiteSessionStore:
             raise SessionConflictError(f"session {session_id!r} already exists in {self.path}")
         return _Head(*existing).meta(session_id)
 
-    def _commit(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        state_text: str | None,
-        rewritten: bool,
-        expected_tail: str | None,
-        redaction_texts: dict[int, str],
-    ) -> CommitResult:
+    def _commit(self, commit: _Commit) -> CommitResult:
+        session_id = commit.session_id
         with self._locks.for_write(session_id), self._use(self._writer) as conn:
             remembered = self._heads.pop(session_id, None)  # kept again once committed
             with self._write_transaction(conn):
-                result, head = self._write_messages(
-                    conn,
-                    session_id,
-                    messages,
-                    state_text,
-                    rewritten,
-                    expected_tail,
-                    redaction_texts,
-                    remembered,
-                )
+                result, head = self._write_messages(conn, commit, remembered)
             self._remember(session_id, head)
             return result
 
-    def _append_here(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        state_text: str | None,
-        expected_tail: str | None,
-        redaction_texts: dict[int, str],
-    ) -> CommitResult | None:
+    def _append_here(self, commit: _Commit) -> CommitResult | None:
         """A non-durable append on the caller's thread; None when it would have to wait.
 
         Without a sync, a small append costs less than a hop to a worker thread and
@@ -784,22 +765,14 @@ class SQLiteSessionStore:
             conn = slot.conn
             if conn is None or slot.pid != os.getpid() or self._wal_pages >= self._fold_pages:
                 return None
+            session_id = commit.session_id
             with self._locks.for_write(session_id), self._translate():
                 if not self._begin_write(conn, wait=False):
                     return None
                 changes = conn.total_changes
                 remembered = self._heads.pop(session_id, None)
                 with _transaction(conn, None):
-                    result, head = self._write_messages(
-                        conn,
-                        session_id,
-                        messages,
-                        state_text,
-                        False,
-                        expected_tail,
-                        redaction_texts,
-                        remembered,
-                    )
+                    result, head = self._write_messages(conn, commit, remembered)
                 self._remember(session_id, head)
                 self._count_wal(conn.total_changes - changes)
                 return result
@@ -872,15 +845,7 @@ class SQLiteSessionStore:
             _log.warning("SQLite session store %s: folding the WAL failed: %s", self.path, exc)
 
     def _write_messages(
-        self,
-        conn: sqlite3.Connection,
-        session_id: str,
-        messages: Sequence[Message],
-        state_text: str | None,
-        rewritten: bool,
-        expected_tail: str | None,
-        redaction_texts: dict[int, str],
-        remembered: tuple[int, _Head] | None = None,
+        self, conn: sqlite3.Connection, commit: _Commit, remembered: tuple[int, _Head] | None
     ) -> tuple[CommitResult, _Head]:
         """The commit's statements, inside a write transaction the caller began.
 
@@ -888,6 +853,7 @@ class SQLiteSessionStore:
         row this store last wrote, used instead of reading it when it was written
         under the writer-lock hold still in force.
         """
+        session_id, messages, state_text, rewritten, expected_tail, redaction_texts = commit
         if remembered is not None and remembered[0] == self._locks.hold_id(session_id):
             head = remembered[1]
         else:
