@@ -96,14 +96,19 @@ class LockTable:
         finally:
             self.release(session_id)
 
-    @contextlib.contextmanager
-    def for_write(self, session_id: str) -> Iterator[None]:
+    def for_write(self, session_id: str) -> contextlib.AbstractContextManager[None]:
         """Around one write: reuse a held lock, else take it for the write only."""
-        if self.is_held(session_id):
-            yield
-            return
+        if session_id in self._held:  # a turn's appends: no generator to set up
+            return _REUSED
+        return self._for_one_write(session_id)
+
+    @contextlib.contextmanager
+    def _for_one_write(self, session_id: str) -> Iterator[None]:
         self.acquire(session_id)
         try:
             yield
         finally:
             self.release(session_id)
+
+
+_REUSED: contextlib.AbstractContextManager[None] = contextlib.nullcontext()

@@ -766,13 +766,16 @@ class SQLiteSessionStore:
             if conn is None or slot.pid != os.getpid() or self._wal_pages >= self._fold_pages:
                 return None
             session_id = commit.session_id
-            with self._locks.for_write(session_id), self._translate():
-                if not self._begin_write(conn, wait=False):
-                    return None
-                changes = conn.total_changes
-                remembered = self._heads.pop(session_id, None)
-                with _transaction(conn, None):
-                    result, head = self._write_messages(conn, commit, remembered)
+            with self._locks.for_write(session_id):
+                try:
+                    if not self._begin_write(conn, wait=False):
+                        return None
+                    changes = conn.total_changes
+                    remembered = self._heads.pop(session_id, None)
+                    with _transaction(conn, None):
+                        result, head = self._write_messages(conn, commit, remembered)
+                except sqlite3.Error as exc:  # as _translate does, without its generator
+                    raise self._translated(exc) from exc
                 self._remember(session_id, head)
                 self._count_wal(conn.total_changes - changes)
                 return result
