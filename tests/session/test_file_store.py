@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from helpers import tool_call
 from perdure import Agent, tool
-from perdure.errors import SessionCorruptedError, SessionNotFoundError
+from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
 from perdure.models import ScriptedModel
 from perdure.session import (
     FileSessionStore,
@@ -673,6 +673,7 @@ def test_listing_while_another_thread_deletes_never_fails(tmp_path: Path) -> Non
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_commits_through_its_own_writer_thread(tmp_path: Path) -> None:
     # The parent's commits started the store's writer thread; a child made by fork()
     # inherits the executor but not the thread, and used to wait on it for ever.
@@ -692,3 +693,42 @@ def test_a_forked_child_commits_through_its_own_writer_thread(tmp_path: Path) ->
     assert os.waitstatus_to_exitcode(status) == 0
     assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(4)
     store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_child_forked_during_a_turn_sees_the_parents_appends(tmp_path: Path) -> None:
+    # Within a writer-lock hold the store trusts the journal's end it remembers. A
+    # child forked during the hold (here by a worker thread, as a tool could) shares
+    # the lock with its parent, so it must not: a stale append from it is a
+    # conflict, never a second record chained to the same place.
+    store = filled(tmp_path, 2, durability="none")
+    ready, go = os.pipe()
+
+    def fork_child(before: str) -> int:
+        pid = os.fork()
+        if pid == 0:  # the child: never return into pytest
+            code = 1
+            try:
+                signal.alarm(20)
+                os.read(ready, 1)  # the parent has appended
+                try:
+                    run(store.commit("s", conversation(4, "child"), expected_tail=before))
+                except SessionConflictError:
+                    code = 0
+            finally:
+                os._exit(code)
+        return pid
+
+    async def turn() -> int:
+        async with store.writer_lock("s"):
+            before = (await store.commit("s", conversation(3))).tail  # remembered
+            pid = await asyncio.to_thread(fork_child, before)
+            await store.commit("s", conversation(4), expected_tail=before)
+            os.write(go, b"x")
+            _, status = await asyncio.to_thread(os.waitpid, pid, 0)
+        return status
+
+    status = run(turn())
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's stale append was not refused"
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(4)

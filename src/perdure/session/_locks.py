@@ -33,7 +33,8 @@ class LockTable:
         self._directory = directory
         self._guard = threading.Lock()
         self._held: dict[str, int | None] = {}  # session id -> lock fd (None: in-process)
-        self._hold_ids: dict[str, int] = {}  # session id -> the current hold's number
+        # session id -> (the holding process, the current hold's number)
+        self._hold_ids: dict[str, tuple[int, int]] = {}
         self._numbers = itertools.count(1)
 
     def is_held(self, session_id: str) -> bool:
@@ -45,9 +46,14 @@ class LockTable:
         """A number for the current hold of ``session_id``'s lock (None: not held).
 
         Every acquisition gets a new number, so a value remembered under one hold is
-        known to be unchanged by anyone else while the number stays the same.
+        known to be unchanged by anyone else while the number stays the same. In a
+        child made by fork() while the lock was held it is None: parent and child
+        then share the lock, and neither may trust what it remembered.
         """
-        return self._hold_ids.get(session_id)
+        hold = self._hold_ids.get(session_id)
+        if hold is None or hold[0] != os.getpid():
+            return None
+        return hold[1]
 
     def acquire(self, session_id: str) -> None:
         """Take the lock or raise ``SessionLockedError`` at once."""
@@ -58,7 +64,7 @@ class LockTable:
                 )
             fd = self._flock(session_id) if self._directory is not None else None
             self._held[session_id] = fd
-            self._hold_ids[session_id] = next(self._numbers)
+            self._hold_ids[session_id] = (os.getpid(), next(self._numbers))
 
     def release(self, session_id: str) -> None:
         """Release the lock (a lock not held is fine)."""
