@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from session_stores import STORE_KINDS, make_store
 
 from perdure.errors import (
     SessionConflictError,
@@ -257,15 +259,14 @@ async def test_writer_lock_excludes_other_writers(
 
 
 @pytest.mark.parametrize("durability", ["commit", "none"])
+@pytest.mark.parametrize("kind", [k for k in STORE_KINDS if k != "memory"])  # shared data
 async def test_a_writer_sees_what_others_committed_between_its_turns(
-    store_kind: str, store_factory: Callable[..., SessionStore], durability: str
+    kind: str, tmp_path: Path, durability: str
 ) -> None:
     # A store may remember a session's end while it holds the writer lock; once the
     # lock was let go, another writer's commits must be seen, never written over.
-    if store_kind == "memory":
-        pytest.skip("a memory store's data belongs to one instance")
-    first = store_factory(durability=durability)
-    second = store_factory(durability=durability)
+    first = make_store(kind, tmp_path, durability=durability)
+    second = make_store(kind, tmp_path, durability=durability)
     await first.create("s")
     async with first.writer_lock("s"):
         tail = (await first.commit("s", conversation(2))).tail
