@@ -125,13 +125,14 @@ _KEY_BITS = 32
 _KEY_SPAN = 1 << _KEY_BITS
 _MAX_SID = (1 << 31) - 1  # sid << 32 must fit SQLite's signed 64-bit integers
 # Fold the WAL into the database every so many pages written (SQLite's own
-# autocheckpoint is off: see _count_wal). A fold costs two fsyncs, whatever its
-# size: next to a durable append's own fsync that is little, so durable stores fold
-# often and keep a small WAL; folding non-durable appends every 128 pages made them
-# ~15% slower than every 512. Whichever, the WAL file is overwritten in place when
-# it starts over: a durable append that grows the file has its fsync commit the new
-# size too (~20% slower), so the file is never cut back below a fold's worth. It is
-# scratch space: the last connection to close folds it and deletes it.
+# autocheckpoint is off: see _count_wal). A fold costs two fsyncs and the writes of
+# what it folds: next to a durable append's own fsync that is little, so durable
+# stores fold often and keep a small WAL; folding non-durable appends every 128
+# pages made them ~15% slower than every 512 (every 1,000 gained nothing more).
+# Whichever, the WAL file is overwritten in place when it starts over: a durable
+# append that grows the file has its fsync commit the new size too (~20% slower),
+# so the file is never cut back below a fold's worth. It is scratch space: the last
+# connection to close folds it and deletes it.
 _WAL_FOLD_PAGES = {"commit": 128, "none": 512}
 _WAL_SIZE_LIMIT = 4 * 1024 * 1024
 # Pages a write transaction adds to the WAL, estimated from the rows it changed: the
@@ -277,9 +278,14 @@ def _transaction(conn: sqlite3.Connection, begin: str | None) -> Iterator[None]:
         raise
 
 
-def _is_busy(exc: sqlite3.Error) -> bool:
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    """The SQLite primary result code of ``exc`` (its extended code's low byte)."""
     code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & 0xFF in _SQLITE_BUSY_CODES
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    return _primary_code(exc) in _SQLITE_BUSY_CODES
 
 
 def _fsync_path(path: Path, *, directory: bool = False) -> None:
@@ -557,8 +563,7 @@ class SQLiteSessionStore:
             raise self._translated(exc) from exc
 
     def _translated(self, exc: sqlite3.Error) -> Exception:
-        code = getattr(exc, "sqlite_errorcode", None)
-        primary = code & 0xFF if isinstance(code, int) else None
+        primary = _primary_code(exc)
         name = getattr(exc, "sqlite_errorname", type(exc).__name__)
         details = {"file": str(self.path), "sqlite_error": name}
         if primary in _SQLITE_BUSY_CODES:
