@@ -124,7 +124,7 @@ SQLITE_PRELUDE = textwrap.dedent(
             setattr(SQLiteSessionStore, name, wrapper)
         around("_write_messages")
         around("_count_wal")
-        around("_fold")
+        around("_checkpoint_wal")  # every fold, in the background or by the writer
 
     def open_store():
         # Even seeds: durable commits; odd: durability="none", whose commits must

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -134,7 +135,13 @@ _MAX_SID = (1 << 31) - 1  # sid << 32 must fit SQLite's signed 64-bit integers
 # so the file is never cut back below a fold's worth. It is scratch space: the last
 # connection to close folds it and deletes it.
 _WAL_FOLD_PAGES = {"commit": 128, "none": 512}
-_WAL_SIZE_LIMIT = 4 * 1024 * 1024
+# Appends made on the event loop leave their folds to a background thread, which
+# keeps them off the appends' path; but a fold that runs while appends go on never
+# catches up with them, and the WAL only starts over once a fold has. So after this
+# many folds' worth of pages the next append goes to a thread, which folds with the
+# writer held, after the background fold in flight.
+_BACKLOG_FOLDS = 4
+_WAL_SIZE_LIMIT = 12 * 1024 * 1024  # > _BACKLOG_FOLDS folds of 512 pages of 4 KiB
 # Pages a write transaction adds to the WAL, estimated from the rows it changed: the
 # table leaves it touched (~8 rows of ~400-byte messages to a 4 KiB page) and the
 # session row's page.
@@ -348,8 +355,15 @@ class SQLiteSessionStore:
         self._locks = LockTable(Path(str(path) + ".locks"))
         self._writer = _Slot()
         self._reader = _Slot()
-        self._wal_pages = 0  # written since the last fold (guarded by the writer slot)
+        # WAL pages written since the last fold began, and since the writer last
+        # folded (both guarded by the writer slot); see _count_wal.
+        self._wal_pages = 0
+        self._wal_backlog = 0
         self._fold_pages = _WAL_FOLD_PAGES[durability]
+        self._folding: concurrent.futures.Future[None] | None = None
+        self._folder: concurrent.futures.ThreadPoolExecutor | None = None
+        self._folder_pid = 0  # the process that made _folder
+        self._folder_guard = threading.Lock()
         # The session row as this store last wrote it, by session id, with the number
         # of the writer-lock hold it was written under (guarded by the writer slot):
         # while that hold lasts nobody else can change the row, so an append needs
@@ -493,6 +507,10 @@ class SQLiteSessionStore:
         Blocks while a running operation finishes; call it outside the event loop
         or at shutdown.
         """
+        with self._folder_guard:
+            folder, self._folder = self._folder, None
+        if folder is not None and self._folder_pid == os.getpid():
+            folder.shutdown(wait=True)  # a background fold in flight finishes first
         for slot in (self._writer, self._reader):
             with slot.lock:
                 conn, slot.conn = slot.conn, None
@@ -761,14 +779,20 @@ class SQLiteSessionStore:
         connection is busy in a thread or not open yet, or another connection holds
         the database's write lock, it returns None and the commit goes to a thread,
         which may wait. Nor does it fold the WAL into the database (that fsyncs):
-        once a fold is due, the next commit goes to a thread and folds after it.
+        once a fold is due it starts one in the background, and past
+        ``_BACKLOG_FOLDS`` folds' worth the next commit goes to a thread and folds
+        after it.
         """
         slot = self._writer
         if not slot.lock.acquire(blocking=False):
             return None
         try:
             conn = slot.conn
-            if conn is None or slot.pid != os.getpid() or self._wal_pages >= self._fold_pages:
+            if (
+                conn is None
+                or slot.pid != os.getpid()
+                or self._wal_backlog >= _BACKLOG_FOLDS * self._fold_pages
+            ):
                 return None
             session_id = commit.session_id
             with self._locks.for_write(session_id):
@@ -783,6 +807,9 @@ class SQLiteSessionStore:
                     raise self._translated(exc) from exc
                 self._remember(session_id, head)
                 self._count_wal(conn.total_changes - changes)
+                if self._wal_pages >= self._fold_pages and self._fold_in_flight() is None:
+                    self._wal_pages = 0
+                    self._folding = self._fold_executor().submit(self._fold_behind)
                 return result
         finally:
             slot.lock.release()
@@ -799,7 +826,10 @@ class SQLiteSessionStore:
         with _transaction(conn, None):
             yield
         self._count_wal(conn.total_changes - changes)
-        if self._wal_pages >= self._fold_pages:
+        if (
+            self._wal_pages >= self._fold_pages
+            or self._wal_backlog >= _BACKLOG_FOLDS * self._fold_pages
+        ):
             self._fold(conn)
 
     def _begin_write(self, conn: sqlite3.Connection, *, wait: bool) -> bool:
@@ -836,21 +866,59 @@ class SQLiteSessionStore:
         worker thread (see :meth:`_write_transaction`).
         """
         if rows_changed > 0:
-            self._wal_pages += 1 + -(-rows_changed // _ROWS_PER_PAGE)
+            pages = 1 + -(-rows_changed // _ROWS_PER_PAGE)
+            self._wal_pages += pages
+            self._wal_backlog += pages
 
     def _fold(self, conn: sqlite3.Connection) -> None:
         """Copy the WAL into the database without waiting for anyone (``PASSIVE``).
 
-        Done by the writer after its commit, before any other write of this store,
-        so it usually copies the whole WAL and the next write starts it over. A
-        fold that fails loses nothing (the commits are in the WAL) and is retried
-        after the next ``_fold_pages``, so the write before it still succeeds.
+        Done by the writer after its commit (on a worker thread, holding the writer
+        connection), once a background fold in flight has finished: no other write
+        of this store comes in between, so it usually copies the whole WAL and the
+        next write starts it over. A fold that fails loses nothing (the commits are
+        in the WAL) and is retried later, so the write before it still succeeds.
         """
-        self._wal_pages = 0
+        self._wal_pages = self._wal_backlog = 0
+        folding = self._fold_in_flight()
+        if folding is not None:
+            concurrent.futures.wait([folding])
+        self._checkpoint_wal(conn)
+
+    def _fold_in_flight(self) -> concurrent.futures.Future[None] | None:
+        """The background fold still running in this process, if any.
+
+        (A child made by fork() inherits the future of one that runs in its parent
+        only: it would wait for it for ever.)
+        """
+        folding = self._folding
+        if folding is None or folding.done() or self._folder_pid != os.getpid():
+            return None
+        return folding
+
+    def _fold_behind(self) -> None:
+        """A fold on the reader connection, in the background, while appends go on."""
+        try:
+            with self._use(self._reader) as conn:
+                self._checkpoint_wal(conn)
+        except Exception as exc:  # opening the reader failed: the writer folds later
+            _log.warning("SQLite session store %s: folding the WAL failed: %s", self.path, exc)
+
+    def _checkpoint_wal(self, conn: sqlite3.Connection) -> None:
         try:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as exc:
             _log.warning("SQLite session store %s: folding the WAL failed: %s", self.path, exc)
+
+    def _fold_executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The store's background folding thread (made again in a forked child)."""
+        with self._folder_guard:
+            if self._folder is None or self._folder_pid != os.getpid():
+                self._folder = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="perdure-sqlite-fold"
+                )
+                self._folder_pid = os.getpid()
+            return self._folder
 
     def _write_messages(
         self, conn: sqlite3.Connection, commit: _Commit, remembered: tuple[int, _Head] | None
