@@ -809,7 +809,9 @@ class SQLiteSessionStore:
                 self._count_wal(conn.total_changes - changes)
                 if self._wal_pages >= self._fold_pages and self._fold_in_flight() is None:
                     self._wal_pages = 0
-                    self._folding = self._fold_executor().submit(self._fold_behind)
+                    # The append is committed: nothing here may fail it.
+                    with contextlib.suppress(RuntimeError):  # close() shut the folder down
+                        self._folding = self._fold_executor().submit(self._fold_behind)
                 return result
         finally:
             slot.lock.release()
@@ -862,8 +864,10 @@ class SQLiteSessionStore:
 
         SQLite's autocheckpoint would fold the WAL inside the commit that crosses
         its limit, fsyncing on the committing thread — the event loop's, for an
-        append made there. The store counts and folds it itself, always on a
-        worker thread (see :meth:`_write_transaction`).
+        append made there. The store counts and folds it itself, always off the
+        loop: in the background after appends made there (:meth:`_append_here`),
+        and in the writing thread after a write made on one
+        (:meth:`_write_transaction`).
         """
         if rows_changed > 0:
             pages = 1 + -(-rows_changed // _ROWS_PER_PAGE)
