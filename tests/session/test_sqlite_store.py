@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -1112,3 +1113,19 @@ def test_disk_use_stays_near_the_message_bytes(path: Path) -> None:
     wal = Path(f"{path}-wal")
     on_disk = path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
     assert on_disk < 1.3 * raw_bytes
+
+
+def test_utc_now_is_datetimes_iso_format_with_z() -> None:
+    # Stores stamp sessions with utc_now(), which formats the second only once a
+    # second; it must read as datetime's own ISO form would.
+    from datetime import UTC, datetime
+
+    from perdure.session._codec import utc_now
+
+    for _ in range(3):
+        before = datetime.now(UTC)
+        stamp = utc_now()
+        after = datetime.now(UTC)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp)
+        assert before <= datetime.fromisoformat(stamp.replace("Z", "+00:00")) <= after
+        time.sleep(0.6)  # across a second boundary at least once

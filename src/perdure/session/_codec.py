@@ -13,10 +13,10 @@ both reject the same misuse with the same ``TypeError``/``ValueError``.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -38,8 +38,22 @@ class DecodeError(ValueError):
 
 
 def utc_now() -> str:
-    """The current time as ISO-8601 UTC with microseconds and a ``Z`` suffix."""
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """The current time as ISO-8601 UTC with microseconds and a ``Z`` suffix.
+
+    As ``datetime.now(UTC).isoformat(timespec="microseconds")`` with ``Z`` for
+    ``+00:00``, at a third of the cost (every append stamps its session): the
+    date and time to the second are formatted once a second.
+    """
+    global _second
+    microseconds = time.time_ns() // 1000
+    seconds, fraction = divmod(microseconds, 1_000_000)
+    cached = _second
+    if cached[0] != seconds:
+        cached = _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+    return f"{cached[1]}.{fraction:06d}Z"
+
+
+_second: tuple[int, str] = (-1, "")  # (a whole second, formatted); one tuple, so threads agree
 
 
 def new_tail(writes: int) -> str:

@@ -262,9 +262,12 @@ class _Chain:
 
     def rows(self, messages: Sequence[Message], start: int) -> Iterator[tuple[int, str, str]]:
         for index in range(start, len(messages)):
-            body = encode_message(messages[index], f"messages[{index}]")
-            self.head = chain_hash(self.head, body)
-            yield self.base + index, body, self.head
+            yield self.row(messages, index)
+
+    def row(self, messages: Sequence[Message], index: int) -> tuple[int, str, str]:
+        body = encode_message(messages[index], f"messages[{index}]")
+        self.head = chain_hash(self.head, body)
+        return self.base + index, body, self.head
 
 
 @contextlib.contextmanager
@@ -958,11 +961,11 @@ class SQLiteSessionStore:
             )
         if rewritten or len(messages) > head.total:
             chain = _Chain(head.base, ZERO_HASH if rewritten else head.head)
-            rows = chain.rows(messages, 0 if rewritten else head.total)
             if len(messages) == head.total + 1 and not rewritten:
-                conn.execute(_INSERT_ROW, next(rows))  # one row: no executemany set-up
+                # One row (a turn's append): no generator, no executemany set-up.
+                conn.execute(_INSERT_ROW, chain.row(messages, head.total))
             else:
-                conn.executemany(_INSERT_ROW, rows)
+                conn.executemany(_INSERT_ROW, chain.rows(messages, 0 if rewritten else head.total))
             count, last, wrote = len(messages), chain.head, True
         for index, text in sorted(redaction_texts.items()):
             row = conn.execute(
