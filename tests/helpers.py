@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -66,3 +69,27 @@ def assert_model_valid(messages: list[Message], *, allow_pending_last: bool = Fa
             nxt = messages[i + 1]
             answered = [b["toolResult"]["toolUseId"] for b in nxt["content"] if "toolResult" in b]
             assert set(uses) <= set(answered), f"message {i}: toolUse {uses} unanswered"
+
+
+def fork_child(body: Callable[[], object], timeout: int = 20) -> int:
+    """Fork; the child runs ``body`` and exits 0 when it returns, 1 when it raises.
+
+    A child still running after ``timeout`` seconds dies by SIGALRM, so a hang
+    fails the test instead of stalling the run. Returns the child's pid.
+    """
+    pid = os.fork()
+    if pid == 0:  # the child: never return into the test runner
+        code = 1
+        try:
+            signal.alarm(timeout)
+            body()
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def exit_code(pid: int) -> int:
+    """Wait for child ``pid``; its exit code (minus the signal that killed it)."""
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import tool_call
+from helpers import exit_code, fork_child, tool_call
 from perdure import Agent, tool
 from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
 from perdure.models import ScriptedModel
@@ -679,18 +678,12 @@ def test_a_forked_child_commits_through_its_own_writer_thread(tmp_path: Path) ->
     # inherits the executor but not the thread, and used to wait on it for ever.
     store = filled(tmp_path, 2)
     run(store.commit("s", conversation(3)))
-    pid = os.fork()
-    if pid == 0:  # the child: never return into pytest
-        code = 1
-        try:
-            signal.alarm(20)  # a hang fails the test instead of stalling the run
-            run(store.commit("s", conversation(4)))
-            store.close()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def child() -> None:
+        run(store.commit("s", conversation(4)))
+        store.close()
+
+    assert exit_code(fork_child(child)) == 0
     assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(4)
     store.close()
 
@@ -705,30 +698,18 @@ def test_a_child_forked_during_a_turn_sees_the_parents_appends(tmp_path: Path) -
     store = filled(tmp_path, 2, durability="none")
     ready, go = os.pipe()
 
-    def fork_child(before: str) -> int:
-        pid = os.fork()
-        if pid == 0:  # the child: never return into pytest
-            code = 1
-            try:
-                signal.alarm(20)
-                os.read(ready, 1)  # the parent has appended
-                try:
-                    run(store.commit("s", conversation(4, "child"), expected_tail=before))
-                except SessionConflictError:
-                    code = 0
-            finally:
-                os._exit(code)
-        return pid
+    def child(before: str) -> None:
+        os.read(ready, 1)  # the parent has appended
+        with pytest.raises(SessionConflictError):
+            run(store.commit("s", conversation(4, "child"), expected_tail=before))
 
     async def turn() -> int:
         async with store.writer_lock("s"):
             before = (await store.commit("s", conversation(3))).tail  # remembered
-            pid = await asyncio.to_thread(fork_child, before)
+            pid = await asyncio.to_thread(fork_child, lambda: child(before))
             await store.commit("s", conversation(4), expected_tail=before)
             os.write(go, b"x")
-            _, status = await asyncio.to_thread(os.waitpid, pid, 0)
-        return status
+            return await asyncio.to_thread(exit_code, pid)
 
-    status = run(turn())
-    assert os.waitstatus_to_exitcode(status) == 0, "the child's stale append was not refused"
+    assert run(turn()) == 0, "the child's stale append was not refused"
     assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(4)

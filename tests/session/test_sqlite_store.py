@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import exit_code, fork_child
 from perdure.errors import (
     SessionConflictError,
     SessionCorruptedError,
@@ -1070,17 +1071,12 @@ def test_a_forked_child_opens_its_own_connections(path: Path) -> None:
     store = SQLiteSessionStore(path)
     asyncio.run(store.create("s"))
     asyncio.run(store.commit("s", history(2)))  # connections are open now
-    pid = os.fork()
-    if pid == 0:  # the child: never return into pytest
-        code = 1
-        try:
-            asyncio.run(store.commit("s", history(3)))
-            store.close()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def child() -> None:
+        asyncio.run(store.commit("s", history(3)))
+        store.close()
+
+    assert exit_code(fork_child(child)) == 0
     assert asyncio.run(store.get("s")).messages == history(3)
     store.close()
 
@@ -1129,3 +1125,47 @@ def test_utc_now_is_datetimes_iso_format_with_z() -> None:
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp)
         assert before <= datetime.fromisoformat(stamp.replace("Z", "+00:00")) <= after
         time.sleep(0.6)  # across a second boundary at least once
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_child_forked_during_a_background_fold_does_not_wait_for_it(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fold the parent runs in the background is no fold of the child's: a child
+    # that waited for it before folding itself would wait for ever.
+    release = threading.Event()
+    fold_behind = SQLiteSessionStore._fold_behind
+
+    def stuck(self: SQLiteSessionStore) -> None:
+        release.wait(30)
+        fold_behind(self)
+
+    monkeypatch.setattr(SQLiteSessionStore, "_fold_behind", stuck)
+    store = SQLiteSessionStore(path, durability="none")
+    store._fold_pages = 4  # a background fold after two appends
+    messages = history(2)
+
+    def child() -> None:
+        for n in range(len(messages) + 1, len(messages) + 6):  # past a fold
+            asyncio.run(store.commit("s", history(n)))
+
+    async def turn() -> int:
+        await store.create("s")
+        await store.commit("s", messages)
+        async with store.writer_lock("s"):
+            for n in range(3, 8):
+                messages.append(history(n)[-1])
+                await store.commit("s", messages)
+            pid = await asyncio.to_thread(fork_child, child)
+            return await asyncio.to_thread(exit_code, pid)
+
+    try:
+        code = asyncio.run(turn())
+    finally:
+        release.set()
+    assert code == 0, "the child waited for its parent's fold"
+    store.close()
+    reopened = SQLiteSessionStore(path)
+    assert asyncio.run(reopened.get("s")).messages == history(12)
+    reopened.close()

@@ -78,6 +78,7 @@ from perdure.session._codec import (
     looks_like_message,
 )
 from perdure.session._locks import LockTable
+from perdure.session._threads import StoreThread
 from perdure.session.attachments import (
     ATTACHMENT_MARKER,
     extract_attachments,
@@ -296,9 +297,7 @@ class FileSessionStore:
         self._tail_holds: dict[str, int | None] = {}
         self._fds: dict[str, tuple[int, int]] = {}  # session id -> (inode, open journal fd)
         self._paths: dict[str, tuple[str, str]] = {}  # session id -> (journal, rewrite marker)
-        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
-        self._writer_pid = 0  # the process that made _writer
-        self._writer_guard = threading.Lock()
+        self._writer = StoreThread("perdure-file-store")
         # Held while the journal cache (_tails, _fds) or a session's files change.
         self._guard = threading.RLock()
 
@@ -1092,25 +1091,14 @@ class FileSessionStore:
 
     def _write_executor(self) -> concurrent.futures.ThreadPoolExecutor:
         """The store's one writer thread (commits queue there, off the event loop)."""
-        with self._writer_guard:
-            # A child made by fork() inherits the executor but not its thread: work
-            # queued there would never run, so the child makes its own.
-            if self._writer is None or self._writer_pid != os.getpid():
-                self._writer = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="perdure-file-store"
-                )
-                self._writer_pid = os.getpid()
-            return self._writer
+        return self._writer.executor()
 
     def close(self) -> None:
         """Close cached descriptors and the writer thread (the store reopens them on use)."""
         with self._guard:
             for session_id in builtins.list(self._fds):
                 self._forget(session_id)
-        with self._writer_guard:
-            writer, self._writer = self._writer, None
-        if writer is not None and self._writer_pid == os.getpid():
-            writer.shutdown(wait=True)
+        self._writer.shutdown()
 
     def _writable_tail(self, session_id: str, sdir: Path) -> _Tail:
         """The verified end of the active journal; finishes interrupted work first.

@@ -105,6 +105,7 @@ from perdure.session._codec import (
     utc_now,
 )
 from perdure.session._locks import LockTable
+from perdure.session._threads import StoreThread
 from perdure.session.checkpoints import (
     CheckpointMeta,
     CheckpointRecord,
@@ -363,10 +364,9 @@ class SQLiteSessionStore:
         self._wal_pages = 0
         self._wal_backlog = 0
         self._fold_pages = _WAL_FOLD_PAGES[durability]
-        self._folding: concurrent.futures.Future[None] | None = None
-        self._folder: concurrent.futures.ThreadPoolExecutor | None = None
-        self._folder_pid = 0  # the process that made _folder
-        self._folder_guard = threading.Lock()
+        # The background fold last started, with the process that started it.
+        self._folding: tuple[int, concurrent.futures.Future[None]] | None = None
+        self._folder = StoreThread("perdure-sqlite-fold")
         # The session row as this store last wrote it, by session id, with the number
         # of the writer-lock hold it was written under (guarded by the writer slot):
         # while that hold lasts nobody else can change the row, so an append needs
@@ -510,10 +510,7 @@ class SQLiteSessionStore:
         Blocks while a running operation finishes; call it outside the event loop
         or at shutdown.
         """
-        with self._folder_guard:
-            folder, self._folder = self._folder, None
-        if folder is not None and self._folder_pid == os.getpid():
-            folder.shutdown(wait=True)  # a background fold in flight finishes first
+        self._folder.shutdown()  # a background fold in flight finishes first
         for slot in (self._writer, self._reader):
             with slot.lock:
                 conn, slot.conn = slot.conn, None
@@ -814,7 +811,8 @@ class SQLiteSessionStore:
                     self._wal_pages = 0
                     # The append is committed: nothing here may fail it.
                     with contextlib.suppress(RuntimeError):  # close() shut the folder down
-                        self._folding = self._fold_executor().submit(self._fold_behind)
+                        started = self._folder.executor().submit(self._fold_behind)
+                        self._folding = (os.getpid(), started)
                 return result
         finally:
             slot.lock.release()
@@ -899,9 +897,9 @@ class SQLiteSessionStore:
         only: it would wait for it for ever.)
         """
         folding = self._folding
-        if folding is None or folding.done() or self._folder_pid != os.getpid():
+        if folding is None or folding[0] != os.getpid() or folding[1].done():
             return None
-        return folding
+        return folding[1]
 
     def _fold_behind(self) -> None:
         """A fold on the reader connection, in the background, while appends go on."""
@@ -916,16 +914,6 @@ class SQLiteSessionStore:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as exc:
             _log.warning("SQLite session store %s: folding the WAL failed: %s", self.path, exc)
-
-    def _fold_executor(self) -> concurrent.futures.ThreadPoolExecutor:
-        """The store's background folding thread (made again in a forked child)."""
-        with self._folder_guard:
-            if self._folder is None or self._folder_pid != os.getpid():
-                self._folder = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="perdure-sqlite-fold"
-                )
-                self._folder_pid = os.getpid()
-            return self._folder
 
     def _write_messages(
         self, conn: sqlite3.Connection, commit: _Commit, remembered: tuple[int, _Head] | None
