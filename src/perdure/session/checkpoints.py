@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import datetime as _dt
 import json
 import os
 import threading
@@ -31,6 +30,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from perdure._fs import atomic_write
 from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
+from perdure.session._codec import utc_now
 from perdure.session.ids import validate_session_id
 from perdure.session.ulid import MonotonicUlid, is_ulid
 from perdure.types import Message, decode_bytes_values, encode_bytes_values, validate_message
@@ -210,8 +210,8 @@ async def new_checkpoint_id(store: CheckpointStore, session_id: str) -> str:
 
 
 def now_iso() -> str:
-    """The current UTC time as ISO-8601."""
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """The current UTC time as ISO-8601 (``…T12:34:56.123456Z``)."""
+    return utc_now()
 
 
 def check_max_checkpoints(max_checkpoints: int | None) -> int | None:

@@ -76,6 +76,7 @@ from perdure.session._codec import (
     check_list_args,
     is_text_only,
     looks_like_message,
+    utc_now,
 )
 from perdure.session._locks import LockTable
 from perdure.session._threads import StoreThread
@@ -205,10 +206,6 @@ class _Tail:
     count: int
     records: int
     """Records in the active journal."""
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 class FileSessionStore:
@@ -407,7 +404,7 @@ class FileSessionStore:
             if sdir.exists():  # an interrupted create or delete: start clean
                 shutil.rmtree(sdir)
             sdir.mkdir(parents=True)
-            created = _now()
+            created = utc_now()
             line, _ = journal.encode_record(
                 GENESIS,
                 {"n": 0, "c": 0, "t": "s", "s": {}, "created": created, "id": uuid.uuid4().hex},
@@ -1237,7 +1234,7 @@ class FileSessionStore:
         """
         found: dict[str, bytes] = {}
         bodies: builtins.list[dict[str, Any]] = [
-            {"c": 0, "t": "w", "at": _now(), "id": uuid.uuid4().hex}
+            {"c": 0, "t": "w", "at": utc_now(), "id": uuid.uuid4().hex}
         ]
         count = 0
         for message in messages:
@@ -1360,7 +1357,7 @@ class FileSessionStore:
                 return  # damage not attributable to single records: stay strict
             qdir = self.quarantine_dir / session_id
             qdir.mkdir(parents=True, exist_ok=True)
-            qpath = qdir / f"{_now().replace(':', '-')}-{uuid.uuid4().hex[:8]}.jsonl"
+            qpath = qdir / f"{utc_now().replace(':', '-')}-{uuid.uuid4().hex[:8]}.jsonl"
             atomic_write(qpath, b"".join(lines[i] + b"\n" for i, _ in bad))
             report = SessionRecoveryReport(
                 session_id, len(bad), tuple(i for i, _ in bad), tuple(k for _, k in bad), str(qpath)

@@ -876,7 +876,7 @@ class SQLiteSessionStore:
             self._wal_backlog += pages
 
     def _fold(self, conn: sqlite3.Connection) -> None:
-        """Copy the WAL into the database without waiting for anyone (``PASSIVE``).
+        """Copy the WAL into the database (``PASSIVE``: readers and writers go on).
 
         Done by the writer after its commit (on a worker thread, holding the writer
         connection), once a background fold in flight has finished: no other write
