@@ -5,6 +5,7 @@ file writes are durable."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import sqlite3
@@ -23,10 +24,13 @@ from perdure.session.checkpoints import (
     CheckpointRecord,
     CheckpointStore,
     CheckpointTrigger,
+    DamagedCheckpoint,
     FileCheckpointStore,
     MemoryCheckpointStore,
     new_checkpoint_id,
     now_iso,
+    scan_checkpoints,
+    seal_checkpoint_bytes,
 )
 from perdure.session.memory_store import MemorySessionStore
 from perdure.session.sqlite_store import SQLiteSessionStore
@@ -524,18 +528,38 @@ async def test_sqlite_adds_the_checkpoint_table_to_an_older_database(tmp_path: P
 # ---------------------------------------------------------------- damage
 
 
+def sealed(body: dict[str, Any]) -> bytes:
+    """A checkpoint record as SPEC §7.1 lays it out: ``body`` and its sha256, which match."""
+    raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    digest = hashlib.sha256(raw).hexdigest().encode()
+    return b'{"format":"perdure-checkpoint-record/2","sha256":"%s","record":%s}' % (digest, raw)
+
+
+def body_of(record: CheckpointRecord) -> dict[str, Any]:
+    """The parsed body of a stored record (after checking the record is laid out as sealed)."""
+    data = json.loads(record.to_json_bytes())
+    assert set(data) == {"format", "sha256", "record"}
+    assert sealed(data["record"]) == record.to_json_bytes()
+    return dict(data["record"])
+
+
 def damaged_bodies(record: CheckpointRecord, other: CheckpointRecord) -> dict[str, bytes]:
     body = record.to_json_bytes()
-    shape = json.loads(body)
+    shape = body_of(record)
     shape["messages"] = [1, 2]
-    bad_meta = json.loads(body)
+    bad_meta = body_of(record)
     bad_meta["meta"]["trigger"] = "whenever"
+    extra = {**body_of(record), "extra": 1}
     return {
         "garbage": b"\x00\xffnot json at all",
         "truncated": body[: len(body) // 2],
         "not_utf8": body.replace(b"cat", b"\xff\xfe\xfd"),
-        "bad_meta": json.dumps(bad_meta).encode(),
-        "bad_message_shape": json.dumps(shape).encode(),
+        "edited": body.replace(b"a cat", b"a dog"),
+        "edited_digest": body.replace(b'"sha256":"', b'"sha256":"0', 1)[:-1],
+        "extra_byte": body + b" ",
+        "bad_meta": sealed(bad_meta),
+        "bad_message_shape": sealed(shape),
+        "extra_field": sealed(extra),
         "another_checkpoint": other.to_json_bytes(),
         "another_format": json.dumps({"format": "something-else/1"}).encode(),
     }
@@ -545,8 +569,12 @@ DAMAGE = [
     "garbage",
     "truncated",
     "not_utf8",
+    "edited",
+    "edited_digest",
+    "extra_byte",
     "bad_meta",
     "bad_message_shape",
+    "extra_field",
     "another_checkpoint",
     "another_format",
 ]
@@ -571,9 +599,27 @@ async def _assert_damage_reported(
         await store.get("s", record.meta.checkpoint_id)
     assert caught.value.code == "session_store_corrupted"
     assert record.meta.checkpoint_id in str(caught.value)
+    assert caught.value.details["checkpoint_id"] == record.meta.checkpoint_id
     if in_list:
         with pytest.raises(SessionCorruptedError):
             await store.list("s")
+
+
+async def _assert_damage_is_listed_and_deletable(
+    store: CheckpointStore, intact: CheckpointRecord, damaged: CheckpointRecord
+) -> None:
+    """The damaged checkpoint does not hide ``intact``, nor block new ones, and deletes."""
+    first, second = await scan_checkpoints(store, "s")
+    assert first == intact.meta
+    assert isinstance(second, DamagedCheckpoint)
+    assert second.checkpoint_id == damaged.meta.checkpoint_id
+    assert second.kind == "bad_checkpoint"
+    assert second.to_dict()["error"]["code"] == "session_store_corrupted"
+    newer = await put_new(store, "s")  # a new id sorts after the damaged one
+    assert newer.meta.checkpoint_id > damaged.meta.checkpoint_id
+    await store.delete("s", damaged.meta.checkpoint_id)
+    assert await store.list("s") == [intact.meta, newer.meta]
+    assert await scan_checkpoints(store, "s") == [intact.meta, newer.meta]
 
 
 @pytest.mark.parametrize(("kind", "damage"), damage_params(["file", "file_session"]))
@@ -582,11 +628,18 @@ async def test_a_damaged_checkpoint_file_raises_corrupted(
 ) -> None:
     bench = Bench(kind, tmp_path)
     store = bench.make()
+    intact = await put_new(store, "s")
     record = await put_new(store, "s")
     other = make_record("s", await new_checkpoint_id(store, "s"))
     [path] = [p for p in files_under(tmp_path) if p.name == f"{record.meta.checkpoint_id}.json"]
     path.write_bytes(damaged_bodies(record, other)[damage])
     await _assert_damage_reported(store, record, in_list=True)
+    with pytest.raises(SessionCorruptedError) as caught:
+        await store.get("s", record.meta.checkpoint_id)
+    assert caught.value.details["file"] == str(path)
+    assert str(path) in caught.value.message
+    await _assert_damage_is_listed_and_deletable(store, intact, record)
+    assert not path.exists()
 
 
 @pytest.mark.parametrize(
@@ -599,13 +652,121 @@ async def test_a_damaged_checkpoint_blob_raises_corrupted(
     try:
         store = bench.make()
         assert isinstance(store, StorageCheckpointStore)
+        intact = await put_new(store, "s")
         record = await put_new(store, "s")
         other = make_record("s", await new_checkpoint_id(store, "s"))
         key = f"checkpoints/s/{record.meta.checkpoint_id}"
         await store.storage.write(key, damaged_bodies(record, other)[damage])
         await _assert_damage_reported(store, record, in_list=True)
+        await _assert_damage_is_listed_and_deletable(store, intact, record)
     finally:
         bench.close()
+
+
+def unsealed(record: CheckpointRecord) -> bytes:
+    """The record as perdure 0.1 wrote it: format /1 and no hash."""
+    return json.dumps({"format": "perdure-checkpoint-record/1", **body_of(record)}).encode()
+
+
+@pytest.mark.parametrize("kind", ["file", "file_session", "storage_memory", "storage_local_file"])
+async def test_a_checkpoint_without_a_hash_is_refused_by_file_and_blob_stores(
+    kind: str, tmp_path: Path
+) -> None:
+    # perdure 0.1 wrote checkpoints without a sha256: nothing can tell an edit in one
+    # from its original, so they are not read until `repair` seals them.
+    bench = Bench(kind, tmp_path)
+    store = bench.make()
+    record = await put_new(store, "s")
+    if isinstance(store, StorageCheckpointStore):
+        await store.storage.write(f"checkpoints/s/{record.meta.checkpoint_id}", unsealed(record))
+    else:
+        [path] = [p for p in files_under(tmp_path) if p.suffix == ".json"]
+        path.write_bytes(unsealed(record))
+    with pytest.raises(SessionCorruptedError) as caught:
+        await store.get("s", record.meta.checkpoint_id)
+    assert caught.value.details["kind"] == "unsealed_checkpoint"
+    assert "without a sha256" in caught.value.message
+    [found] = await scan_checkpoints(store, "s")
+    assert isinstance(found, DamagedCheckpoint)
+    assert found.kind == "unsealed_checkpoint"
+    # Sealing (what repair does once told to trust it) keeps the content as it was.
+    resealed = seal_checkpoint_bytes(unsealed(record))
+    assert resealed == record.to_json_bytes()
+
+
+async def test_sqlite_reads_its_rows_written_without_the_record_hash(
+    sqlite_sessions: SQLiteSessionStore,
+) -> None:
+    # A perdure 0.1 row: the body has no hash of its own, the row's hash column has.
+    from perdure.session._codec import blob_hash
+
+    store = sqlite_sessions.checkpoints
+    record = await put_new(store, "s")
+    body = unsealed(record)
+    raw_update(
+        sqlite_sessions.path,
+        "UPDATE perdure_checkpoints SET body = ?, hash = ?",
+        body,
+        blob_hash(body),
+    )
+    assert await store.get("s", record.meta.checkpoint_id) == record
+    edited = body.replace(b"a cat", b"a dog")
+    raw_update(sqlite_sessions.path, "UPDATE perdure_checkpoints SET body = ?", edited)
+    await _assert_damage_reported(store, record, in_list=False)
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+async def test_an_edited_checkpoint_is_never_restored_exported_or_forked(
+    kind: str, tmp_path: Path
+) -> None:
+    """ISSUE 14 item 5: "pay 100 EUR" edited into "pay 900 EUR" in a stored checkpoint."""
+    from perdure.session import Session
+    from perdure.session.maintenance import verify_store
+
+    sessions: Any = (
+        FileSessionStore(tmp_path / "fs")
+        if kind == "file"
+        else SQLiteSessionStore(tmp_path / "s.db")
+    )
+    try:
+        await sessions.create("s")
+        paid: list[Message] = [{"role": "user", "content": [{"text": "pay 100 EUR"}]}]
+        await sessions.commit("s", paid)
+        session = Session(sessions, "s")
+        meta = await session.checkpoint()
+        later: list[Message] = [{"role": "assistant", "content": [{"text": "paid"}]}]
+        await sessions.commit("s", paid + later)
+        if kind == "file":
+            [path] = (tmp_path / "fs" / "sessions" / "s" / "checkpoints").glob("*.json")
+            path.write_bytes(path.read_bytes().replace(b"pay 100 EUR", b"pay 900 EUR"))
+            where = str(path)
+        else:
+            raw = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+            raw.execute(
+                "UPDATE perdure_checkpoints SET body = replace(body, ?, ?)",
+                (b"pay 100 EUR", b"pay 900 EUR"),
+            )
+            raw.close()
+            where = meta.checkpoint_id
+        for operation in (session.restore, session.export_checkpoint, session.fork):
+            with pytest.raises(SessionCorruptedError) as caught:
+                await operation(meta.checkpoint_id)
+            assert where in caught.value.message
+        with pytest.raises(SessionCorruptedError):
+            await sessions.checkpoints.get("s", meta.checkpoint_id)
+        # Nothing was written: no pre_restore checkpoint, no fork, the history as it was.
+        assert (await sessions.get("s")).messages == paid + later
+        assert [m.session_id for m in await sessions.list()] == ["s"]
+        assert await sessions.checkpoints.checkpoint_ids("s") == [meta.checkpoint_id]
+        report = await verify_store(sessions)
+        [damage] = report.damage
+        assert (damage.session_id, damage.checkpoint_id, damage.kind) == (
+            "s",
+            meta.checkpoint_id,
+            "bad_checkpoint",
+        )
+    finally:
+        sessions.close()
 
 
 @pytest.fixture

@@ -288,7 +288,7 @@ def test_checkpoints_beside_a_file_session_are_deleted_with_it(tmp_path: Path) -
     session, _, _ = conversation(store)
     meta = run(session.checkpoint())
     path = store.session_dir("s") / "checkpoints" / f"{meta.checkpoint_id}.json"
-    assert json.loads(path.read_bytes())["meta"]["checkpoint_id"] == meta.checkpoint_id
+    assert json.loads(path.read_bytes())["record"]["meta"]["checkpoint_id"] == meta.checkpoint_id
     run(store.delete("s"))
     assert not path.exists()
 

@@ -14,12 +14,33 @@ Checkpoint files are written durably (temp file + fsync + rename). Retention
 (``max_checkpoints``) evicts the oldest checkpoints of a session, whatever their
 trigger. Ids are ULIDs, monotonic per session: each new id sorts after every earlier
 one of its session, even within one millisecond.
+
+A stored checkpoint is sealed (SPEC §7.1): :meth:`CheckpointRecord.to_json_bytes`
+writes one UTF-8 JSON object::
+
+    {"format":"perdure-checkpoint-record/2","sha256":"<64 hex>","record":<body>}
+
+where ``sha256`` is the digest of the exact bytes of ``<body>`` (the compact JSON
+of the meta, the messages and the agent state), and
+:meth:`CheckpointRecord.from_json_bytes` checks it before it parses anything, so
+every read — ``get``, and through it restore, fork and export — refuses an altered
+byte. This is the one hashing rule of every checkpoint store. Checkpoints written
+by perdure 0.1 (``perdure-checkpoint-record/1``) carry no hash: they cannot be
+checked, so a file or blob store refuses to read them
+(:class:`~perdure.errors.SessionCorruptedError`, kind ``unsealed_checkpoint``)
+until ``perdure repair --apply`` seals them; the SQLite store still reads its old
+rows, whose body hash lives in their own column.
+
+A damaged checkpoint never hides the others: :func:`scan_checkpoints` lists a
+session's checkpoints with the damaged ones marked (:class:`DamagedCheckpoint`),
+and ``delete`` removes a damaged one like any other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import hashlib
 import json
 import os
 import threading
@@ -38,7 +59,36 @@ from perdure.types.json import compact_json_bytes
 
 CheckpointTrigger = Literal["manual", "pre_compaction", "pre_restore", "import"]
 TRIGGERS: frozenset[str] = frozenset({"manual", "pre_compaction", "pre_restore", "import"})
-_FORMAT = "perdure-checkpoint-record/1"
+_FORMAT = "perdure-checkpoint-record/2"
+_LEGACY_FORMAT = "perdure-checkpoint-record/1"  # perdure 0.1: no hash
+# A sealed record is these bytes, the body's sha256 (64 hex digits), _MIDDLE, the
+# body, and "}": the digest covers the body byte for byte, with no re-encoding.
+_HEAD = b'{"format":"' + _FORMAT.encode("ascii") + b'","sha256":"'
+_MIDDLE = b'","record":'
+_DIGEST_LEN = 64
+_BODY_KEYS = frozenset({"meta", "messages", "agent_state"})
+
+
+class UnsealedCheckpointError(ValueError):
+    """A checkpoint record written without a sha256 (perdure 0.1): it cannot be checked."""
+
+
+def seal_checkpoint_bytes(data: bytes) -> bytes:
+    """Re-write a record that :meth:`CheckpointRecord.from_json_bytes` accepts, sealed.
+
+    Used by ``repair`` to seal checkpoints written by perdure 0.1 once someone chose
+    to trust them: the content is kept as it is, and from then on any change to it
+    is detected.
+
+    Raises:
+        ValueError: ``data`` is not a checkpoint record (sealed or not).
+    """
+    return CheckpointRecord.from_json_bytes(data, unsealed_ok=True).to_json_bytes()
+
+
+def checkpoint_damage_kind(exc: ValueError) -> str:
+    """The damage ``kind`` a store reports for a record ``from_json_bytes`` refused."""
+    return "unsealed_checkpoint" if isinstance(exc, UnsealedCheckpointError) else "bad_checkpoint"
 
 
 def check_checkpoint_id(checkpoint_id: Any) -> str:
@@ -112,43 +162,70 @@ class CheckpointRecord:
     agent_state: dict[str, Any] = field(default_factory=dict)
 
     def to_json_bytes(self) -> bytes:
-        """Serialise (bytes inside messages encoded as base64 markers).
+        """Serialise as a sealed record: the body and its sha256 (see the module).
+
+        Bytes inside messages and state are encoded as base64 markers.
 
         Raises:
             ValueError: a value cannot be stored (NaN, infinity).
         """
-        return compact_json_bytes(
+        body = compact_json_bytes(
             {
-                "format": _FORMAT,
                 "meta": self.meta.to_dict(),
                 "messages": encode_bytes_values(self.messages),
                 "agent_state": encode_bytes_values(self.agent_state),
             }
         )
+        digest = hashlib.sha256(body).hexdigest().encode("ascii")
+        return b"".join((_HEAD, digest, _MIDDLE, body, b"}"))
 
     @classmethod
-    def from_json_bytes(cls, data: bytes) -> CheckpointRecord:
-        """Parse :meth:`to_json_bytes` output.
+    def from_json_bytes(cls, data: bytes, *, unsealed_ok: bool = False) -> CheckpointRecord:
+        """Check and parse :meth:`to_json_bytes` output.
+
+        The body's sha256 is checked before anything is parsed: a record whose bytes
+        changed in any way is refused.
+
+        Args:
+            data: the stored bytes.
+            unsealed_ok: also accept a perdure 0.1 record, which has no hash — only
+                for a caller that checked its bytes another way (the SQLite store's
+                hash column) or that was told to trust it (``repair`` sealing it).
 
         Raises:
-            ValueError: not a checkpoint record, or a malformed one (never another
-                exception type, whatever the damage).
+            UnsealedCheckpointError: a perdure 0.1 record, and ``unsealed_ok`` is
+                false (a ``ValueError``).
+            ValueError: not a checkpoint record, or a damaged or malformed one
+                (never another exception type, whatever the damage).
         """
         try:
-            return cls._parse(data)
+            return cls._parse(bytes(data), unsealed_ok)
         except ValueError:
             raise
         except (TypeError, KeyError, AttributeError, RecursionError) as exc:
             raise ValueError(f"checkpoint record is malformed: {exc!r}") from None
 
     @classmethod
-    def _parse(cls, data: bytes) -> CheckpointRecord:
-        try:
-            raw = json.loads(data)
-        except ValueError as exc:
-            raise ValueError(f"checkpoint record is not JSON: {exc}") from exc
-        if not isinstance(raw, dict) or raw.get("format") != _FORMAT:
-            raise ValueError("not a perdure checkpoint record")
+    def _parse(cls, data: bytes, unsealed_ok: bool) -> CheckpointRecord:
+        if data.startswith(_HEAD):
+            raw = _unseal(data)
+        else:
+            try:
+                raw = json.loads(data)
+            except ValueError as exc:
+                raise ValueError(f"checkpoint record is not JSON: {exc}") from exc
+            if not isinstance(raw, dict) or raw.get("format") != _LEGACY_FORMAT:
+                raise ValueError("not a perdure checkpoint record")
+            if not unsealed_ok:
+                raise UnsealedCheckpointError(
+                    f"checkpoint record is {_LEGACY_FORMAT} (perdure 0.1), written without a "
+                    "sha256, so its content cannot be checked; `perdure repair --apply` seals "
+                    "it if you trust it"
+                )
+            del raw["format"]
+            raw.setdefault("agent_state", {})
+        if set(raw) != _BODY_KEYS:
+            raise ValueError(f"checkpoint record has fields {sorted(raw)}")
         meta = CheckpointMeta.from_dict(raw.get("meta"))
         messages = decode_bytes_values(raw.get("messages"))
         if not isinstance(messages, list):
@@ -161,6 +238,26 @@ class CheckpointRecord:
         return cls(meta, messages, state)
 
 
+def _unseal(data: bytes) -> Any:
+    """The parsed body of a sealed record, once its sha256 matched its bytes."""
+    start = len(_HEAD) + _DIGEST_LEN + len(_MIDDLE)
+    digest = data[len(_HEAD) : len(_HEAD) + _DIGEST_LEN]
+    if data[start - len(_MIDDLE) : start] != _MIDDLE or not data.endswith(b"}"):
+        raise ValueError("checkpoint record is not laid out as written (it was altered)")
+    body = data[start:-1]
+    if hashlib.sha256(body).hexdigest().encode("ascii") != digest:
+        raise ValueError(
+            "checkpoint record does not match its sha256 (its content was altered or damaged)"
+        )
+    try:
+        raw = json.loads(body)
+    except ValueError as exc:  # the hash matched: a writer's bug or a deliberate edit
+        raise ValueError(f"checkpoint record is not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ValueError("checkpoint record body is not an object")
+    return raw
+
+
 @runtime_checkable
 class CheckpointStore(Protocol):
     """Where checkpoints live. Every coroutine may be awaited from any loop and thread."""
@@ -170,20 +267,102 @@ class CheckpointStore(Protocol):
         ...
 
     async def get(self, session_id: str, checkpoint_id: str) -> CheckpointRecord:
-        """Read one checkpoint.
+        """Read and check one checkpoint.
 
         Raises:
             CheckpointNotFoundError: no such checkpoint in that session.
+            SessionCorruptedError: it is damaged (its content does not match its
+                sha256, or it cannot be parsed); ``details`` name it.
         """
         ...
 
     async def list(self, session_id: str) -> builtins.list[CheckpointMeta]:
-        """The session's checkpoints, oldest first."""
+        """The session's checkpoints, oldest first.
+
+        Raises:
+            SessionCorruptedError: one is too damaged to list (see
+                :func:`scan_checkpoints` for a list that marks it instead).
+        """
         ...
 
     async def delete(self, session_id: str, checkpoint_id: str) -> None:
-        """Delete one checkpoint (absent is fine)."""
+        """Delete one checkpoint (absent is fine), damaged or not."""
         ...
+
+
+@runtime_checkable
+class ListsCheckpointIds(Protocol):
+    """A checkpoint store that can name its checkpoints without reading them.
+
+    Every store shipped with perdure is one; :func:`scan_checkpoints` and
+    :func:`new_checkpoint_id` use it so that one damaged checkpoint neither hides
+    the others nor blocks new ones.
+    """
+
+    async def checkpoint_ids(self, session_id: str) -> builtins.list[str]:
+        """The id of every checkpoint stored for the session, damaged or not, oldest first."""
+        ...
+
+
+@dataclass(frozen=True)
+class DamagedCheckpoint:
+    """A stored checkpoint that cannot be read, as :func:`scan_checkpoints` lists it.
+
+    Attributes:
+        session_id: its session.
+        checkpoint_id: its id (from its file name, key or row).
+        error: what ``get`` raised; ``error.details`` say where it is.
+    """
+
+    session_id: str
+    checkpoint_id: str
+    error: SessionCorruptedError
+
+    @property
+    def kind(self) -> str:
+        """``bad_checkpoint``, ``unsealed_checkpoint`` or the store's own kind."""
+        kind = self.error.details.get("kind")
+        return kind if isinstance(kind, str) else "bad_checkpoint"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (the error as its code and message)."""
+        return {
+            "checkpoint_id": self.checkpoint_id,
+            "session_id": self.session_id,
+            "damaged": True,
+            "kind": self.kind,
+            "error": {"code": self.error.code, "message": self.error.message},
+        }
+
+
+async def scan_checkpoints(
+    store: CheckpointStore, session_id: str
+) -> builtins.list[CheckpointMeta | DamagedCheckpoint]:
+    """The session's checkpoints, oldest first, with the damaged ones marked.
+
+    One ``store.list`` when it succeeds (as cheap as a list, and as thorough: a
+    store whose ``list`` reads no body does not find damage in bodies here either).
+    When it fails on damage, each checkpoint the store names is read with ``get``
+    and every one that fails is a :class:`DamagedCheckpoint` in its place.
+
+    Raises:
+        SessionCorruptedError: ``list`` failed and the store cannot name its
+            checkpoints without reading them (it is no :class:`ListsCheckpointIds`).
+    """
+    try:
+        return builtins.list(await store.list(session_id))
+    except SessionCorruptedError:
+        if not isinstance(store, ListsCheckpointIds):
+            raise
+    found: builtins.list[CheckpointMeta | DamagedCheckpoint] = []
+    for checkpoint_id in await store.checkpoint_ids(session_id):
+        try:
+            found.append((await store.get(session_id, checkpoint_id)).meta)
+        except CheckpointNotFoundError:
+            continue  # deleted meanwhile
+        except SessionCorruptedError as exc:
+            found.append(DamagedCheckpoint(session_id, checkpoint_id, exc))
+    return found
 
 
 class _IdMaker:
@@ -193,11 +372,11 @@ class _IdMaker:
         self._makers: dict[str, MonotonicUlid] = {}
         self._guard = threading.Lock()
 
-    def new(self, session_id: str, existing: builtins.list[CheckpointMeta]) -> str:
+    def new(self, session_id: str, existing: builtins.list[str]) -> str:
         with self._guard:
             maker = self._makers.setdefault(session_id, MonotonicUlid())
-        for meta in existing[-1:]:
-            maker.observe(meta.checkpoint_id)
+        for checkpoint_id in existing[-1:]:
+            maker.observe(checkpoint_id)
         return maker.new()
 
 
@@ -205,8 +384,15 @@ _IDS = _IdMaker()
 
 
 async def new_checkpoint_id(store: CheckpointStore, session_id: str) -> str:
-    """A ULID sorting after every checkpoint id ``store`` holds for ``session_id``."""
-    return _IDS.new(session_id, await store.list(session_id))
+    """A ULID sorting after every checkpoint id ``store`` holds for ``session_id``.
+
+    Damaged checkpoints count too, and do not stop a new one from being made.
+    """
+    if isinstance(store, ListsCheckpointIds):
+        existing = await store.checkpoint_ids(session_id)
+    else:
+        existing = [meta.checkpoint_id for meta in await store.list(session_id)]
+    return _IDS.new(session_id, existing)
 
 
 def now_iso() -> str:
@@ -226,6 +412,9 @@ def check_max_checkpoints(max_checkpoints: int | None) -> int | None:
 
 class FileCheckpointStore:
     """Checkpoints as JSON files, ``<dir>/<session_id>/<checkpoint_id>.json``.
+
+    Each file is one sealed record (see the module), written durably (temp file,
+    fsync, rename), and checked against its sha256 on every read.
 
     Args:
         dir: the root directory (created on demand). Its lifecycle is its own: use
@@ -265,7 +454,14 @@ class FileCheckpointStore:
                 (directory / f"{stale}.json").unlink(missing_ok=True)
 
     async def get(self, session_id: str, checkpoint_id: str) -> CheckpointRecord:
-        """Read and check one checkpoint file."""
+        """Read one checkpoint file and check it against its sha256.
+
+        Raises:
+            ValueError: ``session_id`` or ``checkpoint_id`` is malformed.
+            CheckpointNotFoundError: no such file.
+            SessionCorruptedError: the file is damaged, unsealed (perdure 0.1) or
+                holds another checkpoint; the message and ``details["file"]`` name it.
+        """
         check_checkpoint_id(checkpoint_id)
         return await asyncio.to_thread(self._get, session_id, checkpoint_id)
 
@@ -280,26 +476,48 @@ class FileCheckpointStore:
         try:
             record = CheckpointRecord.from_json_bytes(data)
         except ValueError as exc:
-            raise SessionCorruptedError(
-                f"checkpoint file {path} is damaged: {exc}", details={"file": str(path)}
-            ) from None
+            kind = checkpoint_damage_kind(exc)
+            raise _file_damage(path, session_id, checkpoint_id, kind, exc) from None
         if (record.meta.session_id, record.meta.checkpoint_id) != (session_id, checkpoint_id):
-            raise SessionCorruptedError(f"checkpoint file {path} holds another checkpoint")
+            raise _file_damage(
+                path, session_id, checkpoint_id, "bad_checkpoint", "it holds another checkpoint"
+            )
         return record
 
     async def list(self, session_id: str) -> builtins.list[CheckpointMeta]:
-        """The session's checkpoints, oldest first."""
+        """The session's checkpoints, oldest first (every file is read and checked).
+
+        Raises:
+            SessionCorruptedError: a file is damaged (:func:`scan_checkpoints` lists
+                the others and marks it instead).
+        """
         return await asyncio.to_thread(self._list, session_id)
 
     def _list(self, session_id: str) -> builtins.list[CheckpointMeta]:
-        directory = self._dir(session_id)
-        return [self._get(session_id, cid).meta for cid in self._ids(directory)]
+        metas: builtins.list[CheckpointMeta] = []
+        for checkpoint_id in self._ids(self._dir(session_id)):
+            try:
+                metas.append(self._get(session_id, checkpoint_id).meta)
+            except CheckpointNotFoundError:
+                continue  # deleted while the list ran
+        return metas
 
     async def delete(self, session_id: str, checkpoint_id: str) -> None:
-        """Delete one checkpoint file (idempotent)."""
+        """Delete one checkpoint file (idempotent), whatever its content."""
         check_checkpoint_id(checkpoint_id)
-        path = self._dir(session_id) / f"{checkpoint_id}.json"
-        await asyncio.to_thread(path.unlink, True)
+        await asyncio.to_thread(self.checkpoint_path(session_id, checkpoint_id).unlink, True)
+
+    async def checkpoint_ids(self, session_id: str) -> builtins.list[str]:
+        """Every checkpoint id of the session, oldest first, from file names alone."""
+        return await asyncio.to_thread(self._ids, self._dir(session_id))
+
+    def checkpoint_path(self, session_id: str, checkpoint_id: str) -> Path:
+        """The file that holds (or would hold) a checkpoint.
+
+        Raises:
+            ValueError: ``session_id`` or ``checkpoint_id`` is malformed.
+        """
+        return self._dir(session_id) / f"{check_checkpoint_id(checkpoint_id)}.json"
 
     @staticmethod
     def _ids(directory: Path) -> builtins.list[str]:
@@ -308,6 +526,20 @@ class FileCheckpointStore:
         return sorted(
             p.stem for p in directory.iterdir() if p.suffix == ".json" and is_ulid(p.stem)
         )
+
+
+def _file_damage(
+    path: Path, session_id: str, checkpoint_id: str, kind: str, detail: object
+) -> SessionCorruptedError:
+    return SessionCorruptedError(
+        f"checkpoint file {path} is damaged: {detail}",
+        details={
+            "session_id": session_id,
+            "checkpoint_id": checkpoint_id,
+            "file": str(path),
+            "kind": kind,
+        },
+    )
 
 
 class MemoryCheckpointStore:
@@ -355,6 +587,12 @@ class MemoryCheckpointStore:
         check_checkpoint_id(checkpoint_id)
         with self._guard:
             self._data.get(session_id, {}).pop(checkpoint_id, None)
+
+    async def checkpoint_ids(self, session_id: str) -> builtins.list[str]:
+        """Every checkpoint id of the session, oldest first."""
+        validate_session_id(session_id)
+        with self._guard:
+            return sorted(self._data.get(session_id, {}))
 
     def drop_session(self, session_id: str) -> None:
         """Forget every checkpoint of a session (its store deleted the session)."""

@@ -1057,7 +1057,8 @@ class SQLiteSessionStore:
                 session_id, checkpoint_id, "the body does not match its hash"
             )
         try:
-            record = CheckpointRecord.from_json_bytes(body)
+            # The hash column checked the body, also one written by perdure 0.1.
+            record = CheckpointRecord.from_json_bytes(body, unsealed_ok=True)
         except (TypeError, ValueError, RecursionError) as exc:
             raise self._checkpoint_damage(session_id, checkpoint_id, str(exc)) from None
         if record.meta != meta:
@@ -1074,6 +1075,15 @@ class SQLiteSessionStore:
                 (session_id,),
             ).fetchall()
         return [self._checkpoint_meta(session_id, row[0], row) for row in rows]
+
+    def _checkpoint_ids(self, session_id: str) -> builtins.list[str]:
+        with self._use(self._reader) as conn:
+            rows = conn.execute(
+                "SELECT checkpoint_id FROM perdure_checkpoints "
+                "WHERE session_id = ? ORDER BY checkpoint_id",
+                (session_id,),
+            ).fetchall()
+        return [str(row[0]) for row in rows]
 
     def _checkpoint_delete(self, session_id: str, checkpoint_id: str) -> None:
         with self._use(self._writer) as conn, self._write_transaction(conn):
@@ -1172,8 +1182,13 @@ class SQLiteCheckpointStore:
         validate_session_id(session_id)
         return await asyncio.to_thread(self._sessions._checkpoint_list, session_id)
 
+    async def checkpoint_ids(self, session_id: str) -> builtins.list[str]:
+        """Every checkpoint id of the session, oldest first, damaged or not (reads no body)."""
+        validate_session_id(session_id)
+        return await asyncio.to_thread(self._sessions._checkpoint_ids, session_id)
+
     async def delete(self, session_id: str, checkpoint_id: str) -> None:
-        """Delete one checkpoint (absent is fine); durable like a commit.
+        """Delete one checkpoint (absent is fine), damaged or not; durable like a commit.
 
         Raises:
             ValueError: ``checkpoint_id`` is not a ULID, or ``session_id`` is invalid.

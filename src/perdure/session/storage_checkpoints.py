@@ -14,9 +14,12 @@ Guarantees: a put is one ``Storage.write``, atomic and durable on a durable back
 Retention (``max_checkpoints``) runs after the write, one ``delete`` per evicted
 checkpoint, oldest first: ``Storage`` has no transactions, so a crash in between
 leaves more checkpoints than the limit (never fewer, never a partial one) until the
-next put of that session evicts them. A damaged blob raises
-:class:`~perdure.errors.SessionCorruptedError` on ``get`` and ``list``. Every
-coroutine may be awaited from any loop and thread, as the backend's own.
+next put of that session evicts them. Every blob is a sealed record checked
+against its sha256 on every read: a damaged blob (or one written by perdure 0.1,
+without a hash) raises :class:`~perdure.errors.SessionCorruptedError` on ``get``
+and ``list``; :func:`~perdure.session.checkpoints.scan_checkpoints` lists the
+others with it marked, and ``delete`` removes it. Every coroutine may be awaited
+from any loop and thread, as the backend's own.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from perdure.session.checkpoints import (
     CheckpointRecord,
     check_checkpoint_id,
     check_max_checkpoints,
+    checkpoint_damage_kind,
 )
 from perdure.session.ids import validate_session_id
 from perdure.session.ulid import is_ulid
@@ -72,6 +76,10 @@ class StorageCheckpointStore:
 
     def _session_prefix(self, session_id: str) -> str:
         return f"{self.prefix}/{validate_session_id(session_id)}/"
+
+    async def checkpoint_ids(self, session_id: str) -> builtins.list[str]:
+        """Every checkpoint id of the session, oldest first, from the keys alone."""
+        return await self._ids(session_id)
 
     async def _ids(self, session_id: str) -> builtins.list[str]:
         """The session's checkpoint ids, oldest first."""
@@ -131,7 +139,7 @@ class StorageCheckpointStore:
         return metas
 
     async def delete(self, session_id: str, checkpoint_id: str) -> None:
-        """Delete one checkpoint (absent is fine).
+        """Delete one checkpoint (absent is fine), damaged or not.
 
         Raises:
             ValueError: ``checkpoint_id`` is not a ULID, or ``session_id`` is invalid.
@@ -146,20 +154,26 @@ class StorageCheckpointStore:
             return None
         try:
             record = CheckpointRecord.from_json_bytes(data)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise self._damage(key, session_id, checkpoint_id, str(exc)) from None
+        except ValueError as exc:
+            kind = checkpoint_damage_kind(exc)
+            raise self._damage(key, session_id, checkpoint_id, str(exc), kind) from None
         if (record.meta.session_id, record.meta.checkpoint_id) != (session_id, checkpoint_id):
             raise self._damage(key, session_id, checkpoint_id, "it holds another checkpoint")
         return record
 
     def _damage(
-        self, key: str, session_id: str, checkpoint_id: str, detail: str
+        self,
+        key: str,
+        session_id: str,
+        checkpoint_id: str,
+        detail: str,
+        kind: str = "bad_checkpoint",
     ) -> SessionCorruptedError:
         details: dict[str, Any] = {
             "session_id": session_id,
             "checkpoint_id": checkpoint_id,
             "key": key,
-            "kind": "bad_checkpoint",
+            "kind": kind,
         }
         return SessionCorruptedError(
             f"checkpoint {checkpoint_id} of session {session_id!r} in {self.storage!r} "
