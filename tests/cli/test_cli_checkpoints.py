@@ -249,6 +249,46 @@ def test_a_damaged_session_still_reaches_its_checkpoints(tmp_path: Path) -> None
         )
 
 
+def test_a_damaged_checkpoint_is_listed_refused_and_deletable(tmp_path: Path) -> None:
+    """ISSUE 14 items 5 and 12: an edited checkpoint file is marked, never used, deletable."""
+    url = f"file:{tmp_path / 'store'}"
+    talk(url, "s1", "pay 100 EUR")
+    good = ok("checkpoints", "create", "s1", "-q", "-s", url).stdout.strip()
+    bad = ok("checkpoints", "create", "s1", "-q", "-s", url).stdout.strip()
+    path = tmp_path / "store" / "sessions" / "s1" / "checkpoints" / f"{bad}.json"
+    path.write_bytes(path.read_bytes().replace(b"pay 100 EUR", b"pay 900 EUR"))
+
+    listed = ok("checkpoints", "list", "s1", "-s", url)
+    rows = {
+        line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[2:] if line.strip()
+    }
+    assert rows[good][0] == "manual"
+    assert rows[bad] == ["DAMAGED", "bad", "checkpoint"]
+    assert str(path) in listed.stderr
+    assert "perdure checkpoints delete s1" in listed.stderr
+    data = as_json("checkpoints", "list", "s1", "-s", url)["checkpoints"]
+    assert [(c["checkpoint_id"], c.get("damaged", False)) for c in data] == [
+        (good, False),
+        (bad, True),
+    ]
+    assert data[1]["error"]["code"] == "session_store_corrupted"
+
+    # never restored, exported or forked: exit 4 naming the file, nothing written
+    for command in (("checkpoints", "restore"), ("checkpoints", "export"), ("fork",)):
+        assert_error(invoke(*command, "s1", bad, "-s", url), EXIT_CORRUPTED, str(path))
+    assert history(url, "s1") == ["pay 100 EUR", "re: pay 100 EUR"]
+    assert len(as_json("checkpoints", "list", "s1", "-s", url)["checkpoints"]) == 2
+    assert [s["session_id"] for s in as_json("sessions", "list", "-s", url)["sessions"]] == ["s1"]
+
+    data = as_json("checkpoints", "delete", "s1", bad, "-s", url)
+    assert data == {"session_id": "s1", "checkpoint_id": bad, "deleted": True}
+    assert not path.exists()
+    assert [
+        c["checkpoint_id"] for c in as_json("checkpoints", "list", "s1", "-s", url)["checkpoints"]
+    ] == [good]
+    ok("checkpoints", "restore", "s1", good, "-s", url)
+
+
 LOCK_HOLDER = """
 import asyncio, sys
 from perdure.session import open_store

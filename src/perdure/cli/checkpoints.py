@@ -13,9 +13,11 @@ The commands run the :class:`~perdure.session.Session` operations on a dormant
 session (no agent): each writes under the session's writer lock, so a session busy
 in another process is refused (exit 5), never interleaved. A session whose history
 is damaged still reaches its checkpoints: listing, exporting and forking read only
-the checkpoint. A checkpoint id that is not a ULID is a usage error (exit 2); one
-that names nothing is exit 3; an import that fails verification is exit 4 and
-writes nothing.
+the checkpoint. A damaged checkpoint is listed, marked damaged, beside the others,
+and can be deleted; restoring, exporting or forking it is exit 4 and writes
+nothing. A checkpoint id that is not a ULID is a usage error (exit 2); one that
+names nothing is exit 3; an import that fails verification is exit 4 and writes
+nothing.
 """
 
 from __future__ import annotations
@@ -44,7 +46,12 @@ from perdure.cli.render import format_time, print_table
 from perdure.cli.sessions import existing_session
 from perdure.errors import SessionNotFoundError
 from perdure.session import CheckpointMeta, Session, SessionStore
-from perdure.session.checkpoints import check_checkpoint_id
+from perdure.session.checkpoints import (
+    DamagedCheckpoint,
+    ListsCheckpointIds,
+    check_checkpoint_id,
+    scan_checkpoints,
+)
 from perdure.session.export import import_checkpoint_bytes
 
 
@@ -63,11 +70,23 @@ def checkpoints() -> None:
 @json_option
 @handle_errors
 def list_checkpoints(session_id: str, store_url: str, as_json: bool) -> None:
-    """List a session's checkpoints, oldest first."""
+    """List a session's checkpoints, oldest first.
+
+    A damaged checkpoint is listed too, marked damaged (with --json:
+    "damaged": true and the error); delete it, or let repair quarantine it.
+    """
     with session_store(store_url) as store:
         found = run(_list(store, session_id))
     if as_json:
-        echo_json({"session_id": session_id, "checkpoints": found})
+        echo_json(
+            {
+                "session_id": session_id,
+                "checkpoints": [
+                    item.to_dict() if isinstance(item, DamagedCheckpoint) else item
+                    for item in found
+                ],
+            }
+        )
         return
     if not found:
         click.echo(f"session {session_id!r} has no checkpoints")
@@ -78,10 +97,23 @@ def list_checkpoints(session_id: str, store_url: str, as_json: bool) -> None:
     table.add_column("label")
     table.add_column("messages", justify="right")
     table.add_column("created", no_wrap=True)
-    for meta in found:
-        cells = (meta.checkpoint_id, meta.trigger, meta.label or "", str(meta.message_count))
-        table.add_row(*map(Text, cells), Text(format_time(meta.created_at)))
+    for item in found:
+        if isinstance(item, DamagedCheckpoint):
+            kind = item.kind.replace("_", " ")
+            table.add_row(Text(item.checkpoint_id), Text("DAMAGED", style="red"), Text(kind))
+            continue
+        cells = (item.checkpoint_id, item.trigger, item.label or "", str(item.message_count))
+        table.add_row(*map(Text, cells), Text(format_time(item.created_at)))
     print_table(console(), table)
+    damaged = [item for item in found if isinstance(item, DamagedCheckpoint)]
+    for item in damaged:
+        click.echo(f"damaged: {item.error.message}", err=True)
+    if damaged:
+        click.echo(
+            f"delete a damaged checkpoint with: perdure checkpoints delete {session_id} ID, "
+            "or quarantine it with: perdure repair",
+            err=True,
+        )
 
 
 @checkpoints.command("create")
@@ -250,8 +282,11 @@ def fork(session_id: str, checkpoint_id: str, store_url: str, as_json: bool) -> 
         click.echo(new_id)
 
 
-async def _list(store: SessionStore, session_id: str) -> list[CheckpointMeta]:
-    return await (await existing_session(store, session_id)).list_checkpoints()
+async def _list(store: SessionStore, session_id: str) -> list[CheckpointMeta | DamagedCheckpoint]:
+    session = await existing_session(store, session_id)
+    if session.checkpoints is None:
+        return []
+    return await scan_checkpoints(session.checkpoints, session_id)
 
 
 async def _create(store: SessionStore, session_id: str, label: str | None) -> CheckpointMeta:
@@ -260,7 +295,14 @@ async def _create(store: SessionStore, session_id: str, label: str | None) -> Ch
 
 async def _delete(store: SessionStore, session_id: str, checkpoint_id: str) -> bool:
     session = await existing_session(store, session_id)
-    existed = any(m.checkpoint_id == checkpoint_id for m in await session.list_checkpoints())
+    checkpoints = session.checkpoints
+    if checkpoints is None:
+        return False
+    # By id, never by reading it: a damaged checkpoint must be deletable.
+    if isinstance(checkpoints, ListsCheckpointIds):
+        existed = checkpoint_id in await checkpoints.checkpoint_ids(session_id)
+    else:
+        existed = any(m.checkpoint_id == checkpoint_id for m in await checkpoints.list(session_id))
     await session.delete_checkpoint(checkpoint_id)
     return existed
 
