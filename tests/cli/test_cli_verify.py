@@ -143,7 +143,7 @@ def test_verify_reports_damaged_checkpoint_files(tmp_path: Path) -> None:
     for broken in (files[0], files[1]):
         assert f"checkpoint {broken.stem}" in result.stdout
     assert result.stdout.count("bad_checkpoint") == 2
-    assert "perdure repair" not in result.stdout  # quarantine does not fix checkpoints
+    assert "perdure repair --store" in result.stdout  # repair quarantines checkpoints too
 
 
 def test_verify_named_sessions_and_a_missing_one(file_store: FileSessionStore) -> None:
@@ -254,11 +254,32 @@ def test_repair_leaves_what_quarantine_cannot_fix_and_exits_1(tmp_path: Path) ->
     store = FileSessionStore(tmp_path / "data")
     populate(store, ["a"], checkpoints=1)
     (checkpoint,) = (store.session_dir("a") / "checkpoints").iterdir()
-    checkpoint.write_bytes(b"{}")
+    checkpoint.unlink()
+    checkpoint.mkdir()  # unreadable: nothing to move or seal
     result = perdure("repair", "--store", f"file:{store.root}", "--apply")
     assert result.exit_code == 1
     assert "not repaired by quarantine" in result.stdout
-    assert checkpoint.read_bytes() == b"{}"
+    assert checkpoint.is_dir()
+
+
+def test_repair_quarantines_a_damaged_checkpoint(tmp_path: Path) -> None:
+    """ISSUE 14 item 12: `repair` moves a damaged checkpoint out instead of giving up."""
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"], checkpoints=2)
+    first, second = sorted((store.session_dir("a") / "checkpoints").iterdir())
+    first.write_bytes(first.read_bytes().replace(b"a answer 1", b"a answer 9"))
+    url = f"file:{store.root}"
+    dry = perdure("repair", "--store", url)
+    assert dry.exit_code == 1
+    assert "would quarantine" in dry.stdout
+    assert first.exists()
+    result = perdure("repair", "--store", url, "--apply")
+    assert result.exit_code == 0, result.stdout
+    assert f"checkpoint {first.stem} moved to" in result.stdout
+    assert not first.exists()
+    assert second.exists()
+    assert perdure("verify", "--store", url).exit_code == 0
+    assert "nothing to repair" in perdure("repair", "--store", url).stdout
 
 
 def test_repair_refuses_stores_other_than_file(sqlite_store: SQLiteSessionStore) -> None:

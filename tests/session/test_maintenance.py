@@ -151,6 +151,40 @@ def test_every_damaged_checkpoint_file_is_reported(tmp_path: Path) -> None:
     assert report.checkpoints_checked == 6
 
 
+def test_an_edited_checkpoint_file_is_reported_and_the_others_still_checked(
+    tmp_path: Path,
+) -> None:
+    """ISSUE 14 item 5: an edit that keeps the JSON valid is caught by the sha256."""
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"], checkpoints=3)
+    files = sorted((store.session_dir("a") / "checkpoints").iterdir())
+    files[1].write_bytes(files[1].read_bytes().replace(b"a answer 1", b"a answer 9"))
+    json.loads(files[1].read_bytes())  # still well-formed JSON
+    report = run(verify_store(store))
+    assert [(d.session_id, d.kind, d.checkpoint_id, d.file) for d in report.damage] == [
+        ("a", "bad_checkpoint", files[1].stem, str(files[1]))
+    ]
+    assert "sha256" in report.damage[0].detail
+    assert report.checkpoints_checked == 3
+
+
+def test_a_checkpoint_written_without_a_hash_is_reported_unsealed(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"], checkpoints=1)
+    (path,) = (store.session_dir("a") / "checkpoints").iterdir()
+    path.write_bytes(unsealed(path.read_bytes()))
+    report = run(verify_store(store))
+    assert [(d.kind, d.checkpoint_id) for d in report.damage] == [
+        ("unsealed_checkpoint", path.stem)
+    ]
+
+
+def unsealed(data: bytes) -> bytes:
+    """A sealed checkpoint file rewritten as perdure 0.1 wrote it: format /1, no sha256."""
+    record = json.loads(data)["record"]
+    return json.dumps({"format": "perdure-checkpoint-record/1", **record}).encode()
+
+
 def test_a_damaged_sqlite_checkpoint_is_reported(tmp_path: Path) -> None:
     store = SQLiteSessionStore(tmp_path / "p.db")
     populate(store, ["a", "b"], checkpoints=2)
@@ -279,14 +313,81 @@ def test_damage_quarantine_cannot_pin_is_reported_unrepairable(tmp_path: Path) -
     populate(store, ["a", "b"], checkpoints=2)
     (store.session_dir("a") / "meta.json").write_bytes(b"{broken")
     first = sorted((store.session_dir("b") / "checkpoints").iterdir())[0]
-    first.write_bytes(b"garbage")
+    first.unlink()
+    first.mkdir()  # a checkpoint that cannot even be read: no file to move or seal
     before = tree(tmp_path)
     report = run(repair_store(store, dry_run=False))
     assert tree(tmp_path) == before
     (item,) = report.sessions
     assert (item.session_id, item.status, item.quarantined) == ("a", "unrepairable", 0)
     assert "meta.json" in str(item.detail)
-    assert [(d.session_id, d.checkpoint_id) for d in report.remaining] == [("b", first.stem)]
+    assert [(d.session_id, d.kind, d.checkpoint_id) for d in report.remaining] == [
+        ("b", "unreadable", first.stem)
+    ]
+    assert report.checkpoints == ()
+    assert not report.clean
+
+
+def test_repair_quarantines_damaged_checkpoints_and_seals_unsealed_ones(tmp_path: Path) -> None:
+    """ISSUE 14 item 12: repair handles damaged checkpoints instead of giving up."""
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b"], checkpoints=3)
+    files = sorted((store.session_dir("a") / "checkpoints").iterdir())
+    edited = files[0].read_bytes().replace(b"a answer 1", b"a answer 9")
+    files[0].write_bytes(edited)
+    files[1].write_bytes(b"garbage")
+    legacy = unsealed(files[2].read_bytes())
+    files[2].write_bytes(legacy)
+    quarantine = tmp_path / "q"
+
+    before = tree(tmp_path)
+    planned = run(repair_store(store, quarantine_dir=quarantine))
+    assert tree(tmp_path) == before  # a dry run writes nothing
+    assert [(c.checkpoint_id, c.damage.kind, c.status) for c in planned.checkpoints] == [
+        (files[0].stem, "bad_checkpoint", "would_quarantine"),
+        (files[1].stem, "bad_checkpoint", "would_quarantine"),
+        (files[2].stem, "unsealed_checkpoint", "would_seal"),
+    ]
+    assert (planned.sessions, planned.remaining, planned.clean) == ((), (), False)
+
+    report = run(repair_store(store, dry_run=False, quarantine_dir=quarantine))
+    assert [(c.checkpoint_id, c.status) for c in report.checkpoints] == [
+        (files[0].stem, "quarantined"),
+        (files[1].stem, "quarantined"),
+        (files[2].stem, "sealed"),
+    ]
+    assert report.clean
+    assert report.to_dict()["checkpoints"][0]["quarantine_path"] == str(
+        quarantine / "a" / "checkpoints" / files[0].name
+    )
+    # the damaged bytes are kept aside, not lost; the sealed one keeps its content
+    assert (quarantine / "a" / "checkpoints" / files[0].name).read_bytes() == edited
+    assert (quarantine / "a" / "checkpoints" / files[1].name).read_bytes() == b"garbage"
+    assert not files[0].exists()
+    assert not files[1].exists()
+    legacy_body = {k: v for k, v in json.loads(legacy).items() if k != "format"}
+    assert json.loads(files[2].read_bytes())["record"] == legacy_body
+    restored = run(store.checkpoints.get("a", files[2].stem))
+    assert restored.meta.checkpoint_id == files[2].stem
+    assert "answer" not in json.dumps(report.to_dict())  # ids and kinds, no content
+    assert run(verify_store(FileSessionStore(tmp_path / "data"))).clean
+    again = run(repair_store(store, dry_run=False, quarantine_dir=quarantine))
+    assert (again.checkpoints, again.clean) == ((), True)
+
+
+def test_repair_leaves_a_checkpoint_whose_session_is_busy(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"], checkpoints=1)
+    (path,) = (store.session_dir("a") / "checkpoints").iterdir()
+    path.write_bytes(b"garbage")
+
+    async def scenario() -> Any:
+        async with FileSessionStore(store.root).writer_lock("a"):
+            return await repair_store(store, dry_run=False)
+
+    report = run(scenario())
+    assert [(c.checkpoint_id, c.status) for c in report.checkpoints] == [(path.stem, "locked")]
+    assert path.read_bytes() == b"garbage"
     assert not report.clean
 
 
@@ -360,6 +461,41 @@ def test_gc_keeps_the_newest_checkpoints_of_each_session(kind: str, tmp_path: Pa
     run(gc_store(store, keep_checkpoints=0, dry_run=False))
     assert all(run(cps.list(sid)) == [] for sid in "abc")
     assert len(run(store.list())) == 3  # sessions stay
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_gc_prunes_past_damaged_checkpoints_and_keeps_newest_readable(
+    kind: str, tmp_path: Path
+) -> None:
+    """ISSUE 14 item 12: one damaged checkpoint no longer stops gc for its session."""
+    store = make_store(kind, tmp_path)
+    populate(store, ["a"], checkpoints=5)
+    cps: Any = store.checkpoints  # type: ignore[attr-defined]
+    ids = [m.checkpoint_id for m in run(cps.list("a"))]
+    for damaged in (ids[0], ids[4]):  # the oldest, and the newest
+        if isinstance(store, FileSessionStore):
+            (store.session_dir("a") / "checkpoints" / f"{damaged}.json").write_bytes(b"{}")
+        else:
+            with sqlite3.connect(store.path) as conn:  # type: ignore[attr-defined]
+                conn.execute(
+                    "UPDATE perdure_checkpoints SET trigger = 'whenever' WHERE checkpoint_id = ?",
+                    (damaged,),
+                )
+            conn.close()
+    report = run(gc_store(store, keep_checkpoints=2, dry_run=False))
+    # the damaged newest does not count as kept: ids[2] and ids[3] are the two kept
+    assert [(p.checkpoint_id, p.damaged) for p in report.pruned] == [
+        (ids[0], True),
+        (ids[1], False),
+    ]
+    assert report.pruned[0].trigger == "unknown"
+    assert report.pruned[0].created_at[:4] == report.pruned[1].created_at[:4]
+    assert [(s.session_id, s.checkpoint_id, s.code) for s in report.skipped] == [
+        ("a", ids[4], "session_store_corrupted")
+    ]
+    assert run(cps.checkpoint_ids("a")) == ids[2:]
+    run(gc_store(store, keep_checkpoints=0, dry_run=False))
+    assert run(cps.checkpoint_ids("a")) == []
 
 
 def test_gc_skips_a_session_another_writer_holds(tmp_path: Path) -> None:

@@ -138,7 +138,7 @@ def _print(report: GcReport, ttl: str | None) -> None:
             table.add_row(
                 pruned.session_id,
                 pruned.checkpoint_id,
-                pruned.trigger,
+                "damaged" if pruned.damaged else pruned.trigger,
                 short_time(pruned.created_at),
             )
         out.print(table)

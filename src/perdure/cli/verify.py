@@ -117,7 +117,7 @@ def _print_verify(report: VerifyReport, store_url: str, *, repairable: bool) -> 
         f"[red]✗[/] {len(sessions)} of {report.sessions_checked} session"
         f"{_s(report.sessions_checked)} damaged ({checked} verified)"
     )
-    if repairable and any(d.checkpoint_id is None for d in report.damage):
+    if repairable and any(d.kind != "unreadable" for d in report.damage):
         out.print(
             f"see what quarantine would move: perdure repair --store {store_url}", style="dim"
         )
@@ -160,8 +160,10 @@ def repair(
     Damaged sessions are found as verify finds them. With --apply, records whose
     bytes were altered, and lines that are no record, move to the quarantine
     directory and the rest of each session is kept; the report gives counts and
-    line positions, never content. Damage that cannot be pinned on single records
-    (checkpoints, manifests, attachments) is reported and left alone. Exit 1 when
+    line positions, never content. A damaged checkpoint file moves to the
+    quarantine directory too; one written by perdure 0.1 without a sha256 is
+    sealed in place, its content unchanged. Damage that cannot be pinned on single
+    records (manifests, attachments) is reported and left alone. Exit 1 when
     damage remains afterwards (always, in a dry run that found some).
     """
     with session_store(store_url, file_only="repair") as store:
@@ -184,7 +186,7 @@ def repair(
 
 def _print_repair(report: RepairReport) -> None:
     out = console()
-    if not report.sessions and not report.remaining:
+    if not report.sessions and not report.remaining and not report.checkpoints:
         checked = report.sessions_checked
         out.print(f"[green]✓[/] {checked} session{_s(checked)} verified: nothing to repair")
         return
@@ -215,12 +217,37 @@ def _print_repair(report: RepairReport) -> None:
         for item in report.sessions:
             if item.quarantine_path is not None:
                 out.print(f"{item.session_id}: moved to {item.quarantine_path}", soft_wrap=True)
+    if report.checkpoints:
+        table = Table()
+        table.add_column("session", overflow="fold")
+        table.add_column("checkpoint", overflow="fold")
+        table.add_column("damage", no_wrap=True)
+        table.add_column("status", no_wrap=True)
+        for fixed in report.checkpoints:
+            table.add_row(
+                fixed.session_id,
+                fixed.checkpoint_id,
+                fixed.damage.kind,
+                fixed.status.replace("_", " "),
+            )
+        out.print(table)
+        for fixed in report.checkpoints:
+            if fixed.quarantine_path is not None:
+                out.print(
+                    f"{fixed.session_id}: checkpoint {fixed.checkpoint_id} moved to "
+                    f"{fixed.quarantine_path}",
+                    soft_wrap=True,
+                )
+            elif fixed.detail is not None:
+                out.print(f"{fixed.session_id}: {fixed.status}: {fixed.detail}", style="dim")
     if report.remaining:
         out.print("not repaired by quarantine (delete or restore these by hand):")
         out.print(damage_table(report.remaining))
     moved = report.quarantined
     sessions = sum(1 for s in report.sessions if s.quarantined)
-    if report.dry_run:
+    if report.checkpoints and not report.sessions:
+        pass  # only checkpoints: their table said it all
+    elif report.dry_run:
         out.print(f"would move {moved} record{_s(moved)} of {sessions} session{_s(sessions)}")
     else:
         out.print(f"moved {moved} record{_s(moved)} of {sessions} session{_s(sessions)}")

@@ -12,18 +12,25 @@ Guarantees:
 
 - :func:`verify_store` only reads, through the store's own verifying ``get`` (the
   hash chain, every segment, attachments, the agent state) and every checkpoint's
-  ``get``. It never stops at the first damage: each damaged session and checkpoint is
-  reported with the kind of damage and where it is (file and byte offset, or row).
+  ``get`` (its sha256). It never stops at the first damage: each damaged session and
+  checkpoint is reported with the kind of damage and where it is (file and byte
+  offset, or row); a damaged checkpoint hides none of the others.
 - :func:`repair_store` in dry run (the default) writes nothing to the store: it
   runs the store's own quarantine on a scratch copy of each damaged session, so what
   it reports is exactly what ``dry_run=False`` would move. Applied, it reads each
   damaged session through a ``FileSessionStore(recovery="quarantine")``, which moves
   provably bad records out under the session's writer lock and rewrites the rest
   atomically (a crash leaves the old or the healed journal, never half of one).
+  A damaged checkpoint file is moved, under the same lock, to
+  ``<quarantine_dir>/<session_id>/checkpoints/`` (written there durably before it
+  is unlinked: a crash leaves it in both places, never in none); one written by
+  perdure 0.1 without a hash is sealed in place instead, its content unchanged.
 - :func:`gc_store` in dry run (the default) deletes nothing. Applied, each deletion
   is the store's own ``delete`` (a session with its checkpoints, atomically and
   idempotently); a session whose writer lock is held elsewhere is skipped, not
-  waited for.
+  waited for. Pruning keeps the newest readable checkpoints: a damaged one never
+  counts as kept; one older than every kept checkpoint is deleted with the others,
+  a newer one is left for ``repair`` and reported.
 
 Reports are frozen dataclasses of plain values; ``to_dict()`` gives JSON-ready data.
 None of them holds message content: kinds, positions, counts and ids only.
@@ -43,19 +50,28 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from perdure._fs import atomic_write, fsync_dir
 from perdure.errors import (
     CheckpointNotFoundError,
     SessionCorruptedError,
     SessionLockedError,
     SessionNotFoundError,
 )
-from perdure.session.checkpoints import CheckpointStore
+from perdure.session.checkpoints import (
+    CheckpointMeta,
+    CheckpointRecord,
+    CheckpointStore,
+    ListsCheckpointIds,
+    scan_checkpoints,
+    seal_checkpoint_bytes,
+)
 from perdure.session.file_store import FileSessionStore, SessionRecoveryReport
 from perdure.session.ids import validate_session_id
 from perdure.session.store import SessionMeta, SessionStore
-from perdure.session.ulid import is_ulid
+from perdure.session.ulid import ulid_timestamp_ms
 
 __all__ = [
+    "CheckpointRepair",
     "Damage",
     "ExpiredSession",
     "GcReport",
@@ -90,7 +106,9 @@ class Damage:
             unreadable (a damaged SQLite file, say).
         kind: the kind of damage as the store names it (``bad_hash``, ``bad_line``,
             ``bad_payload``, ``bad_sequence``, ``broken_chain``, ``bad_state``,
-            ``bad_checkpoint``, ``bad_database``), or ``unreadable`` for an I/O error.
+            ``bad_checkpoint``, ``unsealed_checkpoint`` (written by perdure 0.1
+            without a sha256, so it cannot be checked), ``bad_database``), or
+            ``unreadable`` for an I/O error.
         detail: the store's one-line description (never message content).
         file: the damaged file (file stores) or database file, when known.
         offset: the byte offset of the damage in ``file`` (file stores).
@@ -202,6 +220,40 @@ class SessionRepair:
         }
 
 
+CheckpointRepairStatus = Literal[
+    "would_quarantine", "would_seal", "quarantined", "sealed", "locked", "clean"
+]
+
+
+@dataclass(frozen=True)
+class CheckpointRepair:
+    """What repair did (or would do) to one damaged checkpoint of a file store.
+
+    Attributes:
+        session_id: its session.
+        checkpoint_id: the checkpoint.
+        status: ``would_quarantine`` / ``quarantined`` (moved out of the store: its
+            bytes do not match its sha256 or are no checkpoint), ``would_seal`` /
+            ``sealed`` (written by perdure 0.1 without a hash: sealed in place,
+            content unchanged), ``locked`` (another writer holds the session; try
+            again later) or ``clean`` (readable, or gone, by the time it was fixed).
+        damage: the damage :func:`verify_store` found.
+        quarantine_path: where the file was moved (``None`` unless quarantined).
+        detail: why it was not repaired, for ``locked``.
+    """
+
+    session_id: str
+    checkpoint_id: str
+    status: CheckpointRepairStatus
+    damage: Damage
+    quarantine_path: str | None = None
+    detail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {**asdict(self), "damage": self.damage.to_dict()}
+
+
 @dataclass(frozen=True)
 class RepairReport:
     """What :func:`repair_store` found and did.
@@ -212,8 +264,9 @@ class RepairReport:
         quarantine_dir: where quarantined records go (one directory per session).
         sessions_checked: sessions verified.
         sessions: one entry per session with damage in its journal.
-        remaining: damage quarantine does not repair (checkpoint files, an
-            unreadable store); delete or restore those by hand.
+        remaining: damage quarantine does not repair (an unreadable file or
+            store); delete or restore those by hand.
+        checkpoints: one entry per damaged checkpoint (quarantined or sealed).
     """
 
     dry_run: bool
@@ -222,6 +275,7 @@ class RepairReport:
     sessions_checked: int
     sessions: tuple[SessionRepair, ...]
     remaining: tuple[Damage, ...] = ()
+    checkpoints: tuple[CheckpointRepair, ...] = ()
 
     @property
     def quarantined(self) -> int:
@@ -231,7 +285,11 @@ class RepairReport:
     @property
     def clean(self) -> bool:
         """True when no damage is left in the store after this run."""
-        return not self.remaining and all(s.status in ("repaired", "clean") for s in self.sessions)
+        return (
+            not self.remaining
+            and all(s.status in ("repaired", "clean") for s in self.sessions)
+            and all(c.status in ("quarantined", "sealed", "clean") for c in self.checkpoints)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data."""
@@ -243,6 +301,7 @@ class RepairReport:
             "quarantined": self.quarantined,
             "clean": self.clean,
             "sessions": [s.to_dict() for s in self.sessions],
+            "checkpoints": [c.to_dict() for c in self.checkpoints],
             "remaining": [d.to_dict() for d in self.remaining],
         }
 
@@ -259,21 +318,27 @@ class ExpiredSession:
 
 @dataclass(frozen=True)
 class PrunedCheckpoint:
-    """A checkpoint :func:`gc_store` deleted (or would delete): older than the newest N."""
+    """A checkpoint :func:`gc_store` deleted (or would delete): older than the newest N.
+
+    A damaged one has ``damaged`` set, ``trigger`` ``"unknown"`` and the time its
+    id was made as ``created_at``.
+    """
 
     session_id: str
     checkpoint_id: str
     trigger: str
     created_at: str
+    damaged: bool = False
 
 
 @dataclass(frozen=True)
 class SkippedSession:
-    """A session :func:`gc_store` could not handle; ``code`` is the error's code."""
+    """A session (or one of its checkpoints) :func:`gc_store` left alone; ``code`` says why."""
 
     session_id: str | None
     code: str
     detail: str
+    checkpoint_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -456,14 +521,14 @@ async def _verify_checkpoints(
     damage: list[Damage] = []
     try:
         ids = [meta.checkpoint_id for meta in await checkpoints.list(session_id)]
-    except SessionCorruptedError as exc:
-        if not isinstance(store, FileSessionStore):
+    except (SessionCorruptedError, OSError) as exc:
+        if not isinstance(checkpoints, ListsCheckpointIds):
+            if isinstance(exc, OSError):
+                return [Damage(session_id, "unreadable", str(exc))], 0
             return [_damage(exc, session_id, checkpoint=True)], 0
-        # A file store's list parses every checkpoint and stops at the first bad one;
-        # its files are named by id, so read each of them to report them all.
-        ids = await asyncio.to_thread(
-            _checkpoint_files, store.session_dir(session_id) / "checkpoints"
-        )
+        # A list stops at the first checkpoint too damaged to list: name them all
+        # by id and read each, to report every one.
+        ids = await checkpoints.checkpoint_ids(session_id)
     checked = 0
     for checkpoint_id in ids:
         try:
@@ -476,12 +541,6 @@ async def _verify_checkpoints(
             damage.append(Damage(session_id, "unreadable", str(exc), checkpoint_id=checkpoint_id))
         checked += 1
     return damage, checked
-
-
-def _checkpoint_files(directory: Path) -> list[str]:
-    if not directory.is_dir():
-        return []
-    return sorted(p.stem for p in directory.iterdir() if p.suffix == ".json" and is_ulid(p.stem))
 
 
 def _damage(
@@ -536,7 +595,9 @@ async def repair_store(
     records (altered bytes, lines that are no record) go to
     ``<quarantine_dir>/<session_id>/``, the rest is rewritten atomically, and the
     session reads cleanly again. Damage quarantine cannot pin on single records is
-    reported, never guessed at.
+    reported, never guessed at. A damaged checkpoint file moves to
+    ``<quarantine_dir>/<session_id>/checkpoints/``; one written by perdure 0.1,
+    which has no sha256, is sealed in place (``RepairReport.checkpoints``).
 
     Args:
         store: a :class:`FileSessionStore` or its directory.
@@ -565,7 +626,12 @@ async def repair_store(
     qdir = Path(quarantine_dir) if quarantine_dir is not None else strict.quarantine_dir
     verified = await verify_store(strict, session_ids=session_ids)
     journal_damage = [d for d in verified.damage if d.checkpoint_id is None and d.session_id]
-    remaining = [d for d in verified.damage if d not in journal_damage]
+    checkpoint_damage = [
+        d
+        for d in verified.damage
+        if d.checkpoint_id is not None and d.session_id and d.kind in _FIXABLE_CHECKPOINT
+    ]
+    remaining = [d for d in verified.damage if d not in journal_damage + checkpoint_damage]
     reports: list[SessionRecoveryReport] = []
     healer = FileSessionStore(
         root,
@@ -575,6 +641,7 @@ async def repair_store(
         quarantine_dir=qdir,
     )
     repairs: list[SessionRepair] = []
+    checkpoint_repairs: list[CheckpointRepair] = []
     try:
         for found in journal_damage:
             assert found.session_id is not None
@@ -582,6 +649,8 @@ async def repair_store(
                 repairs.append(await _plan(strict, found))
             else:
                 repairs.append(await _heal(healer, found, reports))
+        for found in checkpoint_damage:
+            checkpoint_repairs.append(await _fix_checkpoint(strict, found, qdir, dry_run))
     finally:
         healer.close()
         if strict is not store:
@@ -593,7 +662,93 @@ async def repair_store(
         sessions_checked=verified.sessions_checked,
         sessions=tuple(repairs),
         remaining=tuple(remaining),
+        checkpoints=tuple(checkpoint_repairs),
     )
+
+
+_FIXABLE_CHECKPOINT = frozenset({"bad_checkpoint", "unsealed_checkpoint"})
+
+
+async def _fix_checkpoint(
+    store: FileSessionStore, found: Damage, qdir: Path, dry_run: bool
+) -> CheckpointRepair:
+    """Quarantine a damaged checkpoint file, or seal an unsealed one (dry run: say which)."""
+    session_id, checkpoint_id = found.session_id, found.checkpoint_id
+    assert session_id is not None
+    assert checkpoint_id is not None
+    path = store.checkpoints.checkpoint_path(session_id, checkpoint_id)
+
+    def result(status: CheckpointRepairStatus, **extra: Any) -> CheckpointRepair:
+        return CheckpointRepair(session_id, checkpoint_id, status, found, **extra)
+
+    if dry_run:
+        data = await asyncio.to_thread(_read_if_damaged, path, session_id, checkpoint_id)
+        if data is None:
+            return result("clean")
+        sealed = _sealed_or_none(data, session_id, checkpoint_id)
+        return result("would_quarantine" if sealed is None else "would_seal")
+    try:
+        # Under the writer lock, like every session write: a restore or fork that
+        # is reading this checkpoint right now finishes first.
+        async with store.writer_lock(session_id):
+            done = await asyncio.to_thread(
+                _quarantine_or_seal, path, qdir / session_id / "checkpoints", session_id
+            )
+    except SessionLockedError as exc:
+        return result("locked", detail=exc.message)
+    if done is None:
+        return result("clean")
+    if isinstance(done, Path):
+        return result("quarantined", quarantine_path=str(done))
+    return result("sealed")
+
+
+def _read_if_damaged(path: Path, session_id: str, checkpoint_id: str) -> bytes | None:
+    """The checkpoint file's bytes, or ``None`` if it is gone or reads cleanly now."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        record = CheckpointRecord.from_json_bytes(data)
+    except ValueError:
+        return data
+    intact = (record.meta.session_id, record.meta.checkpoint_id) == (session_id, checkpoint_id)
+    return None if intact else data
+
+
+def _sealed_or_none(data: bytes, session_id: str, checkpoint_id: str) -> bytes | None:
+    """``data`` sealed, when it is an intact unsealed record of this checkpoint."""
+    try:
+        sealed = seal_checkpoint_bytes(data)
+    except ValueError:
+        return None
+    meta = CheckpointRecord.from_json_bytes(sealed).meta
+    return sealed if (meta.session_id, meta.checkpoint_id) == (session_id, checkpoint_id) else None
+
+
+def _quarantine_or_seal(path: Path, qdir: Path, session_id: str) -> Path | bool | None:
+    """Seal the file in place (``True``), move it to ``qdir`` (its new path), or ``None``.
+
+    The quarantine copy is written durably before the original is unlinked: a crash
+    in between leaves the checkpoint in both places, never in none.
+    """
+    checkpoint_id = path.stem
+    data = _read_if_damaged(path, session_id, checkpoint_id)
+    if data is None:
+        return None
+    sealed = _sealed_or_none(data, session_id, checkpoint_id)
+    if sealed is not None:
+        atomic_write(path, sealed)
+        return True
+    qdir.mkdir(parents=True, exist_ok=True)
+    target = qdir / path.name
+    if target.exists():  # quarantined before under this id (a crash, or a second damage)
+        target = qdir / f"{checkpoint_id}.{os.urandom(4).hex()}.json"
+    atomic_write(target, data)
+    path.unlink()
+    fsync_dir(path.parent)
+    return target
 
 
 async def _heal(
@@ -742,7 +897,9 @@ async def gc_store(
                     ExpiredSession(meta.session_id, meta.updated_at, idle, meta.message_count)
                 )
             elif checkpoints is not None and keep_checkpoints is not None:
-                pruned.extend(await _prune(checkpoints, meta.session_id, keep_checkpoints, dry_run))
+                gone, left = await _prune(checkpoints, meta.session_id, keep_checkpoints, dry_run)
+                pruned.extend(gone)
+                skipped.extend(left)
         except (SessionLockedError, SessionCorruptedError) as exc:
             skipped.append(SkippedSession(meta.session_id, exc.code, exc.message))
     return GcReport(
@@ -759,13 +916,50 @@ async def gc_store(
 
 async def _prune(
     checkpoints: CheckpointStore, session_id: str, keep: int, dry_run: bool
-) -> list[PrunedCheckpoint]:
-    metas = await checkpoints.list(session_id)  # oldest first
-    stale = metas[: max(0, len(metas) - keep)]
-    for meta in stale:
-        if not dry_run:
-            await checkpoints.delete(session_id, meta.checkpoint_id)
-    return [PrunedCheckpoint(session_id, m.checkpoint_id, m.trigger, m.created_at) for m in stale]
+) -> tuple[list[PrunedCheckpoint], list[SkippedSession]]:
+    """Delete all but the newest ``keep`` readable checkpoints (see :func:`gc_store`)."""
+    found = await scan_checkpoints(checkpoints, session_id)  # oldest first
+    intact = [item for item in found if isinstance(item, CheckpointMeta)]
+    kept = intact[max(0, len(intact) - keep) :] if keep else []
+    oldest_kept = kept[0].checkpoint_id if kept else None
+    pruned: list[PrunedCheckpoint] = []
+    left: list[SkippedSession] = []
+    for item in found:
+        if isinstance(item, CheckpointMeta):
+            if item not in kept:
+                pruned.append(
+                    PrunedCheckpoint(session_id, item.checkpoint_id, item.trigger, item.created_at)
+                )
+        elif keep == 0 or (oldest_kept is not None and item.checkpoint_id < oldest_kept):
+            pruned.append(
+                PrunedCheckpoint(
+                    session_id,
+                    item.checkpoint_id,
+                    "unknown",
+                    _ulid_time(item.checkpoint_id),
+                    damaged=True,
+                )
+            )
+        else:
+            left.append(
+                SkippedSession(
+                    session_id,
+                    item.error.code,
+                    f"checkpoint {item.checkpoint_id} is damaged ({item.kind}); "
+                    "kept for `perdure repair`",
+                    checkpoint_id=item.checkpoint_id,
+                )
+            )
+    if not dry_run:
+        for stale in pruned:
+            await checkpoints.delete(session_id, stale.checkpoint_id)
+    return pruned, left
+
+
+def _ulid_time(checkpoint_id: str) -> str:
+    """When a ULID was made, as ISO-8601 UTC (what a damaged checkpoint still tells)."""
+    moment = _dt.datetime.fromtimestamp(ulid_timestamp_ms(checkpoint_id) / 1000, _dt.UTC)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _parse_time(text: str) -> _dt.datetime:
