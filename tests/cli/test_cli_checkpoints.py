@@ -272,6 +272,8 @@ def test_a_damaged_checkpoint_is_listed_refused_and_deletable(tmp_path: Path) ->
         (bad, True),
     ]
     assert data[1]["error"]["code"] == "session_store_corrupted"
+    assert "checkpoints  2 (latest " in ok("sessions", "show", "s1", "-s", url).stdout
+    assert ", 1 damaged" in ok("sessions", "show", "s1", "-s", url).stdout
 
     # never restored, exported or forked: exit 4 naming the file, nothing written
     for command in (("checkpoints", "restore"), ("checkpoints", "export"), ("fork",)):

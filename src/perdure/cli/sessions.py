@@ -40,11 +40,14 @@ from perdure.cli._common import (
 from perdure.cli.render import format_time, print_table, rich_message
 from perdure.errors import SessionCorruptedError, SessionNotFoundError
 from perdure.session import (
+    CheckpointMeta,
+    DamagedCheckpoint,
     HistoryPage,
     Session,
     SessionMeta,
     SessionStore,
     read_history_page,
+    scan_checkpoints,
 )
 
 DEFAULT_PAGE = 20
@@ -73,6 +76,13 @@ async def existing_session(store: SessionStore, session_id: str) -> Session:
     """
     await read_history_page(store, session_id, offset=0, limit=0)
     return Session(store, session_id)
+
+
+async def _checkpoints(session: Session) -> list[CheckpointMeta | DamagedCheckpoint]:
+    """The session's checkpoints, a damaged one marked rather than failing the command."""
+    if session.checkpoints is None:
+        return []
+    return await scan_checkpoints(session.checkpoints, session.session_id)
 
 
 @click.group()
@@ -126,7 +136,8 @@ def show_session(session_id: str, store_url: str, as_json: bool) -> None:
     """
     with session_store(store_url) as store:
         record = run(store.get(session_id))
-        checkpoints = run(Session(store, session_id).list_checkpoints())
+        checkpoints = run(_checkpoints(Session(store, session_id)))
+    damaged = sum(isinstance(c, DamagedCheckpoint) for c in checkpoints)
     meta = record.meta
     summary = _state_summary(record.agent_state)
     if as_json:
@@ -163,7 +174,8 @@ def show_session(session_id: str, store_url: str, as_json: bool) -> None:
     else:
         rows.append(("agent state", "none stored yet"))
     latest = f" (latest {checkpoints[-1].checkpoint_id})" if checkpoints else ""
-    rows.append(("checkpoints", f"{len(checkpoints)}{latest}"))
+    marked = f", {damaged} damaged" if damaged else ""
+    rows.append(("checkpoints", f"{len(checkpoints)}{latest}{marked}"))
     for key, value in rows:
         table.add_row(Text(key), Text(value))
     print_table(console(), table)

@@ -4,8 +4,10 @@ from perdure.session.checkpoints import (
     CheckpointMeta,
     CheckpointRecord,
     CheckpointStore,
+    DamagedCheckpoint,
     FileCheckpointStore,
     MemoryCheckpointStore,
+    scan_checkpoints,
 )
 from perdure.session.export import EXPORT_FORMAT
 from perdure.session.file_store import FileSessionStore, Segmentation, SessionRecoveryReport
@@ -48,6 +50,7 @@ __all__ = [
     "CheckpointStore",
     "CommitResult",
     "CompactResult",
+    "DamagedCheckpoint",
     "FileCheckpointStore",
     "FileSessionStore",
     "GcReport",
@@ -76,6 +79,7 @@ __all__ = [
     "open_store",
     "read_history_page",
     "repair_store",
+    "scan_checkpoints",
     "validate_session_id",
     "verify_store",
 ]

@@ -312,7 +312,12 @@ class Session:
             return await self._write_checkpoint(checkpoints, "manual", label)
 
     async def list_checkpoints(self) -> list[CheckpointMeta]:
-        """The session's checkpoints, oldest first (``[]`` when none are wired)."""
+        """The session's checkpoints, oldest first (``[]`` when none are wired).
+
+        Raises:
+            SessionCorruptedError: one is too damaged to list;
+                :func:`~perdure.session.scan_checkpoints` lists it, marked, with the others.
+        """
         if self.checkpoints is None:
             return []
         return await self.checkpoints.list(self.session_id)
@@ -339,6 +344,8 @@ class Session:
             ValueError: ``checkpoint_id`` is not a well-formed ULID.
             CheckpointNotFoundError: no such checkpoint.
             SessionMismatchError: the checkpoint belongs to another session.
+            SessionCorruptedError: the checkpoint does not match its sha256 or is
+                otherwise damaged; nothing is written.
         """
         check_checkpoint_id(checkpoint_id)
         if self._agent is not None and self._agent.turn_running:
@@ -390,6 +397,8 @@ class Session:
             StoreNotWiredError: no checkpoint store is wired.
             CheckpointNotFoundError: no such checkpoint.
             SessionMismatchError: the checkpoint belongs to another session.
+            SessionCorruptedError: the checkpoint does not match its sha256 or is
+                otherwise damaged; nothing is written.
         """
         check_checkpoint_id(checkpoint_id)
         checkpoints = self._require_checkpoints("fork")
@@ -407,6 +416,8 @@ class Session:
             ValueError: ``checkpoint_id`` is not a well-formed ULID.
             StoreNotWiredError: no checkpoint store is wired.
             CheckpointNotFoundError: no such checkpoint.
+            SessionCorruptedError: the checkpoint does not match its sha256 or is
+                otherwise damaged (a damaged checkpoint is never exported).
         """
         check_checkpoint_id(checkpoint_id)
         checkpoints = self._require_checkpoints("export_checkpoint")
