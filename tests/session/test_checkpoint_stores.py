@@ -926,3 +926,22 @@ def test_storage_store_checks_its_prefix(prefix: str) -> None:
 def test_storage_store_needs_a_storage() -> None:
     with pytest.raises(TypeError, match="storage"):
         StorageCheckpointStore(object())  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the seal
+
+
+@pytest.mark.parametrize("mask", [0x01, 0x20, 0x80, 0xFF])
+def test_every_changed_byte_of_a_sealed_record_is_refused(mask: int) -> None:
+    """SPEC §7.1: whatever byte of a stored checkpoint changes, reading it fails."""
+    record = make_record("s", encode_ulid(1_700_000_000_000, 7))
+    data = record.to_json_bytes()
+    assert CheckpointRecord.from_json_bytes(data) == record
+    for at in range(len(data)):
+        changed = bytearray(data)
+        changed[at] ^= mask
+        with pytest.raises(ValueError):
+            CheckpointRecord.from_json_bytes(bytes(changed))
+    for cut in range(len(data)):
+        with pytest.raises(ValueError):
+            CheckpointRecord.from_json_bytes(data[:cut])
