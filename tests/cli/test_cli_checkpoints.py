@@ -267,7 +267,7 @@ def test_a_damaged_checkpoint_is_listed_refused_and_deletable(tmp_path: Path) ->
     assert str(path) in listed.stderr
     assert "perdure checkpoints delete s1" in listed.stderr
     data = as_json("checkpoints", "list", "s1", "-s", url)["checkpoints"]
-    assert [(c["checkpoint_id"], c.get("damaged", False)) for c in data] == [
+    assert [(c["checkpoint_id"], c["damaged"]) for c in data] == [
         (good, False),
         (bad, True),
     ]

@@ -72,8 +72,9 @@ def checkpoints() -> None:
 def list_checkpoints(session_id: str, store_url: str, as_json: bool) -> None:
     """List a session's checkpoints, oldest first.
 
-    A damaged checkpoint is listed too, marked damaged (with --json:
-    "damaged": true and the error); delete it, or let repair quarantine it.
+    A damaged checkpoint is listed too, marked damaged (with --json, each
+    checkpoint has "damaged": true or false, and a damaged one its error);
+    delete it, or let repair quarantine it.
     """
     with session_store(store_url) as store:
         found = run(_list(store, session_id))
@@ -82,7 +83,9 @@ def list_checkpoints(session_id: str, store_url: str, as_json: bool) -> None:
             {
                 "session_id": session_id,
                 "checkpoints": [
-                    item.to_dict() if isinstance(item, DamagedCheckpoint) else item
+                    item.to_dict()
+                    if isinstance(item, DamagedCheckpoint)
+                    else {**item.to_dict(), "damaged": False}
                     for item in found
                 ],
             }
