@@ -746,7 +746,7 @@ def _quarantine_or_seal(path: Path, qdir: Path, session_id: str) -> Path | bool 
     if target.exists():  # quarantined before under this id (a crash, or a second damage)
         target = qdir / f"{checkpoint_id}.{os.urandom(4).hex()}.json"
     atomic_write(target, data)
-    path.unlink()
+    path.unlink(missing_ok=True)  # a delete_checkpoint (which takes no lock) may have won
     fsync_dir(path.parent)
     return target
 
