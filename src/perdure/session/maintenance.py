@@ -849,8 +849,10 @@ async def gc_store(
         store: the store to clean.
         ttl_seconds: seconds of inactivity after which a session expires (``None``:
             expire nothing).
-        keep_checkpoints: checkpoints to keep per session, newest first (``None``:
-            keep all; ``0``: delete all).
+        keep_checkpoints: readable checkpoints to keep per session, newest first
+            (``None``: keep all; ``0``: delete all, damaged ones too). A damaged
+            checkpoint newer than the oldest kept one is kept and reported in
+            ``skipped``; an older one is pruned (``PrunedCheckpoint.damaged``).
         dry_run: report what would be deleted, delete nothing (the default).
         now: the time to measure inactivity against (aware; default: now).
 
