@@ -257,14 +257,24 @@ async def test_file_store_end_reads_across_segments(tmp_path: Path, max_records:
         )
 
 
-async def test_file_store_end_read_checks_the_manifest_counts(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("field", "error"),
+    [("count", "does not match the manifest"), ("first_count", "segments do not meet")],
+)
+async def test_file_store_end_read_checks_the_manifest_counts(
+    tmp_path: Path, field: str, error: str
+) -> None:
     store = FileSessionStore(tmp_path, segmentation=Segmentation(max_records=5))
-    history = [text("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(12)]
+    history = [text("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(22)]
     await store.create("s")
-    await store.commit("s", history, agent_state=manager_state(10))
+    await store.commit("s", history[:1], agent_state=manager_state(1))
+    for end in range(2, 23):
+        await store.commit("s", history[:end])
+    assert (await store.get("s", offset=21)).agent_state == manager_state(1)  # read back to it
     manifest_path = store.session_dir("s") / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    manifest["segments"][-1]["count"] += 1  # the manifest no longer meets the journal
+    assert len(manifest["segments"]) == 4
+    manifest["segments"][2][field] += 1  # no longer what its records say
     manifest_path.write_text(json.dumps(manifest))
-    with pytest.raises(SessionCorruptedError):
-        await FileSessionStore(tmp_path).get("s", offset=9)
+    with pytest.raises(SessionCorruptedError, match=error):
+        await FileSessionStore(tmp_path).get("s", offset=21)

@@ -34,6 +34,10 @@ Guarantees:
   outside the session and the rest is kept, and ``on_recovery`` gets a report.
 - **Segments**: the active journal is sealed into ``segments/`` at ``max_records``
   records or ``max_bytes`` bytes; a history page reads only the segments it covers.
+- **Reads follow what they return**: a page, or ``get(offset=n)`` (how a Session
+  resumes its conversation manager's window), reads backwards from the end only the
+  bytes holding those messages and the latest agent state, and verifies what it
+  read; ``get()`` reads and verifies everything (``verify_store`` uses it).
 - **Atomic rewrites**: ``commit(..., rewritten=True)`` writes the new history to
   ``rewrite.jsonl.tmp``, fsyncs, and renames it to ``rewrite.jsonl`` — the commit
   point. Readers treat an existing ``rewrite.jsonl`` as the whole history; the next
