@@ -147,6 +147,36 @@ def test_resume_does_not_read_what_the_window_dropped(kind: str, tmp_path: Path)
     assert manager.removed_message_count + len(resumed.messages) == page.total
 
 
+def bytes_read() -> int:
+    """Bytes this process has read through system calls so far (Linux)."""
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io")
+def test_what_a_resume_reads_does_not_grow_with_the_history(tmp_path: Path) -> None:
+    read: dict[int, int] = {}
+    for size in (1000, 20000):
+        root = tmp_path / str(size)
+        store = FileSessionStore(root, durability="none")
+        history = [
+            text("user" if i % 2 == 0 else "assistant", f"m{i} " + "x" * 200) for i in range(size)
+        ]
+        asyncio.run(store.create("s"))
+        for end in range(500, size + 1, 500):
+            asyncio.run(store.commit("s", history[:end], agent_state=manager_state(end - 40)))
+        fresh = FileSessionStore(root)
+        Agent(model=ScriptedModel([]), session_manager=Session.resume(fresh, "s"))  # warm up
+        before = bytes_read()
+        agent = Agent(model=ScriptedModel([]), session_manager=Session.resume(fresh, "s"))
+        read[size] = bytes_read() - before
+        assert agent.messages == history[-40:]
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "20000").rglob("*") if p.is_file())
+    assert on_disk > 4_000_000
+    assert read[20000] < 200_000  # the window and its neighbourhood, not 4 MB
+    assert read[20000] < 2 * read[1000]
+
+
 def test_a_manager_that_keeps_everything_still_reads_everything(tmp_path: Path) -> None:
     store = open_store("file", tmp_path)
     run_turns(store, manager=NullConversationManager())
