@@ -5,7 +5,9 @@ Persistence rides on the agent's hooks:
 - ``AgentInitializedEvent`` restores the agent from the store, in the order of seed
   000 §5.4: agent state, internal state (interrupts, model state), the conversation
   manager's state (with its removed-message offset), then the messages from that
-  offset — repaired so the model accepts them, the repair written back once.
+  offset — repaired so the model accepts them, the repair written back once. Only
+  those messages (and the one before them) are read, so a resume costs what the
+  manager keeps, not what the log holds; ``verify_store`` reads everything.
 - ``BeforeInvocationEvent`` takes the session's writer lock for the whole turn
   (``SessionLockedError`` at once if another writer holds it);
   ``AfterInvocationEvent`` syncs state, flushes, and releases it. Nothing is held
@@ -652,6 +654,13 @@ class Session:
         return await self.store.get(self.session_id)
 
     async def _restore(self, agent: Agent, record: SessionRecord) -> None:
+        """Restore ``agent`` from ``record``: a window (see :meth:`_read_window`) or all.
+
+        A window is used as it is when it needs no repair: the agent then holds
+        exactly what a whole read, repaired and trimmed, would give it (pairs the
+        manager dropped earlier are not looked at again). Otherwise the whole
+        history is read, repaired and written back, as it always was.
+        """
         prepend = self._restore_state(agent, record.agent_state)
         offset = agent.conversation_manager.removed_message_count
         if record.offset > 0:
