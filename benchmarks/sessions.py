@@ -8,12 +8,18 @@ floor, measured step by step between the store's own appends so that a noisy
 neighbour slows both alike (append + fsync of the same bytes to one file for the
 file store; one SQLite insert per transaction with synchronous=FULL for the SQLite
 store), the non-durable append rate, the time to
-resume (read and verify) the whole session, the time to read its last page of 50,
-and its bytes on disk against the raw message bytes.
+read and verify the whole session (``get``), the time to read its last page of 50,
+its bytes on disk against the raw message bytes, and what ``Session.resume`` of it
+costs an agent with the default conversation manager (a sliding window of 40
+messages, its state stored as a Session stores it): the time to resume (in a fresh
+process, best of 5 after one warm-up) and the peak Python memory it allocates
+(``tracemalloc``), with the growth of the process's peak RSS in the summary.
 
 Targets (issue 3): durable append <= 1.5x the floor; non-durable >= 20,000 msg/s;
-tail page of 50 at 100k <= 2 ms and within 2x of the same read at 1k; resume of
+tail page of 50 at 100k <= 2 ms and within 2x of the same read at 1k; full read of
 10k with the chain verified <= 60 ms; disk <= 1.3x the raw message bytes.
+Targets (issue 14): resume with the default window at 100k within 2x of the same
+at 1k; its peak memory <= 20 MB above the interpreter's.
 """
 
 from __future__ import annotations
@@ -22,12 +28,15 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -114,6 +123,66 @@ class SQLiteFloor:
             Path(str(self.path) + suffix).unlink(missing_ok=True)
 
 
+WINDOW = 40  # SlidingWindowConversationManager's default window_size
+
+
+def window_state(total: int) -> dict[str, Any]:
+    """The agent state a Session stores once its default window trimmed ``total`` messages."""
+    return {
+        "format": "perdure-agent-state/1",
+        "agent_id": "default",
+        "state": {},
+        "internal_state": {"interrupt_state": {}, "model_state": {}},
+        "conversation_manager_state": {
+            "__name__": "SlidingWindowConversationManager",
+            "removed_message_count": max(0, total - WINDOW),
+        },
+    }
+
+
+def resume_child(kind: str, work: Path) -> dict[str, float]:
+    """Resume ``bench`` in this (fresh) process: best time of 5, peak memory of one."""
+    from perdure import Agent
+    from perdure.models import ScriptedModel
+    from perdure.session import Session
+
+    store = store_kinds()[kind](work, "commit")
+
+    def resume() -> Agent:
+        agent = Agent(model=ScriptedModel([]), session_manager=Session.resume(store, "bench"))
+        assert len(agent.messages) == WINDOW
+        return agent
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tracemalloc.start()
+    resume()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        resume()
+        times.append(time.perf_counter() - start)
+    return {"ms": min(times) * 1e3, "peak_mb": peak / 2**20, "rss_mb": rss / 1024}
+
+
+def measure_resume(kind: str, work: Path) -> dict[str, float]:
+    """Run :func:`resume_child` in a fresh interpreter (memory and caches its own)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run(
+        [sys.executable, __file__, "--resume-child", kind, str(work)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(f"resume child failed:\n{done.stderr}")
+    result: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
 def store_kinds() -> dict[str, Callable[[Path, str], SessionStore]]:
     kinds: dict[str, Callable[[Path, str], SessionStore]] = {
         "file": lambda d, durability: FileSessionStore(d / "file", durability=durability),  # type: ignore[arg-type]
@@ -138,9 +207,9 @@ async def measure(
     await bulk.create("bench")
     step = 1000
     for end in range(step, size + 1, step):
-        await bulk.commit("bench", history[:end])
+        await bulk.commit("bench", history[:end], agent_state=window_state(end))
     if size % step:
-        await bulk.commit("bench", history)
+        await bulk.commit("bench", history, agent_state=window_state(size))
 
     # Appends as a Session makes them during a turn: writer lock held, tail checked.
     # The floor is measured interleaved with the store's appends, on the same disk at
@@ -173,6 +242,13 @@ async def measure(
             history.append(message(size + appends + 1 + i))
             tail = (await fast.commit("bench", history, expected_tail=tail)).tail
         rate = count / (time.perf_counter() - start)
+        # The state as a Session leaves it after its last turn: the window trimmed.
+        history.append(message(size + appends + 1 + count))
+        tail = (
+            await fast.commit(
+                "bench", history, agent_state=window_state(len(history)), expected_tail=tail
+            )
+        ).tail
 
     reader = make(work, "commit")
     resume = []
@@ -192,7 +268,11 @@ async def measure(
         if close is not None:
             close()  # the last SQLite connection to close folds its WAL into the database
     disk = disk_of(work, kind)
+    windowed = measure_resume(kind, work)
     return {
+        "window_ms": windowed["ms"],
+        "window_mb": windowed["peak_mb"],
+        "window_rss_mb": windowed["rss_mb"],
         "floor_us": statistics.median(floor_times) * 1e6,
         "append_us": append_s * 1e6,
         "rate": rate,
@@ -207,7 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="sizes 1k and 10k, fewer appends")
     parser.add_argument("--sizes", help="comma-separated session sizes (default 1000,10000,100000)")
     parser.add_argument("--dir", help="where to write (default: a temp dir on the current disk)")
+    parser.add_argument("--resume-child", nargs=2, metavar=("KIND", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.resume_child:
+        kind, work = args.resume_child
+        print(json.dumps(resume_child(kind, Path(work))))
+        return 0
     sizes = (
         [int(s) for s in args.sizes.split(",")]
         if args.sizes
@@ -227,11 +312,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         header = (
             f"{'store':<7}{'msgs':>8}{'append us':>11}{'floor us':>10}{'x floor':>9}"
-            f"{'nodur msg/s':>13}{'resume ms':>11}{'tail50 ms':>11}{'disk x':>8}"
+            f"{'nodur msg/s':>13}{'get ms':>10}{'tail50 ms':>11}{'disk x':>8}"
+            f"{'resume ms':>11}{'resume MB':>11}"
         )
         print(header)
         print("-" * len(header))
+        summary: list[str] = []
         for kind, make in store_kinds().items():
+            smallest: dict[str, float] | None = None
             for size in sizes:
                 work = base / f"{kind}-{size}"
                 work.mkdir()
@@ -241,10 +329,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{kind:<7}{size:>8}{r['append_us']:>11.0f}"
                     f"{floor_us:>10.0f}{r['append_us'] / floor_us:>9.2f}"
-                    f"{r['rate']:>13.0f}{r['resume_ms']:>11.1f}{r['page_ms']:>11.2f}{r['disk_ratio']:>8.2f}"
+                    f"{r['rate']:>13.0f}{r['resume_ms']:>10.1f}{r['page_ms']:>11.2f}"
+                    f"{r['disk_ratio']:>8.2f}{r['window_ms']:>11.2f}{r['window_mb']:>11.2f}"
                 )
                 sys.stdout.flush()
                 shutil.rmtree(work)
+                smallest = smallest or r
+                summary.append(
+                    f"resume with the default window, {kind} at {size}: "
+                    f"{r['window_ms'] / smallest['window_ms']:.2f}x the time at {sizes[0]}; "
+                    f"peak {r['window_mb']:.2f} MB Python, +{r['window_rss_mb']:.1f} MB RSS"
+                )
+        print()
+        print("\n".join(summary))
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0

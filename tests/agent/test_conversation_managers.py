@@ -24,6 +24,7 @@ from perdure.agent.conversation.pairing import (
     find_latest_cut_index,
     is_valid_cut,
     placeholder_tool_result,
+    tail_repairs,
 )
 from perdure.agent.conversation.sliding_window import MIN_TRUNCATABLE_CHARS
 from perdure.types import ContentBlock, Message
@@ -338,6 +339,28 @@ def test_repair_property_valid_and_idempotent(history: list[Message]) -> None:
 @given(conversations())
 def test_repair_property_valid_input_untouched(history: list[Message]) -> None:
     assert repair_tool_pairs(history) == (history, 0)
+
+
+@given(broken_conversations(), st.data())
+def test_tail_repairs_are_the_whole_repair_when_the_head_is_valid(
+    history: list[Message], data: st.DataObject
+) -> None:
+    # A resume reads only the end of a history: what it decides about that end must
+    # be what repairing the whole history would decide.
+    split = data.draw(st.integers(min_value=0, max_value=len(history)))
+    head, tail = history[:split], history[split:]
+    changes = tail_repairs(head[-1] if head else None, tail)
+    if repair_tool_pairs(head)[1] == 0:
+        assert changes == repair_tool_pairs(history)[1]
+
+
+def test_tail_repairs_see_the_tool_use_just_before_the_tail() -> None:
+    assert tail_repairs(tool_use("a"), [user("next"), assistant()]) == 1
+    assert tail_repairs(tool_use("a"), [tool_results("a"), assistant()]) == 0
+    # Results in the message before answer something not read: they count for nothing.
+    assert tail_repairs(tool_results("x"), [user(), assistant()]) == 0
+    assert tail_repairs(None, [tool_results("x"), assistant()]) == 1
+    assert tail_repairs(tool_use("a"), []) == 0
 
 
 # --- SlidingWindowConversationManager: apply_management --------------------------------

@@ -34,6 +34,10 @@ Guarantees:
   outside the session and the rest is kept, and ``on_recovery`` gets a report.
 - **Segments**: the active journal is sealed into ``segments/`` at ``max_records``
   records or ``max_bytes`` bytes; a history page reads only the segments it covers.
+- **Reads follow what they return**: a page, or ``get(offset=n)`` (how a Session
+  resumes its conversation manager's window), reads backwards from the end only the
+  bytes holding those messages and the latest agent state, and verifies what it
+  read; ``get()`` reads and verifies everything (``verify_store`` uses it).
 - **Atomic rewrites**: ``commit(..., rewritten=True)`` writes the new history to
   ``rewrite.jsonl.tmp``, fsyncs, and renames it to ``rewrite.jsonl`` — the commit
   point. Readers treat an existing ``rewrite.jsonl`` as the whole history; the next
@@ -309,7 +313,14 @@ class FileSessionStore:
         return await asyncio.to_thread(self._create, session_id, exist_ok)
 
     async def get(self, session_id: str, *, offset: int = 0) -> SessionRecord:
-        """Read and verify a whole session. See :class:`SessionStore`."""
+        """Read and verify a session from ``offset``. See :class:`SessionStore`.
+
+        With ``offset=0`` every file is read and verified. Past ``0`` only the end is
+        read, backwards: the records from message ``offset`` on and back to the latest
+        agent state, chain-verified over everything read (a sealed segment up to the
+        hash its manifest records). Damage in what is not read is not seen here;
+        :func:`~perdure.session.verify_store` reads everything.
+        """
         validate_session_id(session_id)
         check_page_args(offset, 0)
         return await asyncio.to_thread(self._get, session_id, offset)
@@ -550,7 +561,8 @@ class FileSessionStore:
 
     def _get(self, session_id: str, offset: int) -> SessionRecord:
         sdir = self.session_dir(session_id)
-        read = functools.partial(self._read_all, session_id, sdir, offset)
+        reader = self._read_all if offset == 0 else self._read_end
+        read = functools.partial(reader, session_id, sdir, offset)
         try:
             return self._lock_free(session_id, sdir, read)
         except SessionCorruptedError:
@@ -689,15 +701,118 @@ class FileSessionStore:
                     )
                 redacted[index] = self._message(session_id, sdir, record)
             elif record.type == "s":
-                value = record.body.get("s")
-                if not isinstance(value, dict):
-                    raise self._record_damage(session_id, sdir, record, "state is not an object")
-                state = decode_bytes_values(value) if record.encoded else value
+                state = self._state(session_id, sdir, record)
             if record.total != len(messages):
                 raise self._record_damage(
                     session_id, sdir, record, f"message count {record.total} != {len(messages)}"
                 )
         return messages, state, redacted
+
+    def _state(self, session_id: str, sdir: Path, record: Record) -> dict[str, Any]:
+        """The agent state a ``"s"`` record holds."""
+        value = record.body.get("s")
+        if not isinstance(value, dict):
+            raise self._record_damage(session_id, sdir, record, "state is not an object")
+        return decode_bytes_values(value) if record.encoded else value
+
+    def _read_end(self, session_id: str, sdir: Path, offset: int) -> SessionRecord:
+        """``get`` from ``offset`` > 0, reading only the end of the volume.
+
+        Files are read newest first, each backwards from its end (see
+        :meth:`_window_scan`), until the records hold message ``offset`` and an agent
+        state: a Session writes its state with every turn, so that is the last few
+        kilobytes; a state written long before the window costs the read back to it.
+        An older file is read only when every newer one was read whole, so the
+        records read are one unbroken run up to the tail.
+        """
+        created = self._read_meta(session_id, sdir)
+        volume = self._volume(session_id, sdir)
+        total, updated = self._peek_count(session_id, volume)  # sizes the first window
+        # Newest file first: its records, and the sequence number and message count
+        # it starts at (checked when it was read from its start).
+        runs: builtins.list[tuple[builtins.list[Record], int, int]] = []
+        has_state = False
+        if volume.journal is not None and volume.journal.exists():
+            share = _Share(
+                max(0, total - max(offset, volume.first_count)), total - volume.first_count
+            )
+            records = self._journal_window(
+                session_id,
+                volume.journal,
+                volume.prev_hash,
+                volume.first_seq,
+                offset,
+                share,
+                want_state=True,
+            )
+            runs.append((records, volume.first_seq, volume.first_count))
+            has_state = any(record.type == "s" for record in records)
+        for seg, path in zip(
+            reversed(volume.segments), reversed(volume.segment_paths), strict=True
+        ):
+            if has_state and seg.count <= offset:
+                break
+            wanted = max(0, seg.count - max(offset, seg.first_count))
+            records = self._journal_window(
+                session_id,
+                path,
+                seg.prev_hash,
+                seg.first_seq,
+                offset,
+                _Share(wanted, seg.count - seg.first_count),
+                anchor=seg.last_hash,
+                want_state=not has_state,
+            )
+            if not records or records[-1].total != seg.count:
+                raise self._corrupted(
+                    session_id, path, "bad_sequence", 0, "segment does not match the manifest"
+                )
+            runs.append((records, seg.first_seq, seg.first_count))
+            has_state = has_state or any(record.type == "s" for record in records)
+        records = []
+        state: dict[str, Any] = {}
+        expected: int | None = None  # the message count the next record starts from
+        for run, first_seq, first_count in reversed(runs):
+            if run and run[0].seq == first_seq:  # read from the file's start
+                if expected not in (None, first_count):
+                    raise self._corrupted(
+                        session_id, sdir, "bad_sequence", 0, "segments do not meet"
+                    )
+                expected = first_count
+            for record in run:
+                before = record.total - 1 if record.type == "m" else record.total
+                if expected is not None and before != expected:
+                    raise self._record_damage(
+                        session_id, sdir, record, f"message count {record.total} after {expected}"
+                    )
+                expected = record.total
+                if record.type == "s":
+                    state = self._state(session_id, sdir, record)
+                elif record.type == "r":
+                    index = record.body.get("i")
+                    if not isinstance(index, int) or not 0 <= index < record.total:
+                        raise self._record_damage(
+                            session_id, sdir, record, "redaction names no message"
+                        )
+            records.extend(run)
+        count = volume.first_count if not records else records[-1].total
+        found: dict[int, Message] = {}
+        redactions: dict[int, Message] = {}
+        self._collect(session_id, sdir, records, offset, count, found, redactions)
+        found.update({i: m for i, m in redactions.items() if i in found})
+        missing = [i for i in range(offset, count) if i not in found]
+        if missing:
+            raise self._corrupted(
+                session_id, sdir, "bad_sequence", 0, f"messages {missing[:5]} are missing"
+            )
+        meta = SessionMeta(session_id, created, max(updated or created, created), count)
+        return SessionRecord(
+            meta=meta,
+            messages=[found[i] for i in range(offset, count)],
+            offset=min(offset, count),
+            agent_state=state,
+            tail=records[-1].hash if records else volume.prev_hash,
+        )
 
     def _message(self, session_id: str, sdir: Path, record: Record) -> Message:
         raw = record.body.get("m")
@@ -818,6 +933,7 @@ class FileSessionStore:
         share: _Share,
         *,
         anchor: str | None = None,
+        want_state: bool = False,
     ) -> builtins.list[Record]:
         """A file's records from the one holding message ``lo`` to the end.
 
@@ -825,9 +941,10 @@ class FileSessionStore:
         what the page costs, not what the file costs. The chain is verified over
         everything read (the first line read only vouches for the next); for a
         sealed segment it must also end at the manifest's ``anchor`` hash, so nothing
-        in the window can have been altered.
+        in the window can have been altered. With ``want_state`` the window also
+        reaches back to the file's latest agent state record, if it has one.
         """
-        scanned = self._window_scan(session_id, path, prev, seq, lo, share)
+        scanned = self._window_scan(session_id, path, prev, seq, lo, share, want_state)
         if anchor is not None and (scanned.torn or scanned.last_hash != anchor):
             raise self._corrupted(
                 session_id, path, "broken_chain", scanned.end, "segment does not match the manifest"
@@ -835,7 +952,14 @@ class FileSessionStore:
         return scanned.records
 
     def _window_scan(
-        self, session_id: str, path: Path, prev: str, seq: int, lo: int, share: _Share
+        self,
+        session_id: str,
+        path: Path,
+        prev: str,
+        seq: int,
+        lo: int,
+        share: _Share,
+        want_state: bool = False,
     ) -> journal.Scan:
         try:
             size = path.stat().st_size
@@ -868,7 +992,9 @@ class FileSessionStore:
                 scanned = self._scan_bytes(
                     session_id, path, rest, claimed, int(body["n"]) + 1, start + cut + 1
                 )
-                if int(body["c"]) <= lo:
+                if int(body["c"]) <= lo and (
+                    not want_state or any(record.type == "s" for record in scanned.records)
+                ):
                     return scanned
                 chunk *= 4
 

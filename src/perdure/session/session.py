@@ -5,7 +5,9 @@ Persistence rides on the agent's hooks:
 - ``AgentInitializedEvent`` restores the agent from the store, in the order of seed
   000 §5.4: agent state, internal state (interrupts, model state), the conversation
   manager's state (with its removed-message offset), then the messages from that
-  offset — repaired so the model accepts them, the repair written back once.
+  offset — repaired so the model accepts them, the repair written back once. Only
+  those messages (and the one before them) are read, so a resume costs what the
+  manager keeps, not what the log holds; ``verify_store`` reads everything.
 - ``BeforeInvocationEvent`` takes the session's writer lock for the whole turn
   (``SessionLockedError`` at once if another writer holds it);
   ``AfterInvocationEvent`` syncs state, flushes, and releases it. Nothing is held
@@ -20,11 +22,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from perdure._runner import in_running_loop, is_runner_thread, run_blocking
-from perdure.agent.conversation.pairing import repair_tool_pairs
+from perdure.agent.conversation.pairing import repair_tool_pairs, tail_repairs
 from perdure.agent.conversation.summarize import (
     SummaryError,
     latest_user_turn,
@@ -82,6 +85,10 @@ if TYPE_CHECKING:
     from perdure.agent import Agent
 
 AGENT_STATE_FORMAT = "perdure-agent-state/1"
+# An offset past any history: a store's get() then reads only metadata, state and tail.
+_PAST_END = sys.maxsize
+# Reads of the window before giving up on a session whose state keeps moving.
+_WINDOW_READS = 3
 
 
 class _History(Sequence[Message]):
@@ -630,32 +637,59 @@ class Session:
 
     async def _load(self) -> None:
         try:
-            self._record = await self.store.get(self.session_id)
+            self._record = await self._read_window()
         except SessionNotFoundError:
             if self._must_exist:
                 raise
             await self.store.create(self.session_id, exist_ok=not self._new)
-            self._record = await self.store.get(self.session_id)
+            self._record = await self._read_window()
         self._tail = self._record.tail
 
+    async def _read_window(self) -> SessionRecord:
+        """The stored session from where the agent's history will start.
+
+        That is the stored conversation manager's offset (its removed-message count),
+        less one message: repair on resume looks at the message before the window.
+        A first read past the end costs only the latest state and the tail (stores
+        read only from ``offset``); the second reads the window. Its cost follows
+        the window, not the whole history (SPEC §7.1). Each read is consistent in
+        itself, so a writer that moved the state on in between only makes the
+        window start earlier than needed, or (after a compaction) read again.
+        """
+        record = await self.store.get(self.session_id, offset=_PAST_END)
+        for _ in range(_WINDOW_READS):
+            start = max(0, _stored_offset(record.agent_state) - 1)
+            if record.offset <= start:
+                return record
+            record = await self.store.get(self.session_id, offset=start)
+        return await self.store.get(self.session_id)
+
     async def _restore(self, agent: Agent, record: SessionRecord) -> None:
-        saved = record.agent_state
-        if saved:
-            _check_agent_state(self.session_id, saved)
-            agent.state = AgentState(saved.get("state") or {})
-            internal = saved.get("internal_state") or {}
-            agent.interrupt_state = InterruptState.from_dict(internal.get("interrupt_state") or {})
-            agent.model_state = copy.deepcopy(internal.get("model_state") or {})
-            manager_state = saved.get("conversation_manager_state")
-            prepend = (
-                agent.conversation_manager.restore_from_session(manager_state)
-                if manager_state
-                else None
-            )
-        else:
-            prepend = None
-        repaired, changes = repair_tool_pairs(record.messages)
+        """Restore ``agent`` from ``record``: a window (see :meth:`_read_window`) or all.
+
+        A window is used as it is when it needs no repair: the agent then holds
+        exactly what a whole read, repaired and trimmed, would give it (pairs the
+        manager dropped earlier are not looked at again). Otherwise the whole
+        history is read, repaired and written back, as it always was.
+        """
+        prepend = self._restore_state(agent, record.agent_state)
         offset = agent.conversation_manager.removed_message_count
+        if record.offset > 0:
+            # Only the window was read: messages record.offset.. of the history.
+            at = offset - record.offset
+            kept = record.messages[at:] if at >= 1 else []
+            before = record.messages[at - 1] if 1 <= at <= len(record.messages) else None
+            if at >= 1 and not tail_repairs(before, kept):
+                agent.messages = [*(prepend or []), *kept]
+                self._synced = self._state_key(agent)
+                return
+            # The window needs a repair (written back over the whole history), or the
+            # manager restored an offset the window does not reach: read everything.
+            record = await self.store.get(self.session_id)
+            self._tail = record.tail
+            prepend = self._restore_state(agent, record.agent_state)
+            offset = agent.conversation_manager.removed_message_count
+        repaired, changes = repair_tool_pairs(record.messages)
         if changes:
             # Write the repair back once, so the session is never repaired again.
             async with self._locked():
@@ -666,6 +700,23 @@ class Session:
         offset = min(offset, len(repaired))
         agent.messages = [*(prepend or []), *repaired[offset:]]
         self._synced = self._state_key(agent)
+
+    def _restore_state(self, agent: Agent, saved: dict[str, Any]) -> list[Message] | None:
+        """Put the stored agent state, internal state and manager state into ``agent``.
+
+        Returns the messages the conversation manager puts in front of the history.
+        """
+        if not saved:
+            return None
+        _check_agent_state(self.session_id, saved)
+        agent.state = AgentState(saved.get("state") or {})
+        internal = saved.get("internal_state") or {}
+        agent.interrupt_state = InterruptState.from_dict(internal.get("interrupt_state") or {})
+        agent.model_state = copy.deepcopy(internal.get("model_state") or {})
+        manager_state = saved.get("conversation_manager_state")
+        if not manager_state:
+            return None
+        return agent.conversation_manager.restore_from_session(manager_state)
 
     async def _commit(
         self,
@@ -714,6 +765,14 @@ def _agent_state(agent: Agent) -> dict[str, Any]:
         },
         "conversation_manager_state": agent.conversation_manager.get_state(),
     }
+
+
+def _stored_offset(saved: dict[str, Any]) -> int:
+    """The removed-message count in a stored agent state (0 when absent or malformed:
+    the restore then reads everything and reports what is wrong)."""
+    manager = saved.get("conversation_manager_state")
+    count = manager.get("removed_message_count") if isinstance(manager, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
 def _check_agent_state(session_id: str, saved: dict[str, Any]) -> None:

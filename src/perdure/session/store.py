@@ -102,6 +102,12 @@ class SessionStore(Protocol):
     async def get(self, session_id: str, *, offset: int = 0) -> SessionRecord:
         """Read a session: metadata, messages from ``offset``, agent state, tail.
 
+        Only the messages from ``offset`` are read (with what verifying them needs),
+        so ``get(offset=n)`` costs what they, the state and the tail cost, however
+        long the history: a :class:`~perdure.session.Session` resumes that way. An
+        offset past the end gives no messages and ``record.offset ==
+        message_count``. ``offset=0`` reads and verifies the whole session.
+
         Raises:
             SessionNotFoundError: no such session.
             SessionCorruptedError: the stored data is damaged.

@@ -25,6 +25,7 @@ __all__ = [
     "is_valid_cut",
     "placeholder_tool_result",
     "repair_tool_pairs",
+    "tail_repairs",
 ]
 
 INTERRUPTED_TOOL_RESULT_TEXT = "Tool execution was interrupted; no result was recorded."
@@ -176,3 +177,25 @@ def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int]:
     # toolUse either answers it above or is preceded by a placeholder message, so the
     # last kept message is the input's last message or a user message.
     return repaired, changes
+
+
+def tail_repairs(before: Message | None, tail: Sequence[Message]) -> int:
+    """How many changes :func:`repair_tool_pairs` of a whole history makes in its ``tail``.
+
+    ``tail`` is the history from some index on and ``before`` the message just before
+    it (``None`` when ``tail`` is the whole history). When the part before ``tail``
+    needs no repair, the whole history's repair makes exactly this many changes, all
+    in ``tail``; with ``0`` it returns ``tail`` as it is. So a reader that loads only
+    the end of a long history (a session resumed with its conversation manager's
+    window) knows whether that end is model-valid without reading the rest: repair
+    looks at no message but the one before.
+    """
+    if before is None:
+        return repair_tool_pairs(tail)[1]
+    # Only the toolUse ids of the message before decide what the tail must answer;
+    # its own results answer a message that was not read, so they are left out.
+    context: Message = {
+        "role": before["role"],
+        "content": [block for block in before["content"] if "toolUse" in block],
+    }
+    return repair_tool_pairs([context, *tail])[1]
