@@ -20,6 +20,9 @@ Guarantees:
   damaged session through a ``FileSessionStore(recovery="quarantine")``, which moves
   provably bad records out under the session's writer lock and rewrites the rest
   atomically (a crash leaves the old or the healed journal, never half of one).
+  Records already gone from the files (lines deleted by hand) are reported as gaps
+  (``missing_record``), never blamed on the intact record after them, which is kept:
+  the repaired history is what remains, in order, with the gap closed.
 - :func:`gc_store` in dry run (the default) deletes nothing. Applied, each deletion
   is the store's own ``delete`` (a session with its checkpoints, atomically and
   idempotently); a session whose writer lock is held elsewhere is skipped, not
@@ -177,10 +180,16 @@ class SessionRepair:
             try again later) or ``clean`` (healed meanwhile).
         damage: the damage :func:`verify_store` found first.
         quarantined: records moved (or that would be moved).
-        positions: their line numbers, 0-based across the session's files in order.
-        kinds: the kind of each moved record (``bad_hash`` or ``bad_line``).
-        quarantine_path: the file the records were moved to (``None`` in a dry run).
+        positions: their line numbers, counted from 1 across the session's files in
+            order (sealed segments, then the journal).
+        kinds: the kind of each moved record (``bad_hash``, ``bad_line`` or
+            ``unverifiable``: it follows missing records and nothing vouches for it).
+        quarantine_path: the file the records were moved to (``None`` in a dry run,
+            or when nothing was moved).
         detail: why the session was not repaired, for ``unrepairable`` and ``locked``.
+        gaps: ``(line, count)`` for each gap: ``count`` records were already
+            missing from the files just before that line. They cannot come back;
+            the records on both sides are kept (see :class:`SessionRecoveryReport`).
     """
 
     session_id: str
@@ -191,14 +200,22 @@ class SessionRepair:
     kinds: tuple[str, ...] = ()
     quarantine_path: str | None = None
     detail: str | None = None
+    gaps: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def missing_records(self) -> int:
+        """Records found missing, over every gap."""
+        return sum(count for _, count in self.gaps)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data."""
+        """JSON-ready data; ``gaps`` as ``[{"line": …, "records": …}]``."""
         return {
             **asdict(self),
             "damage": self.damage.to_dict(),
             "positions": list(self.positions),
             "kinds": list(self.kinds),
+            "gaps": [{"line": line, "records": count} for line, count in self.gaps],
+            "missing_records": self.missing_records,
         }
 
 
@@ -212,8 +229,11 @@ class RepairReport:
         quarantine_dir: where quarantined records go (one directory per session).
         sessions_checked: sessions verified.
         sessions: one entry per session with damage in its journal.
-        remaining: damage quarantine does not repair (checkpoint files, an
-            unreadable store); delete or restore those by hand.
+        remaining: every damage left in the store after this run: what quarantine
+            does not repair (checkpoint files, an unreadable store: delete or restore
+            those by hand), and the damage of each session in ``sessions`` that was
+            not repaired (a dry run repairs none). Empty exactly when ``clean``.
+        missing: session ids asked for that the store does not hold.
     """
 
     dry_run: bool
@@ -222,6 +242,19 @@ class RepairReport:
     sessions_checked: int
     sessions: tuple[SessionRepair, ...]
     remaining: tuple[Damage, ...] = ()
+    missing: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # ``remaining`` and ``clean`` must never disagree, whoever builds the report:
+        # a session that was not repaired leaves its damage behind.
+        left = [*self.remaining]
+        left.extend(
+            s.damage
+            for s in self.sessions
+            if s.status not in ("repaired", "clean") and s.damage not in left
+        )
+        left.sort(key=lambda d: (d.session_id or "", d.checkpoint_id or ""))
+        object.__setattr__(self, "remaining", tuple(left))
 
     @property
     def quarantined(self) -> int:
@@ -229,9 +262,14 @@ class RepairReport:
         return sum(s.quarantined for s in self.sessions)
 
     @property
+    def missing_records(self) -> int:
+        """Records found missing from journals, over every session."""
+        return sum(s.missing_records for s in self.sessions)
+
+    @property
     def clean(self) -> bool:
         """True when no damage is left in the store after this run."""
-        return not self.remaining and all(s.status in ("repaired", "clean") for s in self.sessions)
+        return not self.remaining
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data."""
@@ -241,9 +279,11 @@ class RepairReport:
             "quarantine_dir": self.quarantine_dir,
             "sessions_checked": self.sessions_checked,
             "quarantined": self.quarantined,
+            "missing_records": self.missing_records,
             "clean": self.clean,
             "sessions": [s.to_dict() for s in self.sessions],
             "remaining": [d.to_dict() for d in self.remaining],
+            "missing": list(self.missing),
         }
 
 
@@ -593,6 +633,7 @@ async def repair_store(
         sessions_checked=verified.sessions_checked,
         sessions=tuple(repairs),
         remaining=tuple(remaining),
+        missing=verified.missing,
     )
 
 
@@ -670,6 +711,7 @@ def _repair(
         kinds=tuple(k for r in mine for k in r.kinds),
         quarantine_path=None if plan or not mine else mine[-1].quarantine_path,
         detail=detail,
+        gaps=tuple(gap for r in mine for gap in r.gaps),
     )
 
 
