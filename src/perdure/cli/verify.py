@@ -176,11 +176,12 @@ def repair(
 
     Damaged sessions are found as verify finds them. With --apply, records whose
     bytes were altered, and lines that are no record, move to the quarantine
-    directory and the rest of each session is kept; the report gives counts and
-    line positions, never content. Damage that cannot be pinned on single records
-    (checkpoints, manifests, attachments) is reported and left alone. Exit 1 when
-    damage remains afterwards (always, in a dry run that found some); exit 3 when a
-    named session does not exist.
+    directory and the rest of each session is kept; records already gone (lines
+    deleted) are reported missing and the intact records after them kept. The
+    report gives counts and line numbers (from 1), never content. Damage that
+    cannot be pinned on single records (checkpoints, manifests, attachments) is
+    reported and left alone. Exit 1 when damage remains afterwards (always, in a
+    dry run that found some); exit 3 when a named session does not exist.
     """
     with session_store(store_url, file_only="repair") as store:
         assert isinstance(store, FileSessionStore)

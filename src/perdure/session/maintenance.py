@@ -92,7 +92,8 @@ class Damage:
         session_id: the damaged session, or ``None`` when the store as a whole is
             unreadable (a damaged SQLite file, say).
         kind: the kind of damage as the store names it (``bad_hash``, ``bad_line``,
-            ``bad_payload``, ``bad_sequence``, ``broken_chain``, ``bad_state``,
+            ``bad_payload``, ``bad_sequence``, ``missing_record`` (records gone
+            before an intact one), ``broken_chain``, ``bad_state``,
             ``bad_checkpoint``, ``bad_database``), or ``unreadable`` for an I/O error.
         detail: the store's one-line description (never message content).
         file: the damaged file (file stores) or database file, when known.
