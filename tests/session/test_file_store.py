@@ -186,7 +186,7 @@ def heal(tmp_path: Path) -> tuple[list[str], SessionRecoveryReport]:
 
 
 def test_quarantine_reports_deleted_lines_as_missing_and_keeps_what_follows(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = filled(tmp_path)  # line 1: the creation record, lines 2-7: m0..m5, 8: state
     path = journal_of(store, "s")
@@ -196,7 +196,9 @@ def test_quarantine_reports_deleted_lines_as_missing_and_keeps_what_follows(
     with pytest.raises(SessionCorruptedError) as info:
         run(FileSessionStore(tmp_path / "data").get("s"))
     assert info.value.details["kind"] == "missing_record"
-    texts, report = heal(tmp_path)
+    with caplog.at_level("WARNING", logger="perdure"):
+        texts, report = heal(tmp_path)
+    assert "1 record(s) missing at lines [4]" in caplog.text  # a trace without a callback
     assert texts == ["m0", "m1", "m3", "m4", "m5"]  # m3, intact, is kept
     assert (report.quarantined, report.positions, report.kinds) == (0, (), ())
     assert report.gaps == ((4, 1),)  # one record missing before (old) line 4

@@ -55,6 +55,7 @@ import datetime as _dt
 import functools
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -120,6 +121,7 @@ _INLINE_MAX = 256 * 1024  # bytes an append may copy into the page cache on the 
 _READ_ATTEMPTS = 40
 
 _T = TypeVar("_T")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -1387,6 +1389,16 @@ class FileSessionStore:
             # Quarantined records may name attachments: keep them for whoever inspects.
             self._rewrite(
                 session_id, sdir, messages, state, redacted, previous_state=state, collect=False
+            )
+            # A gap leaves no file behind: without a callback, this line is its only trace.
+            _log.warning(
+                "session %r healed by quarantine: %d record(s) moved to %s, %d record(s) "
+                "missing at lines %s",
+                session_id,
+                report.quarantined,
+                report.quarantine_path,
+                sum(count for _, count in report.gaps),
+                [line for line, _ in report.gaps],
             )
             if self.on_recovery is not None:
                 self.on_recovery(report)
