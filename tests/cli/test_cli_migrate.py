@@ -236,3 +236,19 @@ def test_nothing_to_import_and_bad_arguments(tmp_path: Path) -> None:
         helped = invoke(*args, "--help")
         assert helped.exit_code == 0
         assert "Usage:" in helped.stdout
+
+
+def test_a_memory_target_is_refused_since_nothing_would_persist(tmp_path: Path) -> None:
+    source = clean_source(tmp_path / "strands")
+    for extra in ((), ("--dry-run",), ("--json",)):
+        result = invoke("migrate", "strands", str(source), "--to", "memory:", *extra)
+        assert result.exit_code == EXIT_USAGE
+        assert result.stdout == ""  # never "2 imported"
+        assert "Invalid value for --to" in result.stderr
+        assert "nothing would be imported" in result.stderr
+        assert result.stderr.count("\n") == 1
+    from_env = CliRunner(env={"PERDURE_STORE": "memory:"}).invoke(
+        cli, ["migrate", "strands", str(source)]
+    )
+    assert from_env.exit_code == EXIT_USAGE
+    assert "imported" not in from_env.stdout

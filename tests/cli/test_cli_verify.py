@@ -155,6 +155,21 @@ def test_verify_named_sessions_and_a_missing_one(file_store: FileSessionStore) -
     assert result.stderr == "error: session 'nope' not found [session_not_found]\n"
 
 
+def test_verify_of_only_unknown_sessions_prints_only_the_error(
+    file_store: FileSessionStore,
+) -> None:
+    url = f"file:{file_store.root}"
+    for args in (["nobody"], ["nobody", "--json"], ["nobody", "nope"]):
+        result = perdure("verify", "--store", url, *args)
+        assert result.exit_code == 3
+        assert result.stdout == ""  # no "0 sessions verified: no damage" before the error
+        assert result.stderr.startswith("error: session 'nobody' not found [session_not_found]")
+    for command in (["repair"], ["repair", "--apply", "--json"]):
+        result = perdure(*command, "--store", url, "nobody")
+        assert (result.exit_code, result.stdout) == (3, "")
+        assert result.stderr == "error: session 'nobody' not found [session_not_found]\n"
+
+
 def test_verify_as_a_real_process(file_store: FileSessionStore) -> None:
     flip(file_store.session_dir("a") / "journal.jsonl", b"a question 2")
     proc = subprocess.run(
@@ -211,7 +226,7 @@ def test_repair_is_a_dry_run_by_default_and_writes_nothing(
         "b",
         "would_repair",
         1,
-        [2],
+        [3],  # line numbers count from 1, as editors and `sed -n 3p` do
     )
     assert tree(tmp_path) == before
 
@@ -248,6 +263,61 @@ def test_repair_apply_as_json_reports_positions_not_content(
     assert (item["status"], item["quarantined"], item["kinds"]) == ("repaired", 1, ["bad_hash"])
     assert item["quarantine_path"].startswith(str(file_store.quarantine_dir))
     assert "question" not in result.stdout
+
+
+def test_repair_after_a_deleted_line_reports_it_missing_and_keeps_the_next_record(
+    file_store: FileSessionStore,
+) -> None:
+    url = f"file:{file_store.root}"
+    flip(file_store.session_dir("b") / "journal.jsonl", b"b question 2")
+    assert perdure("repair", "--store", url, "--apply").exit_code == 0
+    journal = file_store.session_dir("b") / "journal.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    gone = next(i for i, line in enumerate(lines) if b"b answer 1" in line)
+    del lines[gone]
+    journal.write_bytes(b"".join(lines))
+
+    result = perdure("repair", "--store", url, "--apply")
+    assert result.exit_code == 0, result.output
+    rows = [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in result.stdout.splitlines()
+        if "│" in line
+    ]
+    offset = sum(map(len, lines[:gone]))
+    assert rows == [
+        [
+            "b",
+            "missing_record",
+            f"journal.jsonl byte {offset}",
+            "repaired",
+            "0",
+            "-",
+            f"1 before line {gone + 1}",
+        ]
+    ]
+    assert "bad_hash" not in result.stdout
+    assert "moved 0 records of 0 sessions" in result.stdout
+    assert "1 record already missing from the journal of 1 session" in result.stdout
+    healed = asyncio.run(FileSessionStore(file_store.root).get("b"))
+    assert [b["text"] for m in healed.messages for b in m["content"]] == [
+        "b question 1",
+        "b answer 2",  # the intact record after the deleted line is kept
+    ]
+
+
+def test_repair_json_remaining_agrees_with_clean(file_store: FileSessionStore) -> None:
+    url = f"file:{file_store.root}"
+    flip(file_store.session_dir("b") / "journal.jsonl", b"b answer 1")
+    planned = perdure("repair", "--store", url, "--json")
+    assert planned.exit_code == 1
+    report = json.loads(planned.stdout)
+    assert report["clean"] is False
+    assert [(d["session_id"], d["kind"]) for d in report["remaining"]] == [("b", "bad_hash")]
+    applied = json.loads(perdure("repair", "--store", url, "--apply", "--json").stdout)
+    assert (applied["clean"], applied["remaining"]) == (True, [])
+    (item,) = applied["sessions"]
+    assert (item["positions"], item["gaps"], item["missing_records"]) == ([3], [], 0)
 
 
 def test_repair_leaves_what_quarantine_cannot_fix_and_exits_1(tmp_path: Path) -> None:

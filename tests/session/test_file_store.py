@@ -167,13 +167,70 @@ def test_quarantine_moves_bad_records_out_and_reports(tmp_path: Path) -> None:
     assert record.agent_state == {"state": {"k": 1}}
     assert len(reports) == 1
     report = reports[0]
-    assert (report.session_id, report.quarantined, report.positions) == ("s", 1, (3,))
+    assert (report.session_id, report.quarantined, report.positions) == ("s", 1, (4,))
     moved = Path(report.quarantine_path)
     assert moved.parent == quarantine / "s"
     assert b"mX" in moved.read_bytes()
     assert "mX" not in repr(report)  # counts and positions, no content
     # the session is healthy again for strict readers
     assert len(run(FileSessionStore(tmp_path / "data").get("s")).messages) == 5
+
+
+def heal(tmp_path: Path) -> tuple[list[str], SessionRecoveryReport]:
+    """Read session ``s`` through a quarantine store; its texts and the one report."""
+    reports: list[SessionRecoveryReport] = []
+    healing = FileSessionStore(tmp_path / "data", recovery="quarantine", on_recovery=reports.append)
+    record = run(healing.get("s"))
+    (report,) = reports
+    return [m["content"][0]["text"] for m in record.messages], report
+
+
+def test_quarantine_reports_deleted_lines_as_missing_and_keeps_what_follows(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = filled(tmp_path)  # line 1: the creation record, lines 2-7: m0..m5, 8: state
+    path = journal_of(store, "s")
+    lines = path.read_bytes().splitlines(keepends=True)
+    del lines[3]  # m2 (line 4)
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(SessionCorruptedError) as info:
+        run(FileSessionStore(tmp_path / "data").get("s"))
+    assert info.value.details["kind"] == "missing_record"
+    with caplog.at_level("WARNING", logger="perdure"):
+        texts, report = heal(tmp_path)
+    assert "1 record(s) missing at lines [4]" in caplog.text  # a trace without a callback
+    assert texts == ["m0", "m1", "m3", "m4", "m5"]  # m3, intact, is kept
+    assert (report.quarantined, report.positions, report.kinds) == (0, (), ())
+    assert report.gaps == ((4, 1),)  # one record missing before (old) line 4
+    assert report.quarantine_path is None  # nothing was moved
+    healed = run(FileSessionStore(tmp_path / "data").get("s"))
+    assert healed.agent_state == {"state": {"k": 1}}
+    assert len(healed.messages) == 5
+
+
+def test_quarantine_keeps_the_record_after_a_garbled_line(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    path = journal_of(store, "s")
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[3] = b"X" + lines[3][1:]  # m2's line is no record any more
+    path.write_bytes(b"".join(lines))
+    texts, report = heal(tmp_path)
+    assert texts == ["m0", "m1", "m3", "m4", "m5"]  # m3 is vouched for by m4
+    assert (report.positions, report.kinds, report.gaps) == ((4,), ("bad_line",), ())
+
+
+def test_quarantine_sets_aside_a_last_line_nothing_vouches_for(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    path = journal_of(store, "s")
+    lines = path.read_bytes().splitlines(keepends=True)
+    del lines[-2]  # m5: the state record after it is the last line
+    path.write_bytes(b"".join(lines))
+    texts, report = heal(tmp_path)
+    assert texts == ["m0", "m1", "m2", "m3", "m4"]
+    # the gap is reported, and the last line is moved, not called altered
+    assert (report.positions, report.kinds, report.gaps) == ((7,), ("unverifiable",), ((7, 1),))
+    assert report.quarantine_path is not None
+    assert b'"state"' in Path(report.quarantine_path).read_bytes()
 
 
 def test_quarantine_callback_failure_fails_the_read(tmp_path: Path) -> None:

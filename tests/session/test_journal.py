@@ -133,3 +133,33 @@ def test_two_objects_on_one_line_are_not_two_records() -> None:
     with pytest.raises(JournalDamage) as info:
         scan(line)
     assert info.value.kind == "bad_payload"
+
+
+def test_deleted_lines_are_named_missing_records_not_a_bad_hash() -> None:
+    data, _ = lines_of([message_body(n, f"t{n}") for n in range(6)])
+    lines = data.splitlines(keepends=True)
+    for gone in ([2], [2, 3], [0]):
+        kept = [line for i, line in enumerate(lines) if i not in gone]
+        with pytest.raises(JournalDamage) as info:
+            scan(b"".join(kept))
+        first = gone[0]
+        assert info.value.kind == "missing_record"
+        assert info.value.offset == sum(len(line) for line in lines[:first])
+        assert info.value.seq == first + len(gone)  # the intact record after the gap
+        assert f"{len(gone)} record" in info.value.detail
+
+
+def test_a_record_whose_sequence_number_was_altered_is_no_gap() -> None:
+    data, _ = lines_of([message_body(n) for n in range(4)])
+    lines = data.splitlines(keepends=True)
+    # "n":2 -> "n":3 in the middle: its successor (record 3) does not continue it
+    lines[2] = lines[2].replace(b'"n":2', b'"n":3')
+    with pytest.raises(JournalDamage) as info:
+        scan(b"".join(lines))
+    assert info.value.kind == "bad_hash"
+    # the last line has nothing after it to vouch: the kind stays what is proven
+    lines = data.splitlines(keepends=True)
+    with pytest.raises(JournalDamage) as info:
+        scan(b"".join([*lines[:2], lines[3]]))
+    assert info.value.kind == "bad_hash"
+    assert "record 3 where 2 was expected" in info.value.detail

@@ -260,7 +260,7 @@ def damaged_file_store(tmp_path: Path) -> tuple[FileSessionStore, int]:
     journal = store.session_dir("b") / "journal.jsonl"
     lines = journal.read_bytes().splitlines(keepends=True)
     flip(journal, b"b question 2")
-    line = next(i for i, text in enumerate(lines) if b"b question 2" in text)
+    line = next(i for i, text in enumerate(lines, start=1) if b"b question 2" in text)
     return store, line
 
 
@@ -308,6 +308,54 @@ def test_repair_apply_heals_and_reports_counts_and_positions_only(tmp_path: Path
     assert run(repair_store(store, dry_run=False)).sessions == ()  # nothing left to do
 
 
+def test_repair_reports_a_deleted_line_as_missing_and_keeps_the_records_after_it(
+    tmp_path: Path,
+) -> None:
+    store, _ = damaged_file_store(tmp_path)
+    assert run(repair_store(store, dry_run=False)).clean  # an earlier repair rewrote "b"
+    journal = store.session_dir("b") / "journal.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    gone = next(i for i, line in enumerate(lines) if b"b answer 1" in line)
+    del lines[gone]  # a line in the middle: what follows is intact
+    journal.write_bytes(b"".join(lines))
+    before = tree(tmp_path)
+
+    found = run(verify_store(FileSessionStore(store.root)))
+    (damage,) = found.damage
+    assert (damage.kind, damage.offset) == ("missing_record", sum(map(len, lines[:gone])))
+    planned = run(repair_store(store))
+    assert tree(tmp_path) == before
+    assert (planned.missing_records, planned.quarantined, planned.clean) == (1, 0, False)
+    report = run(repair_store(store, dry_run=False))
+    (item,) = report.sessions
+    assert (item.status, item.damage.kind, item.quarantined, item.kinds) == (
+        "repaired",
+        "missing_record",
+        0,
+        (),
+    )
+    # the record after the gap is reported as what it is: line gone + 1 (counting from 1)
+    assert item.gaps == planned.sessions[0].gaps == ((gone + 1, 1),)
+    assert item.to_dict()["gaps"] == [{"line": gone + 1, "records": 1}]
+    assert (report.to_dict()["missing_records"], report.clean, report.remaining) == (1, True, ())
+    healed = run(FileSessionStore(store.root).get("b"))
+    assert [b["text"] for m in healed.messages for b in m["content"]] == [
+        "b question 1",
+        "b answer 2",  # kept: intact, and vouched for by the record after it
+    ]
+    assert run(verify_store(FileSessionStore(store.root))).clean
+
+
+def test_repair_remaining_lists_whatever_is_left_damaged(tmp_path: Path) -> None:
+    store, _ = damaged_file_store(tmp_path)
+    planned = run(repair_store(store))  # a dry run leaves everything damaged
+    assert not planned.clean
+    assert [(d.session_id, d.kind) for d in planned.remaining] == [("b", "bad_hash")]
+    assert planned.to_dict()["remaining"] == [planned.sessions[0].damage.to_dict()]
+    done = run(repair_store(store, dry_run=False))
+    assert (done.clean, done.remaining, done.to_dict()["remaining"]) == (True, (), [])
+
+
 def test_damage_quarantine_cannot_pin_is_reported_unrepairable(tmp_path: Path) -> None:
     store = FileSessionStore(tmp_path / "data")
     populate(store, ["a", "b"], checkpoints=2)
@@ -321,8 +369,10 @@ def test_damage_quarantine_cannot_pin_is_reported_unrepairable(tmp_path: Path) -
     (item,) = report.sessions
     assert (item.session_id, item.status, item.quarantined) == ("a", "unrepairable", 0)
     assert "meta.json" in str(item.detail)
+    # everything left damaged: the unrepairable session and the checkpoint file
     assert [(d.session_id, d.kind, d.checkpoint_id) for d in report.remaining] == [
-        ("b", "unreadable", first.stem)
+        ("a", item.damage.kind, None),
+        ("b", "unreadable", first.stem),
     ]
     assert report.checkpoints == ()
     assert not report.clean
@@ -348,7 +398,9 @@ def test_repair_quarantines_damaged_checkpoints_and_seals_unsealed_ones(tmp_path
         (files[1].stem, "bad_checkpoint", "would_quarantine"),
         (files[2].stem, "unsealed_checkpoint", "would_seal"),
     ]
-    assert (planned.sessions, planned.remaining, planned.clean) == ((), (), False)
+    assert (planned.sessions, planned.clean) == ((), False)
+    # a dry run repairs nothing: every damaged checkpoint is still there
+    assert planned.remaining == tuple(c.damage for c in planned.checkpoints)
 
     report = run(repair_store(store, dry_run=False, quarantine_dir=quarantine))
     assert [(c.checkpoint_id, c.status) for c in report.checkpoints] == [

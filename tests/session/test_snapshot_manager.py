@@ -730,6 +730,88 @@ async def test_a_damaged_latest_raises_and_leaves_the_agent_alone(
         make_agent(SnapshotSessionManager("s", storage=blob_storage))
 
 
+def _three_snapshots_then_latest(storage: Storage) -> Agent:
+    """An agent with three immutable snapshots (2, 4, 6 messages), then 8 in latest."""
+    manager = SnapshotSessionManager(
+        "s",
+        storage=storage,
+        snapshot_trigger=lambda *, agent_data: len(agent_data.messages) <= 6,
+    )
+    agent = make_agent(manager, [f"answer {i}" for i in range(4)])
+    for i in range(4):
+        agent.state.set("turn", i)
+        agent(f"question {i}")
+    return agent
+
+
+def test_a_deleted_latest_restores_the_newest_snapshot_and_says_so(
+    blob_storage: RecordingStorage, caplog: pytest.LogCaptureFixture
+) -> None:
+    _three_snapshots_then_latest(blob_storage)
+    manager = SnapshotSessionManager("s", storage=blob_storage)
+    probe = make_agent(None)
+    ids = run_blocking(manager.list_snapshot_ids(probe))
+    assert len(ids) == 3
+    newest = make_agent(None)
+    assert run_blocking(manager.restore_snapshot(newest, snapshot_id=ids[-1]))
+    run_blocking(blob_storage.delete(_agent_key("latest")))
+
+    with caplog.at_level("WARNING", logger="perdure"):
+        again = make_agent(SnapshotSessionManager("s", storage=blob_storage), ["later"])
+    # not an empty agent: exactly the newest immutable snapshot
+    assert len(again.messages) == 6
+    assert again.messages == newest.messages
+    assert again.state.get() == newest.state.get() == {"turn": 2}
+    (record,) = [r for r in caplog.records if r.name.startswith("perdure")]
+    assert record.levelname == "WARNING"
+    assert "snapshot_latest" in record.getMessage()
+    assert ids[-1] in record.getMessage()
+    assert "question" not in record.getMessage()  # ids and counts, never content
+    # the next save writes latest again, and a new agent comes back from it quietly
+    again("go on")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="perdure"):
+        third = make_agent(SnapshotSessionManager("s", storage=blob_storage))
+    assert third.messages == again.messages
+    assert caplog.records == []
+
+
+async def test_restore_snapshot_of_a_deleted_latest_stays_exact(
+    blob_storage: RecordingStorage,
+) -> None:
+    manager = SnapshotSessionManager("s", storage=blob_storage)
+    agent = make_agent(None, messages=[text(0)])
+    await manager.save_snapshot(agent, is_latest=False)
+    target = make_agent(None, messages=[text(9)])
+    assert not await manager.restore_snapshot(target)  # asked for latest: there is none
+    assert target.messages == [text(9)]
+
+
+async def test_a_damaged_latest_never_falls_back(blob_storage: RecordingStorage) -> None:
+    agent = await _saved(blob_storage, count=4)
+    await SnapshotSessionManager("s", storage=blob_storage).save_snapshot(agent, is_latest=False)
+    blob = await blob_storage.read(_agent_key("latest"))
+    assert blob is not None
+    await blob_storage.write(_agent_key("latest"), blob[: len(blob) // 2])
+    with pytest.raises(SessionCorruptedError):
+        await make_agent(SnapshotSessionManager("s", storage=blob_storage)).initialize()
+
+
+async def test_a_deleted_latest_with_a_damaged_newest_snapshot_raises(
+    blob_storage: RecordingStorage,
+) -> None:
+    agent = make_agent(None, messages=[text(0)])
+    manager = SnapshotSessionManager("s", storage=blob_storage)
+    await manager.save_snapshot(agent, is_latest=False)
+    newest = await manager.save_snapshot(agent, is_latest=False)
+    key = _agent_key(f"snapshots/{newest}")
+    blob = await blob_storage.read(key)
+    assert blob is not None
+    await blob_storage.write(key, blob[:-7])
+    with pytest.raises(SessionCorruptedError):
+        await make_agent(SnapshotSessionManager("s", storage=blob_storage)).initialize()
+
+
 async def test_a_damaged_or_missing_chunk_is_corruption(blob_storage: RecordingStorage) -> None:
     await _saved(blob_storage)
     chunks = await blob_storage.list(_agent_key("chunks/"))

@@ -54,10 +54,24 @@ def _target_path(url: str) -> Path | None:
 
 
 def _open_target(url: str, *, dry_run: bool) -> SessionStore:
+    """The store to import into; one that keeps nothing after the command is refused.
+
+    Raises:
+        click.BadParameter: a bad URL, or ``memory:`` (exit 2, dry run or not).
+    """
     try:
         store = open_store(url)  # a bad URL exits 2 here, dry run or not
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--to") from None
+    if isinstance(store, MemorySessionStore):
+        # It would report every session imported and lose them all when the command
+        # exits: the one outcome a migration must never have.
+        _close(store)
+        raise click.BadParameter(
+            f"{url!r} keeps sessions only while this command runs, so nothing would be "
+            "imported; name a store that persists (file:DIR, sqlite:PATH, …)",
+            param_hint="--to",
+        )
     path = _target_path(url)
     if dry_run and path is not None and not path.exists():
         # Nothing to compare with, and opening some stores creates their file:
@@ -168,7 +182,8 @@ def strands(
     agent keeps its id, several agents become <session>.<agent>.
 
     Exit status: 0 all imported, 1 some file could not be read or some session not
-    written, 3 no Strands session under DIR.
+    written, 2 bad usage (memory: is refused: it would keep nothing), 3 no Strands
+    session under DIR.
     """
     store = _open_target(store_url, dry_run=dry_run)
     progress, advance = (None, None) if as_json else _progress_bar()

@@ -87,15 +87,32 @@ def verify(session_ids: tuple[str, ...], store_url: str, as_json: bool) -> None:
                 verify_store(store, session_ids=list(session_ids) or None, progress=progress)
             )
         repairable = isinstance(store, FileSessionStore)
-    if as_json:
-        echo_json(report.to_dict())
-    else:
-        _print_verify(report, store_url, repairable=repairable)
-    for session_id in report.missing:
+    # Sessions named and none found: nothing was verified, so the not-found error is
+    # the whole answer (a "no damage" line before it would say the opposite).
+    if not _only_missing(report.sessions_checked, report.missing, report.clean):
+        if as_json:
+            echo_json(report.to_dict())
+        else:
+            _print_verify(report, store_url, repairable=repairable)
+    _exit(report.missing, report.clean)
+
+
+def _only_missing(checked: int, missing: tuple[str, ...], clean: bool) -> bool:
+    """Sessions were named and none was found: the not-found errors are the whole answer.
+
+    Nothing was verified, so a report ("no damage", "nothing to repair") printed
+    before the errors would say the opposite of them.
+    """
+    return bool(missing) and not checked and clean
+
+
+def _exit(missing: tuple[str, ...], clean: bool) -> None:
+    """Name each session not found (exit 3); exit 1 when damage is left."""
+    for session_id in missing:
         click.echo(f"error: session {session_id!r} not found [session_not_found]", err=True)
-    if report.missing:
+    if missing:
         raise SystemExit(EXIT_NOT_FOUND)
-    if not report.clean:
+    if not clean:
         raise SystemExit(EXIT_PROBLEM)
 
 
@@ -159,12 +176,14 @@ def repair(
 
     Damaged sessions are found as verify finds them. With --apply, records whose
     bytes were altered, and lines that are no record, move to the quarantine
-    directory and the rest of each session is kept; the report gives counts and
-    line positions, never content. A damaged checkpoint file moves to the
-    quarantine directory too; one written by perdure 0.1 without a sha256 is
-    sealed in place, its content unchanged. Damage that cannot be pinned on single
-    records (manifests, attachments) is reported and left alone. Exit 1 when
-    damage remains afterwards (always, in a dry run that found some).
+    directory and the rest of each session is kept; records already gone (lines
+    deleted) are reported missing and the intact records after them kept. A
+    damaged checkpoint file moves to the quarantine directory too; one written by
+    perdure 0.1 without a sha256 is sealed in place, its content unchanged. The
+    report gives counts and line numbers (from 1), never content. Damage that
+    cannot be pinned on single records (manifests, attachments) is reported and
+    left alone. Exit 1 when damage remains afterwards (always, in a dry run that
+    found some); exit 3 when a named session does not exist.
     """
     with session_store(store_url, file_only="repair") as store:
         assert isinstance(store, FileSessionStore)
@@ -176,12 +195,12 @@ def repair(
                 session_ids=list(session_ids) or None,
             )
         )
-    if as_json:
-        echo_json(report.to_dict())
-    else:
-        _print_repair(report)
-    if not report.clean:
-        raise SystemExit(EXIT_PROBLEM)
+    if not _only_missing(report.sessions_checked, report.missing, report.clean):
+        if as_json:
+            echo_json(report.to_dict())
+        else:
+            _print_repair(report)
+    _exit(report.missing, report.clean)
 
 
 def _print_repair(report: RepairReport) -> None:
@@ -204,6 +223,7 @@ def _print_repair(report: RepairReport) -> None:
         table.add_column("status", no_wrap=True)
         table.add_column("records", justify="right")
         table.add_column("lines")
+        table.add_column("missing")
         for item in report.sessions:
             table.add_row(
                 item.session_id,
@@ -212,6 +232,7 @@ def _print_repair(report: RepairReport) -> None:
                 item.status.replace("_", " "),
                 str(item.quarantined),
                 ", ".join(map(str, item.positions)) or "-",
+                ", ".join(f"{count} before line {line}" for line, count in item.gaps) or "-",
             )
         out.print(table)
         for item in report.sessions:
@@ -240,17 +261,30 @@ def _print_repair(report: RepairReport) -> None:
                 )
             elif fixed.detail is not None:
                 out.print(f"{fixed.session_id}: {fixed.status}: {fixed.detail}", style="dim")
-    if report.remaining:
+    listed = {item.damage for item in report.sessions}
+    listed.update(fixed.damage for fixed in report.checkpoints)
+    by_hand = tuple(d for d in report.remaining if d not in listed)
+    if by_hand:
         out.print("not repaired by quarantine (delete or restore these by hand):")
-        out.print(damage_table(report.remaining))
+        out.print(damage_table(by_hand))
     moved = report.quarantined
     sessions = sum(1 for s in report.sessions if s.quarantined)
     if report.checkpoints and not report.sessions:
         pass  # only checkpoints: their table said it all
-    elif report.dry_run:
-        out.print(f"would move {moved} record{_s(moved)} of {sessions} session{_s(sessions)}")
     else:
-        out.print(f"moved {moved} record{_s(moved)} of {sessions} session{_s(sessions)}")
+        verb = "would move" if report.dry_run else "moved"
+        out.print(f"{verb} {moved} record{_s(moved)} of {sessions} session{_s(sessions)}")
+    missing = report.missing_records
+    if missing:
+        gaps = sum(1 for s in report.sessions if s.gaps)
+        keep = "would be kept" if report.dry_run else "were kept"
+        them = "it" if missing == 1 else "them"
+        out.print(
+            f"{missing} record{_s(missing)} already missing from the journal of {gaps} "
+            f"session{_s(gaps)} (lines deleted?): nothing can bring {them} back; the "
+            f"records around {them} {keep}",
+            soft_wrap=True,
+        )
     for item in report.sessions:
         if item.detail is not None:
             out.print(f"{item.session_id}: {item.status}: {item.detail}", style="dim")

@@ -59,6 +59,7 @@ import datetime as _dt
 import functools
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -124,6 +125,7 @@ _INLINE_MAX = 256 * 1024  # bytes an append may copy into the page cache on the 
 _READ_ATTEMPTS = 40
 
 _T = TypeVar("_T")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -141,14 +143,28 @@ class Segmentation:
 
 @dataclass(frozen=True)
 class SessionRecoveryReport:
-    """What quarantine recovery moved out of a session: counts and positions, no content."""
+    """What quarantine recovery found in a session: counts and positions, no content.
+
+    Line numbers count from 1 across the session's files in order (sealed segments
+    first, then the active journal), as they were before the repair.
+    """
 
     session_id: str
     quarantined: int
     positions: tuple[int, ...]
-    """Line numbers (0-based, across the session's files in order) of the moved records."""
+    """Line numbers of the moved records."""
     kinds: tuple[str, ...]
-    quarantine_path: str
+    """Why each was moved: ``bad_line`` (no record), ``bad_hash`` (its bytes were
+    altered) or ``unverifiable`` (it follows missing records and nothing after it
+    vouches for it)."""
+    quarantine_path: str | None
+    """The file the records were moved to; ``None`` when none was moved."""
+    gaps: tuple[tuple[int, int], ...] = ()
+    """``(line, count)``: ``count`` records were missing from the files just before
+    that line (lines deleted by hand, say), as the line's sequence number and the
+    record after it prove (at the end of a file, as its number alone says; that line
+    is then moved as ``unverifiable``). Nothing can bring them back; the records
+    around the gap are kept and chained anew."""
 
 
 @dataclass
@@ -1478,20 +1494,37 @@ class FileSessionStore:
                 if parts and parts[-1] == b"":
                     parts.pop()
                 lines.extend(parts)
-            good, bad = _triage(lines)
-            if not bad:
+            good, bad, missing = _triage(lines)
+            if not bad and not missing:
                 return  # damage not attributable to single records: stay strict
-            qdir = self.quarantine_dir / session_id
-            qdir.mkdir(parents=True, exist_ok=True)
-            qpath = qdir / f"{utc_now().replace(':', '-')}-{uuid.uuid4().hex[:8]}.jsonl"
-            atomic_write(qpath, b"".join(lines[i] + b"\n" for i, _ in bad))
+            qpath: Path | None = None
+            if bad:
+                qdir = self.quarantine_dir / session_id
+                qdir.mkdir(parents=True, exist_ok=True)
+                qpath = qdir / f"{utc_now().replace(':', '-')}-{uuid.uuid4().hex[:8]}.jsonl"
+                atomic_write(qpath, b"".join(lines[i - 1] + b"\n" for i, _ in bad))
             report = SessionRecoveryReport(
-                session_id, len(bad), tuple(i for i, _ in bad), tuple(k for _, k in bad), str(qpath)
+                session_id,
+                len(bad),
+                tuple(i for i, _ in bad),
+                tuple(k for _, k in bad),
+                None if qpath is None else str(qpath),
+                gaps=tuple(missing),
             )
             messages, state, redacted = self._replay_loose(session_id, sdir, good)
             # Quarantined records may name attachments: keep them for whoever inspects.
             self._rewrite(
                 session_id, sdir, messages, state, redacted, previous_state=state, collect=False
+            )
+            # A gap leaves no file behind: without a callback, this line is its only trace.
+            _log.warning(
+                "session %r healed by quarantine: %d record(s) moved to %s, %d record(s) "
+                "missing at lines %s",
+                session_id,
+                report.quarantined,
+                report.quarantine_path,
+                sum(count for _, count in report.gaps),
+                [line for line, _ in report.gaps],
             )
             if self.on_recovery is not None:
                 self.on_recovery(report)
@@ -1529,19 +1562,39 @@ class FileSessionStore:
         return validate_message(decoded, "message")
 
 
-def _triage(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
-    """Split journal lines into good bodies and provably bad line numbers.
+def _triage(
+    lines: list[bytes],
+) -> tuple[list[dict[str, Any]], list[tuple[int, str]], list[tuple[int, int]]]:
+    """Sort journal lines into good bodies, provably bad lines and gaps (SPEC §7.1).
+
+    Returns the bodies to keep, ``(line, kind)`` for each line to move, and
+    ``(line, count)`` for each place where ``count`` records are missing; line
+    numbers count from 1.
 
     A line is good when it hashes to its claimed hash from the previous good hash.
-    When it does not, the next line decides: if it chains to the damaged line's
-    claimed hash, the damaged line's body was altered (bad); if it chains to the
-    hash the damaged line's bytes actually give, only the claimed hash was altered
-    and the body is authentic (kept).
+    When it does not, the lines around it decide, assuming one fault at a time:
+
+    - the next line chains to the hash the line's bytes actually give: only its
+      stored hash was altered and the body is authentic (kept);
+    - its sequence number skips ahead and the next line chains to its stored hash
+      with the following number: the records in between are missing, and the line
+      is as written (kept, the gap reported; see
+      :func:`~perdure.session.journal.records_missing_before`). At the end of the
+      file nothing vouches for it: moved as ``unverifiable``, the gap reported;
+    - the line before it was no record at all (a garbled line) and the next line
+      chains to its stored hash with the following number: the garbled line was its
+      predecessor, so it is as written (kept; at the end of the file, moved as
+      ``unverifiable``);
+    - otherwise its body was altered (``bad_hash``), or it is no record
+      (``bad_line``): moved.
     """
     good: list[dict[str, Any]] = []
     bad: list[tuple[int, str]] = []
+    missing: list[tuple[int, int]] = []
     prev = GENESIS
-    for number, line in enumerate(lines):
+    expected = 0  # the sequence number the next record should carry
+    after_garbage = False  # the previous line was no record
+    for number, line in enumerate(lines, start=1):
         claimed = journal.peek_hash(line)
         body_json = b"{" + line[journal.BODY_AT :] if claimed is not None else b""
         actual = journal.chain_hash(prev, body_json) if claimed is not None else None
@@ -1549,26 +1602,57 @@ def _triage(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[tuple[int, s
             body = json.loads(line) if claimed is not None else None
         except ValueError:
             body = None
-        if claimed is not None and actual == claimed and isinstance(body, dict):
-            good.append(body)
-            prev = claimed
+        seq = body.get("n") if isinstance(body, dict) else None
+        if type(seq) is not int:
+            seq = None
+        nxt = lines[number] if number < len(lines) else None
+        if claimed is None or not isinstance(body, dict):
+            bad.append((number, "bad_line" if claimed is None else "bad_hash"))
+            if claimed is not None:
+                prev = claimed
+            expected += 1
+            after_garbage = claimed is None
             continue
-        nxt = lines[number + 1] if number + 1 < len(lines) else None
+        assert actual is not None
         nxt_claim = journal.peek_hash(nxt) if nxt is not None else None
-        if (
+        if actual == claimed or (
             nxt is not None
             and nxt_claim is not None
-            and actual is not None
-            and isinstance(body, dict)
             and journal.chain_hash(actual, b"{" + nxt[journal.BODY_AT :]) == nxt_claim
         ):
-            good.append(body)  # only the stored hash was damaged
+            good.append(body)  # intact, or only its stored hash was damaged
             prev = actual
-            continue
-        bad.append((number, "bad_hash" if claimed is not None else "bad_line"))
-        if claimed is not None:
+            expected = (seq if seq is not None else expected) + 1
+        elif nxt is not None and (gap := journal.records_missing_before(line, expected, nxt)):
+            missing.append((number, gap))
+            good.append(body)
             prev = claimed
-    return good, bad
+            expected += gap + 1
+        elif nxt is None and seq is not None and seq > expected:
+            # The last line says records are missing before it, but nothing after it
+            # vouches for its bytes: report the gap, keep the line aside.
+            missing.append((number, seq - expected))
+            bad.append((number, "unverifiable"))
+            prev = claimed
+            expected = seq + 1
+        elif (
+            after_garbage
+            and nxt is not None
+            and journal.records_missing_before(line, expected - 1, nxt) == 1
+        ):
+            # Its successor vouches for it as for a record after a one-record gap,
+            # and the garbled line before it fills that gap.
+            good.append(body)
+            prev = claimed
+            expected += 1
+        else:
+            # After a garbled line, a last line cannot be told from an altered one.
+            unverifiable = after_garbage and nxt is None and seq == expected
+            bad.append((number, "unverifiable" if unverifiable else "bad_hash"))
+            prev = claimed
+            expected += 1
+        after_garbage = False
+    return good, bad, missing
 
 
 def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:

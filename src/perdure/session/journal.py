@@ -37,7 +37,9 @@ BODY_AT = len(_PREFIX) + HASH_LEN + 2  # after '{"h":"<hash>",'
 
 RecordType = Literal["m", "s", "r", "w"]
 _TYPES = ("m", "s", "r", "w")  # a tuple: `in` must not hash what a record holds
-DamageKind = Literal["bad_line", "bad_hash", "broken_chain", "bad_payload", "bad_sequence"]
+DamageKind = Literal[
+    "bad_line", "bad_hash", "broken_chain", "bad_payload", "bad_sequence", "missing_record"
+]
 
 
 class Record(NamedTuple):
@@ -135,9 +137,16 @@ def scan(
     position = 0
     prev = prev_hash
     if verify:
-        for line in lines:
+        for index, line in enumerate(lines):
             offsets.append(position)
-            prev = _verify_line(line, prev, base_offset + position)
+            try:
+                prev = _verify_line(line, prev, base_offset + position)
+            except JournalDamage as damage:
+                if damage.kind != "bad_hash":
+                    raise
+                raise _missing_or(
+                    damage, line, first_seq + index, lines[index + 1 : index + 2]
+                ) from None
             position += len(line) + 1
     elif lines:
         offsets = list(itertools.accumulate([len(line) + 1 for line in lines[:-1]], initial=0))
@@ -226,6 +235,73 @@ def _decode(
             )
         )
     return records
+
+
+def records_missing_before(line: bytes, expected_seq: int, following: bytes) -> int:
+    """How many records are provably missing just before ``line``; 0 when none are.
+
+    ``line`` is a complete line whose hash does not chain from the record before it,
+    ``expected_seq`` the sequence number it should carry, and ``following`` the next
+    complete line. Records are missing when ``line``'s own sequence number is
+    greater and ``following`` agrees: it chains to ``line``'s stored hash and carries
+    the next sequence number. One fault explains all of that: the records in between
+    were removed, and ``line`` is as it was written (a record whose body was altered
+    keeps its sequence number; one whose number was altered no longer meets its
+    successor). At the end of a file nothing can vouch for the last line: callers
+    only report that its number skips ahead (see :func:`sequence_of`).
+    """
+    claimed = peek_hash(line)
+    seq = sequence_of(line) if claimed is not None else None
+    claim = peek_hash(following)
+    if (
+        claimed is None
+        or seq is None
+        or seq <= expected_seq
+        or claim is None
+        or chain_hash(claimed, b"{" + following[BODY_AT:]) != claim
+        or sequence_of(following) != seq + 1
+    ):
+        return 0
+    return seq - expected_seq
+
+
+def sequence_of(line: bytes) -> int | None:
+    """The sequence number a line carries, or ``None`` when it is no record."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    seq = obj.get("n") if isinstance(obj, dict) else None
+    return seq if type(seq) is int else None
+
+
+def _missing_or(
+    damage: JournalDamage, line: bytes, expected_seq: int, following: list[bytes]
+) -> JournalDamage:
+    """``missing_record`` when records are provably missing before ``line``, else ``damage``."""
+    if following:
+        missing = records_missing_before(line, expected_seq, following[0])
+        if missing:
+            return JournalDamage(
+                "missing_record",
+                damage.offset,
+                expected_seq + missing,
+                f"{missing} record{'' if missing == 1 else 's'} missing before this one "
+                f"(expected record {expected_seq})",
+            )
+        return damage
+    seq = sequence_of(line)
+    if seq is not None and seq > expected_seq:
+        # Nothing follows to vouch for it: it may be intact after missing records, or
+        # altered. Say what the number says; the kind stays what is proven.
+        return JournalDamage(
+            damage.kind,
+            damage.offset,
+            seq,
+            f"{damage.detail}; it is record {seq} where {expected_seq} was expected "
+            "(records may be missing before it)",
+        )
+    return damage
 
 
 def last_line_start(data: bytes) -> int:

@@ -25,6 +25,9 @@ Guarantees:
   ``<quarantine_dir>/<session_id>/checkpoints/`` (written there durably before it
   is unlinked: a crash leaves it in both places, never in none); one written by
   perdure 0.1 without a hash is sealed in place instead, its content unchanged.
+  Records already gone from the files (lines deleted by hand) are reported as gaps
+  (``missing_record``), never blamed on the intact record after them, which is kept:
+  the repaired history is what remains, in order, with the gap closed.
 - :func:`gc_store` in dry run (the default) deletes nothing. Applied, each deletion
   is the store's own ``delete`` (a session with its checkpoints, atomically and
   idempotently); a session whose writer lock is held elsewhere is skipped, not
@@ -105,7 +108,8 @@ class Damage:
         session_id: the damaged session, or ``None`` when the store as a whole is
             unreadable (a damaged SQLite file, say).
         kind: the kind of damage as the store names it (``bad_hash``, ``bad_line``,
-            ``bad_payload``, ``bad_sequence``, ``broken_chain``, ``bad_state``,
+            ``bad_payload``, ``bad_sequence``, ``missing_record`` (records gone
+            before an intact one), ``broken_chain``, ``bad_state``,
             ``bad_checkpoint``, ``unsealed_checkpoint`` (written by perdure 0.1
             without a sha256, so it cannot be checked), ``bad_database``), or
             ``unreadable`` for an I/O error.
@@ -195,10 +199,16 @@ class SessionRepair:
             try again later) or ``clean`` (healed meanwhile).
         damage: the damage :func:`verify_store` found first.
         quarantined: records moved (or that would be moved).
-        positions: their line numbers, 0-based across the session's files in order.
-        kinds: the kind of each moved record (``bad_hash`` or ``bad_line``).
-        quarantine_path: the file the records were moved to (``None`` in a dry run).
+        positions: their line numbers, counted from 1 across the session's files in
+            order (sealed segments, then the journal).
+        kinds: the kind of each moved record (``bad_hash``, ``bad_line`` or
+            ``unverifiable``: it follows missing records and nothing vouches for it).
+        quarantine_path: the file the records were moved to (``None`` in a dry run,
+            or when nothing was moved).
         detail: why the session was not repaired, for ``unrepairable`` and ``locked``.
+        gaps: ``(line, count)`` for each gap: ``count`` records were already
+            missing from the files just before that line. They cannot come back;
+            the records on both sides are kept (see :class:`SessionRecoveryReport`).
     """
 
     session_id: str
@@ -209,14 +219,22 @@ class SessionRepair:
     kinds: tuple[str, ...] = ()
     quarantine_path: str | None = None
     detail: str | None = None
+    gaps: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def missing_records(self) -> int:
+        """Records found missing, over every gap."""
+        return sum(count for _, count in self.gaps)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data."""
+        """JSON-ready data; ``gaps`` as ``[{"line": …, "records": …}]``."""
         return {
             **asdict(self),
             "damage": self.damage.to_dict(),
             "positions": list(self.positions),
             "kinds": list(self.kinds),
+            "gaps": [{"line": line, "records": count} for line, count in self.gaps],
+            "missing_records": self.missing_records,
         }
 
 
@@ -264,9 +282,13 @@ class RepairReport:
         quarantine_dir: where quarantined records go (one directory per session).
         sessions_checked: sessions verified.
         sessions: one entry per session with damage in its journal.
-        remaining: damage quarantine does not repair (an unreadable file or
-            store); delete or restore those by hand.
+        remaining: every damage left in the store after this run: what repair
+            does not handle (an unreadable file or store: delete or restore those by
+            hand), and the damage of each session in ``sessions`` and each checkpoint
+            in ``checkpoints`` that was not repaired (a dry run repairs none). Empty
+            exactly when ``clean``.
         checkpoints: one entry per damaged checkpoint (quarantined or sealed).
+        missing: session ids asked for that the store does not hold.
     """
 
     dry_run: bool
@@ -276,6 +298,24 @@ class RepairReport:
     sessions: tuple[SessionRepair, ...]
     remaining: tuple[Damage, ...] = ()
     checkpoints: tuple[CheckpointRepair, ...] = ()
+    missing: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # ``remaining`` and ``clean`` must never disagree, whoever builds the report:
+        # a session or checkpoint that was not repaired leaves its damage behind.
+        left = [*self.remaining]
+        left.extend(
+            s.damage
+            for s in self.sessions
+            if s.status not in ("repaired", "clean") and s.damage not in left
+        )
+        left.extend(
+            c.damage
+            for c in self.checkpoints
+            if c.status not in ("quarantined", "sealed", "clean") and c.damage not in left
+        )
+        left.sort(key=lambda d: (d.session_id or "", d.checkpoint_id or ""))
+        object.__setattr__(self, "remaining", tuple(left))
 
     @property
     def quarantined(self) -> int:
@@ -283,13 +323,14 @@ class RepairReport:
         return sum(s.quarantined for s in self.sessions)
 
     @property
+    def missing_records(self) -> int:
+        """Records found missing from journals, over every session."""
+        return sum(s.missing_records for s in self.sessions)
+
+    @property
     def clean(self) -> bool:
         """True when no damage is left in the store after this run."""
-        return (
-            not self.remaining
-            and all(s.status in ("repaired", "clean") for s in self.sessions)
-            and all(c.status in ("quarantined", "sealed", "clean") for c in self.checkpoints)
-        )
+        return not self.remaining
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data."""
@@ -299,10 +340,12 @@ class RepairReport:
             "quarantine_dir": self.quarantine_dir,
             "sessions_checked": self.sessions_checked,
             "quarantined": self.quarantined,
+            "missing_records": self.missing_records,
             "clean": self.clean,
             "sessions": [s.to_dict() for s in self.sessions],
             "checkpoints": [c.to_dict() for c in self.checkpoints],
             "remaining": [d.to_dict() for d in self.remaining],
+            "missing": list(self.missing),
         }
 
 
@@ -663,6 +706,7 @@ async def repair_store(
         sessions=tuple(repairs),
         remaining=tuple(remaining),
         checkpoints=tuple(checkpoint_repairs),
+        missing=verified.missing,
     )
 
 
@@ -825,6 +869,7 @@ def _repair(
         kinds=tuple(k for r in mine for k in r.kinds),
         quarantine_path=None if plan or not mine else mine[-1].quarantine_path,
         detail=detail,
+        gaps=tuple(gap for r in mine for gap in r.gaps),
     )
 
 

@@ -25,6 +25,12 @@ Guarantees:
 * Damaged data raises :class:`~perdure.errors.SessionCorruptedError` (code
   ``session_store_corrupted``), an unknown format version
   :class:`~perdure.errors.SnapshotError`; never a silently empty agent.
+* A ``latest`` that is missing while immutable snapshots exist (deleted by hand, or
+  never saved because only ``save_snapshot(agent, is_latest=False)`` was called):
+  an agent being built comes back from the newest immutable snapshot, and a warning
+  says so on the ``perdure.session.snapshot_manager`` logger (what ``latest`` held
+  after that snapshot is gone). It does not start empty. A ``latest`` that is
+  present but damaged still raises, and nothing falls back.
 * Deleting a snapshot or running :meth:`SnapshotSessionManager.collect_garbage`
   removes the chunks no manifest references, and a crash during it only leaves
   garbage behind.
@@ -41,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable
@@ -57,6 +64,7 @@ from perdure.hooks import (
     MessageAddedEvent,
 )
 from perdure.session._snapshot_format import (
+    Manifest,
     encode_json,
     fields_chunk,
     index_chunk,
@@ -104,6 +112,7 @@ _STRATEGIES: tuple[str, ...] = ("invocation", "message", "trigger")
 _BIDI_STRATEGIES: tuple[str, ...] = ("message", "stop", "trigger")
 _MULTI_STRATEGIES: tuple[str, ...] = ("node", "invocation")
 _ULIDS = MonotonicUlid()
+_log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -177,6 +186,11 @@ class SnapshotSessionManager:
     ``snapshot_latest`` is restored when it is built and saved per
     ``save_latest_on``; immutable snapshots are appended when ``snapshot_trigger``
     says so. See the module docstring for the layout and the guarantees.
+
+    When ``snapshot_latest`` is missing but immutable snapshots exist, the agent is
+    built from the newest of them and a warning is logged (logger
+    ``perdure.session.snapshot_manager``): it never starts empty over a history that
+    is still there. A damaged ``snapshot_latest`` raises ``SessionCorruptedError``.
 
     Args:
         session_id: Names the session: non-empty, not ``.``/``..``, no ``/``, ``\\``
@@ -335,7 +349,9 @@ class SnapshotSessionManager:
         Args:
             agent: Agent to restore into (not while it runs a turn).
             snapshot_id: An immutable snapshot's id (time travel); ``None`` restores
-                ``snapshot_latest``, as the agent's construction does.
+                ``snapshot_latest`` only (unlike the agent's construction, it does
+                not fall back to the newest immutable snapshot when ``latest`` is
+                missing: it returns ``False``).
 
         Returns:
             ``True`` when the snapshot existed and the agent now holds it; ``False``
@@ -462,13 +478,23 @@ class SnapshotSessionManager:
         )
 
     def initialize(self, agent: Agent) -> None:
-        """Restore ``agent`` from ``snapshot_latest`` if there is one (sync; seed 003).
+        """Restore ``agent`` as its construction does (sync; seed 003).
+
+        From ``snapshot_latest`` if there is one; if it is missing, from the newest
+        immutable snapshot with a logged warning; else the agent is left as it is.
 
         Raises:
             RuntimeError: called inside a running event loop (await
                 ``restore_snapshot(agent)`` instead).
+            TurnRunningError: the agent is running a turn.
+            SessionCorruptedError: the snapshot to restore is damaged.
         """
-        run_sync(self.restore_snapshot(agent), async_name="manager.restore_snapshot(agent)")
+        run_sync(self._initialize(agent), async_name="manager.restore_snapshot(agent)")
+
+    async def _initialize(self, agent: Agent) -> bool:
+        agent = _check_agent(agent)
+        async with _hold(self._lock):
+            return await self._restore_locked(agent, self._slot(agent), None, fallback=True)
 
     def sync_agent(self, agent: Agent) -> None:
         """Save ``agent`` to ``snapshot_latest`` now (sync; seed 003).
@@ -568,13 +594,26 @@ class SnapshotSessionManager:
         return snapshot_id, plan.dropped
 
     async def _restore_locked(
-        self, agent: Agent, slot: _Slot, snapshot_id: str | None, *, from_init: bool = False
+        self,
+        agent: Agent,
+        slot: _Slot,
+        snapshot_id: str | None,
+        *,
+        from_init: bool = False,
+        fallback: bool = False,
     ) -> bool:
+        """Restore ``latest`` (or ``snapshot_id``) into ``agent``; ``True`` if it existed.
+
+        The agent's construction (``from_init``) and ``fallback`` restore the newest
+        immutable snapshot when ``latest`` is missing, with a logged warning.
+        """
         if agent.turn_running and not from_init:
             raise TurnRunningError("cannot restore a snapshot while the agent is running a turn")
         prefix = self._prefix(agent.agent_id)
         key = f"{prefix}latest" if snapshot_id is None else f"{prefix}snapshots/{snapshot_id}"
         manifest = await read_manifest(self.storage, key)
+        if manifest is None and snapshot_id is None and (from_init or fallback):
+            key, manifest = await self._newest_snapshot(agent.agent_id)
         if manifest is None:
             self._initialized.add(agent)
             return False
@@ -585,6 +624,34 @@ class SnapshotSessionManager:
         slot.layout = loaded.layout
         slot.known.update(loaded.refs)
         return True
+
+    async def _newest_snapshot(self, agent_id: str) -> tuple[str, Manifest | None]:
+        """The newest immutable snapshot's key and manifest, standing in for a lost ``latest``.
+
+        ``(key, None)`` when there is none. Logs a warning when there is one: a
+        missing ``latest`` beside immutable snapshots was deleted or never saved,
+        and whatever it held after that snapshot is not coming back.
+        """
+        prefix = self._prefix(agent_id)
+        base = f"{prefix}snapshots/"
+        ids = [key[len(base) :] for key in await list_all(self.storage, base)]
+        ids = sorted(i for i in ids if is_ulid(i))
+        if not ids:
+            return f"{prefix}latest", None
+        key = base + ids[-1]
+        manifest = await read_manifest(self.storage, key)  # damaged: raises, no guessing
+        if manifest is not None:
+            _log.warning(
+                "snapshot_latest of session %r, agent %r is missing although %d immutable "
+                "snapshot(s) exist; restoring the newest, %s (created %s): anything saved "
+                "to snapshot_latest after it is lost",
+                self.session_id,
+                agent_id,
+                len(ids),
+                ids[-1],
+                manifest.meta.get("created_at"),
+            )
+        return key, manifest
 
     async def _collect_locked(self, agent: Agent) -> set[str]:
         slot = self._slot(agent)
