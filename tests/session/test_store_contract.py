@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from perdure.errors import (
     SessionNotFoundError,
 )
 from perdure.session import SessionMeta, SessionStore, read_history_page
+from perdure.session.maintenance import verify_store
 from perdure.types import Message
 
 
@@ -365,3 +367,70 @@ def test_coroutines_work_from_any_loop_and_thread(store: SessionStore) -> None:
     worker.start()
     worker.join()
     assert len(results[0].messages) == 20
+
+
+def same_data(store: SessionStore, store_factory: Callable[..., SessionStore]) -> SessionStore:
+    """Another instance over the store's data (the memory store has only itself)."""
+    return store if type(store).__name__.startswith("Memory") else store_factory()
+
+
+def tool_use(tool_input: Any, tool_use_id: str = "t1") -> Message:
+    return {
+        "role": "assistant",
+        "content": [{"toolUse": {"toolUseId": tool_use_id, "name": "f", "input": tool_input}}],
+    }
+
+
+async def test_marker_shaped_content_round_trips_unchanged(
+    store: SessionStore, store_factory: Callable[..., SessionStore]
+) -> None:
+    # Content is data (SPEC §7.1): a tool input or state value shaped like perdure's
+    # own markers is neither read as bytes nor as an attachment that is "missing".
+    shaped = {
+        "ref": {"__attachment__": "ab" * 32, "size": 3},
+        "bytes_like": {"__bytes_encoded__": True, "data": "aGk="},
+        "escape_like": {"__perdure_dict__": [["a", 1]]},
+        "real_small": b"\x00real",
+        "real_big": bytes(range(256)) * 8,  # an attachment in the file store
+        "deeper": [{"__attachment__": "cd" * 32, "size": 3, "note": "x"}],
+    }
+    state = {"v": {"__bytes_encoded__": True, "data": "aGk="}, "a": shaped["ref"]}
+    history = [text("user", "q"), tool_use(shaped)]
+    await store.create("s")
+    await store.commit("s", history, agent_state=state)
+    history.append(text("user", "next"))
+    await store.commit("s", history)  # a commit that reads the stored end
+    for reader in (store, same_data(store, store_factory)):
+        record = await reader.get("s")
+        assert record.messages == history
+        assert record.agent_state == state
+        page = await read_history_page(reader, "s", offset=1, limit=1)
+        assert page.messages[0] == history[1]
+    assert (await verify_store(store)).clean
+
+
+UNSTORABLE = [
+    ({"x": float("nan")}, "messages[1].content[0].toolUse.input.x", "nan"),
+    ({"x": [float("-inf")]}, "messages[1].content[0].toolUse.input.x[0]", "inf"),
+    ({"x": {1: "a"}}, "messages[1].content[0].toolUse.input.x", "key 1"),
+]
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize(("bad", "path", "why"), [*UNSTORABLE, (nested(500), "", "deeper")])
+async def test_unstorable_values_are_refused_and_nothing_is_written(
+    store: SessionStore, bad: Any, path: str, why: str
+) -> None:
+    await store.create("s")
+    with pytest.raises(ValueError, match=re.escape(path) + ".*" + why):
+        await store.commit("s", [text("user", "q"), tool_use(bad)])
+    record = await store.get("s")
+    assert (record.messages, record.meta.message_count) == ([], 0)
+    await store.commit("s", [text("user", "q"), tool_use({"x": 1.5})])  # still usable
+    assert (await store.get("s")).messages[1] == tool_use({"x": 1.5})

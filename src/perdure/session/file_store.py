@@ -74,7 +74,6 @@ from perdure.session import journal
 from perdure.session._codec import (
     check_commit_args,
     check_list_args,
-    is_text_only,
     looks_like_message,
     utc_now,
 )
@@ -82,16 +81,22 @@ from perdure.session._locks import LockTable
 from perdure.session._threads import StoreThread
 from perdure.session.attachments import (
     ATTACHMENT_MARKER,
+    decode_with_attachments,
     extract_attachments,
     is_valid_digest,
-    resolve_attachments,
 )
 from perdure.session.checkpoints import FileCheckpointStore
 from perdure.session.ids import validate_session_id
 from perdure.session.journal import GENESIS, JournalDamage, Record
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
-from perdure.types import Message, decode_bytes_values, validate_message
+from perdure.types import (
+    Message,
+    decode_bytes_values,
+    is_text_only,
+    validate_message,
+    validate_storable,
+)
 
 Durability = Literal["commit", "invocation", "none"]
 Recovery = Literal["strict", "quarantine"]
@@ -703,11 +708,8 @@ class FileSessionStore:
         raw = record.body.get("m")
         try:
             if record.encoded:
-                raw = decode_bytes_values(
-                    resolve_attachments(
-                        raw,
-                        lambda digest, size: self._load_attachment(session_id, sdir, digest, size),
-                    )
+                raw = decode_with_attachments(
+                    raw, lambda digest, size: self._load_attachment(session_id, sdir, digest, size)
                 )
             if not record.encoded and looks_like_message(raw):
                 # The chain vouches for these bytes, and they were validated on write.
@@ -996,30 +998,31 @@ class FileSessionStore:
         bodies: builtins.list[dict[str, Any]] = []
         count = tail.count
         for message in messages[tail.count :]:
+            encoded = self._encode_message(message, found, f"messages[{count}]")
             count += 1
-            bodies.append({"c": count, "t": "m", "m": self._encode_message(message, found)})
+            bodies.append({"c": count, "t": "m", "m": encoded})
         for index, replacement in sorted((redactions or {}).items()):
-            bodies.append(
-                {"c": count, "t": "r", "i": index, "m": self._encode_message(replacement, found)}
-            )
+            encoded = self._encode_message(replacement, found, f"redactions[{index}]")
+            bodies.append({"c": count, "t": "r", "i": index, "m": encoded})
         if agent_state is not None:
             bodies.append({"c": count, "t": "s", "s": self._encode_state(agent_state)})
         return bodies
 
-    def _encode_message(self, message: Message, found: dict[str, bytes]) -> Any:
-        validate_message(message, "message")
+    def _encode_message(self, message: Message, found: dict[str, bytes], where: str) -> Any:
+        validate_message(message, where)
         if is_text_only(message):
-            return message  # no bytes to extract
+            return message  # no bytes to extract, no user dict to escape
+        validate_storable(message, where)
         return extract_attachments(message, self.attachment_threshold, found)
 
     def _encode_state(self, agent_state: Mapping[str, Any]) -> Any:
         if not isinstance(agent_state, Mapping):
             raise TypeError(f"agent_state must be a mapping, got {type(agent_state).__name__}")
-        encoded = extract_attachments(dict(agent_state), 1 << 62, {})
         try:
+            encoded = extract_attachments(dict(agent_state), 1 << 62, {})
             json.dumps(encoded, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"agent_state is not JSON-serializable: {exc}") from exc
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError(f"agent_state is not JSON-serializable: {exc}") from None
         return encoded
 
     def _write_attachments(self, sdir: Path, found: dict[str, bytes]) -> None:
@@ -1238,16 +1241,16 @@ class FileSessionStore:
         ]
         count = 0
         for message in messages:
+            encoded = self._encode_message(message, found, f"messages[{count}]")
             count += 1
-            bodies.append({"c": count, "t": "m", "m": self._encode_message(message, found)})
+            bodies.append({"c": count, "t": "m", "m": encoded})
         for index, replacement in sorted((redactions or {}).items()):
             if not isinstance(index, int) or not 0 <= index < count:
                 raise ValueError(
                     f"redaction index {index!r} names no message of session {session_id!r}"
                 )
-            bodies.append(
-                {"c": count, "t": "r", "i": index, "m": self._encode_message(replacement, found)}
-            )
+            encoded = self._encode_message(replacement, found, f"redactions[{index}]")
+            bodies.append({"c": count, "t": "r", "i": index, "m": encoded})
         if agent_state is None:
             agent_state = (
                 previous_state
@@ -1395,10 +1398,8 @@ class FileSessionStore:
         return messages, state, redacted
 
     def _decode_loose(self, session_id: str, sdir: Path, raw: Any) -> Message:
-        decoded = decode_bytes_values(
-            resolve_attachments(
-                raw, lambda digest, size: self._load_attachment(session_id, sdir, digest, size)
-            )
+        decoded = decode_with_attachments(
+            raw, lambda digest, size: self._load_attachment(session_id, sdir, digest, size)
         )
         return validate_message(decoded, "message")
 
