@@ -434,3 +434,58 @@ async def test_unstorable_values_are_refused_and_nothing_is_written(
     assert (record.messages, record.meta.message_count) == ([], 0)
     await store.commit("s", [text("user", "q"), tool_use({"x": 1.5})])  # still usable
     assert (await store.get("s")).messages[1] == tool_use({"x": 1.5})
+
+
+@pytest.mark.parametrize("locked", [False, True])
+async def test_a_commit_without_tail_extends_or_conflicts(
+    store: SessionStore, store_factory: Callable[..., SessionStore], locked: bool
+) -> None:
+    # SPEC §7: without expected_tail, a commit that extends the stored history
+    # succeeds and one that diverges from it raises SessionConflictError.
+    await store.create("s")
+    base = conversation(2)
+    await store.commit("s", base)
+    other = same_data(store, store_factory)
+    mine = [*base, text("user", "from one writer")]
+    theirs = [*base, text("user", "from the other")]
+    if locked:  # one process holding the lock: the appends the store makes inline
+        async with store.writer_lock("s"):
+            await store.commit("s", mine)
+            with pytest.raises(SessionConflictError) as info:
+                await store.commit("s", theirs)
+            with pytest.raises(SessionConflictError):
+                await store.commit("s", theirs, agent_state={"x": 1})
+    else:
+        await store.commit("s", mine)
+        with pytest.raises(SessionConflictError) as info:
+            await other.commit("s", theirs)
+        with pytest.raises(SessionConflictError):
+            await other.commit("s", [*theirs, text("assistant", "more")])
+    assert info.value.code == "session_conflict"
+    record = await store.get("s")
+    assert record.messages == mine
+    assert record.agent_state == {}
+    # Extending the stored history needs no tail, from either writer.
+    mine.append(text("assistant", "answer"))
+    await other.commit("s", mine)
+    mine.append(tool_use({"b": b"\x01"}))
+    await store.commit("s", mine)
+    mine.append(text("user", "last"))
+    await store.commit("s", mine)
+    assert (await other.get("s")).messages == mine
+
+
+async def test_a_commit_without_tail_accepts_the_redacted_last_message(
+    store: SessionStore,
+) -> None:
+    await store.create("s")
+    history = conversation(3)
+    await store.commit("s", history)
+    replacement = text("assistant", "[redacted]")
+    await store.commit("s", history, redactions={2: replacement})
+    # The writer that redacted keeps the original; a reader sees the replacement.
+    await store.commit("s", [*history, text("user", "a")])
+    seen = (await store.get("s")).messages
+    assert seen[2] == replacement
+    await store.commit("s", [*seen[:2], replacement, text("user", "a"), text("assistant", "b")])
+    assert len((await store.get("s")).messages) == 5

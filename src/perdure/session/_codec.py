@@ -17,9 +17,10 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+from perdure.errors import SessionConflictError
 from perdure.session.ids import validate_session_id
 from perdure.types import (
     Message,
@@ -246,6 +247,41 @@ def check_commit_args(
         raise TypeError(f"expected_tail must be a str or None, got {type(expected_tail).__name__}")
     if redactions is not None and not isinstance(redactions, Mapping):
         raise TypeError(f"redactions must be a mapping or None, got {type(redactions).__name__}")
+
+
+def check_extends(
+    session_id: str,
+    messages: Sequence[Message],
+    stored: int,
+    last: Sequence[Any],
+    *,
+    encode: Callable[[Message], Any] | None = None,
+) -> None:
+    """The rule for a commit without ``expected_tail`` (SPEC §7), the same in every store.
+
+    Such a commit must extend the stored history, not diverge from it. Comparing
+    the whole stored history on every commit would cost a read of it all, so the
+    check is one message: ``messages[stored - 1]`` must equal the last stored
+    message, as written or as redacted (``last`` holds those, decoded — or in the
+    stored form, and then ``encode`` gives that form of a message). That catches
+    two writers who both started from the same history and each committed a
+    different next message: the second one's message at that index is not the
+    stored one. (A writer that changed an earlier message and kept the last one
+    equal is not caught; pass ``expected_tail`` for a complete check.)
+
+    Raises:
+        SessionConflictError: ``messages`` diverges from the stored history.
+    """
+    if stored == 0 or len(messages) < stored:
+        return  # nothing stored to diverge from; a shorter history is refused apart
+    candidate = messages[stored - 1]
+    if (candidate if encode is None else encode(candidate)) not in last:
+        raise SessionConflictError(
+            f"session {session_id!r} holds a different message at index {stored - 1} "
+            "than this commit: another writer committed since this history was read; "
+            "reopen the session (or pass expected_tail) to continue",
+            details={"index": stored - 1},
+        )
 
 
 def encode_redactions(

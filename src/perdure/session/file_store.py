@@ -73,6 +73,7 @@ from perdure.errors import SessionConflictError, SessionCorruptedError, SessionN
 from perdure.session import journal
 from perdure.session._codec import (
     check_commit_args,
+    check_extends,
     check_list_args,
     looks_like_message,
     utc_now,
@@ -211,6 +212,8 @@ class _Tail:
     count: int
     records: int
     """Records in the active journal."""
+    last: tuple[Any, ...] = ()
+    """The last message as this store wrote it (and redacted it), stored form; () unknown."""
 
 
 class FileSessionStore:
@@ -755,9 +758,19 @@ class FileSessionStore:
         return HistoryPage([window[i] for i in range(start, end)], start, end, total)
 
     def _read_range(
-        self, session_id: str, sdir: Path, volume: _Volume, lo: int, hi: int, total: int
+        self,
+        session_id: str,
+        sdir: Path,
+        volume: _Volume,
+        lo: int,
+        hi: int,
+        total: int,
+        originals: dict[int, Message] | None = None,
     ) -> dict[int, Message]:
-        """Messages ``lo..hi-1`` (redactions applied), reading only the files covering them."""
+        """Messages ``lo..hi-1`` (redactions applied), reading only the files covering them.
+
+        ``originals``, when given, receives the messages as written (no redaction).
+        """
         found: dict[int, Message] = {}
         redactions: dict[int, Message] = {}
         prev, seq = GENESIS, 0
@@ -784,6 +797,8 @@ class FileSessionStore:
             share = _Share(total - max(lo, volume.first_count), total - volume.first_count)
             records = self._journal_window(session_id, volume.journal, prev, seq, lo, share)
             self._collect(session_id, sdir, records, lo, hi, found, redactions)
+        if originals is not None:
+            originals.update(found)
         found.update({i: m for i, m in redactions.items() if i in found})
         missing = [i for i in range(lo, hi) if i not in found]
         if missing:
@@ -901,6 +916,8 @@ class FileSessionStore:
             self._check_tail(session_id, tail, expected_tail)
             if rewritten:
                 return self._rewrite(session_id, sdir, messages, agent_state, redactions)
+            if expected_tail is None and tail.count:
+                self._check_extends(session_id, sdir, messages, tail)
             found: dict[str, bytes] = {}
             bodies = self._bodies(session_id, tail, messages, agent_state, redactions, found)
             if not bodies:
@@ -946,6 +963,10 @@ class FileSessionStore:
             if tail is None or open_journal is None or open_journal[0] != tail.ino:
                 return None
             self._check_tail(session_id, tail, expected_tail)
+            if expected_tail is None and tail.count:
+                if not tail.last:
+                    return None  # the last stored message must be read from disk
+                self._check_extends(session_id, None, messages, tail)
             found: dict[str, bytes] = {}
             bodies = self._bodies(session_id, tail, messages, agent_state, redactions, found)
             if found:
@@ -966,6 +987,31 @@ class FileSessionStore:
             return CommitResult(new_tail.hash, new_tail.count), synced, self._seal_due(new_tail)
         finally:
             self._guard.release()
+
+    def _check_extends(
+        self, session_id: str, sdir: Path | None, messages: Sequence[Message], tail: _Tail
+    ) -> None:
+        """A commit without ``expected_tail`` must extend the history (``check_extends``).
+
+        The last message this store wrote is cached with the tail, in its stored
+        form; otherwise (``sdir`` given) it is read from disk and compared decoded.
+        """
+        count = tail.count
+        if tail.last:
+            where = f"messages[{count - 1}]"
+            check_extends(
+                session_id,
+                messages,
+                count,
+                tail.last,
+                encode=lambda message: self._encode_message(message, {}, where),
+            )
+            return
+        assert sdir is not None
+        originals: dict[int, Message] = {}
+        volume = self._volume(session_id, sdir)
+        seen = self._read_range(session_id, sdir, volume, count - 1, count, count, originals)
+        check_extends(session_id, messages, count, [seen[count - 1], originals[count - 1]])
 
     def _check_tail(self, session_id: str, tail: _Tail, expected_tail: str | None) -> None:
         if expected_tail is not None and expected_tail != tail.hash:
@@ -1062,7 +1108,15 @@ class FileSessionStore:
             self._forget(session_id)  # the next commit re-reads the tail from disk
             raise
         count = bodies[-1]["c"]
-        new_tail = _Tail(ino, tail.size + len(data), prev, seq, count, tail.records + len(bodies))
+        last = tail.last if count == tail.count else ()
+        for body in bodies:  # what a commit without expected_tail compares (_commit)
+            if body["t"] == "m" and body["c"] == count:
+                last = (body["m"],)
+            elif body["t"] == "r" and body["i"] == count - 1 and last:
+                last = (*last, body["m"])
+        new_tail = _Tail(
+            ino, tail.size + len(data), prev, seq, count, tail.records + len(bodies), last
+        )
         self._tails[session_id] = new_tail
         self._tail_holds[session_id] = self._locks.hold_id(session_id)
         return fd, new_tail, new_file
