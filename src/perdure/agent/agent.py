@@ -425,6 +425,8 @@ class Agent:
                 raise ValueError(
                     f"prompt[{i}]: interruptResponse needs 'interruptId' (str) and 'response'"
                 )
+            # Kept in the interrupt state a session stores: refused now if it could not be.
+            validate_storable(body["response"], f"prompt[{i}].interruptResponse.response")
             responses[body["interruptId"]] = body["response"]
         if not pending_tool_uses(self.messages):
             raise ValueError("interruptResponse given but no tool calls are pending")
