@@ -114,6 +114,9 @@ def test_interrupt_response_errors() -> None:
         agent([{"interruptResponse": {"response": 1}}])
     with pytest.raises(ValueError, match="only interruptResponse"):
         agent([*answer(result, 1), {"text": "hi"}])
+    # A response no session could store (it joins the persisted interrupt state).
+    with pytest.raises(ValueError, match=r"prompt\[0\]\.interruptResponse\.response\.x: nan"):
+        agent(answer(result, {"x": float("nan")}))
     assert agent.interrupt_state.activated  # the failed calls changed nothing
 
 

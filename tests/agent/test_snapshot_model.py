@@ -341,3 +341,29 @@ def test_from_dict_does_not_validate_version_but_validate_does() -> None:
     assert loaded.schema_version == "9.9"
     with pytest.raises(SnapshotError, match=r"found '9\.9'"):
         loaded.validate()
+
+
+def test_marker_shaped_content_round_trips_unchanged() -> None:
+    shaped = {
+        "bytes_like": {"__bytes_encoded__": True, "data": "aGk="},
+        "ref": {"__attachment__": "ab" * 32, "size": 3},
+        "escape_like": {"__perdure_dict__": [["a", 1]]},
+    }
+    message = {"role": "user", "content": [{"json": shaped}]}
+    snapshot = Snapshot(data={"messages": [message], "state": {"shaped": shaped}})
+    restored = Snapshot.from_json(snapshot.to_json())
+    assert restored.data == snapshot.data
+    restored.validate()
+
+
+def test_nesting_too_deep_is_a_snapshot_error_not_a_recursion_error() -> None:
+    deep: Any = "leaf"
+    for _ in range(5000):
+        deep = [deep]
+    snapshot = Snapshot(data={"messages": [{"role": "user", "content": [{"json": deep}]}]})
+    with pytest.raises(SnapshotError):
+        snapshot.validate()
+    with pytest.raises(SnapshotError):
+        snapshot.to_json()
+    with pytest.raises(SnapshotError):
+        Snapshot.from_json('{"data": ' + "[" * 5000 + "]" * 5000 + "}")

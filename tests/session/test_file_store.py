@@ -770,3 +770,27 @@ def test_a_child_forked_during_a_turn_sees_the_parents_appends(tmp_path: Path) -
 
     assert run(turn()) == 0, "the child's stale append was not refused"
     assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(4)
+
+
+async def test_a_commit_without_tail_finds_the_last_message_in_a_sealed_segment(
+    tmp_path: Path,
+) -> None:
+    # The last stored message (and its redaction) may sit in a sealed segment, with
+    # the active journal empty: the check of a tail-less commit reads it there.
+    store = FileSessionStore(tmp_path / "data", segmentation=Segmentation(max_records=3))
+    await store.create("s")
+    history = conversation(12)
+    for end in range(1, 13):
+        await store.commit("s", history[:end])
+    diverged = [*history[:-1], text("assistant", "diverged")]
+    with pytest.raises(SessionConflictError):
+        await store.commit("s", diverged)
+    other = FileSessionStore(tmp_path / "data", segmentation=Segmentation(max_records=3))
+    with pytest.raises(SessionConflictError):
+        await other.commit("s", diverged)
+    await store.commit("s", history, redactions={11: text("assistant", "[redacted]")})
+    await other.commit("s", [*history, text("user", "x")])  # as written
+    seen = (await other.get("s")).messages
+    assert seen[11] == text("assistant", "[redacted]")
+    await FileSessionStore(tmp_path / "data").commit("s", [*seen, text("assistant", "y")])
+    assert len((await store.get("s")).messages) == 14

@@ -13,6 +13,7 @@ from helpers import assert_model_valid, tool_call
 from perdure import Agent, SlidingWindowConversationManager, ToolContext, tool
 from perdure.errors import SessionConflictError, SessionNotFoundError, TurnRunningError
 from perdure.models import ScriptedModel
+from perdure.models.stream import ModelResponse
 from perdure.session import Session, SessionStore, read_history_page
 from perdure.types import Message
 
@@ -302,3 +303,63 @@ async def test_session_in_an_async_app(store: SessionStore) -> None:
     assert [m["content"][0]["text"] for m in resumed.messages] == ["hello", "hi", "more", "again"]
     with pytest.raises(SessionNotFoundError):
         await Session.open(store, "nope", must_exist=True)
+
+
+def deep(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("bad_input", "path", "why"),
+    [
+        ({"x": float("nan")}, "messages[1].content[1].toolUse.input.x", "nan"),
+        ({"x": float("inf")}, "messages[1].content[1].toolUse.input.x", "inf"),
+        ({"x": {7: "seven"}}, "messages[1].content[1].toolUse.input.x", "key 7"),
+        ({"x": deep(500)}, "messages[1].content[1].toolUse.input.x", "nesting deeper than 200"),
+    ],
+)
+def test_an_unstorable_model_answer_is_refused_before_the_history_changes(
+    store: SessionStore, bad_input: dict[str, Any], path: str, why: str
+) -> None:
+    # SPEC §7.1: refused before it reaches the history, the path named; the agent
+    # stays usable and what is stored equals what it holds.
+    # As is (a ModelResponse): as a provider's parsed JSON, not deep-copied by the script.
+    bad = ModelResponse(tool_call("t1", "lookup", narration="let me look", **bad_input), "tool_use")
+    session = Session(store, "s")
+    agent = agent_on(session, [bad, "fine, without the tool"])
+    with pytest.raises(ValueError) as info:
+        agent("find x")
+    assert str(info.value).startswith(path), str(info.value)[:200]
+    assert why in str(info.value)
+    assert agent.messages == [{"role": "user", "content": [{"text": "find x"}]}]
+    assert asyncio.run(store.get("s")).messages == agent.messages
+    assert str(agent("try again")) == "fine, without the tool"
+    assert asyncio.run(store.get("s")).messages == agent.messages
+    assert len(agent.messages) == 3
+    assert RUNS == []
+
+
+def test_an_unstorable_tool_result_is_refused_and_the_call_closed_next_turn(
+    store: SessionStore,
+) -> None:
+    @tool
+    def measure() -> list[Any]:
+        """Measure (returns content blocks, one of them unstorable)."""
+        return [{"text": "ok"}, {"json": {"ratio": float("nan")}}]
+
+    session = Session(store, "s")
+    agent = Agent(
+        model=ScriptedModel([tool_call("t1", "measure"), "closed"]),
+        tools=[measure],
+        session_manager=session,
+    )
+    with pytest.raises(ValueError, match=r"messages\[2\]\.content\[0\]\.toolResult"):
+        agent("measure it")
+    assert asyncio.run(store.get("s")).messages == agent.messages
+    assert str(agent("go on")) == "closed"
+    stored = asyncio.run(store.get("s")).messages
+    assert stored == agent.messages
+    assert_model_valid(stored)

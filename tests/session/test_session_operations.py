@@ -4,6 +4,7 @@ export/import — on every store that keeps checkpoints."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from perdure.session import (
     SessionStore,
 )
 from perdure.session.ulid import new_ulid
+from perdure.types.json import compact_json_bytes
 
 
 def run(coro: Any) -> Any:
@@ -535,3 +537,69 @@ def test_lone_surrogates_survive_turns_checkpoints_and_export(
     assert stored.messages[0]["content"][0]["text"] == f"question {odd}"  # type: ignore[typeddict-item]
     assert stored.messages[-1]["content"][0]["text"] == f"answer {odd}"  # type: ignore[typeddict-item]
     assert stored.agent_state["state"]["path"] == odd
+
+
+SHAPED_INPUT = {
+    "ref": {"__attachment__": "ab" * 32, "size": 3},
+    "bytes_like": {"__bytes_encoded__": True, "data": "aGk="},
+    "escape_like": {"__perdure_dict__": [["a", 1]]},
+}
+
+
+def test_marker_shaped_content_survives_checkpoints_export_import_and_restore(
+    tmp_path: Path, store: SessionStore
+) -> None:
+    session = Session(store, "src")
+    agent = chatty(session, [tool_call("t1", "lookup", key="a", extra=SHAPED_INPUT), "done"])
+    agent("go")
+    agent.state.set("shaped", SHAPED_INPUT)
+    run(session.save())
+    stored = run(store.get("src"))
+    assert stored.messages == agent.messages
+    assert stored.messages[1]["content"][0]["toolUse"]["input"]["extra"] == SHAPED_INPUT  # type: ignore[typeddict-item]
+    assert stored.agent_state["state"]["shaped"] == SHAPED_INPUT
+    meta = run(session.checkpoint("shaped"))
+    record = run(session.checkpoints.get("src", meta.checkpoint_id))  # type: ignore[union-attr]
+    assert record.messages == agent.messages
+    assert CheckpointRecord.from_json_bytes(record.to_json_bytes()).messages == agent.messages
+    data = run(session.export_checkpoint(meta.checkpoint_id))
+    other_store = make_store("file", tmp_path / "other")
+    target = Session(other_store, "dst")
+    chatty(target, [])
+    imported = run(target.import_checkpoint(data))
+    assert run(target.restore(imported.checkpoint_id)).status == "restored"
+    restored = run(other_store.get("dst"))
+    assert restored.messages == agent.messages
+    assert restored.agent_state["state"]["shaped"] == SHAPED_INPUT
+
+
+def export_with(tmp_path: Path, messages: Any) -> bytes:
+    """A correctly signed export holding ``messages`` (as an attacker could write one)."""
+    _, data = exported(tmp_path)
+    doc = json.loads(data)
+    doc["messages"] = messages
+    doc["checkpoint"]["message_count"] = len(messages)
+    del doc["sha256"]
+    doc["sha256"] = hashlib.sha256(compact_json_bytes(doc, sort_keys=True)).hexdigest()
+    return compact_json_bytes(doc, sort_keys=True)
+
+
+@pytest.mark.parametrize("depth", [201, 500])
+def test_an_import_nested_too_deep_is_refused(tmp_path: Path, depth: int) -> None:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    data = export_with(tmp_path, [{"role": "user", "content": [{"json": value}]}])
+    session, _ = exported(tmp_path / "target")
+    before = run(session.list_checkpoints())
+    with pytest.raises(CheckpointImportError) as info:
+        run(session.import_checkpoint(data))
+    assert info.value.code == "checkpoint_import_invalid"
+    assert run(session.list_checkpoints()) == before
+
+
+def test_an_import_nested_beyond_the_parser_is_refused(tmp_path: Path) -> None:
+    session, data = exported(tmp_path)
+    deep = data.replace(b'"messages":[', b'"messages":[' + b"[" * 5000 + b"]" * 5000 + b",", 1)
+    with pytest.raises(CheckpointImportError):
+        run(session.import_checkpoint(deep))

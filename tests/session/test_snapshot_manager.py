@@ -943,3 +943,26 @@ def test_two_live_agents_on_one_manager_never_reload_each_other(
     assert [m["content"][0]["text"] for m in first.messages] == ["q1", "a1", "q3", "a2"]
     restored = make_agent(SnapshotSessionManager("s", storage=blob_storage))
     assert restored.messages == first.messages
+
+
+def test_marker_shaped_content_round_trips_unchanged(blob_storage: RecordingStorage) -> None:
+    # Content is data (SPEC §7.1): shaped like perdure's markers, it comes back as it was.
+    shaped = {
+        "bytes_like": {"__bytes_encoded__": True, "data": "aGk="},
+        "ref": {"__attachment__": "ab" * 32, "size": 3},
+        "escape_like": {"__perdure_dict__": [["a", 1]]},
+    }
+    manager = SnapshotSessionManager("s", storage=blob_storage, snapshot_trigger=lambda **_: True)
+    agent = make_agent(manager, ["ok"], state={"shaped": shaped})
+    agent.model_state["shaped"] = shaped
+    agent([{"text": "look"}, {"json": shaped}])  # type: ignore[list-item]
+    again = make_agent(SnapshotSessionManager("s", storage=blob_storage))
+    assert again.messages == agent.messages
+    assert again.messages[0]["content"][1] == {"json": shaped}
+    assert again.state.get("shaped") == shaped
+    assert again.model_state == {"shaped": shaped}
+    ids = run_blocking(manager.list_snapshot_ids(agent))
+    immutable = make_agent(SnapshotSessionManager("other", storage=blob_storage))
+    fresh = SnapshotSessionManager("s", storage=blob_storage)
+    assert run_blocking(fresh.restore_snapshot(immutable, snapshot_id=ids[-1]))
+    assert immutable.messages == agent.messages

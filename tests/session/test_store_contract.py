@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from perdure.errors import (
     SessionNotFoundError,
 )
 from perdure.session import SessionMeta, SessionStore, read_history_page
+from perdure.session.maintenance import verify_store
 from perdure.types import Message
 
 
@@ -365,3 +367,125 @@ def test_coroutines_work_from_any_loop_and_thread(store: SessionStore) -> None:
     worker.start()
     worker.join()
     assert len(results[0].messages) == 20
+
+
+def same_data(store: SessionStore, store_factory: Callable[..., SessionStore]) -> SessionStore:
+    """Another instance over the store's data (the memory store has only itself)."""
+    return store if type(store).__name__.startswith("Memory") else store_factory()
+
+
+def tool_use(tool_input: Any, tool_use_id: str = "t1") -> Message:
+    return {
+        "role": "assistant",
+        "content": [{"toolUse": {"toolUseId": tool_use_id, "name": "f", "input": tool_input}}],
+    }
+
+
+async def test_marker_shaped_content_round_trips_unchanged(
+    store: SessionStore, store_factory: Callable[..., SessionStore]
+) -> None:
+    # Content is data (SPEC §7.1): a tool input or state value shaped like perdure's
+    # own markers is neither read as bytes nor as an attachment that is "missing".
+    shaped = {
+        "ref": {"__attachment__": "ab" * 32, "size": 3},
+        "bytes_like": {"__bytes_encoded__": True, "data": "aGk="},
+        "escape_like": {"__perdure_dict__": [["a", 1]]},
+        "real_small": b"\x00real",
+        "real_big": bytes(range(256)) * 8,  # an attachment in the file store
+        "deeper": [{"__attachment__": "cd" * 32, "size": 3, "note": "x"}],
+    }
+    state = {"v": {"__bytes_encoded__": True, "data": "aGk="}, "a": shaped["ref"]}
+    history = [text("user", "q"), tool_use(shaped)]
+    await store.create("s")
+    await store.commit("s", history, agent_state=state)
+    history.append(text("user", "next"))
+    await store.commit("s", history)  # a commit that reads the stored end
+    for reader in (store, same_data(store, store_factory)):
+        record = await reader.get("s")
+        assert record.messages == history
+        assert record.agent_state == state
+        page = await read_history_page(reader, "s", offset=1, limit=1)
+        assert page.messages[0] == history[1]
+    assert (await verify_store(store)).clean
+
+
+UNSTORABLE = [
+    ({"x": float("nan")}, "messages[1].content[0].toolUse.input.x", "nan"),
+    ({"x": [float("-inf")]}, "messages[1].content[0].toolUse.input.x[0]", "inf"),
+    ({"x": {1: "a"}}, "messages[1].content[0].toolUse.input.x", "key 1"),
+]
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize(("bad", "path", "why"), [*UNSTORABLE, (nested(500), "", "deeper")])
+async def test_unstorable_values_are_refused_and_nothing_is_written(
+    store: SessionStore, bad: Any, path: str, why: str
+) -> None:
+    await store.create("s")
+    with pytest.raises(ValueError, match=re.escape(path) + ".*" + why):
+        await store.commit("s", [text("user", "q"), tool_use(bad)])
+    record = await store.get("s")
+    assert (record.messages, record.meta.message_count) == ([], 0)
+    await store.commit("s", [text("user", "q"), tool_use({"x": 1.5})])  # still usable
+    assert (await store.get("s")).messages[1] == tool_use({"x": 1.5})
+
+
+@pytest.mark.parametrize("locked", [False, True])
+async def test_a_commit_without_tail_extends_or_conflicts(
+    store: SessionStore, store_factory: Callable[..., SessionStore], locked: bool
+) -> None:
+    # SPEC §7: without expected_tail, a commit that extends the stored history
+    # succeeds and one that diverges from it raises SessionConflictError.
+    await store.create("s")
+    base = conversation(2)
+    await store.commit("s", base)
+    other = same_data(store, store_factory)
+    mine = [*base, text("user", "from one writer")]
+    theirs = [*base, text("user", "from the other")]
+    if locked:  # one process holding the lock: the appends the store makes inline
+        async with store.writer_lock("s"):
+            await store.commit("s", mine)
+            with pytest.raises(SessionConflictError) as info:
+                await store.commit("s", theirs)
+            with pytest.raises(SessionConflictError):
+                await store.commit("s", theirs, agent_state={"x": 1})
+    else:
+        await store.commit("s", mine)
+        with pytest.raises(SessionConflictError) as info:
+            await other.commit("s", theirs)
+        with pytest.raises(SessionConflictError):
+            await other.commit("s", [*theirs, text("assistant", "more")])
+    assert info.value.code == "session_conflict"
+    record = await store.get("s")
+    assert record.messages == mine
+    assert record.agent_state == {}
+    # Extending the stored history needs no tail, from either writer.
+    mine.append(text("assistant", "answer"))
+    await other.commit("s", mine)
+    mine.append(tool_use({"b": b"\x01"}))
+    await store.commit("s", mine)
+    mine.append(text("user", "last"))
+    await store.commit("s", mine)
+    assert (await other.get("s")).messages == mine
+
+
+async def test_a_commit_without_tail_accepts_the_redacted_last_message(
+    store: SessionStore,
+) -> None:
+    await store.create("s")
+    history = conversation(3)
+    await store.commit("s", history)
+    replacement = text("assistant", "[redacted]")
+    await store.commit("s", history, redactions={2: replacement})
+    # The writer that redacted keeps the original; a reader sees the replacement.
+    await store.commit("s", [*history, text("user", "a")])
+    seen = (await store.get("s")).messages
+    assert seen[2] == replacement
+    await store.commit("s", [*seen[:2], replacement, text("user", "a"), text("assistant", "b")])
+    assert len((await store.get("s")).messages) == 5

@@ -77,3 +77,32 @@ def test_bad_keys_and_initial() -> None:
         AgentState([("a", 1)])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'x'"):
         AgentState({"x": object()})
+
+
+def test_values_that_would_come_back_different_are_refused() -> None:
+    state = AgentState()
+    with pytest.raises(ValueError, match=r"'k'.*key 1 is a int"):
+        state.set("k", {1: "a"})  # it would come back as {"1": "a"}
+    with pytest.raises(ValueError, match=r"'k'\.x\[0\]: nan"):
+        state.set("k", {"x": [float("nan")]})
+    assert state.get() == {}
+    assert state.version == 0
+
+
+def test_deep_nesting_is_a_value_error_not_a_recursion_error() -> None:
+    deep: Any = "leaf"
+    for _ in range(5000):
+        deep = {"k": deep}
+    state = AgentState()
+    with pytest.raises(ValueError, match="nesting deeper than 200"):
+        state.set("deep", deep)
+    with pytest.raises(ValueError, match="nesting deeper than 200"):
+        AgentState({"deep": deep})
+
+
+def test_tuples_are_stored_as_lists_at_once() -> None:
+    # What get() returns after set() is what it returns after a save and restore.
+    state = AgentState({"t": (1, 2)})
+    state.set("point", {"xy": (3, (4, 5))})
+    assert state.get("t") == [1, 2]
+    assert state.get("point") == {"xy": [3, [4, 5]]}

@@ -30,7 +30,13 @@ from perdure.hooks import (
 from perdure.models import Model
 from perdure.state import AgentState
 from perdure.tools import AgentTool, ToolRegistry
-from perdure.types import ContentBlock, Message, validate_content_block, validate_message
+from perdure.types import (
+    ContentBlock,
+    Message,
+    validate_content_block,
+    validate_storable,
+    validate_storable_message,
+)
 
 Prompt = str | Sequence[ContentBlock] | Sequence[Message] | None
 
@@ -334,7 +340,15 @@ class Agent:
     # ------------------------------------------------------------------ internals
 
     async def _append_message(self, message: Message) -> None:
-        """Append ``message`` to the history and tell the hooks (sessions persist here)."""
+        """Append ``message`` to the history and tell the hooks (sessions persist here).
+
+        Every message enters the history here, and is checked first: one no store
+        could keep (NaN, infinity, nesting deeper than 200, a non-``str`` key — a
+        model's tool input, a tool's result) raises ``ValueError`` naming its path
+        before the history changes, so the agent stays usable and what a session
+        stores is what the agent holds.
+        """
+        validate_storable_message(message, f"messages[{len(self.messages)}]")
         self.messages.append(message)
         await self.hooks.invoke(MessageAddedEvent(agent=self, message=message))
 
@@ -364,14 +378,17 @@ class Agent:
             return self._plan_resume(items)
         if all("role" in item for item in items):
             messages = [
-                copy.deepcopy(validate_message(m, f"prompt[{i}]")) for i, m in enumerate(items)
+                copy.deepcopy(validate_storable_message(m, f"prompt[{i}]"))
+                for i, m in enumerate(items)
             ]
             return self._plan_messages(messages)
         if any("role" in item for item in items):
             raise ValueError("prompt mixes messages (with 'role') and content blocks")
-        blocks = [
-            copy.deepcopy(validate_content_block(b, f"prompt[{i}]")) for i, b in enumerate(items)
-        ]
+        blocks: list[ContentBlock] = []
+        for i, block in enumerate(items):
+            checked = validate_content_block(block, f"prompt[{i}]")
+            validate_storable(checked, f"prompt[{i}]")
+            blocks.append(copy.deepcopy(checked))
         return self._plan_messages([{"role": "user", "content": blocks}])
 
     def _plan_messages(self, messages: list[Message]) -> tuple[LoopStart, list[Message]]:
@@ -408,6 +425,8 @@ class Agent:
                 raise ValueError(
                     f"prompt[{i}]: interruptResponse needs 'interruptId' (str) and 'response'"
                 )
+            # Kept in the interrupt state a session stores: refused now if it could not be.
+            validate_storable(body["response"], f"prompt[{i}].interruptResponse.response")
             responses[body["interruptId"]] = body["response"]
         if not pending_tool_uses(self.messages):
             raise ValueError("interruptResponse given but no tool calls are pending")
@@ -459,7 +478,8 @@ class Agent:
         if isinstance(messages, str | bytes | dict) or not isinstance(messages, Sequence):
             raise TypeError(f"messages must be a list of messages, got {type(messages).__name__}")
         return [
-            copy.deepcopy(validate_message(m, f"messages[{i}]")) for i, m in enumerate(messages)
+            copy.deepcopy(validate_storable_message(m, f"messages[{i}]"))
+            for i, m in enumerate(messages)
         ]
 
     def _init_plugin(self, plugin: Plugin) -> None:

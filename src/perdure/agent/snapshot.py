@@ -182,8 +182,8 @@ class Snapshot:
                 )
         try:
             decoded = decode_bytes_values(data["data"])
-        except ValueError as exc:
-            raise SnapshotError(f"snapshot data holds a malformed bytes value: {exc}") from exc
+        except (ValueError, RecursionError) as exc:
+            raise SnapshotError(f"snapshot data holds a malformed bytes value: {exc}") from None
         return cls(
             schema_version=data["schema_version"],
             scope=data["scope"],
@@ -200,8 +200,8 @@ class Snapshot:
         """
         try:
             return json.dumps(self.to_dict(), allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise SnapshotError(f"snapshot is not JSON-serializable: {exc}") from exc
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise SnapshotError(f"snapshot is not JSON-serializable: {exc}") from None
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Snapshot:
@@ -212,8 +212,8 @@ class Snapshot:
         """
         try:
             parsed = json.loads(text)
-        except (TypeError, ValueError) as exc:
-            raise SnapshotError(f"snapshot is not valid JSON: {exc}") from exc
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise SnapshotError(f"snapshot is not valid JSON: {exc}") from None
         return cls.from_dict(parsed)
 
     def validate(self) -> None:
@@ -277,7 +277,7 @@ def _check_field(name: SnapshotField, value: Any) -> None:
             )
     elif name in _DICT_FIELDS and not isinstance(value, dict):
         raise SnapshotError(f"snapshot field {name} must be a dict, got {type(value).__name__}")
-    _check_json(f"field {name}", encode_bytes_values(value))
+    _check_json(f"field {name}", value, encode=True)
 
 
 def _check_messages(messages: Any) -> None:
@@ -303,8 +303,8 @@ def _check_messages(messages: Any) -> None:
                 )
 
 
-def _check_json(what: str, value: Any) -> None:
+def _check_json(what: str, value: Any, *, encode: bool = False) -> None:
     try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise SnapshotError(f"snapshot {what} is not JSON-serializable: {exc}") from exc
+        json.dumps(encode_bytes_values(value) if encode else value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:  # too deep: never a RecursionError
+        raise SnapshotError(f"snapshot {what} is not JSON-serializable: {exc}") from None

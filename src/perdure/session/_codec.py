@@ -1,7 +1,7 @@
 """Row encoding shared by the SQLite and memory session stores: pure, no I/O.
 
-A message is stored as compact JSON text (``bytes`` values encoded by
-:func:`~perdure.types.encode_bytes_values`) and comes back through
+A message is stored as compact JSON text (``bytes`` values and marker-shaped dicts
+encoded by :func:`~perdure.types.encode_bytes_values`) and comes back through
 :func:`decode_message`, which checks its shape. SQLite rows are hash-chained:
 ``hash = sha256(prev_hash + body)`` truncated to 32 hex digits, the first row
 chaining to :data:`ZERO_HASH` — so a changed body, a changed hash or a missing row
@@ -17,12 +17,20 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+from perdure.errors import SessionConflictError
 from perdure.session.ids import validate_session_id
-from perdure.types import Message, decode_bytes_values, encode_bytes_values, validate_message
-from perdure.types.json import BYTES_MARKER, encodes_as_utf8
+from perdure.types import (
+    Message,
+    decode_bytes_values,
+    encode_bytes_values,
+    is_text_only,
+    validate_message,
+    validate_storable,
+)
+from perdure.types.json import encodes_as_utf8, may_hold_encoded
 
 ZERO_HASH = "0" * 32
 """The hash row 0 chains to."""
@@ -113,20 +121,14 @@ def encode_message(message: Any, where: str) -> str:
 
     Raises:
         TypeError: ``message`` or its content has the wrong type.
-        ValueError: a malformed message, or one that cannot be stored as JSON.
+        ValueError: a malformed message, or one that cannot be stored (the message
+            names the path of the bad value).
     """
     validate_message(message, where)
-    return encode_json(message, where, has_bytes=not is_text_only(message))
-
-
-def is_text_only(message: Message) -> bool:
-    """True for a validated message of a role and text blocks only: it holds no bytes."""
-    if len(message) != 2:
-        return False
-    for block in message["content"]:  # noqa: SIM110 (a loop: see looks_like_message)
-        if len(block) != 1 or "text" not in block:
-            return False
-    return True
+    if is_text_only(message):  # nothing to check or encode past the text blocks
+        return encode_json(message, where, has_bytes=False)
+    validate_storable(message, where)
+    return encode_json(message, where)
 
 
 def encode_state(agent_state: Any) -> str:
@@ -151,8 +153,8 @@ def _load(text: str) -> Any:
         value, end = _DECODER.raw_decode(text)
         if end != len(text):
             raise ValueError(f"extra data at character {end}")
-        # The marker can only be present if its key is in the text: skip the walk otherwise.
-        return decode_bytes_values(value) if BYTES_MARKER in text else value
+        # A marker can only be present if its key is in the text: skip the walk otherwise.
+        return decode_bytes_values(value) if may_hold_encoded(text) else value
     except (ValueError, RecursionError) as exc:
         raise DecodeError(f"not valid JSON: {exc}") from None
 
@@ -245,6 +247,41 @@ def check_commit_args(
         raise TypeError(f"expected_tail must be a str or None, got {type(expected_tail).__name__}")
     if redactions is not None and not isinstance(redactions, Mapping):
         raise TypeError(f"redactions must be a mapping or None, got {type(redactions).__name__}")
+
+
+def check_extends(
+    session_id: str,
+    messages: Sequence[Message],
+    stored: int,
+    last: Sequence[Any],
+    *,
+    encode: Callable[[Message], Any] | None = None,
+) -> None:
+    """The rule for a commit without ``expected_tail`` (SPEC §7), the same in every store.
+
+    Such a commit must extend the stored history, not diverge from it. Comparing
+    the whole stored history on every commit would cost a read of it all, so the
+    check is one message: ``messages[stored - 1]`` must equal the last stored
+    message, as written or as redacted (``last`` holds those, decoded — or in the
+    stored form, and then ``encode`` gives that form of a message). That catches
+    two writers who both started from the same history and each committed a
+    different next message: the second one's message at that index is not the
+    stored one. (A writer that changed an earlier message and kept the last one
+    equal is not caught; pass ``expected_tail`` for a complete check.)
+
+    Raises:
+        SessionConflictError: ``messages`` diverges from the stored history.
+    """
+    if stored == 0 or len(messages) < stored:
+        return  # nothing stored to diverge from; a shorter history is refused apart
+    candidate = messages[stored - 1]
+    if (candidate if encode is None else encode(candidate)) not in last:
+        raise SessionConflictError(
+            f"session {session_id!r} holds a different message at index {stored - 1} "
+            "than this commit: another writer committed since this history was read; "
+            "reopen the session (or pass expected_tail) to continue",
+            details={"index": stored - 1},
+        )
 
 
 def encode_redactions(

@@ -30,8 +30,10 @@ compressed with zlib (level 6)::
 
 The history a manifest describes is, in order: the messages of the tree's level-0
 chunks minus the first ``skip`` (messages a conversation manager trimmed), then the
-``tail`` chain from its oldest node, then ``inline``. ``count`` is the total. Bytes
-inside messages use the ``{"__bytes_encoded__": true, "data": "<base64>"}`` marker.
+``tail`` chain from its oldest node, then ``inline``. ``count`` is the total. Values
+are in the stored form of :mod:`perdure.types.json`: bytes inside messages use the
+``{"__bytes_encoded__": true, "data": "<base64>"}`` marker, and a dict of the
+user's shaped like a marker is escaped (so it comes back unchanged).
 
 A reader refuses (``SessionCorruptedError``, code ``session_store_corrupted``) a blob
 whose header, checksum, hash, JSON or shape is wrong, and (``SnapshotError``) a blob
@@ -40,7 +42,6 @@ of a format version it does not know. Nothing is ever read as an empty agent.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -49,7 +50,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from perdure.errors import SessionCorruptedError, SnapshotError
-from perdure.types import decode_bytes_values
+from perdure.types import decode_bytes_values, encode_bytes_values, is_text_only
+from perdure.types.json import may_hold_encoded
 
 __all__ = [
     "CHUNK_FORMAT",
@@ -74,7 +76,6 @@ CHUNK_FORMAT = "perdure-chunk/1"
 _CHUNK_HEADER = (CHUNK_FORMAT + "\n").encode("ascii")
 _ZLIB_HEADER = (CHUNK_FORMAT + " zlib\n").encode("ascii")
 _COMPRESS_FROM = 512
-_BYTES_MARKER = b"__bytes_encoded__"
 _HASH = re.compile(r"[0-9a-f]{64}")
 
 Part = tuple[int, int, str]
@@ -86,39 +87,37 @@ def sha256_hex(blob: bytes) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return {"__bytes_encoded__": True, "data": base64.b64encode(bytes(value)).decode("ascii")}
-    raise TypeError(f"{type(value).__name__} is not JSON-serializable")
-
-
-def encode_json(value: Any, what: str) -> bytes:
-    """Return compact UTF-8 JSON for ``value``; ``bytes`` become base64 markers.
+def encode_json(value: Any, what: str, *, walk: bool = True) -> bytes:
+    """Return compact UTF-8 JSON for ``value`` in the stored form (bytes as markers).
 
     The same value always gives the same bytes (dict order is kept), which is what
-    lets equal chunks share one hash.
+    lets equal chunks share one hash. ``walk=False`` promises that ``value`` holds
+    no ``bytes`` and no dict shaped like a marker (it skips the walk).
 
     Raises:
         SnapshotError: ``value`` holds something JSON cannot represent (``what``
             names the part, e.g. ``"messages[3]"``).
     """
     try:
-        text = json.dumps(
-            value, default=_default, allow_nan=False, ensure_ascii=False, separators=(",", ":")
-        )
-    except (TypeError, ValueError) as exc:
+        stored = encode_bytes_values(value) if walk else value
+        text = json.dumps(stored, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SnapshotError(f"snapshot {what} is not JSON-serializable: {exc}") from exc
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: escape it, it round-trips as such
-        return json.dumps(
-            value, default=_default, allow_nan=False, ensure_ascii=True, separators=(",", ":")
-        ).encode("ascii")
+        return json.dumps(stored, allow_nan=False, ensure_ascii=True, separators=(",", ":")).encode(
+            "ascii"
+        )
 
 
 def encode_message(message: Any, index: int) -> bytes:
     """Return the JSON of one message (see :func:`encode_json`)."""
-    return encode_json(message, f"messages[{index}]")
+    try:  # the agent's messages were validated; anything else takes the walk
+        text_only = is_text_only(message)
+    except (TypeError, KeyError):
+        text_only = False
+    return encode_json(message, f"messages[{index}]", walk=not text_only)
 
 
 def _join(fragments: list[bytes]) -> bytes:
@@ -231,7 +230,7 @@ def parse_chunk(blob: bytes | None, sha: str, where: str) -> dict[str, Any]:
         _check_messages(data.get("messages"), where)
         if kind == "tail" and data.get("prev") is not None:
             _check_hash(data["prev"], where)
-        if _BYTES_MARKER in body:
+        if may_hold_encoded(body):
             data["messages"] = _decode_bytes(data["messages"], where)
     elif kind == "node":
         level = data.get("level")
@@ -378,7 +377,7 @@ def parse_manifest(blob: bytes, where: str) -> Manifest:
         parts = []
     chain = messages.get("chain")
     inline = _check_messages(messages.get("inline"), where)
-    if _BYTES_MARKER in body:
+    if may_hold_encoded(body):
         inline = _decode_bytes(inline, where)
     return Manifest(
         meta={**meta, "app_data": _decode_bytes(meta["app_data"], where)},

@@ -4,47 +4,48 @@ The journal must stay a readable, compact log; an image of 2 MB inlined as base6
 in every message that carries it would not. Values of ``bytes`` at or above a
 threshold are replaced in the stored message by ``{"__attachment__": "<sha256>",
 "size": n}`` and written once to ``attachments/<sha256>``; reads load and verify
-them.
+them. The rest of the stored form (small ``bytes``, escaped marker-shaped dicts) is
+:func:`~perdure.types.encode_bytes_values`'s: one rule for every encoder.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from typing import Any
 
-from perdure.types import encode_bytes_values
+from perdure.types.json import (
+    ATTACHMENT_MARKER,
+    LoadAttachment,
+    bytes_marker,
+    decode_bytes_values,
+    encode_bytes_values,
+)
 
-ATTACHMENT_MARKER = "__attachment__"
+__all__ = ["ATTACHMENT_MARKER", "decode_with_attachments", "extract_attachments", "is_valid_digest"]
 
 
 def extract_attachments(obj: Any, threshold: int, found: dict[str, bytes]) -> Any:
-    """Return ``obj`` JSON-ready: big bytes become refs (into ``found``), small ones base64."""
-    if isinstance(
-        obj, (bytes, bytearray, memoryview)
-    ):  # tuples: a `|` union is rebuilt on every call
-        data = bytes(obj)
+    """Return ``obj`` in the stored form: big bytes become refs (into ``found``), small base64."""
+
+    def on_bytes(data: bytes) -> Any:
         if len(data) >= threshold:
             digest = hashlib.sha256(data).hexdigest()
             found[digest] = data
             return {ATTACHMENT_MARKER: digest, "size": len(data)}
-        return encode_bytes_values(data)
-    if isinstance(obj, dict):
-        return {key: extract_attachments(value, threshold, found) for key, value in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [extract_attachments(value, threshold, found) for value in obj]
-    return obj
+        return bytes_marker(data)
+
+    return encode_bytes_values(obj, on_bytes)
 
 
-def resolve_attachments(obj: Any, load: Callable[[str, int], bytes]) -> Any:
-    """Replace attachment refs in ``obj`` by ``load(digest, size)``; other values untouched."""
-    if isinstance(obj, dict):
-        if set(obj) == {ATTACHMENT_MARKER, "size"} and isinstance(obj[ATTACHMENT_MARKER], str):
-            return load(obj[ATTACHMENT_MARKER], int(obj["size"]))
-        return {key: resolve_attachments(value, load) for key, value in obj.items()}
-    if isinstance(obj, list):
-        return [resolve_attachments(value, load) for value in obj]
-    return obj
+def decode_with_attachments(obj: Any, load: LoadAttachment) -> Any:
+    """Inverse of :func:`extract_attachments`: refs become ``load(sha256, size)``.
+
+    Bytes markers and escapes are decoded in the same walk: decode a value once.
+
+    Raises:
+        ValueError: a malformed marker or escape (and whatever ``load`` raises).
+    """
+    return decode_bytes_values(obj, load)
 
 
 def is_valid_digest(digest: str) -> bool:

@@ -5,7 +5,8 @@ whitespace)::
 
     {"format": "perdure-checkpoint/1",
      "checkpoint": {checkpoint meta},
-     "messages": [... every bytes value replaced by {"__attachment__": sha256, "size": n}],
+     "messages": [... every bytes value replaced by {"__attachment__": sha256, "size": n},
+                  marker-shaped dicts escaped as in perdure.types.json],
      "agent_state": {...},
      "attachments": {"<sha256>": "<base64>", ...},
      "sha256": "<sha256 of the canonical JSON of everything but this field>"}
@@ -14,7 +15,7 @@ Images and other binaries are inlined once each, named by their sha256. Import
 verifies everything — the format, the schema, the document hash, the exact
 canonical encoding, every attachment's hash and size, and the shape of every
 message — and any failure is a ``CheckpointImportError``: a tampered byte anywhere
-is rejected.
+is rejected, and so is a value no store could keep (nesting deeper than 200, NaN).
 """
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from perdure.errors import CheckpointImportError
-from perdure.session.attachments import extract_attachments, is_valid_digest, resolve_attachments
+from perdure.session.attachments import (
+    decode_with_attachments,
+    extract_attachments,
+    is_valid_digest,
+)
 from perdure.session.checkpoints import CheckpointMeta, CheckpointRecord
-from perdure.types import Message, decode_bytes_values, validate_message
+from perdure.types import Message, validate_storable_message
 from perdure.types.json import compact_json_bytes
 
 EXPORT_FORMAT = "perdure-checkpoint/1"
@@ -78,7 +83,14 @@ def import_checkpoint_bytes(data: Any) -> ImportedCheckpoint:
         return _import(data)
     except CheckpointImportError:
         raise
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError, binascii.Error) as exc:
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        UnicodeDecodeError,
+        binascii.Error,
+        RecursionError,  # JSON nested too deep for the parser (SPEC §7: never leaks)
+    ) as exc:
         raise CheckpointImportError(f"checkpoint import is invalid: {exc}") from None
 
 
@@ -122,12 +134,12 @@ def _import(data: Any) -> ImportedCheckpoint:
             raise CheckpointImportError(f"attachment {digest[:12]}… is missing or of another size")
         return blob
 
-    messages = decode_bytes_values(resolve_attachments(doc["messages"], load))
+    messages = decode_with_attachments(doc["messages"], load)
     if not isinstance(messages, list):
         raise CheckpointImportError("messages must be a list")
     for index, message in enumerate(messages):
-        validate_message(message, f"message {index}")
-    state = decode_bytes_values(resolve_attachments(doc["agent_state"], load))
+        validate_storable_message(message, f"messages[{index}]")
+    state = decode_with_attachments(doc["agent_state"], load)
     if not isinstance(state, dict):
         raise CheckpointImportError("agent_state must be an object")
     if meta.message_count != len(messages):

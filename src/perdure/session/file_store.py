@@ -78,8 +78,8 @@ from perdure.errors import SessionConflictError, SessionCorruptedError, SessionN
 from perdure.session import journal
 from perdure.session._codec import (
     check_commit_args,
+    check_extends,
     check_list_args,
-    is_text_only,
     looks_like_message,
     utc_now,
 )
@@ -87,16 +87,22 @@ from perdure.session._locks import LockTable
 from perdure.session._threads import StoreThread
 from perdure.session.attachments import (
     ATTACHMENT_MARKER,
+    decode_with_attachments,
     extract_attachments,
     is_valid_digest,
-    resolve_attachments,
 )
 from perdure.session.checkpoints import FileCheckpointStore
 from perdure.session.ids import validate_session_id
 from perdure.session.journal import GENESIS, JournalDamage, Record
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
-from perdure.types import Message, decode_bytes_values, validate_message
+from perdure.types import (
+    Message,
+    decode_bytes_values,
+    is_text_only,
+    validate_message,
+    validate_storable,
+)
 
 Durability = Literal["commit", "invocation", "none"]
 Recovery = Literal["strict", "quarantine"]
@@ -226,6 +232,8 @@ class _Tail:
     count: int
     records: int
     """Records in the active journal."""
+    last: tuple[Any, ...] = ()
+    """The last message as this store wrote it (and redacted it), stored form; () unknown."""
 
 
 class FileSessionStore:
@@ -834,11 +842,8 @@ class FileSessionStore:
         raw = record.body.get("m")
         try:
             if record.encoded:
-                raw = decode_bytes_values(
-                    resolve_attachments(
-                        raw,
-                        lambda digest, size: self._load_attachment(session_id, sdir, digest, size),
-                    )
+                raw = decode_with_attachments(
+                    raw, lambda digest, size: self._load_attachment(session_id, sdir, digest, size)
                 )
             if not record.encoded and looks_like_message(raw):
                 # The chain vouches for these bytes, and they were validated on write.
@@ -884,9 +889,19 @@ class FileSessionStore:
         return HistoryPage([window[i] for i in range(start, end)], start, end, total)
 
     def _read_range(
-        self, session_id: str, sdir: Path, volume: _Volume, lo: int, hi: int, total: int
+        self,
+        session_id: str,
+        sdir: Path,
+        volume: _Volume,
+        lo: int,
+        hi: int,
+        total: int,
+        originals: dict[int, Message] | None = None,
     ) -> dict[int, Message]:
-        """Messages ``lo..hi-1`` (redactions applied), reading only the files covering them."""
+        """Messages ``lo..hi-1`` (redactions applied), reading only the files covering them.
+
+        ``originals``, when given, receives the messages as written (no redaction).
+        """
         found: dict[int, Message] = {}
         redactions: dict[int, Message] = {}
         prev, seq = GENESIS, 0
@@ -913,6 +928,8 @@ class FileSessionStore:
             share = _Share(total - max(lo, volume.first_count), total - volume.first_count)
             records = self._journal_window(session_id, volume.journal, prev, seq, lo, share)
             self._collect(session_id, sdir, records, lo, hi, found, redactions)
+        if originals is not None:
+            originals.update(found)
         found.update({i: m for i, m in redactions.items() if i in found})
         missing = [i for i in range(lo, hi) if i not in found]
         if missing:
@@ -1041,6 +1058,8 @@ class FileSessionStore:
             self._check_tail(session_id, tail, expected_tail)
             if rewritten:
                 return self._rewrite(session_id, sdir, messages, agent_state, redactions)
+            if expected_tail is None and tail.count:
+                self._check_extends(session_id, sdir, messages, tail)
             found: dict[str, bytes] = {}
             bodies = self._bodies(session_id, tail, messages, agent_state, redactions, found)
             if not bodies:
@@ -1086,6 +1105,10 @@ class FileSessionStore:
             if tail is None or open_journal is None or open_journal[0] != tail.ino:
                 return None
             self._check_tail(session_id, tail, expected_tail)
+            if expected_tail is None and tail.count:
+                if not tail.last:
+                    return None  # the last stored message must be read from disk
+                self._check_extends(session_id, None, messages, tail)
             found: dict[str, bytes] = {}
             bodies = self._bodies(session_id, tail, messages, agent_state, redactions, found)
             if found:
@@ -1106,6 +1129,31 @@ class FileSessionStore:
             return CommitResult(new_tail.hash, new_tail.count), synced, self._seal_due(new_tail)
         finally:
             self._guard.release()
+
+    def _check_extends(
+        self, session_id: str, sdir: Path | None, messages: Sequence[Message], tail: _Tail
+    ) -> None:
+        """A commit without ``expected_tail`` must extend the history (``check_extends``).
+
+        The last message this store wrote is cached with the tail, in its stored
+        form; otherwise (``sdir`` given) it is read from disk and compared decoded.
+        """
+        count = tail.count
+        if tail.last:
+            where = f"messages[{count - 1}]"
+            check_extends(
+                session_id,
+                messages,
+                count,
+                tail.last,
+                encode=lambda message: self._encode_message(message, {}, where),
+            )
+            return
+        assert sdir is not None
+        originals: dict[int, Message] = {}
+        volume = self._volume(session_id, sdir)
+        seen = self._read_range(session_id, sdir, volume, count - 1, count, count, originals)
+        check_extends(session_id, messages, count, [seen[count - 1], originals[count - 1]])
 
     def _check_tail(self, session_id: str, tail: _Tail, expected_tail: str | None) -> None:
         if expected_tail is not None and expected_tail != tail.hash:
@@ -1138,30 +1186,31 @@ class FileSessionStore:
         bodies: builtins.list[dict[str, Any]] = []
         count = tail.count
         for message in messages[tail.count :]:
+            encoded = self._encode_message(message, found, f"messages[{count}]")
             count += 1
-            bodies.append({"c": count, "t": "m", "m": self._encode_message(message, found)})
+            bodies.append({"c": count, "t": "m", "m": encoded})
         for index, replacement in sorted((redactions or {}).items()):
-            bodies.append(
-                {"c": count, "t": "r", "i": index, "m": self._encode_message(replacement, found)}
-            )
+            encoded = self._encode_message(replacement, found, f"redactions[{index}]")
+            bodies.append({"c": count, "t": "r", "i": index, "m": encoded})
         if agent_state is not None:
             bodies.append({"c": count, "t": "s", "s": self._encode_state(agent_state)})
         return bodies
 
-    def _encode_message(self, message: Message, found: dict[str, bytes]) -> Any:
-        validate_message(message, "message")
+    def _encode_message(self, message: Message, found: dict[str, bytes], where: str) -> Any:
+        validate_message(message, where)
         if is_text_only(message):
-            return message  # no bytes to extract
+            return message  # no bytes to extract, no user dict to escape
+        validate_storable(message, where)
         return extract_attachments(message, self.attachment_threshold, found)
 
     def _encode_state(self, agent_state: Mapping[str, Any]) -> Any:
         if not isinstance(agent_state, Mapping):
             raise TypeError(f"agent_state must be a mapping, got {type(agent_state).__name__}")
-        encoded = extract_attachments(dict(agent_state), 1 << 62, {})
         try:
+            encoded = extract_attachments(dict(agent_state), 1 << 62, {})
             json.dumps(encoded, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"agent_state is not JSON-serializable: {exc}") from exc
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError(f"agent_state is not JSON-serializable: {exc}") from None
         return encoded
 
     def _write_attachments(self, sdir: Path, found: dict[str, bytes]) -> None:
@@ -1201,7 +1250,15 @@ class FileSessionStore:
             self._forget(session_id)  # the next commit re-reads the tail from disk
             raise
         count = bodies[-1]["c"]
-        new_tail = _Tail(ino, tail.size + len(data), prev, seq, count, tail.records + len(bodies))
+        last = tail.last if count == tail.count else ()
+        for body in bodies:  # what a commit without expected_tail compares (_commit)
+            if body["t"] == "m" and body["c"] == count:
+                last = (body["m"],)
+            elif body["t"] == "r" and body["i"] == count - 1 and last:
+                last = (*last, body["m"])
+        new_tail = _Tail(
+            ino, tail.size + len(data), prev, seq, count, tail.records + len(bodies), last
+        )
         self._tails[session_id] = new_tail
         self._tail_holds[session_id] = self._locks.hold_id(session_id)
         return fd, new_tail, new_file
@@ -1380,16 +1437,16 @@ class FileSessionStore:
         ]
         count = 0
         for message in messages:
+            encoded = self._encode_message(message, found, f"messages[{count}]")
             count += 1
-            bodies.append({"c": count, "t": "m", "m": self._encode_message(message, found)})
+            bodies.append({"c": count, "t": "m", "m": encoded})
         for index, replacement in sorted((redactions or {}).items()):
             if not isinstance(index, int) or not 0 <= index < count:
                 raise ValueError(
                     f"redaction index {index!r} names no message of session {session_id!r}"
                 )
-            bodies.append(
-                {"c": count, "t": "r", "i": index, "m": self._encode_message(replacement, found)}
-            )
+            encoded = self._encode_message(replacement, found, f"redactions[{index}]")
+            bodies.append({"c": count, "t": "r", "i": index, "m": encoded})
         if agent_state is None:
             agent_state = (
                 previous_state
@@ -1554,10 +1611,8 @@ class FileSessionStore:
         return messages, state, redacted
 
     def _decode_loose(self, session_id: str, sdir: Path, raw: Any) -> Message:
-        decoded = decode_bytes_values(
-            resolve_attachments(
-                raw, lambda digest, size: self._load_attachment(session_id, sdir, digest, size)
-            )
+        decoded = decode_with_attachments(
+            raw, lambda digest, size: self._load_attachment(session_id, sdir, digest, size)
         )
         return validate_message(decoded, "message")
 

@@ -31,6 +31,7 @@ from perdure.errors import SessionConflictError, SessionCorruptedError, SessionN
 from perdure.session._codec import (
     DecodeError,
     check_commit_args,
+    check_extends,
     check_list_args,
     check_offset,
     decode_message,
@@ -163,8 +164,10 @@ class MemorySessionStore:
 
         Raises:
             SessionNotFoundError: no such session.
-            SessionConflictError: ``expected_tail`` is not the stored tail, or the
-                history is shorter than the stored one without ``rewritten``.
+            SessionConflictError: ``expected_tail`` is not the stored tail, the
+                history is shorter than the stored one without ``rewritten``, or,
+                without ``expected_tail``, it diverges from the stored one
+                (:func:`~perdure.session._codec.check_extends`).
             SessionLockedError: another writer holds the session's lock.
             TypeError, ValueError: a malformed argument or message, one that cannot
                 be stored as JSON, or a redaction index that names no message.
@@ -186,6 +189,14 @@ class MemorySessionStore:
                 raise SessionConflictError(
                     f"session {session_id!r} holds {stored} messages but the commit has "
                     f"{len(messages)}; a shorter history needs rewritten=True"
+                )
+            if expected_tail is None and not rewritten and stored:
+                last = [entry.bodies[stored - 1], entry.redacted.get(stored - 1)]
+                check_extends(
+                    session_id,
+                    messages,
+                    stored,
+                    [self._decode(session_id, stored - 1, t) for t in last if t is not None],
                 )
             start = 0 if rewritten else stored
             new = [

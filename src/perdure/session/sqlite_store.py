@@ -93,6 +93,7 @@ from perdure.session._codec import (
     blob_hash,
     chain_hash,
     check_commit_args,
+    check_extends,
     check_list_args,
     check_offset,
     decode_message,
@@ -430,19 +431,23 @@ class SQLiteSessionStore:
     ) -> CommitResult:
         """Persist the whole history ``messages``: append what is new, or rewrite it.
 
-        Appends ``messages[message_count:]`` (the stored prefix is trusted, not
-        compared); with ``rewritten=True`` replaces the whole history (and drops its
-        redactions). ``agent_state`` replaces the stored
-        state; ``redactions`` maps indexes to replacements that reads return from now
-        on (the originals stay in the database). All of it is one transaction: after
-        return it is stored (durably with ``durability="commit"``); after a crash or
-        an error it is stored entirely or not at all. The tail token changes when
+        Appends ``messages[message_count:]``. The stored prefix is not compared;
+        without ``expected_tail`` the last stored message must equal
+        ``messages[message_count - 1]`` (:func:`~perdure.session._codec.check_extends`:
+        a writer that diverged gets ``SessionConflictError``). With ``rewritten=True``
+        replaces the whole history (and drops its redactions). ``agent_state``
+        replaces the stored state; ``redactions`` maps indexes to replacements that
+        reads return from now on (the originals stay in the database). All of it is
+        one transaction: after return it is stored (durably with
+        ``durability="commit"``); after a crash or an error it is stored entirely or
+        not at all. The tail token changes when
         anything was written; a commit with nothing to write returns the current one.
 
         Raises:
             SessionNotFoundError: no such session.
-            SessionConflictError: ``expected_tail`` is not the stored tail, or the
-                history is shorter than the stored one without ``rewritten``.
+            SessionConflictError: ``expected_tail`` is not the stored tail, the
+                history is shorter than the stored one without ``rewritten``, or,
+                without ``expected_tail``, it diverges from the stored one.
             SessionLockedError: another writer holds the session's lock.
             TypeError, ValueError: a malformed argument or message, one that cannot
                 be stored as JSON, or a redaction index that names no message.
@@ -940,6 +945,9 @@ class SQLiteSessionStore:
                 f"session {session_id!r} holds {head.total} messages but the commit has "
                 f"{len(messages)}; a shorter history needs rewritten=True"
             )
+        if expected_tail is None and not rewritten and head.total:
+            stored_last = self._last_stored(conn, session_id, head)
+            check_extends(session_id, messages, head.total, stored_last)
         wrote = False
         count, last = head.total, head.head
         if rewritten:
@@ -983,6 +991,21 @@ class SQLiteSessionStore:
         )
         after = _Head(head.sid, head.created_at, now, count, last, writes, tail, state_hash)
         return CommitResult(tail, count), after
+
+    def _last_stored(
+        self, conn: sqlite3.Connection, session_id: str, head: _Head
+    ) -> builtins.list[Message]:
+        """The last stored message, as written and (if redacted) as redacted, decoded."""
+        at = head.total - 1
+        row = conn.execute(
+            "SELECT body, redacted FROM perdure_messages WHERE key = ?", (head.base + at,)
+        ).fetchone()
+        if row is None:
+            raise self._damage(session_id, at, "bad_sequence", "the row is missing")
+        try:
+            return [decode_message(text) for text in row if text is not None]
+        except DecodeError as exc:
+            raise self._damage(session_id, at, "bad_payload", str(exc)) from None
 
     def _remember(self, session_id: str, head: _Head) -> None:
         """Keep the committed session row for the rest of this writer-lock hold."""

@@ -135,11 +135,16 @@ class SessionStore(Protocol):
         Appends ``messages[stored_count:]``; with ``rewritten=True`` replaces the
         whole history atomically. ``redactions`` maps message indexes to
         replacements that reads return from now on (the originals are kept).
+        Without ``expected_tail`` the commit must extend the stored history: the
+        last stored message (as written or as redacted) must equal
+        ``messages[stored_count - 1]``, one comparison that catches a writer who
+        diverged from a shared starting point; ``expected_tail`` checks it all.
 
         Raises:
             SessionNotFoundError: no such session.
-            SessionConflictError: ``expected_tail`` is not the stored tail, or the
-                history is shorter than the stored one without ``rewritten``.
+            SessionConflictError: ``expected_tail`` is not the stored tail, the
+                history is shorter than the stored one without ``rewritten``, or,
+                without ``expected_tail``, it diverges from the stored one.
             SessionLockedError: another writer holds the session's lock.
         """
         ...

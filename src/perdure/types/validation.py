@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from perdure.types.json import validate_storable
 from perdure.types.messages import CONTENT_BLOCK_KEYS, ContentBlock, Message
 
 
@@ -68,3 +69,36 @@ def validate_message(message: Any, where: str) -> Message:
     for i, block in enumerate(content):
         validate_content_block(block, f"{where}.content[{i}]")
     return message  # type: ignore[return-value]
+
+
+def is_text_only(message: Message) -> bool:
+    """True for a validated message of a role and text blocks only.
+
+    Such a message holds no ``bytes``, no dict a user shaped and nothing nested: the
+    stores and the agent skip walking it (most messages are text).
+    """
+    if len(message) != 2:
+        return False
+    for block in message["content"]:  # noqa: SIM110 (a loop: cheaper than all() here)
+        if len(block) != 1 or "text" not in block:
+            return False
+    return True
+
+
+def validate_storable_message(message: Any, where: str) -> Message:
+    """Check that ``message`` is a message every store can keep and give back equal.
+
+    :func:`validate_message`, then :func:`~perdure.types.json.validate_storable`
+    (NaN, infinity, nesting deeper than 200, non-``str`` keys) unless the message is
+    text only. The agent runs it before a message enters its history, the stores
+    before they write one, so what is stored is what the agent holds.
+
+    Raises:
+        TypeError: ``message`` or its content has the wrong type.
+        ValueError: a malformed message, or a value that cannot be stored; the
+            message names its path (``messages[3].content[0].toolUse.input.x``).
+    """
+    validate_message(message, where)
+    if not is_text_only(message):
+        validate_storable(message, where)
+    return message  # type: ignore[no-any-return]
