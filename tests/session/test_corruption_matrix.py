@@ -75,6 +75,8 @@ def test_no_flipped_byte_reads_back_silently_or_crashes(
         tally = matrix.run_kind(
             spec, built[spec.fixture], work, flips=FLIPS, seed=SEED, runner=runner
         )
+    if not tally.files:
+        pytest.skip(f"this version of the store writes no {kind} files")
     tallies[kind] = tally
     assert tally.flips == min(FLIPS, tally.size) or tally.flips >= FLIPS
     assert sum(tally.counts.values()) == tally.flips
