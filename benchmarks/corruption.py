@@ -18,9 +18,10 @@ state, metadata, checkpoint payloads and restored snapshot data.
 Kinds (the file flipped; what reads it):
 
 ========================  ==============================================================
-``journal``               ``sessions/s/journal.jsonl`` of a ``FileSessionStore``; it
-                          ends with a torn, never acknowledged partial record (a writer
-                          killed in an append), every other record was acknowledged
+``journal``               ``sessions/s/journal.jsonl`` of a ``FileSessionStore``, every
+                          record acknowledged (a clean stop)
+``journal-torn``          the same journal ending with a torn, never acknowledged
+                          partial record (a writer killed in an append)
 ``segment``               the sealed ``segments/*.jsonl``
 ``manifest``              ``manifest.json`` (the sealed segments, their digests)
 ``meta``                  ``meta.json``
@@ -178,14 +179,18 @@ def _session_fixture(store: SessionStore) -> None:
 
 
 def build_file_store(root: Path) -> None:
-    """A file-store session with sealed segments, an attachment, checkpoints and a
-    torn, unacknowledged partial record at the end of its journal."""
+    """A file-store session with sealed segments, an attachment and checkpoints."""
     store = FileSessionStore(
         root, segmentation=Segmentation(max_records=6), attachment_threshold=64
     )
     _session_fixture(store)
     store.close()
-    journal = store.session_dir(SESSION) / "journal.jsonl"
+
+
+def build_torn_file_store(root: Path) -> None:
+    """The same, plus a torn, unacknowledged partial record at the end of the journal."""
+    build_file_store(root)
+    journal = _session_dir(root) / "journal.jsonl"
     clean = journal.read_bytes()
     # The record a killed writer was appending: the start of a real next record.
     scratch = root.parent / "torn-scratch"
@@ -451,8 +456,11 @@ def _sorted_files(directory: Path) -> list[Path]:
 
 KINDS: tuple[Kind, ...] = (
     Kind(
-        "journal",
-        "file",
+        "journal", "file", lambda root: [_session_dir(root) / "journal.jsonl"], _file_store_reader
+    ),
+    Kind(
+        "journal-torn",
+        "file-torn",
         lambda root: [_session_dir(root) / "journal.jsonl"],
         _file_store_reader,
         _journal_tail,
@@ -508,6 +516,7 @@ KIND_NAMES = tuple(kind.name for kind in KINDS)
 
 _BUILDERS: dict[str, Callable[[Path], None]] = {
     "file": build_file_store,
+    "file-torn": build_torn_file_store,
     "sqlite": lambda root: build_sqlite_db(root / "sessions.db"),
     "sqlite-wal": lambda root: build_sqlite_wal(root / "sessions.db"),
     "snapshots": build_snapshots,

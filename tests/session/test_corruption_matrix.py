@@ -28,8 +28,10 @@ SEED = 14
 # Kinds with holes on main that other branches of issue 14 close. Temporary: the
 # lead removes these marks once those branches are merged.
 KNOWN_HOLES = {
-    "journal": "fixed on branch h1: a last record whose newline was damaged is dropped "
-    "as a torn tail (items 3, 4)",
+    "journal": "fixed on branch h1: a damaged last record, acknowledged, is dropped as "
+    "a torn tail (items 3, 4)",
+    "journal-torn": "fixed on branch h1: the newline before a torn tail damaged drops the "
+    "last acknowledged record with it (items 3, 4)",
     "checkpoint": "fixed on branch h2: file checkpoints carry no sha256 (item 5)",
     "sqlite-db": "fixed on branch h3: sqlite3/UnicodeDecodeError/OSError leak from a "
     "damaged database (item 7)",
