@@ -215,20 +215,23 @@ def build_sqlite_db(path: Path) -> None:
     store = SQLiteSessionStore(path)
     _session_fixture(store)
     store.close()
-    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise RuntimeError("closing the SQLite store left a WAL")
 
 
 def build_sqlite_wal(path: Path) -> None:
     """A SQLite store whose writer was SIGKILLed before folding its WAL (in a child)."""
-    subprocess.run(
+    child = subprocess.run(
         [sys.executable, __file__, _WAL_CHILD, str(path)],
         check=False,
+        capture_output=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         timeout=120,
     )
     wal = Path(f"{path}-wal")
-    if not wal.exists() or wal.stat().st_size == 0:
-        raise RuntimeError("the killed SQLite writer left no WAL")
+    if child.returncode != -signal.SIGKILL or not wal.exists() or wal.stat().st_size == 0:
+        raise RuntimeError(f"the SQLite writer to kill failed: {child.stderr.decode()[-2000:]}")
     Path(f"{path}-shm").unlink(missing_ok=True)  # a copy carries no shared memory
 
 
