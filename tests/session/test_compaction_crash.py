@@ -57,12 +57,18 @@ def test_sigkill_during_compaction_never_brings_messages_back(tmp_path: Path) ->
             stderr=subprocess.PIPE,
             text=True,
         ) as proc:
-            lifetime = rng.uniform(0.4, 0.9)
+            # The clock starts once the writer has opened the session: importing
+            # perdure alone can take a second on a loaded machine.
+            assert proc.stdout is not None
+            started = proc.stdout.readline()
+            assert started.startswith("start "), (started, proc.stderr.read())
+            lifetime = rng.uniform(0.05, 0.5)
             try:
                 proc.wait(timeout=lifetime)
             except subprocess.TimeoutExpired:
                 proc.send_signal(signal.SIGKILL)
             stdout, stderr = proc.communicate(timeout=30)
+            stdout = started + stdout
         assert proc.returncode == -signal.SIGKILL, stderr
         acked = [
             int(line.split()[1]) for line in stdout.splitlines() if line.startswith("compacted ")
