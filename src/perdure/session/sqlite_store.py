@@ -80,6 +80,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from perdure._sqlite_errors import SQLiteBugError, sqlite_fault, sqlite_fault_text
 from perdure.errors import (
     CheckpointNotFoundError,
     SessionConflictError,
@@ -203,9 +204,21 @@ _INSERT_ROW = "INSERT INTO perdure_messages (key, body, hash) VALUES (?, ?, ?)"
 _META_COLUMNS = "checkpoint_id, trigger, label, message_count, created_at"
 _DELETE_CHECKPOINTS = "DELETE FROM perdure_checkpoints WHERE session_id = ?"
 
-# SQLite primary result codes (https://sqlite.org/rescode.html).
-_SQLITE_BUSY_CODES = frozenset({5, 6})  # BUSY, LOCKED
-_SQLITE_DAMAGE_CODES = frozenset({1, 11, 19, 20, 24, 26})  # ERROR, CORRUPT, CONSTRAINT, …
+# The columns of each table, checked on connect: a schema that is not ours (or a
+# damaged one SQLite still parses) is damage there, so a statement SQLite refuses
+# later is a bug in this module, never reported as damage.
+_COLUMNS = {
+    "perdure_sessions": (
+        "sid", "created_at", "head", "id", "message_count", "state_hash", "tail",
+        "updated_at", "writes",
+    ),
+    "perdure_states": ("body", "sid"),
+    "perdure_messages": ("body", "hash", "key", "redacted", "redacted_hash"),
+    "perdure_checkpoints": (
+        "body", "checkpoint_id", "created_at", "hash", "label", "message_count",
+        "session_id", "trigger",
+    ),
+}  # fmt: skip
 
 
 class _Head(NamedTuple):
@@ -289,14 +302,8 @@ def _transaction(conn: sqlite3.Connection, begin: str | None) -> Iterator[None]:
         raise
 
 
-def _primary_code(exc: sqlite3.Error) -> int | None:
-    """The SQLite primary result code of ``exc`` (its extended code's low byte)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code & 0xFF if isinstance(code, int) else None
-
-
 def _is_busy(exc: sqlite3.Error) -> bool:
-    return _primary_code(exc) in _SQLITE_BUSY_CODES
+    return sqlite_fault(exc) == "busy"
 
 
 def _fsync_path(path: Path, *, directory: bool = False) -> None:
@@ -557,6 +564,7 @@ class SQLiteSessionStore:
                 row[0]
                 for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             }
+            self._check_schema(conn, names)
             if not _TABLES.issubset(names):
                 with _transaction(conn, "BEGIN IMMEDIATE"):
                     for statement in _SCHEMA:
@@ -572,6 +580,23 @@ class SQLiteSessionStore:
             raise
         return conn
 
+    def _check_schema(self, conn: sqlite3.Connection, names: set[str]) -> None:
+        """Refuse a database whose perdure tables are not (all) ours.
+
+        A new database has none of them, one made before checkpoints existed lacks
+        only ``perdure_checkpoints``: those get the missing tables. Anything else (a
+        table gone from a damaged schema, a foreign table by one of our names) is
+        damage, reported before any statement could create a table over it.
+        """
+        present = _TABLES & names
+        if present and not (_TABLES - {"perdure_checkpoints"}) <= present:
+            missing = ", ".join(sorted(_TABLES - present))
+            raise self._bad_database(f"tables missing: {missing}")
+        for table in sorted(present):
+            columns = tuple(sorted(row[1] for row in conn.execute(f"PRAGMA table_info({table})")))
+            if columns != tuple(sorted(_COLUMNS[table])):
+                raise self._bad_database(f"table {table} has columns {', '.join(columns)}")
+
     @contextlib.contextmanager
     def _translate(self) -> Iterator[None]:
         """Translate sqlite3 exceptions at the boundary: they never leak."""
@@ -581,22 +606,29 @@ class SQLiteSessionStore:
             raise self._translated(exc) from exc
 
     def _translated(self, exc: sqlite3.Error) -> Exception:
-        primary = _primary_code(exc)
-        name = getattr(exc, "sqlite_errorname", type(exc).__name__)
+        fault = sqlite_fault(exc)
+        name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+        text = sqlite_fault_text(exc)
         details = {"file": str(self.path), "sqlite_error": name}
-        if primary in _SQLITE_BUSY_CODES:
+        if fault == "busy":
             return SessionLockedError(
                 f"SQLite session store {self.path} stayed locked by another connection "
-                f"for more than {self.busy_timeout:g} s: {exc}",
+                f"for more than {self.busy_timeout:g} s: {text}",
                 details=details,
             )
-        if primary in _SQLITE_DAMAGE_CODES:
-            return SessionCorruptedError(
-                f"SQLite session store {self.path} is damaged or is not a perdure session "
-                f"database ({name}): {exc}",
-                details={**details, "kind": "bad_database"},
-            )
-        return OSError(f"SQLite session store {self.path} failed ({name}): {exc}")
+        if fault == "damage":
+            return self._bad_database(text, sqlite_error=name)
+        if fault == "bug":
+            return SQLiteBugError(f"SQLite session store {self.path}: perdure's SQL failed: {text}")
+        return OSError(f"SQLite session store {self.path} failed: {text}")
+
+    def _bad_database(self, detail: str, **details: Any) -> SessionCorruptedError:
+        """The whole database is damaged, or is not a perdure session database."""
+        return SessionCorruptedError(
+            f"SQLite session store {self.path} is damaged or is not a perdure session "
+            f"database: {detail}",
+            details={"file": str(self.path), "kind": "bad_database", **details},
+        )
 
     def _damage(self, session_id: str, row: int, kind: str, detail: str) -> SessionCorruptedError:
         return SessionCorruptedError(
@@ -610,7 +642,24 @@ class SQLiteSessionStore:
         row = conn.execute(_SELECT_SESSION, (session_id,)).fetchone()
         if row is None:
             raise SessionNotFoundError(f"session {session_id!r} not found in {self.path}")
-        return _Head(*row)
+        return self._checked_head(session_id, row)
+
+    def _checked_head(self, session_id: str, row: Sequence[Any]) -> _Head:
+        """The session row, its values checked for the types this store writes."""
+        head = _Head(*row)
+        if not (
+            all(isinstance(v, int) for v in (head.sid, head.total, head.writes))
+            and all(isinstance(v, str) for v in (head.created_at, head.updated_at))
+            and all(isinstance(v, str) for v in (head.head, head.tail))
+            and isinstance(head.state_hash, str | None)
+            and 0 <= head.total < _KEY_SPAN
+        ):
+            raise SessionCorruptedError(
+                f"session {session_id!r} in {self.path} is damaged: its session row "
+                "holds values of the wrong type",
+                details={"session_id": session_id, "file": str(self.path), "kind": "bad_meta"},
+            )
+        return head
 
     def _prev_hash(self, conn: sqlite3.Connection, session_id: str, head: _Head, at: int) -> str:
         """The hash row ``at`` chains to."""
@@ -644,6 +693,13 @@ class SQLiteSessionStore:
                 raise self._damage(
                     session_id, at, "bad_sequence", f"the session holds only {end} messages"
                 )
+            if not (
+                isinstance(body, str)
+                and isinstance(stored, str)
+                and isinstance(redacted, str | None)
+                and isinstance(redacted_hash, str | None)
+            ):
+                raise self._damage(session_id, at, "bad_payload", "a column has the wrong type")
             if chain_hash(prev, body) != stored:
                 raise self._damage(
                     session_id,
@@ -706,6 +762,8 @@ class SQLiteSessionStore:
             if head.state_hash is not None:
                 raise damaged("the state row is missing")
             return {}
+        if not isinstance(row[0], str):
+            raise damaged("the state is not text")
         if head.state_hash != text_hash(row[0]):
             raise damaged("the state does not match its hash")
         try:
@@ -730,7 +788,17 @@ class SQLiteSessionStore:
                 "WHERE id > ? ORDER BY id LIMIT ?",
                 ("" if after is None else after, -1 if limit is None else limit),
             ).fetchall()
-        return [SessionMeta(*row) for row in rows]
+        metas: builtins.list[SessionMeta] = []
+        for row in rows:
+            if not (all(isinstance(v, str) for v in row[:3]) and isinstance(row[3], int)):
+                named = row[0] if isinstance(row[0], str) else None
+                raise SessionCorruptedError(
+                    f"session {named!r} in {self.path} is damaged: its session row holds "
+                    "values of the wrong type",
+                    details={"session_id": named, "file": str(self.path), "kind": "bad_meta"},
+                )
+            metas.append(SessionMeta(*row))
+        return metas
 
     # ------------------------------------------------------------------ writing
 
@@ -760,7 +828,7 @@ class SQLiteSessionStore:
                     return SessionMeta(session_id, now, now, 0)
         if not exist_ok:
             raise SessionConflictError(f"session {session_id!r} already exists in {self.path}")
-        return _Head(*existing).meta(session_id)
+        return self._checked_head(session_id, existing).meta(session_id)
 
     def _commit(self, commit: _Commit) -> CommitResult:
         session_id = commit.session_id

@@ -10,9 +10,10 @@ connection, guarded by a ``threading.Lock``, serves every call from a worker thr
 ``sqlite3`` errors never leave this module: a database that stays locked past the
 busy timeout raises :class:`~perdure.errors.SessionLockedError`; a damaged file or
 one that is not a database raises :class:`~perdure.errors.SessionCorruptedError`;
-any other failure (disk full, read-only file, …) raises
-:class:`~perdure.errors.StorageError`. The original error is chained as
-``__cause__``.
+a statement SQLite refuses (a bug in perdure, never damage) raises
+:class:`~perdure._sqlite_errors.SQLiteBugError`; any other failure (disk full,
+read-only file, …) raises :class:`~perdure.errors.StorageError`. The original error
+is chained as ``__cause__``. A schema that is not ours is refused on connect.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from perdure._sqlite_errors import SQLiteBugError, sqlite_fault, sqlite_fault_text
 from perdure.errors import (
-    PerdureError,
     SessionCorruptedError,
     SessionLockedError,
     StorageError,
@@ -40,19 +41,22 @@ T = TypeVar("T")
 SCHEMA_VERSION = 1
 
 
-def _translate(exc: sqlite3.Error, path: Path, timeout: float) -> PerdureError:
-    """Map a driver error to perdure's error tree (the one boundary where they meet)."""
-    text = str(exc)
-    lowered = text.lower()
-    if isinstance(exc, sqlite3.OperationalError) and ("locked" in lowered or "busy" in lowered):
+def _translate(exc: sqlite3.Error, path: Path, timeout: float) -> Exception:
+    """Map a driver error to perdure's error tree (sorted by :func:`sqlite_fault`)."""
+    fault = sqlite_fault(exc)
+    text = sqlite_fault_text(exc)
+    if fault == "busy":
         return SessionLockedError(
             f"SQLite database {str(path)!r} stayed locked by another writer for more "
             f"than {timeout:g} s: {text}"
         )
-    if isinstance(exc, sqlite3.DatabaseError) and (
-        "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered
-    ):
-        return SessionCorruptedError(f"SQLite database {str(path)!r} is damaged: {text}")
+    if fault == "damage":
+        return SessionCorruptedError(
+            f"SQLite database {str(path)!r} is damaged: {text}",
+            details={"file": str(path), "kind": "bad_database"},
+        )
+    if fault == "bug":
+        return SQLiteBugError(f"SQLite storage {str(path)!r}: perdure's SQL failed: {text}")
     return StorageError(f"SQLite storage {str(path)!r} failed: {text}")
 
 
@@ -138,11 +142,20 @@ class SQLiteStorage:
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
+            columns = sorted(row[1] for row in conn.execute("PRAGMA table_info(perdure_blobs)"))
+            if columns != ["data", "key"]:
+                raise self._damaged("its perdure_blobs table is missing or not ours")
         except BaseException:
             conn.close()
             raise
         self._conn = conn
         return conn
+
+    def _damaged(self, detail: str) -> SessionCorruptedError:
+        return SessionCorruptedError(
+            f"SQLite database {str(self.path)!r} is damaged: {detail}",
+            details={"file": str(self.path), "kind": "bad_database"},
+        )
 
     def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
@@ -194,7 +207,9 @@ class SQLiteStorage:
 
         def work(conn: sqlite3.Connection) -> bytes | None:
             row = conn.execute("SELECT data FROM perdure_blobs WHERE key = ?", (key,)).fetchone()
-            return None if row is None else bytes(row[0])
+            if row is not None and not isinstance(row[0], bytes):
+                raise self._damaged(f"the value of key {key!r} is not a blob")
+            return None if row is None else row[0]
 
         return await self._call(work)
 
@@ -239,6 +254,9 @@ class SQLiteStorage:
             params.append(limit)
 
         def work(conn: sqlite3.Connection) -> list[str]:
-            return [row[0] for row in conn.execute(sql, params)]
+            keys = [row[0] for row in conn.execute(sql, params)]
+            if not all(isinstance(k, str) for k in keys):
+                raise self._damaged("a key is not text")
+            return keys
 
         return await self._call(work)
