@@ -22,7 +22,18 @@ from __future__ import annotations
 import sqlite3
 from typing import Literal
 
-__all__ = ["SQLiteBugError", "SQLiteFault", "sqlite_fault", "sqlite_fault_text"]
+__all__ = [
+    "DRIVER_ERRORS",
+    "SQLiteBugError",
+    "SQLiteFault",
+    "schema_difference",
+    "sqlite_fault",
+    "sqlite_fault_text",
+]
+
+DRIVER_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+"""What a ``sqlite3`` call raises: a driver error, or ``UnicodeDecodeError`` when the
+message SQLite gives is not UTF-8 (it quotes a damaged schema) — catch both."""
 
 SQLiteFault = Literal["busy", "damage", "bug", "failure"]
 
@@ -38,14 +49,14 @@ class SQLiteBugError(RuntimeError):
     """SQLite refused one of perdure's own statements: a bug in perdure, not damage."""
 
 
-def _primary_code(exc: sqlite3.Error) -> int | None:
+def _primary_code(exc: sqlite3.Error | UnicodeDecodeError) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)
     return code & 0xFF if isinstance(code, int) else None
 
 
-def sqlite_fault(exc: sqlite3.Error) -> SQLiteFault:
+def sqlite_fault(exc: sqlite3.Error | UnicodeDecodeError) -> SQLiteFault:
     """Which of the four faults (see the module docstring) ``exc`` is."""
-    if str(exc).startswith(_UNDECODABLE):
+    if isinstance(exc, UnicodeDecodeError) or str(exc).startswith(_UNDECODABLE):
         return "damage"
     primary = _primary_code(exc)
     if primary in _BUSY:
@@ -64,13 +75,44 @@ def sqlite_fault(exc: sqlite3.Error) -> SQLiteFault:
     return "failure"
 
 
-def sqlite_fault_text(exc: sqlite3.Error) -> str:
+def sqlite_fault_text(exc: sqlite3.Error | UnicodeDecodeError) -> str:
     """The driver's message with its result-code name, never stored content.
 
     (The driver's message for undecodable text quotes the text itself.)
     """
+    if isinstance(exc, UnicodeDecodeError):
+        return "SQLite's error message is not UTF-8 (it quotes a damaged schema)"
     name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
     if str(exc).startswith(_UNDECODABLE):
         column = str(exc).split("'")[1] if str(exc).count("'") >= 2 else "?"
         return f"{name}: a stored text value (column {column!r}) is not valid UTF-8"
     return f"{name}: {exc}"
+
+
+def schema_difference(conn: sqlite3.Connection, script: str) -> str | None:
+    """How ``conn``'s schema differs from what ``script`` creates; None when it does not.
+
+    Used when SQLite refuses a statement: a schema that differs (a damaged
+    definition SQLite still parses, a table gone) makes it damage, not a bug. The
+    definitions ``script`` creates in a new database are compared with those stored
+    in ``conn``'s, as SQLite keeps them (the text of each ``CREATE``).
+    """
+    fresh = sqlite3.connect(":memory:")
+    try:
+        fresh.executescript(script)
+        expected = fresh.execute("SELECT type, name, sql FROM sqlite_master").fetchall()
+    finally:
+        fresh.close()
+    try:
+        stored = {
+            (kind, name): sql
+            for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master")
+        }
+    except DRIVER_ERRORS as exc:
+        return f"the schema cannot be read ({sqlite_fault_text(exc)})"
+    for kind, name, sql in expected:
+        if (kind, name) not in stored:
+            return f"{kind} {name} is missing from the schema"
+        if stored[kind, name] != sql:
+            return f"the definition of {kind} {name} differs from perdure's"
+    return None

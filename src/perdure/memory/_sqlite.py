@@ -16,7 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from perdure._sqlite_errors import SQLiteBugError, sqlite_fault, sqlite_fault_text
+from perdure._sqlite_errors import (
+    DRIVER_ERRORS,
+    SQLiteBugError,
+    schema_difference,
+    sqlite_fault,
+    sqlite_fault_text,
+)
 from perdure.memory.errors import MemoryStoreError
 
 T = TypeVar("T")
@@ -65,6 +71,10 @@ class SQLiteConnection:
                 # overwrite their pages instead of leaving them in the free list.
                 conn.execute("PRAGMA secure_delete = ON")
                 conn.executescript(self._schema)
+            except DRIVER_ERRORS as exc:
+                error = self._translated(exc, "opening", conn)
+                conn.close()
+                raise error from exc
             except BaseException:
                 conn.close()
                 raise
@@ -76,10 +86,15 @@ class SQLiteConnection:
         with self._lock:
             try:
                 return work(self._open())
-            except sqlite3.Error as exc:
-                raise self._translated(exc, doing) from exc
+            except DRIVER_ERRORS as exc:
+                raise self._translated(exc, doing, self._conn) from exc
 
-    def _translated(self, exc: sqlite3.Error, doing: str) -> Exception:
+    def _translated(
+        self,
+        exc: sqlite3.Error | UnicodeDecodeError,
+        doing: str,
+        conn: sqlite3.Connection | None,
+    ) -> Exception:
         """The memory store's error for a driver error, sorted by :func:`sqlite_fault`.
 
         A database locked past the busy timeout, a damaged file and any other
@@ -89,6 +104,14 @@ class SQLiteConnection:
         """
         fault = sqlite_fault(exc)
         text = sqlite_fault_text(exc)
+        if fault == "bug" and conn is not None:
+            # Refused by SQLite: perdure's bug, unless the stored schema is damaged.
+            try:
+                differs = schema_difference(conn, self._schema)
+            except DRIVER_ERRORS:
+                differs = "the schema cannot be read"
+            if differs is not None:
+                fault, text = "damage", f"{text} ({differs})"
         if fault == "bug":
             return SQLiteBugError(f"{self._what}: {doing}: perdure's SQL failed: {text}")
         what = {"busy": "the database stayed locked", "damage": "the database is damaged"}

@@ -80,7 +80,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from perdure._sqlite_errors import SQLiteBugError, sqlite_fault, sqlite_fault_text
+from perdure._sqlite_errors import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
 from perdure.errors import (
     CheckpointNotFoundError,
     SessionConflictError,
@@ -602,10 +602,10 @@ class SQLiteSessionStore:
         """Translate sqlite3 exceptions at the boundary: they never leak."""
         try:
             yield
-        except sqlite3.Error as exc:
+        except DRIVER_ERRORS as exc:
             raise self._translated(exc) from exc
 
-    def _translated(self, exc: sqlite3.Error) -> Exception:
+    def _translated(self, exc: sqlite3.Error | UnicodeDecodeError) -> Exception:
         fault = sqlite_fault(exc)
         name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
         text = sqlite_fault_text(exc)
@@ -871,7 +871,7 @@ class SQLiteSessionStore:
                     remembered = self._heads.pop(session_id, None)
                     with _transaction(conn, None):
                         result, head = self._write_messages(conn, commit, remembered)
-                except sqlite3.Error as exc:  # as _translate does, without its generator
+                except DRIVER_ERRORS as exc:  # as _translate does, without its generator
                     raise self._translated(exc) from exc
                 self._remember(session_id, head)
                 self._count_wal(conn.total_changes - changes)
@@ -980,7 +980,7 @@ class SQLiteSessionStore:
     def _checkpoint_wal(self, conn: sqlite3.Connection) -> None:
         try:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error as exc:
+        except DRIVER_ERRORS as exc:
             _log.warning("SQLite session store %s: folding the WAL failed: %s", self.path, exc)
 
     def _write_messages(

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from perdure._sqlite_errors import SQLiteBugError, sqlite_fault, sqlite_fault_text
+from perdure._sqlite_errors import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
 from perdure.errors import (
     SessionCorruptedError,
     SessionLockedError,
@@ -41,7 +41,7 @@ T = TypeVar("T")
 SCHEMA_VERSION = 1
 
 
-def _translate(exc: sqlite3.Error, path: Path, timeout: float) -> Exception:
+def _translate(exc: sqlite3.Error | UnicodeDecodeError, path: Path, timeout: float) -> Exception:
     """Map a driver error to perdure's error tree (sorted by :func:`sqlite_fault`)."""
     fault = sqlite_fault(exc)
     text = sqlite_fault_text(exc)
@@ -161,7 +161,7 @@ class SQLiteStorage:
         with self._lock:
             try:
                 return work(self._connect())
-            except sqlite3.Error as exc:
+            except DRIVER_ERRORS as exc:
                 raise _translate(exc, self.path, self.timeout) from exc
 
     async def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
