@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from perdure._sqlite_errors import SQLiteBugError, sqlite_fault
+from perdure._sqlite_wal import _frame_checksum, wal_checksum, wal_damage
 from perdure.cli.main import cli
 from perdure.errors import MemoryStoreError, PerdureError, SessionNotFoundError
 from perdure.memory import LocalMemoryStore
@@ -289,3 +290,108 @@ def test_flipped_bytes_in_a_memory_store_are_memory_store_errors(tmp_path: Path)
         assert not outcome.startswith("LEAKED"), (offset, outcome)
         outcomes[outcome] += 1
     assert outcomes["error"] > 0, outcomes
+
+
+# ---------------------------------------------------------------- the WAL
+
+
+def test_the_fast_wal_checksum_is_sqlites() -> None:
+    rng = random.Random(6)
+    for big_endian in (False, True):
+        for size in (512, 4096, 65536):
+            head = rng.randbytes(24)
+            page = rng.randbytes(size)
+            s1, s2 = rng.getrandbits(32), rng.getrandbits(32)
+            assert _frame_checksum(head, page, big_endian, s1, s2) == wal_checksum(
+                head[:8] + page, big_endian, s1, s2
+            )
+
+
+def open_copy(path: Path, tmp_path: Path, n: int) -> tuple[bytes, bytes]:
+    """Commit ``n`` messages one by one and copy the database and its WAL while open.
+
+    The copy is what a writer killed at that moment leaves behind: SQLite has not
+    folded the last commits into the database yet.
+    """
+
+    async def write() -> tuple[bytes, bytes]:
+        store = SQLiteSessionStore(path)
+        await store.create("s")
+        messages = history("s", n)
+        for end in range(1, n + 1):
+            await store.commit("s", messages[:end])
+        copied = path.read_bytes(), Path(f"{path}-wal").read_bytes()
+        store.close()
+        return copied
+
+    return asyncio.run(write())
+
+
+async def read_copy(path: Path, n: int) -> str:
+    store = SQLiteSessionStore(path)
+    try:
+        record = await store.get("s")
+        if record.messages == history("s", n):
+            return "same"
+        return f"shorter by {n - len(record.messages)}"
+    except PerdureError as exc:
+        return exc.details.get("kind", exc.code)
+    finally:
+        store.close()
+
+
+def test_a_damaged_wal_frame_is_corruption_not_a_shorter_history(tmp_path: Path) -> None:
+    n = 60
+    database, wal = open_copy(tmp_path / "source.db", tmp_path, n)
+    assert wal_damage(wal) is None  # the undamaged log reads to its end
+    path = tmp_path / "copy.db"
+    fresh(path, database)
+    Path(f"{path}-wal").write_bytes(wal)
+    assert asyncio.run(read_copy(path, n)) == "same"
+    rng = random.Random(60)
+    outcomes: Counter[str] = Counter()
+    for offset in range(0, len(wal), 233):
+        fresh(path, database)
+        Path(f"{path}-wal").write_bytes(flipped(wal, offset, rng))
+        outcomes[asyncio.run(read_copy(path, n))] += 1
+    # Damage in the last transaction of the log looks exactly like a torn tail and
+    # loses that one commit (the README says so); anything earlier is detected.
+    assert set(outcomes) <= {"same", "bad_wal", "shorter by 1"}, outcomes
+    assert outcomes["bad_wal"] > 10 * outcomes["shorter by 1"], outcomes
+
+
+def test_a_wal_cut_by_a_crash_is_a_torn_tail(tmp_path: Path) -> None:
+    n = 30
+    database, wal = open_copy(tmp_path / "source.db", tmp_path, n)
+    frame = 24 + 4096
+    path = tmp_path / "copy.db"
+    for cut in (len(wal) - 100, len(wal) - frame, len(wal) - 3 * frame - 7):
+        assert wal_damage(wal[:cut]) is None
+        fresh(path, database)
+        Path(f"{path}-wal").write_bytes(wal[:cut])
+        assert asyncio.run(read_copy(path, n)).startswith("shorter by"), cut
+
+
+def test_a_damaged_wal_header_is_corruption(tmp_path: Path) -> None:
+    n = 30
+    database, wal = open_copy(tmp_path / "source.db", tmp_path, n)
+    path = tmp_path / "copy.db"
+    for offset in range(32):
+        fresh(path, database)
+        Path(f"{path}-wal").write_bytes(flipped(wal, offset, random.Random(offset)))
+        assert asyncio.run(read_copy(path, n)) == "bad_wal", offset
+
+
+def test_verify_reports_a_damaged_wal(tmp_path: Path) -> None:
+    n = 30
+    database, wal = open_copy(tmp_path / "source.db", tmp_path, n)
+    path = tmp_path / "copy.db"
+    fresh(path, database)
+    Path(f"{path}-wal").write_bytes(flipped(wal, 32 + 24 + 100, random.Random(1)))
+    report = asyncio.run(verify(path))
+    assert report == "damage"
+    result = CliRunner(env={"COLUMNS": "200", "PERDURE_STORE": None}).invoke(
+        cli, ["verify", "--store", f"sqlite:{path}"]
+    )
+    assert result.exit_code == 1, result.output
+    assert "bad_wal" in result.output and "copy.db-wal byte" in result.output

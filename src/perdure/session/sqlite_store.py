@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from perdure._sqlite_errors import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
+from perdure._sqlite_wal import wal_damage
 from perdure.errors import (
     CheckpointNotFoundError,
     SessionConflictError,
@@ -536,6 +537,11 @@ class SQLiteSessionStore:
                 _INHERITED.append(slot.conn)
                 slot.conn = None
             if slot.conn is None:
+                other = self._reader if slot is self._writer else self._writer
+                if other.conn is None or other.pid != os.getpid():
+                    # No connection of ours has read the WAL yet: SQLite will replay
+                    # it on this one, so look first at what it would drop.
+                    self._check_wal()
                 slot.conn = self._connect(writer=slot is self._writer)
                 slot.pid = os.getpid()
             yield slot.conn
@@ -579,6 +585,39 @@ class SQLiteSessionStore:
             conn.close()
             raise
         return conn
+
+    def _check_wal(self) -> None:
+        """Refuse a ``-wal`` whose damage SQLite would take for its end (see ``_sqlite_wal``).
+
+        SQLite replays a WAL up to its first bad frame and silently drops the rest;
+        a complete transaction of the same generation after that frame proves the
+        frame was damaged, not torn, and the commits after it were acknowledged. A
+        writer in another process may be appending while the file is read, so damage
+        counts only when a second read finds the same.
+        """
+        wal = Path(f"{self.path}-wal")
+        found = None
+        for attempt in range(2):
+            try:
+                data = wal.read_bytes()
+            except FileNotFoundError:
+                return
+            seen = wal_damage(data)
+            if seen is None or (found is not None and seen != found):
+                return
+            found = seen
+            if attempt == 0:
+                time.sleep(0.01)
+        assert found is not None
+        raise SessionCorruptedError(
+            f"SQLite session store {self.path} is damaged: {found.detail}",
+            details={
+                "file": str(wal),
+                "kind": "bad_wal",
+                "offset": found.offset,
+                "frame": found.frame,
+            },
+        )
 
     def _check_schema(self, conn: sqlite3.Connection, names: set[str]) -> None:
         """Refuse a database whose perdure tables are not (all) ours.
