@@ -80,6 +80,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from perdure._fs import atomic_write
 from perdure._sqlite_errors import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
 from perdure._sqlite_wal import wal_damage
 from perdure.errors import (
@@ -538,11 +539,18 @@ class SQLiteSessionStore:
                 slot.conn = None
             if slot.conn is None:
                 other = self._reader if slot is self._writer else self._writer
-                if other.conn is None or other.pid != os.getpid():
-                    # No connection of ours has read the WAL yet: SQLite will replay
-                    # it on this one, so look first at what it would drop.
-                    self._check_wal()
-                slot.conn = self._connect(writer=slot is self._writer)
+                first = other.conn is None or other.pid != os.getpid()
+                if first:
+                    self._check_set_aside()
+                conn = self._connect(writer=slot is self._writer)
+                if first:
+                    # The first connection of ours: see what SQLite dropped from the WAL.
+                    try:
+                        self._check_wal(conn)
+                    except BaseException:
+                        conn.close()
+                        raise
+                slot.conn = conn
                 slot.pid = os.getpid()
             yield slot.conn
 
@@ -586,38 +594,67 @@ class SQLiteSessionStore:
             raise
         return conn
 
-    def _check_wal(self) -> None:
-        """Refuse a ``-wal`` whose damage SQLite would take for its end (see ``_sqlite_wal``).
+    def _check_wal(self, conn: sqlite3.Connection) -> None:
+        """Refuse a ``-wal`` whose damage SQLite took for its end (see ``_sqlite_wal``).
 
         SQLite replays a WAL up to its first bad frame and silently drops the rest;
         a complete transaction of the same generation after that frame proves the
-        frame was damaged, not torn, and the commits after it were acknowledged. A
-        writer in another process may be appending while the file is read, so damage
-        counts only when a second read finds the same.
+        frame was damaged, not torn, and that the commits after it were
+        acknowledged. ``PRAGMA wal_checkpoint`` says how many frames SQLite accepted
+        (and folds them, as the store does after writes), so only the frames after
+        those are read closely. A writer in another process may be appending while
+        the file is read: damage counts only when a second read finds the same.
         """
         wal = Path(f"{self.path}-wal")
+        try:
+            if wal.stat().st_size < 32:
+                return
+        except FileNotFoundError:
+            return
+        accepted = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+        if not isinstance(accepted, int) or accepted < 0:
+            return  # the checkpoint could not look at the WAL
         found = None
         for attempt in range(2):
             try:
                 data = wal.read_bytes()
             except FileNotFoundError:
                 return
-            seen = wal_damage(data)
+            seen = wal_damage(data, accepted)
             if seen is None or (found is not None and seen != found):
                 return
             found = seen
             if attempt == 0:
                 time.sleep(0.01)
         assert found is not None
+        # SQLite drops what it did not accept when its last connection closes: set
+        # the log aside first, so the damage is reported again until repaired.
+        atomic_write(self.damaged_wal_path, data, durable=True)
         raise SessionCorruptedError(
-            f"SQLite session store {self.path} is damaged: {found.detail}",
+            f"SQLite session store {self.path} is damaged: {found.detail}; the log "
+            f"is kept as {self.damaged_wal_path} (perdure repair moves it to quarantine)",
             details={
-                "file": str(wal),
+                "file": str(self.damaged_wal_path),
                 "kind": "bad_wal",
                 "offset": found.offset,
                 "frame": found.frame,
             },
         )
+
+    @property
+    def damaged_wal_path(self) -> Path:
+        """Where a damaged WAL is set aside when found (see the module docstring)."""
+        return Path(f"{self.path}.damaged-wal")
+
+    def _check_set_aside(self) -> None:
+        """Refuse the database while a damaged WAL set aside earlier is not repaired."""
+        if self.damaged_wal_path.exists():
+            raise SessionCorruptedError(
+                f"SQLite session store {self.path} is damaged: its WAL was found damaged "
+                f"and set aside as {self.damaged_wal_path}; commits after the damage are "
+                "missing from the database (perdure repair keeps what is left)",
+                details={"file": str(self.damaged_wal_path), "kind": "bad_wal", "offset": 0},
+            )
 
     def _check_schema(self, conn: sqlite3.Connection, names: set[str]) -> None:
         """Refuse a database whose perdure tables are not (all) ours.
