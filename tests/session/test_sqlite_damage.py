@@ -9,6 +9,7 @@ and ``verify_store`` / ``perdure verify`` report it instead of crashing.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import sqlite3
@@ -414,3 +415,31 @@ def test_verify_reports_a_damaged_wal(fast_dir: Path) -> None:
     assert result.exit_code == 1, result.output
     assert "bad_wal" in result.output
     assert "copy.db.damaged-wal byte" in result.output
+
+
+def test_repair_moves_a_damaged_wal_to_quarantine_and_keeps_the_prefix(fast_dir: Path) -> None:
+    n = 30
+    database, wal = open_copy(fast_dir / "source.db", n)
+    path = fast_dir / "copy.db"
+    fresh(path, database)
+    Path(f"{path}-wal").write_bytes(flipped(wal, 32 + 20 * (24 + 4096) + 500, random.Random(2)))
+    runner = CliRunner(env={"COLUMNS": "200", "PERDURE_STORE": None})
+    url = f"sqlite:{path}"
+    assert runner.invoke(cli, ["verify", "--store", url]).exit_code == 1
+    dry = runner.invoke(cli, ["repair", "--store", url])
+    assert dry.exit_code == 1, dry.output
+    assert "would move the damaged WAL" in dry.output
+    assert Path(f"{path}.damaged-wal").exists()
+    quarantine = fast_dir / "q"
+    applied = runner.invoke(
+        cli, ["repair", "--store", url, "--apply", "--quarantine-dir", str(quarantine), "--json"]
+    )
+    assert applied.exit_code == 0, applied.output
+    report = json.loads(applied.stdout)
+    (moved,) = report["moved_files"]
+    assert Path(moved).parent == quarantine
+    assert Path(moved).read_bytes()[:32] == wal[:32]  # the log as it was found
+    assert not Path(f"{path}.damaged-wal").exists()
+    assert runner.invoke(cli, ["verify", "--store", url]).exit_code == 0
+    kept = asyncio.run(read_copy(path, n))
+    assert kept.startswith("shorter by") or kept == "session_not_found", kept

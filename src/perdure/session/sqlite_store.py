@@ -67,9 +67,11 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import base64
 import builtins
 import concurrent.futures
 import contextlib
+import json
 import logging
 import os
 import sqlite3
@@ -115,6 +117,7 @@ from perdure.session.checkpoints import (
     check_checkpoint_id,
     check_max_checkpoints,
 )
+from perdure.session.file_store import SessionRecoveryReport
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
@@ -318,6 +321,104 @@ def _fsync_path(path: Path, *, directory: bool = False) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _stored_text(value: Any) -> str | None:
+    """A TEXT column read as bytes, decoded; None when it is not UTF-8 text."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return value if isinstance(value, str) else None
+
+
+def _row_damage(
+    at: int,
+    index: int,
+    prev: str,
+    body: str | None,
+    stored: str | None,
+    redacted: str | None,
+    redacted_hash: str | None,
+) -> str | None:
+    """What is wrong with message row ``index`` (at ``at``) chained from ``prev``; None: ok."""
+    if at != index:
+        return "bad_sequence"
+    if body is None or stored is None:
+        return "bad_payload"
+    if chain_hash(prev, body) != stored:
+        return "bad_hash"
+    if redacted is not None and redacted_hash != chain_hash(stored, redacted):
+        return "bad_hash"
+    try:
+        decode_message(body if redacted is None else redacted)
+    except DecodeError:
+        return "bad_payload"
+    return None
+
+
+class _RepairPlan:
+    """The rows of one session :meth:`SQLiteSessionStore.quarantine` keeps and moves."""
+
+    def __init__(self, head: _Head, rows: builtins.list[tuple[Any, ...]]) -> None:
+        self.head = head
+        self.rows = rows
+        self.keep = 0
+        self.last_hash = ZERO_HASH
+        self.first_kind = "bad_sequence"
+        self.missing = 0  # rows the session row counts that are not there
+        self.state_bad = False
+        self.state_raw: Any = None
+
+    def moved(self) -> builtins.list[tuple[int, str]]:
+        """(position, kind) of each row moved: the first bad one, then those after it."""
+        out = []
+        for offset, row in enumerate(self.rows[self.keep :]):
+            position = row[0] - self.head.base
+            out.append((position, self.first_kind if offset == 0 else "after_damage"))
+        return out
+
+    def report(self, session_id: str, quarantine_path: str) -> SessionRecoveryReport:
+        """Positions are row indexes; -1 stands for the session row or the state."""
+        moved = self.moved()
+        positions = [p for p, _ in moved]
+        kinds = [k for _, k in moved]
+        for position in range(self.keep, self.keep + self.missing):
+            positions.append(position)
+            kinds.append("missing")
+        if not positions and (self.keep, self.last_hash) != (self.head.total, self.head.head):
+            kinds.append("bad_meta")  # every row verifies: the session row was wrong
+            positions.append(-1)
+        if self.state_bad:
+            kinds.append("bad_state")
+            positions.append(-1)
+        return SessionRecoveryReport(
+            session_id,
+            len(moved) + (1 if self.state_bad and self.state_raw is not None else 0),
+            tuple(positions),
+            tuple(kinds),
+            quarantine_path,
+        )
+
+    def quarantined_lines(self) -> bytes:
+        """One JSON object per moved row (and the state), its columns as stored."""
+
+        def column(value: Any) -> Any:
+            if isinstance(value, bytes):
+                text = _stored_text(value)
+                return text if text is not None else {"base64": base64.b64encode(value).decode()}
+            return value
+
+        lines = []
+        for (position, kind), row in zip(self.moved(), self.rows[self.keep :], strict=True):
+            names = ("body", "hash", "redacted", "redacted_hash")
+            record = {"row": position, "kind": kind}
+            record.update({n: column(v) for n, v in zip(names, row[1:], strict=True)})
+            lines.append(json.dumps(record, ensure_ascii=False))
+        if self.state_bad and self.state_raw is not None:
+            lines.append(json.dumps({"state": column(self.state_raw)}, ensure_ascii=False))
+        return "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass")
 
 
 class SQLiteSessionStore:
@@ -1251,6 +1352,144 @@ class SQLiteSessionStore:
                 "checkpoint_id": checkpoint_id,
             },
         )
+
+    # ------------------------------------------------------------------ repair
+
+    async def quarantine(
+        self,
+        session_id: str,
+        quarantine_dir: str | os.PathLike[str],
+        *,
+        dry_run: bool = True,
+    ) -> SessionRecoveryReport | None:
+        """Move a damaged session's unverifiable rows out; keep its verifiable prefix.
+
+        The rows are walked in order from the first; at the first that does not
+        verify (a changed body or hash, a missing row, a bad payload) it and every
+        row after it (they chain from it) are moved to
+        ``<quarantine_dir>/<session_id>/<time>.jsonl``, and the session row is set
+        to the rows kept: the session then reads cleanly. Rows past the recorded end,
+        a recorded end past the last row, and a damaged agent state (moved, then
+        reset to empty) are repaired likewise. Under the writer lock, in one write
+        transaction, after the quarantine file is durable: a crash leaves the
+        session as it was (with a copy in quarantine) or repaired.
+
+        Returns None when nothing here is attributable to rows (the damage is in a
+        checkpoint, say). With ``dry_run`` nothing is written and the report says
+        what would move (its ``quarantine_path`` is empty).
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionCorruptedError: the session row itself, or the database, is too
+                damaged to repair here.
+            SessionLockedError: another writer holds the session's lock.
+        """
+        validate_session_id(session_id)
+        target = Path(quarantine_dir)
+        return await asyncio.to_thread(self._quarantine, session_id, target, dry_run)
+
+    def _quarantine(
+        self, session_id: str, target: Path, dry_run: bool
+    ) -> SessionRecoveryReport | None:
+        if dry_run:
+            with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
+                plan = self._repair_plan(conn, session_id)
+            return None if plan is None else plan.report(session_id, "")
+        with (
+            self._locks.for_write(session_id),
+            self._use(self._writer) as conn,
+            self._write_transaction(conn),
+        ):
+            self._heads.pop(session_id, None)
+            plan = self._repair_plan(conn, session_id)
+            if plan is None:
+                return None
+            where = target / session_id
+            where.mkdir(parents=True, exist_ok=True)
+            qpath = where / f"{utc_now().replace(':', '-')}-{os.urandom(4).hex()}.jsonl"
+            atomic_write(qpath, plan.quarantined_lines())
+            head = plan.head
+            if plan.state_bad:
+                conn.execute("DELETE FROM perdure_states WHERE sid = ?", (head.sid,))
+            conn.execute(
+                "DELETE FROM perdure_messages WHERE key >= ? AND key < ?",
+                (head.base + plan.keep, head.base + _KEY_SPAN),
+            )
+            writes = head.writes + 1
+            conn.execute(
+                "UPDATE perdure_sessions SET updated_at = ?, message_count = ?, head = ?, "
+                "writes = ?, tail = ?, state_hash = ? WHERE sid = ?",
+                (
+                    utc_now(),
+                    plan.keep,
+                    plan.last_hash,
+                    writes,
+                    new_tail(writes),
+                    None if plan.state_bad else head.state_hash,
+                    head.sid,
+                ),
+            )
+            return plan.report(session_id, str(qpath))
+
+    def release_damaged_wal(self, quarantine_dir: str | os.PathLike[str]) -> Path | None:
+        """Move a damaged WAL set aside (see :attr:`damaged_wal_path`) into quarantine.
+
+        The database then opens with what SQLite kept of the log: the commits before
+        the damage. Returns where the log went, or None when none was set aside.
+        Durable: the move and both directories are synced.
+        """
+        source = self.damaged_wal_path
+        if not source.exists():
+            return None
+        target_dir = Path(quarantine_dir)
+        target_dir.mkdir(parents=True, exist_ok=True)
+        target = target_dir / f"{self.path.name}-{utc_now().replace(':', '-')}.wal"
+        atomic_write(target, source.read_bytes(), durable=True)
+        source.unlink()
+        _fsync_path(source.parent, directory=True)
+        return target
+
+    def _repair_plan(self, conn: sqlite3.Connection, session_id: str) -> _RepairPlan | None:
+        """What :meth:`quarantine` moves (None: nothing attributable to rows)."""
+        head = self._head(conn, session_id)
+        conn.text_factory = bytes  # damaged text must be read, not refused
+        try:
+            rows = conn.execute(_SELECT_ROWS, (head.base, head.base + _KEY_SPAN)).fetchall()
+            state_row = conn.execute(
+                "SELECT body FROM perdure_states WHERE sid = ?", (head.sid,)
+            ).fetchone()
+        finally:
+            conn.text_factory = str
+        plan = _RepairPlan(head, rows)
+        prev, kind = ZERO_HASH, None
+        for index, (key, body, stored, redacted, redacted_hash) in enumerate(rows):
+            texts = [_stored_text(v) for v in (body, stored, redacted, redacted_hash)]
+            kind = _row_damage(key - head.base, index, prev, *texts)
+            if kind is not None:
+                break
+            prev = str(texts[1])
+            plan.keep, plan.last_hash = index + 1, prev
+        if kind is None and plan.keep > head.total:
+            # Rows past the recorded end: moved when the recorded head is the hash of
+            # the row at that end (else the session row is what is damaged).
+            at_end = ZERO_HASH if head.total == 0 else _stored_text(rows[head.total - 1][2])
+            if at_end == head.head:
+                plan.keep, plan.last_hash, kind = head.total, head.head, "bad_sequence"
+        plan.first_kind = kind or "bad_sequence"
+        plan.missing = max(0, head.total - len(rows)) if kind is None else 0
+        state_text = None if state_row is None else _stored_text(state_row[0])
+        if state_row is None:
+            plan.state_bad = head.state_hash is not None
+        else:
+            plan.state_bad = state_text is None or head.state_hash != text_hash(state_text)
+            if not plan.state_bad:
+                try:
+                    decode_state(str(state_text))
+                except DecodeError:
+                    plan.state_bad = True
+            plan.state_raw = state_row[0]
+        clean = plan.keep == len(rows) == head.total and plan.last_hash == head.head
+        return None if clean and not plan.state_bad else plan
 
     def _flush(self) -> None:
         # Holding a write transaction keeps this process's and others' commits (and
