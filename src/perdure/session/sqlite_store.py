@@ -59,9 +59,24 @@ Guarantees:
   put's transaction. A session's checkpoints are deleted with it, and a session
   created anew starts without any (a put for a session that does not exist yet is
   kept until the session is created or deleted, as in the file store).
-- sqlite3 exceptions never leak: busy/locked → ``SessionLockedError``; a damaged
-  file, not a database, or a schema that is not ours → ``SessionCorruptedError``;
-  anything else (I/O, permissions, a full disk) → ``OSError``.
+- **The WAL**: SQLite replays a ``-wal`` left by a crash up to its first bad frame
+  and silently drops the commits after it. The first connection of a store checks
+  the frames SQLite did not accept (:mod:`perdure._sqlite_wal`): a bad frame
+  followed by complete transactions of the same log generation is damage, not a
+  torn tail. The log is then set aside as ``<path>.damaged-wal`` (SQLite would fold
+  what it kept and delete the rest when its last connection closes) and every
+  open raises ``SessionCorruptedError`` (kind ``bad_wal``) until
+  :meth:`SQLiteSessionStore.release_damaged_wal` (``perdure repair``) moves it to
+  quarantine. Damage in the last transaction of the log cannot be told from a
+  crash during it.
+- **Repair**: :meth:`SQLiteSessionStore.quarantine` keeps a damaged session's
+  verifiable prefix of rows and moves the rest to a quarantine file.
+- sqlite3 exceptions never leak, sorted by :func:`perdure._sqlite_errors.sqlite_fault`
+  (one rule for every SQLite user in perdure): busy/locked → ``SessionLockedError``;
+  a damaged file, text that is not UTF-8, not a database, or a schema that is not
+  ours (checked on connect) → ``SessionCorruptedError``; a statement SQLite refuses
+  (a bug in perdure, never damage) → ``SQLiteBugError``; anything else (I/O,
+  permissions, a full disk) → ``OSError``.
 """
 
 from __future__ import annotations
@@ -712,7 +727,14 @@ class SQLiteSessionStore:
                 return
         except FileNotFoundError:
             return
-        accepted = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+        try:
+            accepted = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+        except sqlite3.Error as exc:
+            if sqlite_fault(exc) == "damage":
+                raise
+            # (A read-only database, say: nothing can be folded, nor dropped.)
+            _log.warning("SQLite session store %s: cannot check the WAL: %s", self.path, exc)
+            return
         if not isinstance(accepted, int) or accepted < 0:
             return  # the checkpoint could not look at the WAL
         found = None
