@@ -12,7 +12,10 @@ import asyncio
 import json
 import os
 import random
+import signal
 import sqlite3
+import subprocess
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -25,7 +28,12 @@ from click.testing import CliRunner
 from perdure._sqlite_errors import SQLiteBugError, sqlite_fault
 from perdure._sqlite_wal import _frame_checksum, wal_checksum, wal_damage
 from perdure.cli.main import cli
-from perdure.errors import MemoryStoreError, PerdureError, SessionNotFoundError
+from perdure.errors import (
+    MemoryStoreError,
+    PerdureError,
+    SessionCorruptedError,
+    SessionNotFoundError,
+)
 from perdure.memory import LocalMemoryStore
 from perdure.session import Session
 from perdure.session.maintenance import verify_store
@@ -443,3 +451,51 @@ def test_repair_moves_a_damaged_wal_to_quarantine_and_keeps_the_prefix(fast_dir:
     assert runner.invoke(cli, ["verify", "--store", url]).exit_code == 0
     kept = asyncio.run(read_copy(path, n))
     assert kept.startswith("shorter by") or kept == "session_not_found", kept
+
+
+KILLED_WRITER = """
+import asyncio, os, signal, sys
+from perdure.session.sqlite_store import SQLiteSessionStore
+
+async def main():
+    store = SQLiteSessionStore(sys.argv[1])
+    await store.create("s")
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": f"m{i}"}]}
+        for i in range(int(sys.argv[2]))
+    ]
+    for end in range(1, len(messages) + 1):
+        await store.commit("s", messages[:end])  # durable: acknowledged when it returns
+    os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(main())
+"""
+
+
+def test_a_flipped_byte_in_the_wal_of_a_killed_writer_is_reported(fast_dir: Path) -> None:
+    path = fast_dir / "killed.db"
+    n = 40
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(path), str(n)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert done.returncode == -signal.SIGKILL
+    wal = Path(f"{path}-wal")
+    assert wal.stat().st_size > 10 * (24 + 4096)  # the commits are in the WAL only
+    damaged = bytearray(wal.read_bytes())
+    damaged[32 + 10 * (24 + 4096) + 1000] ^= 0x01  # one bit in frame 10's page
+    wal.write_bytes(bytes(damaged))
+
+    async def read() -> None:
+        store = SQLiteSessionStore(path)
+        try:
+            with pytest.raises(SessionCorruptedError) as info:
+                await store.get("s")
+            assert info.value.details["kind"] == "bad_wal"
+            assert info.value.details["frame"] == 10
+        finally:
+            store.close()
+
+    asyncio.run(read())
+    asyncio.run(read())  # still reported: the log was set aside, not folded and forgotten

@@ -771,13 +771,23 @@ class SQLiteSessionStore:
 
     def _check_set_aside(self) -> None:
         """Refuse the database while a damaged WAL set aside earlier is not repaired."""
-        if self.damaged_wal_path.exists():
-            raise SessionCorruptedError(
-                f"SQLite session store {self.path} is damaged: its WAL was found damaged "
-                f"and set aside as {self.damaged_wal_path}; commits after the damage are "
-                "missing from the database (perdure repair keeps what is left)",
-                details={"file": str(self.damaged_wal_path), "kind": "bad_wal", "offset": 0},
-            )
+        try:
+            data = self.damaged_wal_path.read_bytes()
+        except FileNotFoundError:
+            return
+        found = wal_damage(data)  # where, again (a scan of a log that is rarely here)
+        frame, offset = (found.frame, found.offset) if found is not None else (-1, 0)
+        raise SessionCorruptedError(
+            f"SQLite session store {self.path} is damaged: its WAL was found damaged "
+            f"and set aside as {self.damaged_wal_path}; commits after the damage are "
+            "missing from the database (perdure repair keeps what is left)",
+            details={
+                "file": str(self.damaged_wal_path),
+                "kind": "bad_wal",
+                "offset": offset,
+                "frame": frame,
+            },
+        )
 
     def _check_schema(self, conn: sqlite3.Connection, names: set[str]) -> None:
         """Refuse a database whose perdure tables are not (all) ours.
