@@ -499,3 +499,39 @@ def test_a_flipped_byte_in_the_wal_of_a_killed_writer_is_reported(fast_dir: Path
 
     asyncio.run(read())
     asyncio.run(read())  # still reported: the log was set aside, not folded and forgotten
+
+
+def test_a_damaged_page_of_session_rows_or_their_index_is_never_a_missing_session(
+    tmp_path: Path,
+) -> None:
+    # SQLite can skip the rows of a damaged B-tree page without an error: a session
+    # would then be "not found", or missing from the listing that verify walks.
+    seeded = tmp_path / "seed.db"
+    seed_sessions(seeded)
+    data = seeded.read_bytes()
+    conn = sqlite3.connect(seeded)
+    roots = dict(
+        conn.execute(
+            "SELECT name, rootpage FROM sqlite_master WHERE name IN "
+            "('perdure_sessions', 'sqlite_autoindex_perdure_sessions_1')"
+        ).fetchall()
+    )
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    path = tmp_path / "damaged.db"
+    outcomes: Counter[str] = Counter()
+    for name, root in roots.items():
+        start = (root - 1) * page_size
+        for offset in range(start, start + 12):  # the page header: kind, counts, pointers
+            for value in (0x00, 0x01, 0x7F, 0xE1, 0xFF):
+                damaged = bytearray(data)
+                if damaged[offset] == value:
+                    continue
+                damaged[offset] = value
+                fresh(path, bytes(damaged))
+                read = asyncio.run(read_sessions(path))
+                checked = asyncio.run(verify(path))
+                outcomes[read] += 1
+                assert read in ("same", "error"), (name, offset, value, read)
+                assert (read == "same") == (checked == "clean"), (name, offset, value, checked)
+    assert outcomes["error"] > 20, outcomes

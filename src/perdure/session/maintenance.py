@@ -666,6 +666,12 @@ async def _repair_sqlite(
         if not (d.session_id in handled and d.checkpoint_id is None)
         and not (dry_run and d.kind == "bad_wal" and d.session_id is None)
     ]
+    repaired = [r.session_id for r in repairs if r.status == "repaired"]
+    if repaired:
+        # Rows moved, yet the database may still be damaged below them (a B-tree
+        # page SQLite cannot read): what a second look finds is left to report.
+        again = await verify_store(store, session_ids=repaired)
+        remaining.extend(d for d in again.damage if d.checkpoint_id is None)
     return RepairReport(
         dry_run=dry_run,
         store=str(store.path),

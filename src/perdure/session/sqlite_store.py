@@ -850,8 +850,44 @@ class SQLiteSessionStore:
     def _head(self, conn: sqlite3.Connection, session_id: str) -> _Head:
         row = conn.execute(_SELECT_SESSION, (session_id,)).fetchone()
         if row is None:
+            self._check_absent(conn, session_id)
             raise SessionNotFoundError(f"session {session_id!r} not found in {self.path}")
         return self._checked_head(session_id, row)
+
+    def _check_index(self, conn: sqlite3.Connection) -> None:
+        """The ids' index holds every session row (a listing walks the index).
+
+        Run on a listing's first page: a scan of the session rows, which are small.
+        """
+        scanned = conn.execute("SELECT id FROM perdure_sessions NOT INDEXED").fetchall()
+        indexed = conn.execute(
+            "SELECT id FROM perdure_sessions INDEXED BY sqlite_autoindex_perdure_sessions_1 "
+            "WHERE id > ''"
+        ).fetchall()
+        if len(scanned) != len(indexed) or set(scanned) != set(indexed):
+            raise self._bad_database(
+                f"the index of session ids lists {len(indexed)} sessions, the table holds "
+                f"{len(scanned)}, not the same"
+            )
+
+    def _check_absent(self, conn: sqlite3.Connection, session_id: str) -> None:
+        """Make sure a session the lookup did not find is absent, not unreadable.
+
+        A damaged table page can make SQLite miss a row without an error; the id's
+        index (read alone) and a scan of the table (without the index) must agree
+        that there is none. Only on this path: a scan of the session rows, which
+        are small.
+        """
+        for how in ("", " NOT INDEXED"):
+            found = conn.execute(
+                f"SELECT sid FROM perdure_sessions{how} WHERE id = ?", (session_id,)
+            ).fetchone()
+            if found is not None:
+                raise SessionCorruptedError(
+                    f"session {session_id!r} in {self.path} is damaged: its session row is "
+                    "listed but cannot be read",
+                    details={"session_id": session_id, "file": str(self.path), "kind": "bad_meta"},
+                )
 
     def _checked_head(self, session_id: str, row: Sequence[Any]) -> _Head:
         """The session row, its values checked for the types this store writes."""
@@ -991,12 +1027,29 @@ class SQLiteSessionStore:
         return HistoryPage(window[start - lo : end - lo], start, end, head.total)
 
     def _list(self, limit: int | None, after: str | None) -> builtins.list[SessionMeta]:
-        with self._use(self._reader) as conn:
+        bounds = ("" if after is None else after, -1 if limit is None else limit)
+        with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
             rows = conn.execute(
                 "SELECT id, created_at, updated_at, message_count FROM perdure_sessions "
                 "WHERE id > ? ORDER BY id LIMIT ?",
-                ("" if after is None else after, -1 if limit is None else limit),
+                bounds,
             ).fetchall()
+            # The ids alone come from their index: a row the table cannot give back
+            # (a damaged page, which SQLite may skip without an error) shows here.
+            ids = conn.execute(
+                "SELECT id FROM perdure_sessions WHERE id > ? ORDER BY id LIMIT ?", bounds
+            ).fetchall()
+            if after is None:
+                self._check_index(conn)
+        if len(ids) != len(rows):
+            listed = {row[0] for row in rows}
+            lost = next((i[0] for i in ids if i[0] not in listed), None)
+            named = lost if isinstance(lost, str) else None
+            raise SessionCorruptedError(
+                f"session {named!r} in {self.path} is damaged: its session row is listed "
+                "but cannot be read",
+                details={"session_id": named, "file": str(self.path), "kind": "bad_meta"},
+            )
         metas: builtins.list[SessionMeta] = []
         for row in rows:
             if not (all(isinstance(v, str) for v in row[:3]) and isinstance(row[3], int)):
