@@ -622,8 +622,9 @@ class SQLiteSessionStore:
         """Make every commit so far durable.
 
         A no-op with ``durability="commit"``. With ``"none"`` it fsyncs the
-        database's WAL, the database file and their directory, so every commit that
-        returned before the call survives a power cut.
+        database's WAL and its directory (the database file is synced by every fold
+        of the WAL into it), so every commit that returned before the call survives
+        a power cut.
         """
         validate_session_id(session_id)
         if self.durability != "commit":
@@ -1579,9 +1580,12 @@ class SQLiteSessionStore:
     def _flush(self) -> None:
         # Holding a write transaction keeps this process's and others' commits (and
         # the checkpoints they run) out while the files are synced.
+        # Never open (and close) the database file itself: closing any descriptor of
+        # it drops every POSIX lock this process holds on it, SQLite's included, and
+        # another process's last connection would then fold and delete the WAL under
+        # our feet. Its pages need no sync here: a fold syncs the database itself.
         with self._use(self._writer) as conn, self._write_transaction(conn):
             _fsync_path(Path(f"{self.path}-wal"))
-            _fsync_path(self.path)
             _fsync_path(self.path.parent, directory=True)
 
 
