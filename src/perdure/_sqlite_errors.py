@@ -41,6 +41,8 @@ SQLiteFault = Literal["busy", "damage", "bug", "failure"]
 _BUSY = frozenset({5, 6})  # BUSY, LOCKED
 _DAMAGE = frozenset({11, 20, 24, 26})  # CORRUPT, MISMATCH, FORMAT, NOTADB
 _BUG = frozenset({1, 19, 21, 25})  # ERROR, CONSTRAINT, MISUSE, RANGE
+# SQLITE_ERROR that reports damage: FTS5 finds its own tables damaged this way.
+_DAMAGE_WORDS = ("invalid fts5 file format", "malformed", "corrupt")
 # What the driver says when a TEXT value is not UTF-8 (it carries no result code).
 _UNDECODABLE = "Could not decode to UTF-8"
 
@@ -62,6 +64,8 @@ def sqlite_fault(exc: sqlite3.Error | UnicodeDecodeError) -> SQLiteFault:
     if primary in _BUSY:
         return "busy"
     if primary in _DAMAGE:
+        return "damage"
+    if primary == 1 and any(words in str(exc).lower() for words in _DAMAGE_WORDS):
         return "damage"
     if primary in _BUG or isinstance(exc, sqlite3.ProgrammingError | sqlite3.InterfaceError):
         return "bug"

@@ -9,6 +9,7 @@ event loop and any thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import threading
@@ -142,7 +143,11 @@ def write_transaction(conn: sqlite3.Connection, work: Callable[[], T]) -> T:
     try:
         result = work()
     except BaseException:
-        conn.execute("ROLLBACK")
+        # SQLite may have rolled back already (it does on some errors, a damaged
+        # page say): the error that stopped the work is the one to report.
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
     return result

@@ -19,6 +19,7 @@ is chained as ``__cause__``. A schema that is not ours is refused on connect.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import threading
@@ -58,6 +59,16 @@ def _translate(exc: sqlite3.Error | UnicodeDecodeError, path: Path, timeout: flo
     if fault == "bug":
         return SQLiteBugError(f"SQLite storage {str(path)!r}: perdure's SQL failed: {text}")
     return StorageError(f"SQLite storage {str(path)!r} failed: {text}")
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back what is open; the error that stopped the work is the one to report.
+
+    (SQLite rolls back by itself on some errors, a damaged page say.)
+    """
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
 
 
 def _upper_bound(prefix: str) -> str | None:
@@ -140,7 +151,7 @@ class SQLiteStorage:
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                     conn.execute("COMMIT")
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    _rollback(conn)
                     raise
             columns = sorted(row[1] for row in conn.execute("PRAGMA table_info(perdure_blobs)"))
             if columns != ["data", "key"]:
@@ -195,8 +206,7 @@ class SQLiteStorage:
                 )
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
 
         await self._call(work)
@@ -223,8 +233,7 @@ class SQLiteStorage:
                 conn.execute("DELETE FROM perdure_blobs WHERE key = ?", (key,))
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
 
         await self._call(work)
