@@ -40,7 +40,10 @@ Guarantees:
   the hash of the row before it) and checks each message's JSON and shape. A changed
   body, hash or redaction, a missing or extra row, or a database file SQLite cannot
   read raises :class:`~perdure.errors.SessionCorruptedError` naming the session and
-  the row in its message and in ``err.details``. Never a silent empty session.
+  the row in its message and in ``err.details``. Never a silent empty session: a
+  session the lookup misses is looked for again in the ids' index and the table
+  (a damaged page can hide a row without an error), and a listing's first page
+  checks that the index and the table hold the same ids.
 - **One writer**: every write holds the session's writer lock (an ``flock`` on
   ``<path>.locks/<session_id>.lock``), so a write while another process holds it
   raises :class:`~perdure.errors.SessionLockedError` at once; a database locked by
