@@ -129,7 +129,8 @@ def test_verify_reports_the_damaged_sqlite_session_with_its_row(
     report = json.loads(result.stdout)
     assert report["damaged_sessions"] == ["c"]
     assert [(d["kind"], d["row"]) for d in report["damage"]] == [("bad_hash", 1)]
-    assert "repair" not in perdure("verify", "--store", f"sqlite:{sqlite_store.path}").stdout
+    hint = perdure("verify", "--store", f"sqlite:{sqlite_store.path}").stdout
+    assert f"perdure repair --store sqlite:{sqlite_store.path}" in hint.replace("\n", "")
 
 
 def test_verify_reports_damaged_checkpoint_files(tmp_path: Path) -> None:
@@ -352,14 +353,45 @@ def test_repair_quarantines_a_damaged_checkpoint(tmp_path: Path) -> None:
     assert "nothing to repair" in perdure("repair", "--store", url).stdout
 
 
-def test_repair_refuses_stores_other_than_file(sqlite_store: SQLiteSessionStore) -> None:
-    before = sqlite_store.path.read_bytes()
-    for url in (f"sqlite:{sqlite_store.path}", "memory:"):
-        result = perdure("repair", "--store", url, "--apply")
-        assert result.exit_code == 2
-        assert result.stderr.startswith("error: repair works on file stores only")
-        assert result.stderr.count("\n") == 1
-    assert sqlite_store.path.read_bytes() == before
+def test_repair_refuses_stores_other_than_file_and_sqlite() -> None:
+    result = perdure("repair", "--store", "memory:", "--apply")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: repair works on file and SQLite stores only")
+    assert result.stderr.count("\n") == 1
+
+
+def damage_row(path: Path, session_id: str, row: int) -> None:
+    with sqlite3.connect(path) as conn:
+        (sid,) = conn.execute(
+            "SELECT sid FROM perdure_sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        conn.execute(
+            "UPDATE perdure_messages SET body = replace(body, 'answer', 'answeR') WHERE key = ?",
+            ((sid << 32) + row,),
+        )
+    conn.close()
+
+
+def test_repair_a_sqlite_store_in_place(sqlite_store: SQLiteSessionStore, tmp_path: Path) -> None:
+    damage_row(sqlite_store.path, "c", 3)
+    url = f"sqlite:{sqlite_store.path}"
+    dry = perdure("repair", "--store", url)
+    assert dry.exit_code == 1
+    assert "would repair" in dry.stdout
+    assert "would move 1 record of 1 session" in dry.stdout
+    assert perdure("verify", "--store", url).exit_code == 1  # the dry run changed nothing
+    quarantine = tmp_path / "q"
+    result = perdure("repair", "--store", url, "--apply", "--quarantine-dir", str(quarantine))
+    assert result.exit_code == 0, result.output
+    assert "moved 1 record of 1 session" in result.stdout
+    assert "answer" not in result.stdout  # counts and positions, never content
+    (moved,) = (quarantine / "c").iterdir()
+    assert "answeR 2" in moved.read_text()  # the damaged row, as stored
+    assert perdure("verify", "--store", url).exit_code == 0
+    healed = asyncio.run(SQLiteSessionStore(sqlite_store.path).get("c"))
+    assert healed.meta.message_count == 3  # the verifiable prefix
+    report = json.loads(perdure("repair", "--store", url, "--apply", "--json").stdout)
+    assert (report["clean"], report["sessions"], report["moved_files"]) == (True, [], [])
 
 
 def test_verify_shows_a_progress_bar_on_a_terminal(

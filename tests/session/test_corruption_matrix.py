@@ -32,10 +32,6 @@ KNOWN_HOLES = {
     "a torn tail (items 3, 4)",
     "journal-torn": "fixed on branch h1: the newline before a torn tail damaged drops the "
     "last acknowledged record with it (items 3, 4)",
-    "sqlite-db": "fixed on branch h3: sqlite3/UnicodeDecodeError/OSError leak from a "
-    "damaged database (item 7)",
-    "sqlite-wal": "fixed on branch h3: a damaged WAL frame rolls back acknowledged "
-    "commits without a word (item 6)",
 }
 
 

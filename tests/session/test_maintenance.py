@@ -23,6 +23,7 @@ from perdure.session.maintenance import (
     repair_store,
     verify_store,
 )
+from perdure.session.memory_store import MemorySessionStore
 from perdure.session.sqlite_store import SQLiteSessionStore
 
 NOW = dt.datetime.now(dt.UTC)
@@ -458,13 +459,121 @@ def test_repair_skips_a_session_whose_writer_is_busy(tmp_path: Path) -> None:
     assert run(repair_store(store, dry_run=False)).sessions[0].status == "repaired"
 
 
-def test_repair_needs_an_existing_file_store(tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match="file stores only"):
-        run(repair_store(SQLiteSessionStore(tmp_path / "p.db")))  # type: ignore[arg-type]
+def test_repair_needs_an_existing_file_or_sqlite_store(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="file and SQLite stores only"):
+        run(repair_store(MemorySessionStore()))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="does not exist"):
+        run(repair_store(SQLiteSessionStore(tmp_path / "p.db")))
     with pytest.raises(ValueError, match="does not exist"):
         run(repair_store(tmp_path / "nowhere"))
     assert not (tmp_path / "nowhere").exists()
     assert not (tmp_path / "p.db").exists()
+
+
+def dump(path: Path) -> list[Any]:
+    """Every row of the database (opening it may fold its WAL: the bytes may change)."""
+    with sqlite3.connect(path) as conn:
+        tables = [
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        ]
+        rows = [(t, sorted(conn.execute(f"SELECT * FROM {t}").fetchall())) for t in tables]
+    conn.close()
+    return sorted(rows)
+
+
+def damage_sqlite_row(path: Path, session_id: str, row: int) -> None:
+    """Alter one message row's body as a flipped bit would (its hash no longer matches)."""
+    with sqlite3.connect(path) as conn:
+        (sid,) = conn.execute(
+            "SELECT sid FROM perdure_sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        conn.execute(
+            "UPDATE perdure_messages SET body = replace(body, 'question', 'questioN') "
+            "WHERE key = ?",
+            ((sid << 32) + row,),
+        )
+    conn.close()
+
+
+def test_sqlite_repair_dry_run_writes_nothing_and_says_what_would_move(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    populate(SQLiteSessionStore(path), ["a", "b", "c"])
+    damage_sqlite_row(path, "b", 2)
+    before = dump(path)
+    store = SQLiteSessionStore(path)
+    report = run(repair_store(store))
+    store.close()
+    assert dump(path) == before
+    (item,) = report.sessions
+    # Row 3 chains from the damaged row 2: both move, rows 0 and 1 stay.
+    assert (item.session_id, item.status, item.quarantined) == ("b", "would_repair", 2)
+    assert (item.positions, item.quarantine_path) == ((2, 3), None)
+    assert item.kinds == ("bad_hash", "after_damage")
+    assert not report.clean
+    assert not (tmp_path / ".session-recovery-quarantine").exists()
+
+
+def test_sqlite_repair_keeps_the_verifiable_prefix_and_quarantines_the_rest(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "p.db"
+    store = SQLiteSessionStore(path)
+    populate(store, ["a", "b", "c"])
+    before = run(store.get("b")).messages
+    store.close()
+    damage_sqlite_row(path, "b", 0)
+    quarantine = tmp_path / "q"
+    store = SQLiteSessionStore(path)
+    report = run(repair_store(store, dry_run=False, quarantine_dir=quarantine))
+    (item,) = report.sessions
+    assert (item.status, item.positions) == ("repaired", (0, 1, 2, 3))
+    assert item.kinds == ("bad_hash", "after_damage", "after_damage", "after_damage")
+    assert report.clean
+    assert run(verify_store(store)).clean
+    record = run(store.get("b"))
+    assert record.messages == []  # the prefix before row 0 is empty
+    assert run(store.get("a")).meta.message_count == 4  # the others are untouched
+    assert item.quarantine_path is not None
+    moved = Path(item.quarantine_path)
+    assert moved.parent == quarantine / "b"
+    lines = [json.loads(line) for line in moved.read_text().splitlines()]
+    assert [line["row"] for line in lines] == [0, 1, 2, 3]
+    assert [line["kind"] for line in lines] == list(item.kinds)
+    assert [line["body"] for line in lines[1:]] == [
+        json.dumps(m, separators=(",", ":"), ensure_ascii=False) for m in before[1:]
+    ]
+    # The repaired session goes on: a new turn appends after the kept prefix.
+    agent = Agent(model=ScriptedModel(["again"]), session_manager=Session(store, "b"))
+    agent("b question 3")
+    assert run(store.get("b")).meta.message_count == 2
+    store.close()
+
+
+def test_sqlite_repair_of_a_bad_state_and_a_moved_head(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    store = SQLiteSessionStore(path)
+    populate(store, ["a", "b"])
+    run(store.commit("a", run(store.get("a")).messages, agent_state={"k": 1}))
+    store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE perdure_states SET body = '{\"x\": 1}'")  # no longer its hash
+        conn.execute("UPDATE perdure_sessions SET message_count = 3 WHERE id = 'b'")
+    conn.close()
+    store = SQLiteSessionStore(path)
+    report = run(repair_store(store, dry_run=False))
+    assert sorted((s.session_id, s.status) for s in report.sessions) == [
+        ("a", "repaired"),
+        ("b", "repaired"),
+    ]
+    by_id = {s.session_id: s for s in report.sessions}
+    assert "bad_state" in by_id["a"].kinds
+    assert by_id["a"].quarantined == 1  # the state went to quarantine
+    # Row 3 verifies and the recorded head is its hash: the count was what broke.
+    assert (by_id["b"].kinds, by_id["b"].quarantined) == (("bad_meta",), 0)
+    assert run(verify_store(store)).clean
+    assert run(store.get("a")).agent_state == {}
+    assert run(store.get("b")).meta.message_count == 4
+    store.close()
 
 
 # ----------------------------------------------------------------------------- gc

@@ -1099,6 +1099,29 @@ async def test_durability_none_and_flush(path: Path) -> None:
     reopened.close()
 
 
+async def test_flush_keeps_sqlites_locks_so_no_other_process_deletes_the_wal(
+    path: Path,
+) -> None:
+    # Opening and closing the database file would drop this process's POSIX locks on
+    # it; another process's last connection would then fold and delete the live WAL,
+    # and the commits after it would go to a deleted file.
+    store = SQLiteSessionStore(path, durability="none")
+    await store.create("s")
+    await store.commit("s", history(1))
+    await store.flush("s")
+    other = (
+        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+        "c.execute('SELECT count(*) FROM perdure_sessions').fetchall(); c.close()"
+    )
+    await asyncio.to_thread(subprocess.run, [sys.executable, "-c", other, str(path)], check=True)
+    assert await asyncio.to_thread(Path(f"{path}-wal").exists)
+    await store.commit("s", history(5))
+    reader = SQLiteSessionStore(path)
+    assert (await reader.get("s")).messages == history(5)
+    reader.close()
+    store.close()
+
+
 def test_disk_use_stays_near_the_message_bytes(path: Path) -> None:
     store = SQLiteSessionStore(path, durability="none")
     messages = [text("user", f"{i:05d} " + "x" * 360) for i in range(2000)]

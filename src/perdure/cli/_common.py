@@ -89,7 +89,8 @@ def session_store(
     """Open the ``--store`` URL for one command, and close it afterwards.
 
     A malformed URL or unknown scheme is a one-line usage error (exit 2), and so is
-    a store other than ``file:`` when ``file_only`` names a command that needs one.
+    a store other than ``file:`` or ``sqlite:`` when ``file_only`` names a command
+    that needs one.
     With ``must_exist``, a ``file:`` directory or ``sqlite:`` file that does not
     exist is reported (exit 3) rather than made into a new, empty store.
     """
@@ -97,10 +98,10 @@ def session_store(
     from perdure.session.sqlite_store import SQLiteSessionStore
 
     store = open_cli_store(url)
-    if file_only is not None and not isinstance(store, FileSessionStore):
+    if file_only is not None and not isinstance(store, FileSessionStore | SQLiteSessionStore):
         raise ValueError(
-            f"{file_only} works on file stores only (--store file:DIR), not {url!r}: "
-            "quarantine moves records out of journal files"
+            f"{file_only} works on file and SQLite stores only (--store file:DIR or "
+            f"sqlite:FILE), not {url!r}: quarantine moves records out of the store"
         )
     if must_exist:
         where = (

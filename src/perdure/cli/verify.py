@@ -1,4 +1,4 @@
-"""``perdure verify`` and ``perdure repair``: find damaged sessions, heal file journals.
+"""``perdure verify`` and ``perdure repair``: find damaged sessions, heal damaged records.
 
 ::
 
@@ -9,7 +9,7 @@
 
 Both are thin faces over :func:`perdure.session.maintenance.verify_store` and
 :func:`~perdure.session.maintenance.repair_store`. ``verify`` only reads. ``repair``
-is a dry run unless ``--apply`` is given, works on ``file:`` stores only, and reports
+is a dry run unless ``--apply`` is given, works on ``file:`` and ``sqlite:`` stores, and reports
 counts and positions of what it moves, never content. Neither creates a store: a
 ``file:`` directory or ``sqlite:`` file that does not exist is an error (exit 3).
 """
@@ -43,6 +43,7 @@ from perdure.session.maintenance import (
     repair_store,
     verify_store,
 )
+from perdure.session.sqlite_store import SQLiteSessionStore
 
 
 @contextlib.contextmanager
@@ -86,7 +87,7 @@ def verify(session_ids: tuple[str, ...], store_url: str, as_json: bool) -> None:
             report = run(
                 verify_store(store, session_ids=list(session_ids) or None, progress=progress)
             )
-        repairable = isinstance(store, FileSessionStore)
+        repairable = isinstance(store, FileSessionStore | SQLiteSessionStore)
     # Sessions named and none found: nothing was verified, so the not-found error is
     # the whole answer (a "no damage" line before it would say the opposite).
     if not _only_missing(report.sessions_checked, report.missing, report.clean):
@@ -172,21 +173,23 @@ def repair(
     store_url: str,
     as_json: bool,
 ) -> None:
-    """Quarantine bad journal records of a file store (dry run by default).
+    """Quarantine bad records of a file or SQLite store (dry run by default).
 
     Damaged sessions are found as verify finds them. With --apply, records whose
     bytes were altered, and lines that are no record, move to the quarantine
     directory and the rest of each session is kept; records already gone (lines
-    deleted) are reported missing and the intact records after them kept. A
-    damaged checkpoint file moves to the quarantine directory too; one written by
-    perdure 0.1 without a sha256 is sealed in place, its content unchanged. The
-    report gives counts and line numbers (from 1), never content. Damage that
-    cannot be pinned on single records (manifests, attachments) is reported and
-    left alone. Exit 1 when damage remains afterwards (always, in a dry run that
-    found some); exit 3 when a named session does not exist.
+    deleted) are reported missing and the intact records after them kept. In a
+    SQLite store each damaged session keeps its verifiable prefix of rows (the rows
+    from the first bad one move), and a damaged WAL moves to quarantine. A damaged
+    checkpoint file moves to the quarantine directory too; one written by perdure
+    0.1 without a sha256 is sealed in place, its content unchanged. The report
+    gives counts and line numbers (from 1), never content. Damage that cannot be
+    pinned on single records (manifests, attachments) is reported and left alone.
+    Exit 1 when damage remains afterwards (always, in a dry run that found some);
+    exit 3 when a named session does not exist.
     """
     with session_store(store_url, file_only="repair") as store:
-        assert isinstance(store, FileSessionStore)
+        assert isinstance(store, FileSessionStore | SQLiteSessionStore)
         report = run(
             repair_store(
                 store,
@@ -205,7 +208,12 @@ def repair(
 
 def _print_repair(report: RepairReport) -> None:
     out = console()
-    if not report.sessions and not report.remaining and not report.checkpoints:
+    if (
+        not report.sessions
+        and not report.remaining
+        and not report.checkpoints
+        and not report.moved_files
+    ):
         checked = report.sessions_checked
         out.print(f"[green]✓[/] {checked} session{_s(checked)} verified: nothing to repair")
         return
@@ -238,6 +246,9 @@ def _print_repair(report: RepairReport) -> None:
         for item in report.sessions:
             if item.quarantine_path is not None:
                 out.print(f"{item.session_id}: moved to {item.quarantine_path}", soft_wrap=True)
+    for moved_file in report.moved_files:
+        verb = "would move" if report.dry_run else "moved"
+        out.print(f"{verb} the damaged WAL {moved_file} to quarantine", soft_wrap=True)
     if report.checkpoints:
         table = Table()
         table.add_column("session", overflow="fold")
@@ -263,6 +274,8 @@ def _print_repair(report: RepairReport) -> None:
                 out.print(f"{fixed.session_id}: {fixed.status}: {fixed.detail}", style="dim")
     listed = {item.damage for item in report.sessions}
     listed.update(fixed.damage for fixed in report.checkpoints)
+    if report.moved_files:  # the WAL line above said what happens to it
+        listed.update(d for d in report.remaining if d.kind == "bad_wal" and d.session_id is None)
     by_hand = tuple(d for d in report.remaining if d not in listed)
     if by_hand:
         out.print("not repaired by quarantine (delete or restore these by hand):")

@@ -9,12 +9,21 @@ event loop and any thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from perdure._sqlite_errors import (
+    DRIVER_ERRORS,
+    SQLiteBugError,
+    schema_difference,
+    sqlite_fault,
+    sqlite_fault_text,
+)
 from perdure.memory.errors import MemoryStoreError
 
 T = TypeVar("T")
@@ -63,6 +72,10 @@ class SQLiteConnection:
                 # overwrite their pages instead of leaving them in the free list.
                 conn.execute("PRAGMA secure_delete = ON")
                 conn.executescript(self._schema)
+            except DRIVER_ERRORS as exc:
+                error = self._translated(exc, "opening", conn)
+                conn.close()
+                raise error from exc
             except BaseException:
                 conn.close()
                 raise
@@ -74,8 +87,40 @@ class SQLiteConnection:
         with self._lock:
             try:
                 return work(self._open())
-            except sqlite3.Error as exc:
-                raise MemoryStoreError(f"{self._what}: {doing} failed: {exc}") from exc
+            except DRIVER_ERRORS as exc:
+                raise self._translated(exc, doing, self._conn) from exc
+
+    def _translated(
+        self,
+        exc: sqlite3.Error | UnicodeDecodeError,
+        doing: str,
+        conn: sqlite3.Connection | None,
+    ) -> Exception:
+        """The memory store's error for a driver error, sorted by :func:`sqlite_fault`.
+
+        A database locked past the busy timeout, a damaged file and any other
+        failure are :class:`MemoryStoreError`, told apart by ``details["fault"]``
+        (``busy``, ``damage``, ``failure``); a statement SQLite refuses is a bug in
+        perdure (:class:`SQLiteBugError`), never reported as damage.
+        """
+        fault = sqlite_fault(exc)
+        text = sqlite_fault_text(exc)
+        if fault == "bug" and conn is not None:
+            # Refused by SQLite: perdure's bug, unless the stored schema is damaged.
+            try:
+                differs = schema_difference(conn, self._schema)
+            except DRIVER_ERRORS:
+                differs = "the schema cannot be read"
+            if differs is not None:
+                fault, text = "damage", f"{text} ({differs})"
+        if fault == "bug":
+            return SQLiteBugError(f"{self._what}: {doing}: perdure's SQL failed: {text}")
+        what = {"busy": "the database stayed locked", "damage": "the database is damaged"}
+        reason = f" ({what[fault]})" if fault in what else ""
+        return MemoryStoreError(
+            f"{self._what}: {doing} failed{reason}: {text}",
+            details={"fault": fault, "file": str(self.path)},
+        )
 
     async def run(self, work: Callable[[sqlite3.Connection], T], doing: str) -> T:
         """:meth:`run_sync` in a worker thread of the calling event loop."""
@@ -98,7 +143,23 @@ def write_transaction(conn: sqlite3.Connection, work: Callable[[], T]) -> T:
     try:
         result = work()
     except BaseException:
-        conn.execute("ROLLBACK")
+        # SQLite may have rolled back already (it does on some errors, a damaged
+        # page say): the error that stopped the work is the one to report.
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
     return result
+
+
+def stored_json(text: Any, what: str) -> Any:
+    """Parse JSON text read from the database; damaged text is a ``MemoryStoreError``."""
+    try:
+        if not isinstance(text, str):
+            raise TypeError(f"expected text, got {type(text).__name__}")
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise MemoryStoreError(
+            f"{what} is damaged: {type(exc).__name__}", details={"fault": "damage"}
+        ) from None

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perdure.memory._sqlite import SQLiteConnection, write_transaction
+from perdure.memory._sqlite import SQLiteConnection, stored_json, write_transaction
 from perdure.memory.embedder import Embedder
 from perdure.memory.entry import MemoryEntry
+from perdure.memory.errors import MemoryStoreError
 from perdure.memory.store import MemoryStore
 from perdure.types import Message
 from perdure.types.json import encodes_as_utf8
@@ -396,7 +397,13 @@ class LocalMemoryStore(MemoryStore):
 
     def _entry(self, row: tuple[Any, ...], score: float | None) -> MemoryEntry:
         memory_id, content, metadata, created_at = row[:4]
-        meta: dict[str, Any] = json.loads(metadata) if metadata else {}
+        what = f"the metadata of memory {memory_id}"
+        meta: dict[str, Any] = stored_json(metadata, what) if metadata else {}
+        if not isinstance(meta, dict):
+            raise MemoryStoreError(
+                f"the metadata of memory {memory_id} is damaged: not an object",
+                details={"fault": "damage"},
+            )
         meta["memory_id"] = memory_id
         meta["created_at"] = created_at
         return MemoryEntry(content=content, store_name=self.name, metadata=meta, score=score)

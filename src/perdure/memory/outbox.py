@@ -7,7 +7,6 @@ here, and the next process to open the outbox extracts it again (at least once).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
@@ -15,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perdure.memory._sqlite import SQLiteConnection, write_transaction
+from perdure.memory._sqlite import SQLiteConnection, stored_json, write_transaction
 from perdure.types import Message, decode_bytes_values, encode_bytes_values
 from perdure.types.json import compact_json_bytes
 
@@ -95,7 +94,8 @@ class ExtractionOutbox:
                 for row_id, payload in rows:
                     if row_id in self._claimed:
                         continue
-                    message: Any = decode_bytes_values(json.loads(payload))
+                    stored = stored_json(payload, f"buffered message {row_id}")
+                    message: Any = decode_bytes_values(stored)
                     claimed.append((row_id, message))
                     self._claimed.add(row_id)
                     if len(claimed) >= limit:

@@ -70,6 +70,7 @@ from perdure.session.checkpoints import (
 )
 from perdure.session.file_store import FileSessionStore, SessionRecoveryReport
 from perdure.session.ids import validate_session_id
+from perdure.session.sqlite_store import SQLiteSessionStore
 from perdure.session.store import SessionMeta, SessionStore
 from perdure.session.ulid import ulid_timestamp_ms
 
@@ -289,6 +290,8 @@ class RepairReport:
             exactly when ``clean``.
         checkpoints: one entry per damaged checkpoint (quarantined or sealed).
         missing: session ids asked for that the store does not hold.
+        moved_files: store-level files moved to quarantine (or that would be, in a
+            dry run): a damaged SQLite WAL set aside when it was found.
     """
 
     dry_run: bool
@@ -299,6 +302,7 @@ class RepairReport:
     remaining: tuple[Damage, ...] = ()
     checkpoints: tuple[CheckpointRepair, ...] = ()
     missing: tuple[str, ...] = ()
+    moved_files: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # ``remaining`` and ``clean`` must never disagree, whoever builds the report:
@@ -346,6 +350,7 @@ class RepairReport:
             "checkpoints": [c.to_dict() for c in self.checkpoints],
             "remaining": [d.to_dict() for d in self.remaining],
             "missing": list(self.missing),
+            "moved_files": list(self.moved_files),
         }
 
 
@@ -571,7 +576,10 @@ async def _verify_checkpoints(
             return [_damage(exc, session_id, checkpoint=True)], 0
         # A list stops at the first checkpoint too damaged to list: name them all
         # by id and read each, to report every one.
-        ids = await checkpoints.checkpoint_ids(session_id)
+        try:
+            ids = await checkpoints.checkpoint_ids(session_id)
+        except SessionCorruptedError as again:  # not even the ids can be read
+            return [_damage(again, session_id, checkpoint=True)], 0
     checked = 0
     for checkpoint_id in ids:
         try:
@@ -623,7 +631,7 @@ def _damage(
 
 
 async def repair_store(
-    store: FileSessionStore | str | os.PathLike[str],
+    store: FileSessionStore | SQLiteSessionStore | str | os.PathLike[str],
     *,
     dry_run: bool = True,
     quarantine_dir: str | os.PathLike[str] | None = None,
@@ -642,17 +650,26 @@ async def repair_store(
     ``<quarantine_dir>/<session_id>/checkpoints/``; one written by perdure 0.1,
     which has no sha256, is sealed in place (``RepairReport.checkpoints``).
 
+    A :class:`SQLiteSessionStore` is repaired in place by
+    :meth:`SQLiteSessionStore.quarantine`: each damaged session keeps its
+    verifiable prefix of rows, the rows from the first bad one go to
+    ``<quarantine_dir>/<session_id>/`` (a dry run writes nothing), and a damaged
+    WAL set aside when it was found moves to ``quarantine_dir`` first.
+
     Args:
-        store: a :class:`FileSessionStore` or its directory.
+        store: a :class:`FileSessionStore` or its directory, or a
+            :class:`SQLiteSessionStore`.
         dry_run: report without writing (the default).
         quarantine_dir: where moved records go (default: the store's,
             ``<dir>/.session-recovery-quarantine``).
         session_ids: repair only these sessions; ``None`` for the whole store.
 
     Raises:
-        TypeError: ``store`` is not a file store (only journals can be quarantined).
+        TypeError: ``store`` is neither a file store nor a SQLite store.
         ValueError: the directory does not exist, or a session id is malformed.
     """
+    if isinstance(store, SQLiteSessionStore):
+        return await _repair_sqlite(store, dry_run, quarantine_dir, session_ids)
     if isinstance(store, str | os.PathLike):
         root = Path(store)
         strict = FileSessionStore(root)
@@ -661,7 +678,7 @@ async def repair_store(
         strict = store if store.recovery == "strict" else FileSessionStore(root)
     else:
         raise TypeError(
-            f"repair works on file stores only (quarantine moves journal records), "
+            f"repair works on file and SQLite stores only (quarantine moves records), "
             f"got {type(store).__name__}"
         )
     if not root.is_dir():
@@ -793,6 +810,73 @@ def _quarantine_or_seal(path: Path, qdir: Path, session_id: str) -> Path | bool 
     path.unlink(missing_ok=True)  # a delete_checkpoint (which takes no lock) may have won
     fsync_dir(path.parent)
     return target
+
+
+async def _repair_sqlite(
+    store: SQLiteSessionStore,
+    dry_run: bool,
+    quarantine_dir: str | os.PathLike[str] | None,
+    session_ids: Sequence[str] | None,
+) -> RepairReport:
+    """:func:`repair_store` for a SQLite store: rows and a damaged WAL, in place."""
+    if not store.path.is_file():
+        raise ValueError(f"SQLite database {store.path} does not exist")
+    qdir = (
+        Path(quarantine_dir)
+        if quarantine_dir is not None
+        else store.path.parent / ".session-recovery-quarantine"
+    )
+    moved_files: list[str] = []
+    verified = await verify_store(store, session_ids=session_ids)
+    if any(d.kind == "bad_wal" and d.session_id is None for d in verified.damage):
+        if dry_run:
+            moved_files.append(str(store.damaged_wal_path))
+        else:
+            moved = await asyncio.to_thread(store.release_damaged_wal, qdir)
+            if moved is not None:
+                moved_files.append(str(moved))
+            verified = await verify_store(store, session_ids=session_ids)
+    row_damage: dict[str, Damage] = {}
+    for found in verified.damage:
+        if found.session_id is not None and found.checkpoint_id is None:
+            row_damage.setdefault(found.session_id, found)
+    repairs: list[SessionRepair] = []
+    for session_id, found in row_damage.items():
+        try:
+            report = await store.quarantine(session_id, qdir, dry_run=dry_run)
+        except SessionLockedError as exc:
+            repairs.append(SessionRepair(session_id, "locked", found, detail=exc.message))
+            continue
+        except (SessionCorruptedError, SessionNotFoundError) as exc:
+            repairs.append(_repair(session_id, "unrepairable", found, [], detail=exc.message))
+            continue
+        if report is None:
+            detail = "the damage is not in rows quarantine can move"
+            repairs.append(_repair(session_id, "unrepairable", found, [], detail=detail))
+        elif dry_run:
+            repairs.append(_repair(session_id, "would_repair", found, [report], plan=True))
+        else:
+            repairs.append(_repair(session_id, "repaired", found, [report]))
+    handled = set(row_damage)
+    remaining = [
+        d for d in verified.damage if not (d.session_id in handled and d.checkpoint_id is None)
+    ]
+    repaired = [r.session_id for r in repairs if r.status == "repaired"]
+    if repaired:
+        # Rows moved, yet the database may still be damaged below them (a B-tree
+        # page SQLite cannot read): what a second look finds is left to report.
+        again = await verify_store(store, session_ids=repaired)
+        remaining.extend(d for d in again.damage if d.checkpoint_id is None)
+    return RepairReport(
+        dry_run=dry_run,
+        store=str(store.path),
+        quarantine_dir=str(qdir),
+        sessions_checked=verified.sessions_checked,
+        sessions=tuple(repairs),
+        remaining=tuple(remaining),
+        missing=verified.missing,
+        moved_files=tuple(moved_files),
+    )
 
 
 async def _heal(

@@ -40,7 +40,10 @@ Guarantees:
   the hash of the row before it) and checks each message's JSON and shape. A changed
   body, hash or redaction, a missing or extra row, or a database file SQLite cannot
   read raises :class:`~perdure.errors.SessionCorruptedError` naming the session and
-  the row in its message and in ``err.details``. Never a silent empty session.
+  the row in its message and in ``err.details``. Never a silent empty session: a
+  session the lookup misses is looked for again in the ids' index and the table
+  (a damaged page can hide a row without an error), and a listing's first page
+  checks that the index and the table hold the same ids.
 - **One writer**: every write holds the session's writer lock (an ``flock`` on
   ``<path>.locks/<session_id>.lock``), so a write while another process holds it
   raises :class:`~perdure.errors.SessionLockedError` at once; a database locked by
@@ -59,17 +62,34 @@ Guarantees:
   put's transaction. A session's checkpoints are deleted with it, and a session
   created anew starts without any (a put for a session that does not exist yet is
   kept until the session is created or deleted, as in the file store).
-- sqlite3 exceptions never leak: busy/locked → ``SessionLockedError``; a damaged
-  file, not a database, or a schema that is not ours → ``SessionCorruptedError``;
-  anything else (I/O, permissions, a full disk) → ``OSError``.
+- **The WAL**: SQLite replays a ``-wal`` left by a crash up to its first bad frame
+  and silently drops the commits after it. The first connection of a store checks
+  the frames SQLite did not accept (:mod:`perdure._sqlite_wal`): a bad frame
+  followed by complete transactions of the same log generation is damage, not a
+  torn tail. The log is then set aside as ``<path>.damaged-wal`` (SQLite would fold
+  what it kept and delete the rest when its last connection closes) and every
+  open raises ``SessionCorruptedError`` (kind ``bad_wal``) until
+  :meth:`SQLiteSessionStore.release_damaged_wal` (``perdure repair``) moves it to
+  quarantine. Damage in the last transaction of the log cannot be told from a
+  crash during it.
+- **Repair**: :meth:`SQLiteSessionStore.quarantine` keeps a damaged session's
+  verifiable prefix of rows and moves the rest to a quarantine file.
+- sqlite3 exceptions never leak, sorted by :func:`perdure._sqlite_errors.sqlite_fault`
+  (one rule for every SQLite user in perdure): busy/locked → ``SessionLockedError``;
+  a damaged file, text that is not UTF-8, not a database, or a schema that is not
+  ours (checked on connect) → ``SessionCorruptedError``; a statement SQLite refuses
+  (a bug in perdure, never damage) → ``SQLiteBugError``; anything else (I/O,
+  permissions, a full disk) → ``OSError``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import builtins
 import concurrent.futures
 import contextlib
+import json
 import logging
 import os
 import sqlite3
@@ -80,6 +100,9 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from perdure._fs import atomic_write
+from perdure._sqlite_errors import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
+from perdure._sqlite_wal import wal_damage
 from perdure.errors import (
     CheckpointNotFoundError,
     SessionConflictError,
@@ -113,6 +136,7 @@ from perdure.session.checkpoints import (
     check_checkpoint_id,
     check_max_checkpoints,
 )
+from perdure.session.file_store import SessionRecoveryReport
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
@@ -204,9 +228,21 @@ _INSERT_ROW = "INSERT INTO perdure_messages (key, body, hash) VALUES (?, ?, ?)"
 _META_COLUMNS = "checkpoint_id, trigger, label, message_count, created_at"
 _DELETE_CHECKPOINTS = "DELETE FROM perdure_checkpoints WHERE session_id = ?"
 
-# SQLite primary result codes (https://sqlite.org/rescode.html).
-_SQLITE_BUSY_CODES = frozenset({5, 6})  # BUSY, LOCKED
-_SQLITE_DAMAGE_CODES = frozenset({1, 11, 19, 20, 24, 26})  # ERROR, CORRUPT, CONSTRAINT, …
+# The columns of each table, checked on connect: a schema that is not ours (or a
+# damaged one SQLite still parses) is damage there, so a statement SQLite refuses
+# later is a bug in this module, never reported as damage.
+_COLUMNS = {
+    "perdure_sessions": (
+        "sid", "created_at", "head", "id", "message_count", "state_hash", "tail",
+        "updated_at", "writes",
+    ),
+    "perdure_states": ("body", "sid"),
+    "perdure_messages": ("body", "hash", "key", "redacted", "redacted_hash"),
+    "perdure_checkpoints": (
+        "body", "checkpoint_id", "created_at", "hash", "label", "message_count",
+        "session_id", "trigger",
+    ),
+}  # fmt: skip
 
 
 class _Head(NamedTuple):
@@ -290,14 +326,8 @@ def _transaction(conn: sqlite3.Connection, begin: str | None) -> Iterator[None]:
         raise
 
 
-def _primary_code(exc: sqlite3.Error) -> int | None:
-    """The SQLite primary result code of ``exc`` (its extended code's low byte)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code & 0xFF if isinstance(code, int) else None
-
-
 def _is_busy(exc: sqlite3.Error) -> bool:
-    return _primary_code(exc) in _SQLITE_BUSY_CODES
+    return sqlite_fault(exc) == "busy"
 
 
 def _fsync_path(path: Path, *, directory: bool = False) -> None:
@@ -310,6 +340,104 @@ def _fsync_path(path: Path, *, directory: bool = False) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _stored_text(value: Any) -> str | None:
+    """A TEXT column read as bytes, decoded; None when it is not UTF-8 text."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return value if isinstance(value, str) else None
+
+
+def _row_damage(
+    at: int,
+    index: int,
+    prev: str,
+    body: str | None,
+    stored: str | None,
+    redacted: str | None,
+    redacted_hash: str | None,
+) -> str | None:
+    """What is wrong with message row ``index`` (at ``at``) chained from ``prev``; None: ok."""
+    if at != index:
+        return "bad_sequence"
+    if body is None or stored is None:
+        return "bad_payload"
+    if chain_hash(prev, body) != stored:
+        return "bad_hash"
+    if redacted is not None and redacted_hash != chain_hash(stored, redacted):
+        return "bad_hash"
+    try:
+        decode_message(body if redacted is None else redacted)
+    except DecodeError:
+        return "bad_payload"
+    return None
+
+
+class _RepairPlan:
+    """The rows of one session :meth:`SQLiteSessionStore.quarantine` keeps and moves."""
+
+    def __init__(self, head: _Head, rows: builtins.list[tuple[Any, ...]]) -> None:
+        self.head = head
+        self.rows = rows
+        self.keep = 0
+        self.last_hash = ZERO_HASH
+        self.first_kind = "bad_sequence"
+        self.missing = 0  # rows the session row counts that are not there
+        self.state_bad = False
+        self.state_raw: Any = None
+
+    def moved(self) -> builtins.list[tuple[int, str]]:
+        """(position, kind) of each row moved: the first bad one, then those after it."""
+        out = []
+        for offset, row in enumerate(self.rows[self.keep :]):
+            position = row[0] - self.head.base
+            out.append((position, self.first_kind if offset == 0 else "after_damage"))
+        return out
+
+    def report(self, session_id: str, quarantine_path: str) -> SessionRecoveryReport:
+        """Positions are row indexes; -1 stands for the session row or the state."""
+        moved = self.moved()
+        positions = [p for p, _ in moved]
+        kinds = [k for _, k in moved]
+        for position in range(self.keep, self.keep + self.missing):
+            positions.append(position)
+            kinds.append("missing")
+        if not positions and (self.keep, self.last_hash) != (self.head.total, self.head.head):
+            kinds.append("bad_meta")  # every row verifies: the session row was wrong
+            positions.append(-1)
+        if self.state_bad:
+            kinds.append("bad_state")
+            positions.append(-1)
+        return SessionRecoveryReport(
+            session_id,
+            len(moved) + (1 if self.state_bad and self.state_raw is not None else 0),
+            tuple(positions),
+            tuple(kinds),
+            quarantine_path,
+        )
+
+    def quarantined_lines(self) -> bytes:
+        """One JSON object per moved row (and the state), its columns as stored."""
+
+        def column(value: Any) -> Any:
+            if isinstance(value, bytes):
+                text = _stored_text(value)
+                return text if text is not None else {"base64": base64.b64encode(value).decode()}
+            return value
+
+        lines = []
+        for (position, kind), row in zip(self.moved(), self.rows[self.keep :], strict=True):
+            names = ("body", "hash", "redacted", "redacted_hash")
+            record = {"row": position, "kind": kind}
+            record.update({n: column(v) for n, v in zip(names, row[1:], strict=True)})
+            lines.append(json.dumps(record, ensure_ascii=False))
+        if self.state_bad and self.state_raw is not None:
+            lines.append(json.dumps({"state": column(self.state_raw)}, ensure_ascii=False))
+        return "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass")
 
 
 class SQLiteSessionStore:
@@ -502,8 +630,9 @@ class SQLiteSessionStore:
         """Make every commit so far durable.
 
         A no-op with ``durability="commit"``. With ``"none"`` it fsyncs the
-        database's WAL, the database file and their directory, so every commit that
-        returned before the call survives a power cut.
+        database's WAL and its directory (the database file is synced by every fold
+        of the WAL into it), so every commit that returned before the call survives
+        a power cut.
         """
         validate_session_id(session_id)
         if self.durability != "commit":
@@ -534,7 +663,19 @@ class SQLiteSessionStore:
                 _INHERITED.append(slot.conn)
                 slot.conn = None
             if slot.conn is None:
-                slot.conn = self._connect(writer=slot is self._writer)
+                other = self._reader if slot is self._writer else self._writer
+                first = other.conn is None or other.pid != os.getpid()
+                if first:
+                    self._check_set_aside()
+                conn = self._connect(writer=slot is self._writer)
+                if first:
+                    # The first connection of ours: see what SQLite dropped from the WAL.
+                    try:
+                        self._check_wal(conn)
+                    except BaseException:
+                        conn.close()
+                        raise
+                slot.conn = conn
                 slot.pid = os.getpid()
             yield slot.conn
 
@@ -562,6 +703,7 @@ class SQLiteSessionStore:
                 row[0]
                 for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             }
+            self._check_schema(conn, names)
             if not _TABLES.issubset(names):
                 with _transaction(conn, "BEGIN IMMEDIATE"):
                     for statement in _SCHEMA:
@@ -577,31 +719,134 @@ class SQLiteSessionStore:
             raise
         return conn
 
+    def _check_wal(self, conn: sqlite3.Connection) -> None:
+        """Refuse a ``-wal`` whose damage SQLite took for its end (see ``_sqlite_wal``).
+
+        SQLite replays a WAL up to its first bad frame and silently drops the rest;
+        a complete transaction of the same generation after that frame proves the
+        frame was damaged, not torn, and that the commits after it were
+        acknowledged. ``PRAGMA wal_checkpoint`` says how many frames SQLite accepted
+        (and folds them, as the store does after writes), so only the frames after
+        those are read closely. A writer in another process may be appending while
+        the file is read: damage counts only when a second read finds the same.
+        """
+        wal = Path(f"{self.path}-wal")
+        try:
+            if wal.stat().st_size < 32:
+                return
+        except FileNotFoundError:
+            return
+        try:
+            accepted = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+        except sqlite3.Error as exc:
+            if sqlite_fault(exc) == "damage":
+                raise
+            # (A read-only database, say: nothing can be folded, nor dropped.)
+            _log.warning("SQLite session store %s: cannot check the WAL: %s", self.path, exc)
+            return
+        if not isinstance(accepted, int) or accepted < 0:
+            return  # the checkpoint could not look at the WAL
+        found = None
+        for attempt in range(2):
+            try:
+                data = wal.read_bytes()
+            except FileNotFoundError:
+                return
+            seen = wal_damage(data, accepted)
+            if seen is None or (found is not None and seen != found):
+                return
+            found = seen
+            if attempt == 0:
+                time.sleep(0.01)
+        assert found is not None
+        # SQLite drops what it did not accept when its last connection closes: set
+        # the log aside first, so the damage is reported again until repaired.
+        atomic_write(self.damaged_wal_path, data, durable=True)
+        raise SessionCorruptedError(
+            f"SQLite session store {self.path} is damaged: {found.detail}; the log "
+            f"is kept as {self.damaged_wal_path} (perdure repair moves it to quarantine)",
+            details={
+                "file": str(self.damaged_wal_path),
+                "kind": "bad_wal",
+                "offset": found.offset,
+                "frame": found.frame,
+            },
+        )
+
+    @property
+    def damaged_wal_path(self) -> Path:
+        """Where a damaged WAL is set aside when found (see the module docstring)."""
+        return Path(f"{self.path}.damaged-wal")
+
+    def _check_set_aside(self) -> None:
+        """Refuse the database while a damaged WAL set aside earlier is not repaired."""
+        try:
+            data = self.damaged_wal_path.read_bytes()
+        except FileNotFoundError:
+            return
+        found = wal_damage(data)  # where, again (a scan of a log that is rarely here)
+        frame, offset = (found.frame, found.offset) if found is not None else (-1, 0)
+        raise SessionCorruptedError(
+            f"SQLite session store {self.path} is damaged: its WAL was found damaged "
+            f"and set aside as {self.damaged_wal_path}; commits after the damage are "
+            "missing from the database (perdure repair keeps what is left)",
+            details={
+                "file": str(self.damaged_wal_path),
+                "kind": "bad_wal",
+                "offset": offset,
+                "frame": frame,
+            },
+        )
+
+    def _check_schema(self, conn: sqlite3.Connection, names: set[str]) -> None:
+        """Refuse a database whose perdure tables are not (all) ours.
+
+        A new database has none of them, one made before checkpoints existed lacks
+        only ``perdure_checkpoints``: those get the missing tables. Anything else (a
+        table gone from a damaged schema, a foreign table by one of our names) is
+        damage, reported before any statement could create a table over it.
+        """
+        present = _TABLES & names
+        if present and not (_TABLES - {"perdure_checkpoints"}) <= present:
+            missing = ", ".join(sorted(_TABLES - present))
+            raise self._bad_database(f"tables missing: {missing}")
+        for table in sorted(present):
+            columns = tuple(sorted(row[1] for row in conn.execute(f"PRAGMA table_info({table})")))
+            if columns != tuple(sorted(_COLUMNS[table])):
+                raise self._bad_database(f"table {table} has columns {', '.join(columns)}")
+
     @contextlib.contextmanager
     def _translate(self) -> Iterator[None]:
         """Translate sqlite3 exceptions at the boundary: they never leak."""
         try:
             yield
-        except sqlite3.Error as exc:
+        except DRIVER_ERRORS as exc:
             raise self._translated(exc) from exc
 
-    def _translated(self, exc: sqlite3.Error) -> Exception:
-        primary = _primary_code(exc)
-        name = getattr(exc, "sqlite_errorname", type(exc).__name__)
+    def _translated(self, exc: sqlite3.Error | UnicodeDecodeError) -> Exception:
+        fault = sqlite_fault(exc)
+        name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+        text = sqlite_fault_text(exc)
         details = {"file": str(self.path), "sqlite_error": name}
-        if primary in _SQLITE_BUSY_CODES:
+        if fault == "busy":
             return SessionLockedError(
                 f"SQLite session store {self.path} stayed locked by another connection "
-                f"for more than {self.busy_timeout:g} s: {exc}",
+                f"for more than {self.busy_timeout:g} s: {text}",
                 details=details,
             )
-        if primary in _SQLITE_DAMAGE_CODES:
-            return SessionCorruptedError(
-                f"SQLite session store {self.path} is damaged or is not a perdure session "
-                f"database ({name}): {exc}",
-                details={**details, "kind": "bad_database"},
-            )
-        return OSError(f"SQLite session store {self.path} failed ({name}): {exc}")
+        if fault == "damage":
+            return self._bad_database(text, sqlite_error=name)
+        if fault == "bug":
+            return SQLiteBugError(f"SQLite session store {self.path}: perdure's SQL failed: {text}")
+        return OSError(f"SQLite session store {self.path} failed: {text}")
+
+    def _bad_database(self, detail: str, **details: Any) -> SessionCorruptedError:
+        """The whole database is damaged, or is not a perdure session database."""
+        return SessionCorruptedError(
+            f"SQLite session store {self.path} is damaged or is not a perdure session "
+            f"database: {detail}",
+            details={"file": str(self.path), "kind": "bad_database", **details},
+        )
 
     def _damage(self, session_id: str, row: int, kind: str, detail: str) -> SessionCorruptedError:
         return SessionCorruptedError(
@@ -614,8 +859,61 @@ class SQLiteSessionStore:
     def _head(self, conn: sqlite3.Connection, session_id: str) -> _Head:
         row = conn.execute(_SELECT_SESSION, (session_id,)).fetchone()
         if row is None:
+            self._check_absent(conn, session_id)
             raise SessionNotFoundError(f"session {session_id!r} not found in {self.path}")
-        return _Head(*row)
+        return self._checked_head(session_id, row)
+
+    def _check_index(self, conn: sqlite3.Connection) -> None:
+        """The ids' index holds every session row (a listing walks the index).
+
+        Run on a listing's first page: a scan of the session rows, which are small.
+        """
+        scanned = conn.execute("SELECT id FROM perdure_sessions NOT INDEXED").fetchall()
+        indexed = conn.execute(
+            "SELECT id FROM perdure_sessions INDEXED BY sqlite_autoindex_perdure_sessions_1 "
+            "WHERE id > ''"
+        ).fetchall()
+        if len(scanned) != len(indexed) or set(scanned) != set(indexed):
+            raise self._bad_database(
+                f"the index of session ids lists {len(indexed)} sessions, the table holds "
+                f"{len(scanned)}, not the same"
+            )
+
+    def _check_absent(self, conn: sqlite3.Connection, session_id: str) -> None:
+        """Make sure a session the lookup did not find is absent, not unreadable.
+
+        A damaged table page can make SQLite miss a row without an error; the id's
+        index (read alone) and a scan of the table (without the index) must agree
+        that there is none. Only on this path: a scan of the session rows, which
+        are small.
+        """
+        for how in ("", " NOT INDEXED"):
+            found = conn.execute(
+                f"SELECT sid FROM perdure_sessions{how} WHERE id = ?", (session_id,)
+            ).fetchone()
+            if found is not None:
+                raise SessionCorruptedError(
+                    f"session {session_id!r} in {self.path} is damaged: its session row is "
+                    "listed but cannot be read",
+                    details={"session_id": session_id, "file": str(self.path), "kind": "bad_meta"},
+                )
+
+    def _checked_head(self, session_id: str, row: Sequence[Any]) -> _Head:
+        """The session row, its values checked for the types this store writes."""
+        head = _Head(*row)
+        if not (
+            all(isinstance(v, int) for v in (head.sid, head.total, head.writes))
+            and all(isinstance(v, str) for v in (head.created_at, head.updated_at))
+            and all(isinstance(v, str) for v in (head.head, head.tail))
+            and isinstance(head.state_hash, str | None)
+            and 0 <= head.total < _KEY_SPAN
+        ):
+            raise SessionCorruptedError(
+                f"session {session_id!r} in {self.path} is damaged: its session row "
+                "holds values of the wrong type",
+                details={"session_id": session_id, "file": str(self.path), "kind": "bad_meta"},
+            )
+        return head
 
     def _prev_hash(self, conn: sqlite3.Connection, session_id: str, head: _Head, at: int) -> str:
         """The hash row ``at`` chains to."""
@@ -649,6 +947,13 @@ class SQLiteSessionStore:
                 raise self._damage(
                     session_id, at, "bad_sequence", f"the session holds only {end} messages"
                 )
+            if not (
+                isinstance(body, str)
+                and isinstance(stored, str)
+                and isinstance(redacted, str | None)
+                and isinstance(redacted_hash, str | None)
+            ):
+                raise self._damage(session_id, at, "bad_payload", "a column has the wrong type")
             if chain_hash(prev, body) != stored:
                 raise self._damage(
                     session_id,
@@ -711,6 +1016,8 @@ class SQLiteSessionStore:
             if head.state_hash is not None:
                 raise damaged("the state row is missing")
             return {}
+        if not isinstance(row[0], str):
+            raise damaged("the state is not text")
         if head.state_hash != text_hash(row[0]):
             raise damaged("the state does not match its hash")
         try:
@@ -729,13 +1036,40 @@ class SQLiteSessionStore:
         return HistoryPage(window[start - lo : end - lo], start, end, head.total)
 
     def _list(self, limit: int | None, after: str | None) -> builtins.list[SessionMeta]:
-        with self._use(self._reader) as conn:
+        bounds = ("" if after is None else after, -1 if limit is None else limit)
+        with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
             rows = conn.execute(
                 "SELECT id, created_at, updated_at, message_count FROM perdure_sessions "
                 "WHERE id > ? ORDER BY id LIMIT ?",
-                ("" if after is None else after, -1 if limit is None else limit),
+                bounds,
             ).fetchall()
-        return [SessionMeta(*row) for row in rows]
+            # The ids alone come from their index: a row the table cannot give back
+            # (a damaged page, which SQLite may skip without an error) shows here.
+            ids = conn.execute(
+                "SELECT id FROM perdure_sessions WHERE id > ? ORDER BY id LIMIT ?", bounds
+            ).fetchall()
+            if after is None:
+                self._check_index(conn)
+        if len(ids) != len(rows):
+            listed = {row[0] for row in rows}
+            lost = next((i[0] for i in ids if i[0] not in listed), None)
+            named = lost if isinstance(lost, str) else None
+            raise SessionCorruptedError(
+                f"session {named!r} in {self.path} is damaged: its session row is listed "
+                "but cannot be read",
+                details={"session_id": named, "file": str(self.path), "kind": "bad_meta"},
+            )
+        metas: builtins.list[SessionMeta] = []
+        for row in rows:
+            if not (all(isinstance(v, str) for v in row[:3]) and isinstance(row[3], int)):
+                named = row[0] if isinstance(row[0], str) else None
+                raise SessionCorruptedError(
+                    f"session {named!r} in {self.path} is damaged: its session row holds "
+                    "values of the wrong type",
+                    details={"session_id": named, "file": str(self.path), "kind": "bad_meta"},
+                )
+            metas.append(SessionMeta(*row))
+        return metas
 
     # ------------------------------------------------------------------ writing
 
@@ -765,7 +1099,7 @@ class SQLiteSessionStore:
                     return SessionMeta(session_id, now, now, 0)
         if not exist_ok:
             raise SessionConflictError(f"session {session_id!r} already exists in {self.path}")
-        return _Head(*existing).meta(session_id)
+        return self._checked_head(session_id, existing).meta(session_id)
 
     def _commit(self, commit: _Commit) -> CommitResult:
         session_id = commit.session_id
@@ -808,7 +1142,7 @@ class SQLiteSessionStore:
                     remembered = self._heads.pop(session_id, None)
                     with _transaction(conn, None):
                         result, head = self._write_messages(conn, commit, remembered)
-                except sqlite3.Error as exc:  # as _translate does, without its generator
+                except DRIVER_ERRORS as exc:  # as _translate does, without its generator
                     raise self._translated(exc) from exc
                 self._remember(session_id, head)
                 self._count_wal(conn.total_changes - changes)
@@ -917,7 +1251,7 @@ class SQLiteSessionStore:
     def _checkpoint_wal(self, conn: sqlite3.Connection) -> None:
         try:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error as exc:
+        except DRIVER_ERRORS as exc:
             _log.warning("SQLite session store %s: folding the WAL failed: %s", self.path, exc)
 
     def _write_messages(
@@ -1141,12 +1475,153 @@ class SQLiteSessionStore:
             },
         )
 
+    # ------------------------------------------------------------------ repair
+
+    async def quarantine(
+        self,
+        session_id: str,
+        quarantine_dir: str | os.PathLike[str],
+        *,
+        dry_run: bool = True,
+    ) -> SessionRecoveryReport | None:
+        """Move a damaged session's unverifiable rows out; keep its verifiable prefix.
+
+        The rows are walked in order from the first; at the first that does not
+        verify (a changed body or hash, a missing row, a bad payload) it and every
+        row after it (they chain from it) are moved to
+        ``<quarantine_dir>/<session_id>/<time>.jsonl``, and the session row is set
+        to the rows kept: the session then reads cleanly. Rows past the recorded end,
+        a recorded end past the last row, and a damaged agent state (moved, then
+        reset to empty) are repaired likewise. Under the writer lock, in one write
+        transaction, after the quarantine file is durable: a crash leaves the
+        session as it was (with a copy in quarantine) or repaired.
+
+        Returns None when nothing here is attributable to rows (the damage is in a
+        checkpoint, say). With ``dry_run`` nothing is written and the report says
+        what would move (its ``quarantine_path`` is empty).
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionCorruptedError: the session row itself, or the database, is too
+                damaged to repair here.
+            SessionLockedError: another writer holds the session's lock.
+        """
+        validate_session_id(session_id)
+        target = Path(quarantine_dir)
+        return await asyncio.to_thread(self._quarantine, session_id, target, dry_run)
+
+    def _quarantine(
+        self, session_id: str, target: Path, dry_run: bool
+    ) -> SessionRecoveryReport | None:
+        if dry_run:
+            with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
+                plan = self._repair_plan(conn, session_id)
+            return None if plan is None else plan.report(session_id, "")
+        with (
+            self._locks.for_write(session_id),
+            self._use(self._writer) as conn,
+            self._write_transaction(conn),
+        ):
+            self._heads.pop(session_id, None)
+            plan = self._repair_plan(conn, session_id)
+            if plan is None:
+                return None
+            where = target / session_id
+            where.mkdir(parents=True, exist_ok=True)
+            qpath = where / f"{utc_now().replace(':', '-')}-{os.urandom(4).hex()}.jsonl"
+            atomic_write(qpath, plan.quarantined_lines())
+            head = plan.head
+            if plan.state_bad:
+                conn.execute("DELETE FROM perdure_states WHERE sid = ?", (head.sid,))
+            conn.execute(
+                "DELETE FROM perdure_messages WHERE key >= ? AND key < ?",
+                (head.base + plan.keep, head.base + _KEY_SPAN),
+            )
+            writes = head.writes + 1
+            conn.execute(
+                "UPDATE perdure_sessions SET updated_at = ?, message_count = ?, head = ?, "
+                "writes = ?, tail = ?, state_hash = ? WHERE sid = ?",
+                (
+                    utc_now(),
+                    plan.keep,
+                    plan.last_hash,
+                    writes,
+                    new_tail(writes),
+                    None if plan.state_bad else head.state_hash,
+                    head.sid,
+                ),
+            )
+            return plan.report(session_id, str(qpath))
+
+    def release_damaged_wal(self, quarantine_dir: str | os.PathLike[str]) -> Path | None:
+        """Move a damaged WAL set aside (see :attr:`damaged_wal_path`) into quarantine.
+
+        The database then opens with what SQLite kept of the log: the commits before
+        the damage. Returns where the log went, or None when none was set aside.
+        Durable: the move and both directories are synced.
+        """
+        source = self.damaged_wal_path
+        if not source.exists():
+            return None
+        target_dir = Path(quarantine_dir)
+        target_dir.mkdir(parents=True, exist_ok=True)
+        target = target_dir / f"{self.path.name}-{utc_now().replace(':', '-')}.wal"
+        atomic_write(target, source.read_bytes(), durable=True)
+        source.unlink()
+        _fsync_path(source.parent, directory=True)
+        return target
+
+    def _repair_plan(self, conn: sqlite3.Connection, session_id: str) -> _RepairPlan | None:
+        """What :meth:`quarantine` moves (None: nothing attributable to rows)."""
+        head = self._head(conn, session_id)
+        conn.text_factory = bytes  # damaged text must be read, not refused
+        try:
+            rows = conn.execute(_SELECT_ROWS, (head.base, head.base + _KEY_SPAN)).fetchall()
+            state_row = conn.execute(
+                "SELECT body FROM perdure_states WHERE sid = ?", (head.sid,)
+            ).fetchone()
+        finally:
+            conn.text_factory = str
+        plan = _RepairPlan(head, rows)
+        prev, kind = ZERO_HASH, None
+        for index, (key, body, stored, redacted, redacted_hash) in enumerate(rows):
+            texts = [_stored_text(v) for v in (body, stored, redacted, redacted_hash)]
+            kind = _row_damage(key - head.base, index, prev, *texts)
+            if kind is not None:
+                break
+            prev = str(texts[1])
+            plan.keep, plan.last_hash = index + 1, prev
+        if kind is None and plan.keep > head.total:
+            # Rows past the recorded end: moved when the recorded head is the hash of
+            # the row at that end (else the session row is what is damaged).
+            at_end = ZERO_HASH if head.total == 0 else _stored_text(rows[head.total - 1][2])
+            if at_end == head.head:
+                plan.keep, plan.last_hash, kind = head.total, head.head, "bad_sequence"
+        plan.first_kind = kind or "bad_sequence"
+        plan.missing = max(0, head.total - len(rows)) if kind is None else 0
+        state_text = None if state_row is None else _stored_text(state_row[0])
+        if state_row is None:
+            plan.state_bad = head.state_hash is not None
+        else:
+            plan.state_bad = state_text is None or head.state_hash != text_hash(state_text)
+            if not plan.state_bad:
+                try:
+                    decode_state(str(state_text))
+                except DecodeError:
+                    plan.state_bad = True
+            plan.state_raw = state_row[0]
+        clean = plan.keep == len(rows) == head.total and plan.last_hash == head.head
+        return None if clean and not plan.state_bad else plan
+
     def _flush(self) -> None:
         # Holding a write transaction keeps this process's and others' commits (and
         # the checkpoints they run) out while the files are synced.
+        # Never open (and close) the database file itself: closing any descriptor of
+        # it drops every POSIX lock this process holds on it, SQLite's included, and
+        # another process's last connection would then fold and delete the WAL under
+        # our feet. Its pages need no sync here: a fold syncs the database itself.
         with self._use(self._writer) as conn, self._write_transaction(conn):
             _fsync_path(Path(f"{self.path}-wal"))
-            _fsync_path(self.path)
             _fsync_path(self.path.parent, directory=True)
 
 

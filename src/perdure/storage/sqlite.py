@@ -10,14 +10,16 @@ connection, guarded by a ``threading.Lock``, serves every call from a worker thr
 ``sqlite3`` errors never leave this module: a database that stays locked past the
 busy timeout raises :class:`~perdure.errors.SessionLockedError`; a damaged file or
 one that is not a database raises :class:`~perdure.errors.SessionCorruptedError`;
-any other failure (disk full, read-only file, …) raises
-:class:`~perdure.errors.StorageError`. The original error is chained as
-``__cause__``.
+a statement SQLite refuses (a bug in perdure, never damage) raises
+:class:`~perdure._sqlite_errors.SQLiteBugError`; any other failure (disk full,
+read-only file, …) raises :class:`~perdure.errors.StorageError`. The original error
+is chained as ``__cause__``. A schema that is not ours is refused on connect.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import threading
@@ -25,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from perdure._sqlite_errors import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
 from perdure.errors import (
-    PerdureError,
     SessionCorruptedError,
     SessionLockedError,
     StorageError,
@@ -40,20 +42,33 @@ T = TypeVar("T")
 SCHEMA_VERSION = 1
 
 
-def _translate(exc: sqlite3.Error, path: Path, timeout: float) -> PerdureError:
-    """Map a driver error to perdure's error tree (the one boundary where they meet)."""
-    text = str(exc)
-    lowered = text.lower()
-    if isinstance(exc, sqlite3.OperationalError) and ("locked" in lowered or "busy" in lowered):
+def _translate(exc: sqlite3.Error | UnicodeDecodeError, path: Path, timeout: float) -> Exception:
+    """Map a driver error to perdure's error tree (sorted by :func:`sqlite_fault`)."""
+    fault = sqlite_fault(exc)
+    text = sqlite_fault_text(exc)
+    if fault == "busy":
         return SessionLockedError(
             f"SQLite database {str(path)!r} stayed locked by another writer for more "
             f"than {timeout:g} s: {text}"
         )
-    if isinstance(exc, sqlite3.DatabaseError) and (
-        "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered
-    ):
-        return SessionCorruptedError(f"SQLite database {str(path)!r} is damaged: {text}")
+    if fault == "damage":
+        return SessionCorruptedError(
+            f"SQLite database {str(path)!r} is damaged: {text}",
+            details={"file": str(path), "kind": "bad_database"},
+        )
+    if fault == "bug":
+        return SQLiteBugError(f"SQLite storage {str(path)!r}: perdure's SQL failed: {text}")
     return StorageError(f"SQLite storage {str(path)!r} failed: {text}")
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back what is open; the error that stopped the work is the one to report.
+
+    (SQLite rolls back by itself on some errors, a damaged page say.)
+    """
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
 
 
 def _upper_bound(prefix: str) -> str | None:
@@ -136,19 +151,28 @@ class SQLiteStorage:
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                     conn.execute("COMMIT")
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    _rollback(conn)
                     raise
+            columns = sorted(row[1] for row in conn.execute("PRAGMA table_info(perdure_blobs)"))
+            if columns != ["data", "key"]:
+                raise self._damaged("its perdure_blobs table is missing or not ours")
         except BaseException:
             conn.close()
             raise
         self._conn = conn
         return conn
 
+    def _damaged(self, detail: str) -> SessionCorruptedError:
+        return SessionCorruptedError(
+            f"SQLite database {str(self.path)!r} is damaged: {detail}",
+            details={"file": str(self.path), "kind": "bad_database"},
+        )
+
     def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
             try:
                 return work(self._connect())
-            except sqlite3.Error as exc:
+            except DRIVER_ERRORS as exc:
                 raise _translate(exc, self.path, self.timeout) from exc
 
     async def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
@@ -182,8 +206,7 @@ class SQLiteStorage:
                 )
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
 
         await self._call(work)
@@ -194,7 +217,9 @@ class SQLiteStorage:
 
         def work(conn: sqlite3.Connection) -> bytes | None:
             row = conn.execute("SELECT data FROM perdure_blobs WHERE key = ?", (key,)).fetchone()
-            return None if row is None else bytes(row[0])
+            if row is not None and not isinstance(row[0], bytes):
+                raise self._damaged(f"the value of key {key!r} is not a blob")
+            return None if row is None else row[0]
 
         return await self._call(work)
 
@@ -208,8 +233,7 @@ class SQLiteStorage:
                 conn.execute("DELETE FROM perdure_blobs WHERE key = ?", (key,))
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
 
         await self._call(work)
@@ -239,6 +263,9 @@ class SQLiteStorage:
             params.append(limit)
 
         def work(conn: sqlite3.Connection) -> list[str]:
-            return [row[0] for row in conn.execute(sql, params)]
+            keys = [row[0] for row in conn.execute(sql, params)]
+            if not all(isinstance(k, str) for k in keys):
+                raise self._damaged("a key is not text")
+            return keys
 
         return await self._call(work)
