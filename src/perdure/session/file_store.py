@@ -104,9 +104,6 @@ _REWRITE_TMP = "rewrite.jsonl.tmp"
 _SEGMENTS = "segments"
 _ATTACHMENTS = "attachments"
 _TRASH = ".trash"  # under the store root: deleted sessions on their way out
-# Deleted sessions used to wait inside sessions/ under this name; a crash could
-# leave one there, and it is no session.
-_LEGACY_TRASH = re.compile(r"\.deleted-.+-[0-9a-f]{32}")
 # How a journal line names an attachment (compact JSON): text that merely contains
 # these words has its quotes escaped and never matches.
 _ATTACHMENT_REF = re.compile(b'"' + ATTACHMENT_MARKER.encode() + b'":"([0-9a-f]{64})"')
@@ -428,9 +425,7 @@ class FileSessionStore:
         if not base.is_dir():
             return []
         ids = sorted(
-            p.name
-            for p in base.iterdir()
-            if (p / _META).is_file() and not _LEGACY_TRASH.fullmatch(p.name)
+            p.name for p in base.iterdir() if (p / _META).is_file() and _is_session_name(p.name)
         )
         if after is not None:
             ids = [i for i in ids if i > after]
@@ -1443,6 +1438,19 @@ def _triage(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[tuple[int, s
         if claimed is not None:
             prev = claimed
     return good, bad
+
+
+def _is_session_name(name: str) -> bool:
+    """Whether a directory under ``sessions/`` can be a session: its name is a valid id.
+
+    Deleted sessions used to wait inside ``sessions/`` as ``.deleted-<id>-<hex>``; a
+    crash could leave one there, and it is no session (ids never start with ``.``).
+    """
+    try:
+        validate_session_id(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
