@@ -89,6 +89,28 @@ def test_torn_tail_at_every_byte_of_the_last_record_opens_cleanly(tmp_path: Path
         path.write_bytes(data)
 
 
+@pytest.mark.parametrize("newline", [b"", b" ", b"x", b"\x00", b"}"])
+def test_a_last_record_whose_newline_was_lost_or_changed_is_kept(
+    tmp_path: Path, newline: bytes
+) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    run(store.create("s"))
+    run(store.commit("s", conversation(6)))  # the last record is message 5, fsynced
+    path = journal_of(store, "s")
+    data = path.read_bytes()
+    path.write_bytes(data[:-1] + newline)
+    reader = FileSessionStore(tmp_path / "data")
+    assert run(reader.get("s")).messages == conversation(6)
+    assert [m.message_count for m in run(reader.list())] == [6]
+    page = run(reader.history_page("s", 0, 50))
+    assert (page.total, page.messages) == (6, conversation(6))
+    assert run(reader.history_page("s", 5, 1)).messages == conversation(6)[5:]
+    # The next writer puts the newline back and appends after the record: never over it.
+    run(reader.commit("s", conversation(7)))
+    assert path.read_bytes().startswith(data)
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(7)
+
+
 def test_torn_message_record_loses_only_that_unacknowledged_message(tmp_path: Path) -> None:
     store = filled(tmp_path)
     run(store.commit("s", conversation(7)))

@@ -133,3 +133,22 @@ def test_two_objects_on_one_line_are_not_two_records() -> None:
     with pytest.raises(JournalDamage) as info:
         scan(line)
     assert info.value.kind == "bad_payload"
+
+
+@given(st.integers(min_value=0, max_value=255).filter(lambda b: b != 0x0A))
+def test_a_last_record_whose_newline_became_another_byte_is_complete(byte: int) -> None:
+    data, last = lines_of([message_body(0), message_body(1)])
+    scanned = scan(data[:-1] + bytes([byte]))
+    assert not scanned.torn
+    assert [r.seq for r in scanned.records] == [0, 1]
+    assert scanned.last_hash == last
+    assert scanned.end == len(data) - 1  # the writer replaces the one byte after it
+
+
+def test_no_prefix_of_a_record_is_taken_for_a_complete_one() -> None:
+    data, _ = lines_of([message_body(0), message_body(1)])
+    first = data.index(b"\n") + 1
+    for cut in range(first + 1, len(data) - 1):
+        scanned = scan(data[:cut])
+        assert scanned.torn
+        assert [r.seq for r in scanned.records] == [0]

@@ -476,9 +476,8 @@ class FileSessionStore:
         path = volume.journal
         if path is not None and path.exists():
             data = _read_tail(path)
-            end = data.rfind(b"\n")
-            if end >= 0:
-                line = data[journal.last_line_start(data[: end + 1]) : end]
+            line = _last_line(data, volume.prev_hash)
+            if line is not None:
                 try:
                     count = int(journal.peek_body(line)["c"])
                 except (ValueError, KeyError, TypeError):
@@ -652,7 +651,7 @@ class FileSessionStore:
             raise self._corrupted(
                 session_id, path, damage.kind, damage.offset, damage.detail
             ) from None
-        if sealed and scanned.torn:
+        if sealed and (scanned.torn or scanned.end != len(data)):
             raise self._corrupted(
                 session_id, path, "bad_line", scanned.end, "sealed segment ends mid-record"
             )
@@ -1116,9 +1115,9 @@ class FileSessionStore:
             scanned = self._scan_bytes(
                 session_id, path, data, volume.prev_hash, volume.first_seq, 0
             )
-            if scanned.torn:
+            if scanned.end < len(data):  # a torn append, or a newline turned into a byte
                 os.truncate(path, scanned.end)
-            elif not data.endswith(b"\n") and scanned.end == len(data) and data:
+            if scanned.end and data[scanned.end - 1] != 0x0A:
                 with path.open("ab") as handle:  # a valid last record that lost its newline
                     handle.write(b"\n")
             records = scanned.records
@@ -1491,6 +1490,25 @@ def _read_tail(path: Path) -> bytes:
             if chunk >= size or data.count(b"\n") >= 2:
                 return data
             chunk *= 4
+
+
+def _last_line(data: bytes, prev_hash: str) -> bytes | None:
+    """The last complete record line in ``data`` (a file's end, as :func:`_read_tail`
+    reads it), or ``None`` when there is none; ``prev_hash`` is what the file's first
+    record chains to.
+
+    A last record that lost its newline counts (see :func:`journal.complete_tail`),
+    so the count a listing shows is the count a full read finds.
+    """
+    cut = data.rfind(b"\n")
+    before = data[journal.last_line_start(data[: cut + 1]) : cut] if cut >= 0 else None
+    fragment = data[cut + 1 :]
+    if fragment:
+        prev = prev_hash if before is None else journal.peek_hash(before)
+        complete = journal.complete_tail(fragment, prev) if prev is not None else None
+        if complete is not None:
+            return complete[0]
+    return before
 
 
 def _fsync_file(path: Path) -> None:

@@ -91,8 +91,10 @@ class Scan:
     """The result of scanning journal bytes.
 
     ``records`` are the verified records; ``end`` is the byte offset just past the
-    last complete, verified line; ``torn`` is true when bytes follow ``end`` that
-    form no complete line (an interrupted append: not corruption).
+    last complete, verified line (its newline included when it has one); ``torn``
+    is true when bytes follow ``end`` that form no complete line (an interrupted
+    append: not corruption). One byte may also follow ``end`` without ``torn``: the
+    last record's newline, turned into another byte; a writer puts the newline back.
     """
 
     records: list[Record]
@@ -114,8 +116,9 @@ def scan(
 
     A final fragment without a newline is a torn append: it is reported through
     ``Scan.torn`` and left out — unless it is a complete, valid record that only
-    lost its newline, which is kept. Any other damage raises :class:`JournalDamage`
-    naming the kind and byte offset.
+    lost its newline (or whose newline became another byte), which is kept: see
+    :func:`complete_tail`. Any other damage raises :class:`JournalDamage` naming the
+    kind and byte offset.
 
     Args:
         data: the file's bytes.
@@ -145,20 +148,41 @@ def scan(
         prev = peek_hash(lines[-1]) or prev
     end = position
     if tail:
-        try:
-            last = _verify_line(tail, prev, base_offset + position)
-        except JournalDamage:
+        complete = complete_tail(tail, prev)
+        if complete is None:
             torn = True
         else:
-            lines.append(tail)
+            line, prev = complete
+            lines.append(line)
             offsets.append(position)
-            prev = last
-            end = position + len(tail)
+            end = position + len(line)
     if decode and lines:
         records = _decode(data, end, lines, offsets, base_offset, first_seq)
     elif lines:
         records = []
     return Scan(records=records, end=end, torn=torn, last_hash=prev)
+
+
+def complete_tail(fragment: bytes, prev: str) -> tuple[bytes, str] | None:
+    """The record in a file's last bytes after its last newline, if they hold one.
+
+    A torn append leaves a prefix of ``line + "\n"``: some bytes of a record, never
+    the whole record. So a fragment that verifies as a whole record chained to
+    ``prev`` is complete and only lost its newline (the file was cut one byte short);
+    and a fragment that verifies once its last byte is dropped is a complete record
+    whose newline became another byte — no append can leave that either. Both are
+    kept (SPEC §7.1: a last line that parses and verifies is complete).
+
+    Returns:
+        The record's line (without the byte standing for its newline) and its hash,
+        or ``None`` when the fragment is no complete record: a torn tail.
+    """
+    for line in (fragment, fragment[:-1]):
+        try:
+            return line, _verify_line(line, prev, 0)
+        except JournalDamage:
+            continue
+    return None
 
 
 def _verify_line(line: bytes, prev: str, offset: int) -> str:
