@@ -373,6 +373,85 @@ def test_unreadable_meta_is_corruption_not_absence(tmp_path: Path) -> None:
         run(FileSessionStore(tmp_path / "data").get("s"))
 
 
+def session_with_checkpoint(tmp_path: Path) -> tuple[FileSessionStore, dict[str, bytes]]:
+    """Session "s": two turns through a real agent and a checkpoint; its files' bytes."""
+    store = FileSessionStore(tmp_path / "data")
+    session = Session(store, "s")
+    agent = Agent(model=ScriptedModel(["one", "two"]), session_manager=session)
+    agent("q1")
+    agent("q2")
+    run(session.checkpoint("before"))
+    sdir = store.session_dir("s")
+    return store, {str(p.relative_to(sdir)): p.read_bytes() for p in sdir.rglob("*.json*")}
+
+
+def test_a_missing_meta_json_is_corruption_never_absence_nor_a_wipe(tmp_path: Path) -> None:
+    store, files = session_with_checkpoint(tmp_path)
+    history = run(store.get("s")).messages
+    created = run(store.get("s")).meta.created_at
+    sdir = store.session_dir("s")
+    (sdir / "meta.json").unlink()
+    fresh = FileSessionStore(tmp_path / "data")
+    with pytest.raises(SessionCorruptedError, match=r"meta\.json is missing") as info:
+        run(fresh.get("s"))
+    assert info.value.code == "session_store_corrupted"
+    with pytest.raises(SessionCorruptedError):
+        Session.resume(fresh, "s")
+    with pytest.raises(SessionCorruptedError):
+        run(fresh.history_page("s", 0, 10))
+    with pytest.raises(SessionCorruptedError):
+        run(fresh.commit("s", [*history, text("user", "more")]))
+    with pytest.raises(SessionCorruptedError):
+        run(store.commit("s", [*history, text("user", "more")]))  # a cached tail too
+    with pytest.raises(SessionCorruptedError):
+        run(fresh.create("s", exist_ok=True))
+    with pytest.raises(SessionCorruptedError):
+        run(fresh.create("s"))
+    with pytest.raises(SessionCorruptedError):  # open-or-create restores, never re-creates
+        Agent(model=ScriptedModel(["x"]), session_manager=Session(fresh, "s"))
+    # Nothing was deleted or changed.
+    left = {str(p.relative_to(sdir)): p.read_bytes() for p in sdir.rglob("*.json*")}
+    assert left == {name: data for name, data in files.items() if name != "meta.json"}
+    # Listed, marked damaged.
+    (listed,) = run(fresh.list())
+    assert listed.session_id == "s"
+    assert listed.damaged is not None
+    assert "meta.json" in listed.damaged
+    # Rebuilt from the journal: the same session again.
+    assert run(fresh.rebuild_meta("s")) is True
+    assert run(fresh.rebuild_meta("s")) is False
+    record = run(FileSessionStore(tmp_path / "data").get("s"))
+    assert (record.messages, record.meta.created_at) == (history, created)
+
+
+def test_only_what_an_interrupted_create_leaves_reads_as_no_session(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    run(store.create("s"))
+    sdir = store.session_dir("s")
+    (sdir / "meta.json").unlink()  # create died before writing meta.json
+    (sdir / f".meta.json.{'ab' * 16}.tmp").write_bytes(b"{")
+    assert run(store.list()) == []
+    with pytest.raises(SessionNotFoundError):
+        run(store.get("s"))
+    run(store.create("s"))  # clears its own leftovers
+    assert run(store.get("s")).messages == []
+    assert sorted(p.name for p in sdir.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize("extra", ["attachments/x", "notes.txt", "segments/000001.jsonl"])
+def test_a_create_never_deletes_what_it_did_not_write(tmp_path: Path, extra: str) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    run(store.create("s"))
+    sdir = store.session_dir("s")
+    (sdir / "meta.json").unlink()
+    (sdir / extra).parent.mkdir(exist_ok=True)
+    (sdir / extra).write_bytes(b"keep me")
+    with pytest.raises(SessionCorruptedError):
+        run(store.create("s", exist_ok=True))
+    assert (sdir / extra).read_bytes() == b"keep me"
+    assert [m.damaged is not None for m in run(store.list())] == [True]
+
+
 # ---------------------------------------------------------------- appends inside a turn
 
 

@@ -180,7 +180,32 @@ def test_sessions_too_damaged_to_list_are_reported_and_the_walk_goes_on(
     report = run(verify_store(store))
     assert report.damaged_sessions == ("s03", "s04", "s07")
     assert [Path(d.file or "").name for d in report.damage] == ["meta.json"] * 3
-    assert report.sessions_checked == 6  # every other session was still read
+    # Every session counts, the damaged ones too: "3 of 9 damaged", never "3 of 6".
+    assert report.sessions_checked == 9
+
+
+def test_a_missing_meta_json_is_verified_repaired_and_never_expired(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b", "c"])
+    before = run(store.get("b"))
+    (store.session_dir("b") / "meta.json").unlink()
+    report = run(verify_store(store))
+    assert (report.sessions_checked, report.damaged_sessions) == (3, ("b",))
+    assert Path(report.damage[0].file or "").name == "meta.json"
+    gc = run(gc_store(store, ttl_seconds=1, dry_run=True, now=NOW + dt.timedelta(days=9)))
+    assert [e.session_id for e in gc.expired] == ["a", "c"]  # never on guessed metadata
+    assert [(s.session_id, s.code) for s in gc.skipped] == [("b", "session_store_corrupted")]
+    plan = run(repair_store(store))
+    assert [(s.session_id, s.status) for s in plan.sessions] == [("b", "would_repair")]
+    assert not (store.session_dir("b") / "meta.json").exists()
+    applied = run(repair_store(store, dry_run=False))
+    assert [(s.session_id, s.status, s.quarantined) for s in applied.sessions] == [
+        ("b", "repaired", 0)
+    ]
+    assert applied.clean
+    after = run(FileSessionStore(tmp_path / "data").get("b"))
+    assert (after.messages, after.meta.created_at) == (before.messages, before.meta.created_at)
+    assert run(verify_store(store)).clean
 
 
 def test_an_unreadable_database_is_store_level_damage(tmp_path: Path) -> None:
@@ -277,7 +302,9 @@ def test_repair_apply_heals_and_reports_counts_and_positions_only(tmp_path: Path
 def test_damage_quarantine_cannot_pin_is_reported_unrepairable(tmp_path: Path) -> None:
     store = FileSessionStore(tmp_path / "data")
     populate(store, ["a", "b"], checkpoints=2)
+    # meta.json alone is rebuilt from the journal's first record; not when that is bad too.
     (store.session_dir("a") / "meta.json").write_bytes(b"{broken")
+    flip(store.session_dir("a") / "journal.jsonl", b'"created"')
     first = sorted((store.session_dir("b") / "checkpoints").iterdir())[0]
     first.write_bytes(b"garbage")
     before = tree(tmp_path)
@@ -285,7 +312,7 @@ def test_damage_quarantine_cannot_pin_is_reported_unrepairable(tmp_path: Path) -
     assert tree(tmp_path) == before
     (item,) = report.sessions
     assert (item.session_id, item.status, item.quarantined) == ("a", "unrepairable", 0)
-    assert "meta.json" in str(item.detail)
+    assert "journal.jsonl" in str(item.detail)
     assert [(d.session_id, d.checkpoint_id) for d in report.remaining] == [("b", first.stem)]
     assert not report.clean
 

@@ -39,6 +39,14 @@ Guarantees:
   point. Readers treat an existing ``rewrite.jsonl`` as the whole history; the next
   writer finishes the switch. A crash before the rename rolls back, after it rolls
   forward: never half a volume; rewritten-away messages never come back.
+- **A session is its directory**: one whose ``meta.json`` is missing or unreadable
+  but that holds data is damaged (``SessionCorruptedError`` from every read and
+  write, listed with ``SessionMeta.damaged`` set), never "not found"; no create or
+  open path deletes it. Only what an interrupted ``create`` leaves (no ``meta.json``,
+  at most the empty genesis journal, temp files and checkpoints put under an id no
+  session had) reads as no session and is cleared by the next ``create``.
+  :meth:`FileSessionStore.rebuild_meta` writes ``meta.json`` again from the
+  journal's first record (``perdure repair --apply``).
 - **Readers never lock**: ``get``, ``list`` and pages read while another process or
   thread appends, seals or rewrites. A read that a seal or rewrite moved files under
   (a file gone, a chain that no longer meets) is retried on the new volume; only
@@ -290,7 +298,8 @@ class FileSessionStore:
         # last written or checked: while it lasts nobody else can change the journal.
         self._tail_holds: dict[str, int | None] = {}
         self._fds: dict[str, tuple[int, int]] = {}  # session id -> (inode, open journal fd)
-        self._paths: dict[str, tuple[str, str]] = {}  # session id -> (journal, rewrite marker)
+        # session id -> (journal, rewrite marker, meta.json)
+        self._paths: dict[str, tuple[str, str, str]] = {}
         self._writer = StoreThread("perdure-file-store")
         # Held while the journal cache (_tails, _fds) or a session's files change.
         self._guard = threading.RLock()
@@ -398,7 +407,11 @@ class FileSessionStore:
                 if exist_ok:
                     return self._meta(session_id)
                 raise SessionConflictError(f"session {session_id!r} already exists")
-            if sdir.exists():  # an interrupted create or delete: start clean
+            if sdir.exists():
+                if not _create_leftovers(sdir):
+                    raise self._meta_missing(session_id, sdir)
+                # What an interrupted create of ours left (no meta.json: it was never
+                # created, nothing of it was acknowledged): start clean.
                 shutil.rmtree(sdir)
             sdir.mkdir(parents=True)
             created = utc_now()
@@ -408,13 +421,7 @@ class FileSessionStore:
             )
             durable = self.durability != "none"
             atomic_write(sdir / _JOURNAL, line, durable=durable)
-            atomic_write(
-                sdir / _META,
-                json.dumps(
-                    {"format": _META_FORMAT, "session_id": session_id, "created_at": created}
-                ).encode(),
-                durable=durable,
-            )
+            atomic_write(sdir / _META, _meta_bytes(session_id, created), durable=durable)
             if durable:
                 fsync_dir(sdir.parent)
             self._forget(session_id)
@@ -424,8 +431,13 @@ class FileSessionStore:
         base = self.root / "sessions"
         if not base.is_dir():
             return []
+        # A directory without meta.json is a session too when it holds data (its
+        # meta.json was lost): it is listed, marked damaged, never hidden.
         ids = sorted(
-            p.name for p in base.iterdir() if (p / _META).is_file() and _is_session_name(p.name)
+            p.name
+            for p in base.iterdir()
+            if _is_session_name(p.name)
+            and ((p / _META).is_file() or (p.is_dir() and not _create_leftovers(p)))
         )
         if after is not None:
             ids = [i for i in ids if i > after]
@@ -437,6 +449,8 @@ class FileSessionStore:
                 metas.append(self._meta(sid))
             except SessionNotFoundError:
                 continue  # deleted while listing
+            except SessionCorruptedError as exc:
+                metas.append(SessionMeta(sid, "", "", 0, damaged=exc.message))
         return metas
 
     def _meta(self, session_id: str) -> SessionMeta:
@@ -454,9 +468,19 @@ class FileSessionStore:
         return SessionMeta(session_id, created, max(updated or created, created), count)
 
     def _read_meta(self, session_id: str, sdir: Path) -> str:
+        """The session's creation time from ``meta.json``.
+
+        Raises:
+            SessionNotFoundError: no session directory, or one holding only what an
+                interrupted create leaves (that create never returned).
+            SessionCorruptedError: ``meta.json`` is unreadable, or missing from a
+                directory that holds data.
+        """
         try:
             raw = (sdir / _META).read_bytes()
         except FileNotFoundError:
+            if sdir.is_dir() and not _create_leftovers(sdir):
+                raise self._meta_missing(session_id, sdir) from None
             raise SessionNotFoundError(f"session {session_id!r} not found in {self.root}") from None
         try:
             meta = json.loads(raw)
@@ -470,6 +494,64 @@ class FileSessionStore:
                 session_id, sdir / _META, "bad_payload", 0, f"meta.json is unreadable: {exc}"
             ) from None
         return created
+
+    def _meta_missing(self, session_id: str, sdir: Path) -> SessionCorruptedError:
+        return self._corrupted(
+            session_id,
+            sdir / _META,
+            "bad_payload",
+            0,
+            "meta.json is missing but the session directory holds data "
+            "(`perdure repair --apply` rebuilds it from the journal)",
+        )
+
+    async def rebuild_meta(self, session_id: str) -> bool:
+        """Write a missing or unreadable ``meta.json`` again from the session's journal.
+
+        The creation time comes from the journal's first record, verified against the
+        chain: the record ``create`` wrote, or after a rewrite the rewrite's own time
+        (the earliest the journal still knows). Takes the writer lock; durable on return.
+
+        Returns:
+            True when ``meta.json`` was written, False when it was readable already.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionCorruptedError: the journal's first record is damaged or missing
+                too, so there is nothing trustworthy to rebuild from.
+            SessionLockedError: another writer holds the session.
+        """
+        validate_session_id(session_id)
+        return await asyncio.to_thread(self._rebuild_meta, session_id)
+
+    def _rebuild_meta(self, session_id: str) -> bool:
+        sdir = self.session_dir(session_id)
+        with self._guard, self._locks.for_write(session_id):
+            try:
+                self._read_meta(session_id, sdir)
+                return False
+            except SessionCorruptedError:
+                pass
+            volume = self._volume(session_id, sdir)
+            first = volume.segment_paths[0] if volume.segment_paths else volume.journal
+            if first is None or not first.exists():
+                raise self._corrupted(
+                    session_id, sdir / _JOURNAL, "bad_line", 0, "no journal to rebuild meta.json"
+                )
+            with first.open("rb") as handle:
+                line = handle.readline()
+            records = self._scan_bytes(session_id, first, line, GENESIS, 0, 0).records
+            body = records[0].body if records else {}
+            created = body.get("created") if body.get("t") == "s" else body.get("at")
+            if not isinstance(created, str):
+                raise self._corrupted(
+                    session_id, first, "bad_payload", 0, "the first record holds no creation time"
+                )
+            atomic_write(
+                sdir / _META, _meta_bytes(session_id, created), durable=self.durability != "none"
+            )
+            self._forget(session_id)
+            return True
 
     def _peek_count(self, session_id: str, volume: _Volume) -> tuple[int, str | None]:
         """Message count and last-write time from the last record, without reading content."""
@@ -1141,7 +1223,8 @@ class FileSessionStore:
         Under the writer-lock hold it was cached or checked in, it is (every change
         this store makes updates or drops it, and no other writer can get the lock);
         otherwise the journal's inode and size must still match, with no rewrite
-        pending. That check costs two system calls, ~14 µs of a durable append.
+        pending and ``meta.json`` still there (once per turn: the first append of a
+        hold). That check costs three system calls, ~15 µs of a durable append.
         """
         cached = self._tails.get(session_id)
         if cached is None:
@@ -1152,13 +1235,21 @@ class FileSessionStore:
         paths = self._paths.get(session_id)
         if paths is None:
             sdir = self.session_dir(session_id)
-            paths = self._paths[session_id] = (str(sdir / _JOURNAL), str(sdir / _REWRITE))
-        journal_path, rewrite_path = paths
+            paths = self._paths[session_id] = (
+                str(sdir / _JOURNAL),
+                str(sdir / _REWRITE),
+                str(sdir / _META),
+            )
+        journal_path, rewrite_path, meta_path = paths
         try:
             st = os.stat(journal_path)
         except FileNotFoundError:
             return None
-        if (cached.ino, cached.size) != (st.st_ino, st.st_size) or os.path.exists(rewrite_path):
+        if (
+            (cached.ino, cached.size) != (st.st_ino, st.st_size)
+            or os.path.exists(rewrite_path)
+            or not os.path.exists(meta_path)
+        ):
             return None
         self._tail_holds[session_id] = hold
         return cached
@@ -1437,6 +1528,53 @@ def _triage(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[tuple[int, s
         if claimed is not None:
             prev = claimed
     return good, bad
+
+
+def _meta_bytes(session_id: str, created: str) -> bytes:
+    return json.dumps(
+        {"format": _META_FORMAT, "session_id": session_id, "created_at": created}
+    ).encode()
+
+
+# What an interrupted create can leave beside its journal: atomic_write's temp files.
+_CREATE_TEMP = re.compile(r"\.(journal\.jsonl|meta\.json)\.[0-9a-f]{32}\.tmp")
+
+
+def _create_leftovers(sdir: Path) -> bool:
+    """Whether ``sdir`` holds only what an interrupted :meth:`FileSessionStore.create`
+    leaves: nothing, temp files, or a journal of the one empty record create writes —
+    plus, maybe, checkpoints put under that id while no session had it (a new session
+    starts without them, in every store).
+
+    Only such a directory may be removed by a create or read as no session: anything
+    else (a message, a rewrite, a segment, an attachment, any other file) is data
+    perdure did not write in that create — a session whose ``meta.json`` was lost —
+    and must be reported, never deleted.
+    """
+    try:
+        names = os.listdir(sdir)
+    except FileNotFoundError:
+        return True
+    except NotADirectoryError:
+        return False
+    for name in names:
+        if _CREATE_TEMP.fullmatch(name) or name == "checkpoints":
+            continue
+        if name != _JOURNAL:
+            return False
+        try:
+            scanned = journal.scan((sdir / name).read_bytes())
+        except (JournalDamage, OSError):
+            return False
+        if len(scanned.records) > 1:
+            return False
+        if scanned.records:
+            body = scanned.records[0].body
+            if body.get("t") != "s" or body.get("c") != 0 or body.get("s") != {}:
+                return False
+            if not isinstance(body.get("created"), str):
+                return False
+    return True
 
 
 def _is_session_name(name: str) -> bool:

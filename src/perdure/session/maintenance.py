@@ -173,14 +173,15 @@ class SessionRepair:
         session_id: the session.
         status: ``would_repair`` (dry run), ``repaired``, ``unrepairable`` (the
             damage is not in records quarantine can prove bad: a manifest, an
-            attachment, ``meta.json``), ``locked`` (another writer holds the session;
+            attachment), ``locked`` (another writer holds the session;
             try again later) or ``clean`` (healed meanwhile).
         damage: the damage :func:`verify_store` found first.
         quarantined: records moved (or that would be moved).
         positions: their line numbers, 0-based across the session's files in order.
         kinds: the kind of each moved record (``bad_hash`` or ``bad_line``).
         quarantine_path: the file the records were moved to (``None`` in a dry run).
-        detail: why the session was not repaired, for ``unrepairable`` and ``locked``.
+        detail: why the session was not repaired, for ``unrepairable`` and ``locked``;
+            for a ``meta.json`` rebuilt from the journal, that it was (or would be).
     """
 
     session_id: str
@@ -375,12 +376,16 @@ async def verify_store(
         ids = [m.session_id for m in metas]
         damage.extend(listing_damage)
         explicit = False
+        # A session too damaged to list is a session checked (and found damaged).
+        listed_damaged = {d.session_id for d in listing_damage if d.session_id is not None}
     else:
         ids = [validate_session_id(s, "session_ids") for s in dict.fromkeys(session_ids)]
         explicit = True
+        listed_damaged = set()
     checkpoints = _checkpoint_store(store)
     missing: list[str] = []
-    sessions_checked = checkpoints_checked = 0
+    sessions_checked = len(listed_damaged - set(ids)) if not explicit else 0
+    checkpoints_checked = 0
     for done, session_id in enumerate(ids, start=1):
         try:
             await store.get(session_id)
@@ -603,12 +608,22 @@ async def _heal(
     assert session_id is not None
     reports.clear()
     try:
+        rebuilt = _is_meta_damage(found) and await healer.rebuild_meta(session_id)
         await healer.get(session_id)
     except SessionLockedError as exc:
         return SessionRepair(session_id, "locked", found, detail=exc.message)
     except (SessionCorruptedError, SessionNotFoundError) as exc:
         return _repair(session_id, "unrepairable", found, reports, detail=exc.message)
-    return _repair(session_id, "repaired" if reports else "clean", found, reports)
+    status: RepairStatus = "repaired" if reports or rebuilt else "clean"
+    return _repair(session_id, status, found, reports, detail=_REBUILT if rebuilt else None)
+
+
+_REBUILT = "meta.json rebuilt from the journal's first record"
+
+
+def _is_meta_damage(found: Damage) -> bool:
+    """Damage in a session's ``meta.json`` (missing or unreadable): rebuilt, not quarantined."""
+    return found.file is not None and Path(found.file).name == "meta.json"
 
 
 async def _plan(strict: FileSessionStore, found: Damage) -> SessionRepair:
@@ -642,12 +657,15 @@ async def _plan(strict: FileSessionStore, found: Damage) -> SessionRepair:
             quarantine_dir=Path(scratch) / "quarantine",
         )
         try:
+            rebuilt = _is_meta_damage(found) and await rehearsal.rebuild_meta(session_id)
             await rehearsal.get(session_id)
         except (SessionCorruptedError, SessionNotFoundError) as exc:
             return _repair(session_id, "unrepairable", found, reports, detail=exc.message)
         finally:
             rehearsal.close()
-    return _repair(session_id, "would_repair" if reports else "clean", found, reports, plan=True)
+    status: RepairStatus = "would_repair" if reports or rebuilt else "clean"
+    detail = "meta.json would be rebuilt from the journal's first record" if rebuilt else None
+    return _repair(session_id, status, found, reports, detail=detail, plan=True)
 
 
 def _repair(
@@ -729,6 +747,9 @@ async def gc_store(
     expired: list[ExpiredSession] = []
     pruned: list[PrunedCheckpoint] = []
     for meta in metas:
+        if meta.damaged is not None:  # never expired nor pruned on guessed metadata
+            skipped.append(SkippedSession(meta.session_id, "session_store_corrupted", meta.damaged))
+            continue
         try:
             idle = (now - _parse_time(meta.updated_at)).total_seconds()
         except ValueError as exc:
