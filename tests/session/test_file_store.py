@@ -60,7 +60,7 @@ def filled(tmp_path: Path, n: int = 6, **options: Any) -> FileSessionStore:
 def test_layout_and_jq_readable_hash_chained_lines(tmp_path: Path) -> None:
     store = filled(tmp_path)
     sdir = store.session_dir("s")
-    assert sorted(p.name for p in sdir.iterdir()) == ["journal.jsonl", "meta.json"]
+    assert sorted(p.name for p in sdir.iterdir()) == ["head", "journal.jsonl", "meta.json"]
     assert json.loads((sdir / "meta.json").read_text())["session_id"] == "s"
     prev = GENESIS
     lines = journal_of(store, "s").read_bytes().splitlines()
@@ -74,12 +74,17 @@ def test_layout_and_jq_readable_hash_chained_lines(tmp_path: Path) -> None:
 
 
 def test_torn_tail_at_every_byte_of_the_last_record_opens_cleanly(tmp_path: Path) -> None:
-    store = filled(tmp_path)
+    store = FileSessionStore(tmp_path / "data")
+    run(store.create("s"))
+    head = store.session_dir("s") / "head"
+    before = head.read_bytes()  # a crash in the middle of the commit leaves this head
+    run(store.commit("s", conversation(6), agent_state={"state": {"k": 1}}))
     path = journal_of(store, "s")
     data = path.read_bytes()
     last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
     for cut in range(last_start, len(data)):
         path.write_bytes(data[:cut])
+        head.write_bytes(before)
         fresh = FileSessionStore(tmp_path / "data")
         record = run(fresh.get("s"))
         assert record.messages == conversation(6)  # the torn record was the state record
@@ -113,10 +118,13 @@ def test_a_last_record_whose_newline_was_lost_or_changed_is_kept(
 
 def test_torn_message_record_loses_only_that_unacknowledged_message(tmp_path: Path) -> None:
     store = filled(tmp_path)
+    head = store.session_dir("s") / "head"
+    before = head.read_bytes()  # a crash in the middle of the commit leaves this head
     run(store.commit("s", conversation(7)))
     path = journal_of(store, "s")
     data = path.read_bytes()
     path.write_bytes(data[:-5])
+    head.write_bytes(before)
     assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(6)
 
 
@@ -452,6 +460,138 @@ def test_a_create_never_deletes_what_it_did_not_write(tmp_path: Path, extra: str
     assert [m.damaged is not None for m in run(store.list())] == [True]
 
 
+def turns(tmp_path: Path, n: int = 3, **options: Any) -> tuple[FileSessionStore, list[Message]]:
+    """Session "s" after ``n`` turns of a real agent (each turn ends by writing the head)."""
+    store = FileSessionStore(tmp_path / "data", **options)
+    agent = Agent(
+        model=ScriptedModel([f"a{i}" for i in range(n)]), session_manager=Session(store, "s")
+    )
+    for i in range(n):
+        agent(f"q{i}")
+    return store, run(store.get("s")).messages
+
+
+def assert_truncation_is_damage(root: Path) -> None:
+    store = FileSessionStore(root)
+    journal = store.session_dir("s") / "journal.jsonl"
+    before = journal.read_bytes() if journal.exists() else None
+    with pytest.raises(SessionCorruptedError, match="acknowledged records are missing") as info:
+        run(store.get("s"))
+    assert info.value.details["kind"] == "truncated"
+    with pytest.raises(SessionCorruptedError):
+        run(store.history_page("s", 0, 50))
+    with pytest.raises(SessionCorruptedError):
+        Session.resume(store, "s")
+    with pytest.raises(SessionCorruptedError):
+        run(store.commit("s", conversation(40)))
+    (listed,) = run(store.list())
+    assert listed.damaged is not None
+    # The writer touched nothing: no truncation "healed", nothing appended.
+    assert (journal.read_bytes() if journal.exists() else None) == before
+
+
+@pytest.mark.parametrize("durability", ["commit", "invocation", "none"])
+def test_a_journal_cut_at_any_line_boundary_is_damage_not_a_shorter_session(
+    tmp_path: Path, durability: Any
+) -> None:
+    store, history = turns(tmp_path, durability=durability)
+    path = journal_of(store, "s")
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    for keep in range(len(lines)):
+        path.write_bytes(b"".join(lines[:keep]))
+        assert_truncation_is_damage(tmp_path / "data")
+    path.write_bytes(data)
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == history
+
+
+def test_a_deleted_journal_or_head_is_damage(tmp_path: Path) -> None:
+    store, _ = turns(tmp_path)
+    sdir = store.session_dir("s")
+    journal = sdir / "journal.jsonl"
+    data = journal.read_bytes()
+    journal.unlink()
+    assert_truncation_is_damage(tmp_path / "data")
+    journal.write_bytes(data)
+    (sdir / "head").unlink()
+    with pytest.raises(SessionCorruptedError, match="head file is missing"):
+        run(FileSessionStore(tmp_path / "data").get("s"))
+    (sdir / "head").write_bytes(b"x" * 512)
+    with pytest.raises(SessionCorruptedError, match="head file is unreadable"):
+        run(FileSessionStore(tmp_path / "data").get("s"))
+
+
+def test_a_sealed_session_cut_back_to_its_segments_is_damage(tmp_path: Path) -> None:
+    store, _ = turns(tmp_path, n=5, segmentation=Segmentation(max_records=4))
+    sdir = store.session_dir("s")
+    assert (sdir / "manifest.json").exists()
+    (sdir / "journal.jsonl").write_bytes(b"")
+    assert_truncation_is_damage(tmp_path / "data")
+
+
+def test_the_head_is_written_once_per_turn_and_only_after_the_journal(tmp_path: Path) -> None:
+    store, history = turns(tmp_path, n=2)
+    sdir = store.session_dir("s")
+    head = journal_module.decode_head((sdir / "head").read_bytes())
+    assert head is not None
+    last = journal_of(store, "s").read_bytes().splitlines()[-1]
+    (seq, digest, count) = head[1][-1]
+    assert (seq, digest, count) == (json.loads(last)["n"], json.loads(last)["h"], len(history))
+    # A torn slot (a crash in the middle of writing it) leaves the other one.
+    generation = head[0]
+    raw = bytearray((sdir / "head").read_bytes())
+    at = (generation % 2) * journal_module.HEAD_SLOT
+    raw[at : at + 10] = b"\x00" * 10
+    (sdir / "head").write_bytes(bytes(raw))
+    older = journal_module.decode_head(bytes(raw))
+    assert older is not None
+    assert older[0] == generation - 1
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == history
+
+
+def test_either_volume_of_an_interrupted_rewrite_agrees_with_its_head(tmp_path: Path) -> None:
+    store, history = turns(tmp_path)
+    sdir = store.session_dir("s")
+    old_volume = tmp_path / "old"
+    shutil.copytree(sdir, old_volume)
+    old_head = journal_module.decode_head((sdir / "head").read_bytes())
+    run(store.commit("s", history[2:], rewritten=True))
+    new_head = journal_module.decode_head((sdir / "head").read_bytes())
+    assert old_head is not None
+    assert new_head is not None
+    assert len(new_head[1]) == 1  # the rewrite is complete: only the new end
+    # Between the head naming both ends and the rename, a crash leaves the old volume;
+    # after it, the new one. Either reads cleanly under a head naming both.
+    both = journal_module.encode_head_slot(9, [*old_head[1], *new_head[1]])
+    for volume, expected in ((old_volume, history), (sdir, history[2:])):
+        target = tmp_path / "check" / "sessions" / "s"
+        shutil.rmtree(target.parent.parent, ignore_errors=True)
+        shutil.copytree(volume, target)
+        (target / "head").write_bytes(both + both)
+        assert run(FileSessionStore(tmp_path / "check").get("s")).messages == expected
+    # And a head naming only the old end does not accept the new volume.
+    (sdir / "head").write_bytes(journal_module.encode_head_slot(10, old_head[1]) * 2)
+    with pytest.raises(SessionCorruptedError):
+        run(FileSessionStore(tmp_path / "data").get("s"))
+
+
+def test_a_session_from_before_head_files_reads_and_gains_one(tmp_path: Path) -> None:
+    store, history = turns(tmp_path)
+    sdir = store.session_dir("s")
+    (sdir / "head").unlink()
+    meta = json.loads((sdir / "meta.json").read_bytes())
+    del meta["head"]
+    (sdir / "meta.json").write_text(json.dumps(meta))
+    fresh = FileSessionStore(tmp_path / "data")
+    assert run(fresh.get("s")).messages == history
+    agent = Agent(model=ScriptedModel(["more"]), session_manager=Session(fresh, "s"))
+    agent("again")
+    assert (sdir / "head").exists()
+    journal_of(fresh, "s").write_bytes(b"")
+    with pytest.raises(SessionCorruptedError):
+        run(FileSessionStore(tmp_path / "data").get("s"))
+
+
 # ---------------------------------------------------------------- appends inside a turn
 
 
@@ -480,8 +620,11 @@ async def test_appends_in_a_held_turn_write_on_the_loop_and_sync_apart(
         for end in range(1, 11):
             tail = (await store.commit("s", history[:end], expected_tail=tail)).tail
     # The first append reads the tail from disk on the writer thread; the other nine
-    # are written on the loop and synced through start_fsync.
-    assert len(calls) == 9
+    # are written on the loop and synced through start_fsync; the turn's end syncs
+    # the head file once (another fd): one fsync per turn, none per message.
+    assert len(calls) == 10
+    assert len(set(calls[:9])) == 1
+    assert calls[9] != calls[0]
     assert (await store.get("s")).messages == history
     assert (await FileSessionStore(tmp_path / "data").get("s")).messages == history
 
@@ -618,7 +761,7 @@ async def test_a_large_append_in_a_turn_goes_to_the_writer_thread(
         await store.commit("s", history)
         history.append(text("assistant", "ok"))  # inline again
         await store.commit("s", history)
-    assert len(calls) == 2
+    assert len(calls) == 3  # two inline appends, and the head at the turn's end
     assert (await FileSessionStore(tmp_path / "data").get("s")).messages == history
 
 

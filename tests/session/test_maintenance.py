@@ -208,6 +208,30 @@ def test_a_missing_meta_json_is_verified_repaired_and_never_expired(tmp_path: Pa
     assert run(verify_store(store)).clean
 
 
+def test_a_truncated_journal_is_reported_and_repair_accepts_the_loss_out_loud(
+    tmp_path: Path,
+) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b"], checkpoints=0)
+    journal = store.session_dir("b") / "journal.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[:-2]))  # cut at a line boundary
+    report = run(verify_store(store))
+    assert report.damaged_sessions == ("b",)
+    assert report.damage[0].kind == "truncated"
+    plan = run(repair_store(store))
+    (item,) = plan.sessions
+    assert item.status == "would_repair"
+    assert "acknowledged messages are lost" in str(item.detail)
+    assert journal.read_bytes() == b"".join(lines[:-2])
+    applied = run(repair_store(store, dry_run=False))
+    assert [(s.session_id, s.status) for s in applied.sessions] == [("b", "repaired")]
+    assert "accepted" in str(applied.sessions[0].detail)
+    assert run(verify_store(FileSessionStore(tmp_path / "data"))).clean
+    held = json.loads(lines[-3])["c"]  # what the journal still held
+    assert len(run(store.get("b")).messages) == held < 4
+
+
 def test_an_unreadable_database_is_store_level_damage(tmp_path: Path) -> None:
     path = tmp_path / "p.db"
     path.write_bytes(b"this is not a database" * 200)

@@ -2,8 +2,9 @@
 
 Layout, under ``<dir>/sessions/<session_id>/``::
 
-    meta.json          created once: {"format", "session_id", "created_at"}
+    meta.json          created once: {"format", "session_id", "created_at", "head"}
     journal.jsonl      the active segment: one hash-chained record per line
+    head               where the journal durably ends (two checksummed slots)
     manifest.json      sealed segments, in order (only once a segment was sealed)
     segments/000001.jsonl …
     attachments/<sha256>   large binaries referenced from the journal (a rewrite that
@@ -39,6 +40,18 @@ Guarantees:
   point. Readers treat an existing ``rewrite.jsonl`` as the whole history; the next
   writer finishes the switch. A crash before the rename rolls back, after it rolls
   forward: never half a volume; rewritten-away messages never come back.
+- **The end is recorded outside the log**: when a turn ends (the writer lock's
+  block, or a commit made without one), the ``head`` file records the last record
+  the journal durably holds — its number, hash and message count — written only
+  after the journal's fsync returned, plus one fsync of its own: one per turn, none
+  per message. Every read and the next writer check the journal against it, so a
+  journal cut at a line boundary or deleted, losing acknowledged records, is
+  ``SessionCorruptedError`` (kind ``truncated``), never a shorter session; a crash
+  can only leave the head behind the journal, which is not damage. Rewrites name
+  both volumes' ends around their commit point. With ``durability="none"`` nothing
+  is synced, the head included: it records what was written, so after an OS crash
+  or power cut that lost written records the session reports them missing rather
+  than silently shorter (``perdure repair`` accepts the loss).
 - **A session is its directory**: one whose ``meta.json`` is missing or unreadable
   but that holds data is damaged (``SessionCorruptedError`` from every read and
   write, listed with ``SessionMeta.damaged`` set), never "not found"; no create or
@@ -69,7 +82,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,7 +90,12 @@ from typing import Any, Literal, TypeVar, cast
 
 from perdure._fs import append_all, atomic_write, fsync_dir
 from perdure._kernel_fsync import start_fsync
-from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
+from perdure.errors import (
+    SessionConflictError,
+    SessionCorruptedError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
 from perdure.session import journal
 from perdure.session._codec import (
     check_commit_args,
@@ -96,7 +114,7 @@ from perdure.session.attachments import (
 )
 from perdure.session.checkpoints import FileCheckpointStore
 from perdure.session.ids import validate_session_id
-from perdure.session.journal import GENESIS, JournalDamage, Record
+from perdure.session.journal import GENESIS, End, JournalDamage, Record
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
 from perdure.types import Message, decode_bytes_values, validate_message
@@ -105,6 +123,7 @@ Durability = Literal["commit", "invocation", "none"]
 Recovery = Literal["strict", "quarantine"]
 
 _META = "meta.json"
+_HEAD = "head"  # where the journal ends, kept outside it (see journal.encode_head_slot)
 _JOURNAL = "journal.jsonl"
 _MANIFEST = "manifest.json"
 _REWRITE = "rewrite.jsonl"
@@ -300,6 +319,9 @@ class FileSessionStore:
         self._fds: dict[str, tuple[int, int]] = {}  # session id -> (inode, open journal fd)
         # session id -> (journal, rewrite marker, meta.json)
         self._paths: dict[str, tuple[str, str, str]] = {}
+        # The newest tail known durable (fsynced, or written under durability="none")
+        # in a turn that holds the writer lock: its head is written when the turn ends.
+        self._durable: dict[str, _Tail] = {}
         self._writer = StoreThread("perdure-file-store")
         # Held while the journal cache (_tails, _fds) or a session's files change.
         self._guard = threading.RLock()
@@ -346,7 +368,7 @@ class FileSessionStore:
                 session_id, messages, agent_state, expected_tail, redactions
             )
             if inline is not None:
-                result, synced, seal_due = inline
+                result, synced, seal_due, written = inline
                 if synced is not None:
                     try:
                         await synced
@@ -354,6 +376,8 @@ class FileSessionStore:
                         with self._guard:
                             self._forget(session_id)  # the next commit re-reads the tail
                         raise
+                if written is not None and self.durability != "invocation":
+                    self._durable[session_id] = written  # the turn's end records it
                 if seal_due:
                     await loop.run_in_executor(
                         self._write_executor(), self._seal_if_due, session_id
@@ -378,9 +402,43 @@ class FileSessionStore:
         await asyncio.to_thread(self._delete, session_id)
 
     def writer_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
-        """Hold the session's writer lock (``SessionLockedError`` at once if held)."""
+        """Hold the session's writer lock (``SessionLockedError`` at once if held).
+
+        When the block ends, before the lock is released, the session's head file
+        records where the journal now durably ends (one small write and one fsync per
+        turn, none per message): see :meth:`_record_head`.
+        """
         validate_session_id(session_id)
-        return self._locks.hold(session_id)
+        return self._turn(session_id)
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, session_id: str) -> AsyncIterator[None]:
+        async with self._locks.hold(session_id):
+            try:
+                yield
+            finally:
+                await self._record_head(session_id)
+
+    async def _record_head(self, session_id: str) -> None:
+        """Write the end of the journal that the turn made durable into the head file.
+
+        Only a tail whose journal fsync has returned is recorded (under
+        ``durability="none"``, nothing is ever synced: the tail as written, and the head
+        is not synced either), so after any crash the head never claims a record the
+        journal may have lost — a crash can only leave the head behind the journal,
+        which is never damage.
+        """
+        tail = self._durable.pop(session_id, None)
+        if tail is None:
+            return
+        fd = self._write_head_slot(self.session_dir(session_id), [_end_of(tail)])
+        if fd is None:
+            return
+        try:
+            if self.durability != "none":
+                await start_fsync(fd, self._write_executor())
+        finally:
+            os.close(fd)
 
     async def history_page(self, session_id: str, offset: int, limit: int) -> HistoryPage:
         """One pair-aligned page, reading only the segments it covers."""
@@ -415,12 +473,21 @@ class FileSessionStore:
                 shutil.rmtree(sdir)
             sdir.mkdir(parents=True)
             created = utc_now()
-            line, _ = journal.encode_record(
+            line, first = journal.encode_record(
                 GENESIS,
                 {"n": 0, "c": 0, "t": "s", "s": {}, "created": created, "id": uuid.uuid4().hex},
             )
             durable = self.durability != "none"
             atomic_write(sdir / _JOURNAL, line, durable=durable)
+            fd = self._write_head_slot(sdir, [(0, first, 0)])
+            if fd is not None:
+                try:
+                    if durable:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+            # meta.json last: it makes the session exist (and its entry's directory
+            # fsync covers the head's).
             atomic_write(sdir / _META, _meta_bytes(session_id, created), durable=durable)
             if durable:
                 fsync_dir(sdir.parent)
@@ -461,8 +528,9 @@ class FileSessionStore:
 
     def _read_meta_of(self, session_id: str, sdir: Path) -> SessionMeta:
         created = self._read_meta(session_id, sdir)
+        ends = self._read_ends(session_id, sdir)
         volume = self._volume(session_id, sdir)
-        count, updated = self._peek_count(session_id, volume)
+        count, updated = self._peek_count(session_id, sdir, volume, ends)
         # The journal's mtime comes from a coarse kernel clock and may read a few
         # milliseconds before the creation time we stamped; never report that.
         return SessionMeta(session_id, created, max(updated or created, created), count)
@@ -486,6 +554,8 @@ class FileSessionStore:
             meta = json.loads(raw)
             if meta.get("format") != _META_FORMAT or meta.get("session_id") != session_id:
                 raise ValueError("unexpected format or session id")
+            if meta.get("head") not in (None, 1):
+                raise ValueError("unexpected head flag")
             created = meta["created_at"]
             if not isinstance(created, str):
                 raise ValueError("created_at is not a string")
@@ -494,6 +564,126 @@ class FileSessionStore:
                 session_id, sdir / _META, "bad_payload", 0, f"meta.json is unreadable: {exc}"
             ) from None
         return created
+
+    def _read_ends(self, session_id: str, sdir: Path) -> builtins.list[End] | None:
+        """The ends the head file allows the journal (``None``: a session from before
+        head files, not checked until a writer gives it one).
+
+        Raises:
+            SessionCorruptedError: the head file is unreadable, or missing from a
+                session created with one (``meta.json`` says so).
+        """
+        path = sdir / _HEAD
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            if self._head_required(sdir):
+                raise self._corrupted(
+                    session_id, path, "truncated", 0, "the head file is missing"
+                ) from None
+            return None
+        head = journal.decode_head(data)
+        if head is None:
+            raise self._corrupted(session_id, path, "bad_payload", 0, "the head file is unreadable")
+        return head[1]
+
+    def _head_required(self, sdir: Path) -> bool:
+        try:
+            return bool(json.loads((sdir / _META).read_bytes()).get("head"))
+        except (OSError, ValueError, AttributeError):
+            return False  # _read_meta reports a bad meta.json
+
+    def _check_ends(
+        self,
+        session_id: str,
+        sdir: Path,
+        ends: builtins.list[End] | None,
+        last_seq: int,
+        hash_at: Callable[[int], str | None],
+    ) -> None:
+        """Raise when the journal ends before the end its head file records."""
+        if not ends:
+            return
+        missing = journal.missing_end(ends, last_seq, hash_at)
+        if missing is not None:
+            seq, _, count = missing
+            raise self._corrupted(
+                session_id,
+                sdir / _JOURNAL,
+                "truncated",
+                0,
+                f"the journal ends at record {last_seq} but record {seq} ({count} messages) "
+                "was durably written, as its head file records: acknowledged records are missing",
+            )
+
+    def _write_head_slot(self, sdir: Path, ends: Sequence[End]) -> int | None:
+        """Write the next slot of ``sdir``'s head file (no fsync); return its open fd.
+
+        Called under the writer lock, so no one else writes the head meanwhile.
+        Returns ``None`` when the session directory is gone (deleted meanwhile).
+        """
+        path = sdir / _HEAD
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            return None
+        try:
+            current = journal.decode_head(os.pread(fd, 2 * journal.HEAD_SLOT, 0))
+            generation = current[0] + 1 if current is not None else 1
+            slot = journal.encode_head_slot(generation, ends)
+            os.pwrite(fd, slot, (generation % 2) * journal.HEAD_SLOT)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _write_head(self, sdir: Path, ends: Sequence[End]) -> None:
+        """Write the head now (fsynced unless ``durability="none"``): outside a turn."""
+        fd = self._write_head_slot(sdir, ends)
+        if fd is not None:
+            try:
+                if self.durability != "none":
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    async def accept_journal_end(self, session_id: str) -> tuple[int, int] | None:
+        """Make the head file name where the journal now ends, accepting lost records.
+
+        For a session whose journal ends before its head (``truncated`` damage) and
+        is otherwise intact: after this, it reads as the shorter history it holds.
+        The loss is not undone, only acknowledged: ``perdure repair --apply`` does
+        this and reports it. Takes the writer lock; durable on return.
+
+        Returns:
+            ``(messages the head recorded, messages the journal holds)`` when the
+            head was reset, ``None`` when the journal already reached it.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionCorruptedError: other damage (a bad record, a bad meta.json).
+            SessionLockedError: another writer holds the session.
+        """
+        validate_session_id(session_id)
+        return await asyncio.to_thread(self._accept_journal_end, session_id)
+
+    def _accept_journal_end(self, session_id: str) -> tuple[int, int] | None:
+        sdir = self.session_dir(session_id)
+        with self._guard, self._locks.for_write(session_id):
+            self._finish_pending(session_id, sdir)
+            try:
+                self._read_all(session_id, sdir, 0)
+                return None
+            except SessionCorruptedError as exc:
+                if exc.details.get("kind") != "truncated":
+                    raise
+            recorded = _head_ends(sdir)
+            self._read_all(session_id, sdir, 0, check_head=False)  # nothing else is wrong
+            self._forget(session_id)
+            tail = self._writable_tail(session_id, sdir, check_head=False)
+            self._write_head(sdir, [_end_of(tail)])
+            self._forget(session_id)
+            return (recorded[-1][2] if recorded else 0), tail.count
 
     def _meta_missing(self, session_id: str, sdir: Path) -> SessionCorruptedError:
         return self._corrupted(
@@ -548,25 +738,41 @@ class FileSessionStore:
                     session_id, first, "bad_payload", 0, "the first record holds no creation time"
                 )
             atomic_write(
-                sdir / _META, _meta_bytes(session_id, created), durable=self.durability != "none"
+                sdir / _META,
+                _meta_bytes(session_id, created, head=(sdir / _HEAD).exists()),
+                durable=self.durability != "none",
             )
             self._forget(session_id)
             return True
 
-    def _peek_count(self, session_id: str, volume: _Volume) -> tuple[int, str | None]:
-        """Message count and last-write time from the last record, without reading content."""
+    def _peek_count(
+        self, session_id: str, sdir: Path, volume: _Volume, ends: builtins.list[End] | None
+    ) -> tuple[int, str | None]:
+        """Message count and last-write time from the last record, without reading content.
+
+        Checks that the journal reaches the end its head file records (by the last
+        record's number, and its hash when that is the recorded one).
+        """
         path = volume.journal
+        count, updated, last_seq, last_hash = volume.first_count, None, volume.first_seq - 1, None
         if path is not None and path.exists():
             data = _read_tail(path)
             line = _last_line(data, volume.prev_hash)
             if line is not None:
                 try:
-                    count = int(journal.peek_body(line)["c"])
+                    body = journal.peek_body(line)
+                    count, last_seq = int(body["c"]), int(body["n"])
+                    last_hash = journal.peek_hash(line)
                 except (ValueError, KeyError, TypeError):
                     count = volume.first_count
-                updated = _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.UTC)
-                return count, updated.isoformat(timespec="microseconds").replace("+00:00", "Z")
-        return volume.first_count, None
+                mtime = _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.UTC)
+                updated = mtime.isoformat(timespec="microseconds").replace("+00:00", "Z")
+        elif volume.segments:
+            last_hash = volume.prev_hash
+        self._check_ends(
+            session_id, sdir, ends, last_seq, lambda seq: last_hash if seq == last_seq else None
+        )
+        return count, updated
 
     def _delete(self, session_id: str) -> None:
         sdir = self.session_dir(session_id)
@@ -583,6 +789,7 @@ class FileSessionStore:
             for leftover in trash.iterdir():
                 shutil.rmtree(leftover, ignore_errors=True)
             self._forget(session_id)
+            self._durable.pop(session_id, None)
 
     # ------------------------------------------------------------------ reading
 
@@ -665,8 +872,12 @@ class FileSessionStore:
             time.sleep(min(0.0005 * attempt, 0.01))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _read_all(self, session_id: str, sdir: Path, offset: int) -> SessionRecord:
+    def _read_all(
+        self, session_id: str, sdir: Path, offset: int, *, check_head: bool = True
+    ) -> SessionRecord:
         created = self._read_meta(session_id, sdir)
+        # Before the volume: the journal only grows past what the head names.
+        ends = self._read_ends(session_id, sdir) if check_head else None
         volume = self._volume(session_id, sdir)
         records: builtins.list[Record] = []
         prev, seq = GENESIS, 0
@@ -693,6 +904,13 @@ class FileSessionStore:
                 .isoformat(timespec="microseconds")
                 .replace("+00:00", "Z")
             )
+        self._check_ends(
+            session_id,
+            sdir,
+            ends,
+            records[-1].seq if records else -1,
+            lambda seq: records[seq].hash if 0 <= seq < len(records) else None,
+        )
         messages, state, redacted = self._replay(session_id, sdir, records)
         for index, replacement in redacted.items():
             messages[index] = replacement
@@ -819,8 +1037,9 @@ class FileSessionStore:
 
     def _read_page(self, session_id: str, sdir: Path, offset: int, limit: int) -> HistoryPage:
         self._read_meta(session_id, sdir)
+        ends = self._read_ends(session_id, sdir)
         volume = self._volume(session_id, sdir)
-        total, _ = self._peek_count(session_id, volume)
+        total, _ = self._peek_count(session_id, sdir, volume, ends)
         lo, hi = page_read_range(total, offset, limit)
         window: dict[int, Message] = {}
         if hi > lo:
@@ -970,11 +1189,14 @@ class FileSessionStore:
         redactions: Mapping[int, Message] | None,
     ) -> CommitResult:
         sdir = self.session_dir(session_id)
+        turn = self._locks.is_held(session_id)  # else this commit takes the lock alone
         with self._guard, self._locks.for_write(session_id):
             tail = self._writable_tail(session_id, sdir)
             self._check_tail(session_id, tail, expected_tail)
             if rewritten:
-                return self._rewrite(session_id, sdir, messages, agent_state, redactions)
+                return self._rewrite(
+                    session_id, sdir, messages, agent_state, redactions, old_end=_end_of(tail)
+                )
             found: dict[str, bytes] = {}
             bodies = self._bodies(session_id, tail, messages, agent_state, redactions, found)
             if not bodies:
@@ -989,6 +1211,11 @@ class FileSessionStore:
                     raise
                 if new_file:
                     fsync_dir(sdir)
+            if self.durability != "invocation":  # "invocation" records its head at flush
+                if turn:
+                    self._durable[session_id] = new_tail  # the turn's end records it
+                else:
+                    self._write_head(sdir, [_end_of(new_tail)])  # a turn of its own
             if self._seal_due(new_tail):
                 self._seal(session_id, sdir, new_tail)
             return CommitResult(new_tail.hash, new_tail.count)
@@ -1000,7 +1227,7 @@ class FileSessionStore:
         agent_state: Mapping[str, Any] | None,
         expected_tail: str | None,
         redactions: Mapping[int, Message] | None,
-    ) -> tuple[CommitResult, asyncio.Future[None] | None, bool] | None:
+    ) -> tuple[CommitResult, asyncio.Future[None] | None, bool, _Tail | None] | None:
         """The common append, done on the caller's thread; None when it needs the writer.
 
         A turn's appends go to an open journal whose tail is cached and verified, under
@@ -1025,7 +1252,7 @@ class FileSessionStore:
             if found:
                 return None
             if not bodies:
-                return CommitResult(tail.hash, tail.count), None, False
+                return CommitResult(tail.hash, tail.count), None, False, None
             encoded = _encode_records(tail, bodies)
             if len(encoded[0]) > _INLINE_MAX:
                 return None  # a page-cache copy of this size belongs off the loop
@@ -1037,7 +1264,8 @@ class FileSessionStore:
                 except BaseException:
                     self._forget(session_id)
                     raise
-            return CommitResult(new_tail.hash, new_tail.count), synced, self._seal_due(new_tail)
+            result = CommitResult(new_tail.hash, new_tail.count)
+            return result, synced, self._seal_due(new_tail), new_tail
         finally:
             self._guard.release()
 
@@ -1173,11 +1401,12 @@ class FileSessionStore:
                 self._forget(session_id)
         self._writer.shutdown()
 
-    def _writable_tail(self, session_id: str, sdir: Path) -> _Tail:
+    def _writable_tail(self, session_id: str, sdir: Path, *, check_head: bool = True) -> _Tail:
         """The verified end of the active journal; finishes interrupted work first.
 
         Called with the writer lock held, so it may repair: finish a pending
-        rewrite or seal, and truncate a torn last line.
+        rewrite or seal, and truncate a torn last line — never before checking that
+        the journal reaches the end its head file records (else nothing is touched).
         """
         cached = self._cached_tail(session_id)
         if cached is not None:
@@ -1185,17 +1414,39 @@ class FileSessionStore:
         path = sdir / _JOURNAL
         self._read_meta(session_id, sdir)
         self._finish_pending(session_id, sdir)
+        ends = self._read_ends(session_id, sdir) if check_head else None
         try:
             st = path.stat()
         except FileNotFoundError:
             st = None
         volume = self._volume(session_id, sdir)
         if st is None:
+            self._check_ends(
+                session_id,
+                sdir,
+                ends,
+                volume.first_seq - 1,
+                lambda seq: (
+                    volume.prev_hash if volume.segments and seq == volume.first_seq - 1 else None
+                ),
+            )
             tail = _Tail(0, 0, volume.prev_hash, volume.first_seq, volume.first_count, 0)
         else:
             data = path.read_bytes()
             scanned = self._scan_bytes(
                 session_id, path, data, volume.prev_hash, volume.first_seq, 0
+            )
+            found = scanned.records
+            self._check_ends(
+                session_id,
+                sdir,
+                ends,
+                found[-1].seq if found else volume.first_seq - 1,
+                lambda seq: (
+                    found[seq - volume.first_seq].hash
+                    if 0 <= seq - volume.first_seq < len(found)
+                    else None
+                ),
             )
             if scanned.end < len(data):  # a torn append, or a newline turned into a byte
                 os.truncate(path, scanned.end)
@@ -1312,9 +1563,13 @@ class FileSessionStore:
         previous_state: dict[str, Any] | None = None,
         *,
         collect: bool = True,
+        old_end: End | None = None,
     ) -> CommitResult:
         """Replace the whole history atomically (see the module docstring).
 
+        The head file names both the old volume's end (``old_end`` and what it
+        recorded) and the new one's before the commit point, and only the new one's
+        after: whichever volume a crash leaves, the head agrees with it.
         With ``collect``, attachments only the old history named are deleted after.
         """
         found: dict[str, bytes] = {}
@@ -1356,10 +1611,17 @@ class FileSessionStore:
                 os.fsync(fd)
         finally:
             os.close(fd)
+        new_end: End = (len(bodies) - 1, prev, count)
+        self._durable.pop(session_id, None)  # an end of the old volume
+        before = _head_ends(sdir)
+        if old_end is not None and old_end not in before:
+            before.append(old_end)
+        self._write_head(sdir, [*before[-2:], new_end])
         os.replace(tmp, sdir / _REWRITE)  # the commit point
         if durable:
             fsync_dir(sdir)
         self._complete_rewrite(sdir)
+        self._write_head(sdir, [new_end])
         self._forget(session_id)
         if collect:
             self._collect_attachments(sdir, volume)
@@ -1396,9 +1658,23 @@ class FileSessionStore:
     def _flush(self, session_id: str) -> None:
         # Only "invocation" defers its fsyncs to here: "commit" already synced every
         # commit, and "none" never syncs.
-        path = self.session_dir(session_id) / _JOURNAL
+        sdir = self.session_dir(session_id)
+        path = sdir / _JOURNAL
         if self.durability == "invocation" and path.exists():
+            written = self._tails.get(session_id)  # before the fsync: the fsync covers it
             _fsync_file(path)
+            if written is None:
+                return
+            if self._locks.is_held(session_id):
+                self._durable[session_id] = written  # the turn's end records it
+                return
+            with (
+                contextlib.suppress(SessionLockedError),
+                self._guard,
+                self._locks.for_write(session_id),
+            ):
+                if self._tails.get(session_id) is written:
+                    self._write_head(sdir, [_end_of(written)])
 
     def _sync_dirs(self, *dirs: Path) -> None:
         if self.durability != "none":
@@ -1530,10 +1806,24 @@ def _triage(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[tuple[int, s
     return good, bad
 
 
-def _meta_bytes(session_id: str, created: str) -> bytes:
-    return json.dumps(
-        {"format": _META_FORMAT, "session_id": session_id, "created_at": created}
-    ).encode()
+def _meta_bytes(session_id: str, created: str, *, head: bool = True) -> bytes:
+    meta: dict[str, Any] = {"format": _META_FORMAT, "session_id": session_id, "created_at": created}
+    if head:
+        meta["head"] = 1  # a head file is kept: one missing is damage
+    return json.dumps(meta).encode()
+
+
+def _head_ends(sdir: Path) -> list[End]:
+    """The ends ``sdir``'s head file names now; none when it is absent or unreadable."""
+    try:
+        head = journal.decode_head((sdir / _HEAD).read_bytes())
+    except FileNotFoundError:
+        return []
+    return head[1] if head is not None else []
+
+
+def _end_of(tail: _Tail) -> End:
+    return (tail.next_seq - 1, tail.hash, tail.count)
 
 
 # What an interrupted create can leave beside its journal: atomic_write's temp files.
@@ -1559,6 +1849,10 @@ def _create_leftovers(sdir: Path) -> bool:
         return False
     for name in names:
         if _CREATE_TEMP.fullmatch(name) or name == "checkpoints":
+            continue
+        if name == _HEAD:
+            if any(seq != 0 for seq, _, _ in _head_ends(sdir)):
+                return False
             continue
         if name != _JOURNAL:
             return False

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -270,3 +271,73 @@ def peek_body(line: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ValueError("journal line is not an object")
     return obj
+
+
+# ----------------------------------------------------------------------------- the head
+
+End = tuple[int, str, int]
+"""Where a volume ends: the last record's sequence number, its hash, the message count."""
+
+HEAD_SLOT = 256
+"""Bytes per slot of a head file; a head file is two slots."""
+
+
+def encode_head_slot(generation: int, ends: Sequence[End]) -> bytes:
+    """One slot of a head file: which ends the journal may have, checksummed.
+
+    A head file records where the journal ends, outside the journal, so that a journal
+    cut at a line boundary or deleted is damage rather than a shorter session. It is
+    two fixed slots written in turn (``generation % 2``): a write torn by a crash
+    spoils only the slot it was writing, and the other one still holds the previous
+    head. A slot is one JSON line padded with spaces, so ``cat head`` reads it.
+    Normally it names one end; during a rewrite it names the old volume's end and
+    the new one's, since a crash may leave either.
+    """
+    body = _ENCODER.encode({"g": generation, "e": [list(end) for end in ends]})
+    check = hashlib.sha256(body.encode()).hexdigest()[:16]
+    slot = f'{body[:-1]},"x":"{check}"}}'.encode()
+    if len(slot) >= HEAD_SLOT:
+        raise ValueError("a head names at most a few ends")
+    return slot.ljust(HEAD_SLOT - 1) + b"\n"
+
+
+def decode_head(data: bytes) -> tuple[int, list[End]] | None:
+    """The newest valid slot of a head file's bytes: its generation and ends.
+
+    Returns ``None`` when no slot is valid (both damaged: the caller reports it).
+    """
+    best: tuple[int, list[End]] | None = None
+    for start in (0, HEAD_SLOT):
+        slot = data[start : start + HEAD_SLOT].strip()
+        try:
+            obj = json.loads(slot)
+            generation, raw_ends, check = obj["g"], obj["e"], obj["x"]
+            body = _ENCODER.encode({"g": generation, "e": raw_ends})
+            if hashlib.sha256(body.encode()).hexdigest()[:16] != check:
+                continue
+            ends = [(int(n), str(h), int(c)) for n, h, c in raw_ends]
+        except (ValueError, TypeError, KeyError):
+            continue
+        if type(generation) is int and ends and (best is None or generation > best[0]):
+            best = (generation, ends)
+    return best
+
+
+def missing_end(
+    ends: Sequence[End], last_seq: int, hash_at: Callable[[int], str | None]
+) -> End | None:
+    """The recorded end a volume fails to reach, or ``None`` when it reaches one.
+
+    A volume reaches an end ``(n, hash, count)`` when it holds record ``n`` with that
+    hash: it may hold more (records appended since the head was written, in the
+    current turn or before a crash). ``hash_at(n)`` gives the hash of record ``n``
+    when the caller has it at hand, ``None`` when finding it would cost a read (the
+    record's presence is then enough here; full reads check the hash).
+    """
+    for end in ends:
+        seq, digest, _ = end
+        if seq <= last_seq:
+            known = hash_at(seq)
+            if known is None or known == digest:
+                return None
+    return ends[-1]

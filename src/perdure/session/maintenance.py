@@ -90,7 +90,8 @@ class Damage:
             unreadable (a damaged SQLite file, say).
         kind: the kind of damage as the store names it (``bad_hash``, ``bad_line``,
             ``bad_payload``, ``bad_sequence``, ``broken_chain``, ``bad_state``,
-            ``bad_checkpoint``, ``bad_database``), or ``unreadable`` for an I/O error.
+            ``bad_checkpoint``, ``bad_database``, ``truncated``: a journal ending
+            before the end its head file records), or ``unreadable`` for an I/O error.
         detail: the store's one-line description (never message content).
         file: the damaged file (file stores) or database file, when known.
         offset: the byte offset of the damage in ``file`` (file stores).
@@ -181,7 +182,9 @@ class SessionRepair:
         kinds: the kind of each moved record (``bad_hash`` or ``bad_line``).
         quarantine_path: the file the records were moved to (``None`` in a dry run).
         detail: why the session was not repaired, for ``unrepairable`` and ``locked``;
-            for a ``meta.json`` rebuilt from the journal, that it was (or would be).
+            what was (or would be) done outside quarantine: a ``meta.json`` rebuilt
+            from the journal, a truncated journal accepted with how many messages
+            were lost.
     """
 
     session_id: str
@@ -608,17 +611,42 @@ async def _heal(
     assert session_id is not None
     reports.clear()
     try:
-        rebuilt = _is_meta_damage(found) and await healer.rebuild_meta(session_id)
+        detail = await _fix_outside_records(healer, found, plan=False)
         await healer.get(session_id)
     except SessionLockedError as exc:
         return SessionRepair(session_id, "locked", found, detail=exc.message)
     except (SessionCorruptedError, SessionNotFoundError) as exc:
         return _repair(session_id, "unrepairable", found, reports, detail=exc.message)
-    status: RepairStatus = "repaired" if reports or rebuilt else "clean"
-    return _repair(session_id, status, found, reports, detail=_REBUILT if rebuilt else None)
+    status: RepairStatus = "repaired" if reports or detail else "clean"
+    return _repair(session_id, status, found, reports, detail=detail)
 
 
-_REBUILT = "meta.json rebuilt from the journal's first record"
+async def _fix_outside_records(store: FileSessionStore, found: Damage, *, plan: bool) -> str | None:
+    """Repair what lies outside the journal's records; say what was (would be) done.
+
+    A lost or unreadable ``meta.json`` is rebuilt from the journal's first record. A
+    journal that ends before its head (``truncated``) and is otherwise intact is
+    accepted as it is: the lost records cannot come back, and the report says how
+    many messages were lost. Quarantine handles the rest.
+    """
+    session_id = found.session_id
+    assert session_id is not None
+    if _is_meta_damage(found) and await store.rebuild_meta(session_id):
+        return (
+            "meta.json would be rebuilt from the journal's first record"
+            if plan
+            else "meta.json rebuilt from the journal's first record"
+        )
+    if found.kind == "truncated":
+        accepted = await store.accept_journal_end(session_id)
+        if accepted is not None:
+            recorded, held = accepted
+            verb = "would accept" if plan else "accepted"
+            return (
+                f"{verb} the journal as it ends: {held} messages; its head recorded "
+                f"{recorded}, so {max(recorded - held, 0)} acknowledged messages are lost"
+            )
+    return None
 
 
 def _is_meta_damage(found: Damage) -> bool:
@@ -657,14 +685,13 @@ async def _plan(strict: FileSessionStore, found: Damage) -> SessionRepair:
             quarantine_dir=Path(scratch) / "quarantine",
         )
         try:
-            rebuilt = _is_meta_damage(found) and await rehearsal.rebuild_meta(session_id)
+            detail = await _fix_outside_records(rehearsal, found, plan=True)
             await rehearsal.get(session_id)
         except (SessionCorruptedError, SessionNotFoundError) as exc:
             return _repair(session_id, "unrepairable", found, reports, detail=exc.message)
         finally:
             rehearsal.close()
-    status: RepairStatus = "would_repair" if reports or rebuilt else "clean"
-    detail = "meta.json would be rebuilt from the journal's first record" if rebuilt else None
+    status: RepairStatus = "would_repair" if reports or detail else "clean"
     return _repair(session_id, status, found, reports, detail=detail, plan=True)
 
 
