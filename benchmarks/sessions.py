@@ -9,7 +9,9 @@ neighbour slows both alike (append + fsync of the same bytes to one file for the
 file store; one SQLite insert per transaction with synchronous=FULL for the SQLite
 store), the non-durable append rate, the time to
 resume (read and verify) the whole session, the time to read its last page of 50,
-and its bytes on disk against the raw message bytes.
+and its bytes on disk against the raw message bytes; then the cost of a whole turn
+(writer lock, two durable appends, release: the file store records the journal's
+end in its head file there, one more fsync per turn) in microseconds and in floors.
 
 Targets (issue 3): durable append <= 1.5x the floor; non-durable >= 20,000 msg/s;
 tail page of 50 at 100k <= 2 ms and within 2x of the same read at 1k; resume of
@@ -158,19 +160,31 @@ async def measure(
             result = await durable.commit("bench", history, expected_tail=tail)
             times.append(time.perf_counter() - start)
             tail = result.tail
-    floor.close()
     append_s = statistics.median(times)
+    # Whole turns as a Session runs them: take the lock, append a question and an
+    # answer, release (the file store then records the journal's end in its head
+    # file: one more fsync per turn). Compared with the floor of the same run.
+    turn_times = []
+    for _ in range(max(10, appends // 4)):
+        floor_times.append(floor.once())
+        start = time.perf_counter()
+        async with durable.writer_lock("bench"):
+            for _ in range(2):
+                history.append(message(len(history)))
+                tail = (await durable.commit("bench", history, expected_tail=tail)).tail
+        turn_times.append(time.perf_counter() - start)
+    floor.close()
 
     fast = make(work, "none")
     count = min(2000, max(200, size // 10))
     # Warm up: a new store instance reads the session's tail once before its first
     # append; the rate is about the appends after that.
-    history.append(message(size + appends))
+    history.append(message(len(history)))
     tail = (await fast.commit("bench", history, expected_tail=tail)).tail
     async with fast.writer_lock("bench"):
         start = time.perf_counter()
-        for i in range(count):
-            history.append(message(size + appends + 1 + i))
+        for _ in range(count):
+            history.append(message(len(history)))
             tail = (await fast.commit("bench", history, expected_tail=tail)).tail
         rate = count / (time.perf_counter() - start)
 
@@ -195,6 +209,7 @@ async def measure(
     return {
         "floor_us": statistics.median(floor_times) * 1e6,
         "append_us": append_s * 1e6,
+        "turn_us": statistics.median(turn_times) * 1e6,
         "rate": rate,
         "resume_ms": min(resume) * 1e3,
         "page_ms": statistics.median(pages) * 1e3,
@@ -228,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         header = (
             f"{'store':<7}{'msgs':>8}{'append us':>11}{'floor us':>10}{'x floor':>9}"
             f"{'nodur msg/s':>13}{'resume ms':>11}{'tail50 ms':>11}{'disk x':>8}"
+            f"{'turn us':>9}{'turn x':>8}"
         )
         print(header)
         print("-" * len(header))
@@ -242,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{kind:<7}{size:>8}{r['append_us']:>11.0f}"
                     f"{floor_us:>10.0f}{r['append_us'] / floor_us:>9.2f}"
                     f"{r['rate']:>13.0f}{r['resume_ms']:>11.1f}{r['page_ms']:>11.2f}{r['disk_ratio']:>8.2f}"
+                    f"{r['turn_us']:>9.0f}{r['turn_us'] / floor_us:>8.2f}"
                 )
                 sys.stdout.flush()
                 shutil.rmtree(work)
