@@ -6,7 +6,10 @@ import asyncio
 import datetime as dt
 import json
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -427,6 +430,64 @@ def test_gc_skips_a_session_another_writer_holds(tmp_path: Path) -> None:
     assert [(s.session_id, s.code) for s in report.skipped] == [("a", "session_locked")]
     assert [e.session_id for e in report.expired] == ["b"]
     assert [m.session_id for m in run(store.list())] == ["a"]
+
+
+KILLED_FORK = """
+import asyncio, os, signal, sys
+from perdure.session import FileSessionStore
+
+async def main():
+    store = FileSessionStore(sys.argv[1])
+    async with store.writer_lock(sys.argv[2]):  # as Session.fork does
+        await store.create(sys.argv[2])
+        os.kill(os.getpid(), signal.SIGKILL)  # before the history is committed
+
+asyncio.run(main())
+"""
+
+
+def test_gc_removes_what_killed_seals_and_forks_left_and_nothing_else(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"])
+    session = Session(store, "a")
+    Agent(model=ScriptedModel([]), session_manager=session)
+    checkpoint = run(session.list_checkpoints())[0]
+    forked = run(session.fork(checkpoint.checkpoint_id))  # a fork that completed
+    Agent(model=ScriptedModel([]), session_manager=Session(store, "empty"))  # a user's
+    script = tmp_path / "fork.py"
+    script.write_text(KILLED_FORK)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "data"), "orphan"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert done.returncode == -signal.SIGKILL
+    # A seal killed between its temp manifest and the rename leaves this:
+    temp = store.session_dir("a") / f".manifest.json.{'5' * 32}.tmp"
+    temp.write_bytes(b'{"format": "perdure-manifest/1", "segm')
+    ids = {m.session_id for m in run(store.list())}
+    assert ids == {"a", "empty", "orphan", forked}
+
+    report = run(gc_store(store, keep_checkpoints=5))  # a dry run
+    assert (report.orphans, report.temp_files) == (("orphan",), (str(temp),))
+    assert temp.exists()
+    assert store.session_dir("orphan").exists()
+
+    async def while_held() -> Any:
+        async with FileSessionStore(tmp_path / "data").writer_lock("orphan"):
+            return await gc_store(store, keep_checkpoints=5, dry_run=False)
+
+    held = run(while_held())  # a writer holds it: left alone
+    assert held.orphans == ()
+    assert ("orphan", "session_locked") in [(s.session_id, s.code) for s in held.skipped]
+    assert store.session_dir("orphan").exists()
+    assert not temp.exists()  # session "a" was free: its temp file went
+
+    applied = run(gc_store(store, keep_checkpoints=5, dry_run=False))
+    assert applied.orphans == ("orphan",)
+    assert {m.session_id for m in run(store.list())} == {"a", "empty", forked}
+    assert run(verify_store(store)).clean
+    assert run(gc_store(store, keep_checkpoints=5, dry_run=False)).orphans == ()
 
 
 def test_gc_arguments_are_checked() -> None:

@@ -160,6 +160,18 @@ class Segmentation:
 
 
 @dataclass(frozen=True)
+class StoreLeftovers:
+    """What killed writers left in a file store (see ``collect_leftovers``)."""
+
+    temp_files: tuple[str, ...]
+    """Paths of temp files of interrupted writes."""
+    orphans: tuple[str, ...]
+    """Ids of provisional sessions whose history never came (a fork killed halfway)."""
+    locked: tuple[str, ...]
+    """Ids of sessions with leftovers, left alone because a writer holds them."""
+
+
+@dataclass(frozen=True)
 class SessionRecoveryReport:
     """What quarantine recovery moved out of a session: counts and positions, no content."""
 
@@ -460,6 +472,11 @@ class FileSessionStore:
 
     def _create(self, session_id: str, exist_ok: bool) -> SessionMeta:
         sdir = self.session_dir(session_id)
+        # A create made while the caller holds the writer lock is one step of a larger
+        # operation (Session.fork: create, then commit the history, under one hold).
+        # Its genesis record says so: until a commit follows, it is provisional, and a
+        # provisional session nobody holds is what a killed operation left (gc).
+        provisional = self._locks.is_held(session_id)
         with self._guard, self._locks.for_write(session_id):
             if (sdir / _META).exists():
                 if exist_ok:
@@ -473,10 +490,17 @@ class FileSessionStore:
                 shutil.rmtree(sdir)
             sdir.mkdir(parents=True)
             created = utc_now()
-            line, first = journal.encode_record(
-                GENESIS,
-                {"n": 0, "c": 0, "t": "s", "s": {}, "created": created, "id": uuid.uuid4().hex},
-            )
+            genesis: dict[str, Any] = {
+                "n": 0,
+                "c": 0,
+                "t": "s",
+                "s": {},
+                "created": created,
+                "id": uuid.uuid4().hex,
+            }
+            if provisional:
+                genesis["provisional"] = 1
+            line, first = journal.encode_record(GENESIS, genesis)
             durable = self.durability != "none"
             atomic_write(sdir / _JOURNAL, line, durable=durable)
             fd = self._write_head_slot(sdir, [(0, first, 0)])
@@ -684,6 +708,59 @@ class FileSessionStore:
             self._write_head(sdir, [_end_of(tail)])
             self._forget(session_id)
             return (recorded[-1][2] if recorded else 0), tail.count
+
+    async def collect_leftovers(self, *, dry_run: bool = True) -> StoreLeftovers:
+        """Find (and unless ``dry_run`` remove) what killed writers left behind.
+
+        Two kinds, both removed under the session's writer lock, so nothing a live
+        writer is doing is touched (a session whose lock is held is reported in
+        ``locked`` and left alone):
+
+        - temp files of interrupted atomic replacements (``.manifest.json.<hex>.tmp``
+          from a seal, ``.meta.json.…``, ``.journal.jsonl.…``, attachments'), and an
+          uncommitted ``rewrite.jsonl.tmp`` (its rewrite rolls back, as the next
+          writer would do);
+        - provisional sessions: created under a writer lock by an operation that was
+          to commit their history under the same hold (``Session.fork``) and died
+          first — a genesis record marked provisional and nothing else.
+        """
+        return await asyncio.to_thread(self._collect_leftovers, dry_run)
+
+    def _collect_leftovers(self, dry_run: bool) -> StoreLeftovers:
+        base = self.root / "sessions"
+        temps: builtins.list[str] = []
+        orphans: builtins.list[str] = []
+        locked: builtins.list[str] = []
+        if not base.is_dir():
+            return StoreLeftovers((), (), ())
+        for sdir in sorted(base.iterdir()):
+            sid = sdir.name
+            if not _is_session_name(sid) or not sdir.is_dir():
+                continue
+            if not _temp_files(sdir) and not _is_provisional_orphan(sdir):
+                continue
+            try:
+                self._locks.acquire(sid)  # never reuses a hold: a turn may be running here
+            except SessionLockedError:
+                locked.append(sid)
+                continue
+            try:
+                with self._guard:
+                    found, orphan = _temp_files(sdir), _is_provisional_orphan(sdir)
+                    temps.extend(str(path) for path in found)
+                    if orphan:
+                        orphans.append(sid)
+                    if dry_run:
+                        continue
+                    for path in found:
+                        path.unlink(missing_ok=True)
+                    if orphan:
+                        self._delete(sid)
+                    elif found:
+                        self._sync_dirs(sdir)
+            finally:
+                self._locks.release(sid)
+        return StoreLeftovers(tuple(temps), tuple(orphans), tuple(locked))
 
     def _meta_missing(self, session_id: str, sdir: Path) -> SessionCorruptedError:
         return self._corrupted(
@@ -1869,6 +1946,45 @@ def _create_leftovers(sdir: Path) -> bool:
             if not isinstance(body.get("created"), str):
                 return False
     return True
+
+
+# atomic_write's temp names (see perdure._fs): ".<name>.<32 hex>.tmp".
+_ATOMIC_TEMP = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
+
+
+def _temp_files(sdir: Path) -> list[Path]:
+    """Temp files killed writers left in a session directory and its attachments."""
+    found: list[Path] = []
+    for directory in (sdir, sdir / _ATTACHMENTS):
+        try:
+            names = os.listdir(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        found.extend(
+            directory / name
+            for name in names
+            if _ATOMIC_TEMP.fullmatch(name) or (directory == sdir and name == _REWRITE_TMP)
+        )
+    return sorted(found)
+
+
+def _is_provisional_orphan(sdir: Path) -> bool:
+    """Whether ``sdir`` is a provisional session (see ``FileSessionStore._create``) whose
+    history never came: its journal holds only the genesis record marked provisional,
+    and the directory nothing but that journal, its head, meta.json and temp files."""
+    try:
+        names = set(os.listdir(sdir))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    names = {name for name in names if not _ATOMIC_TEMP.fullmatch(name)}
+    if not names <= {_META, _JOURNAL, _HEAD} or _META not in names or _JOURNAL not in names:
+        return False
+    try:
+        scanned = journal.scan((sdir / _JOURNAL).read_bytes())
+    except (JournalDamage, OSError):
+        return False
+    records = scanned.records
+    return len(records) == 1 and records[0].type == "s" and records[0].body.get("provisional") == 1
 
 
 def _is_session_name(name: str) -> bool:

@@ -50,7 +50,7 @@ from perdure.errors import (
     SessionNotFoundError,
 )
 from perdure.session.checkpoints import CheckpointStore
-from perdure.session.file_store import FileSessionStore, SessionRecoveryReport
+from perdure.session.file_store import FileSessionStore, SessionRecoveryReport, StoreLeftovers
 from perdure.session.ids import validate_session_id
 from perdure.session.store import SessionMeta, SessionStore
 from perdure.session.ulid import is_ulid
@@ -293,6 +293,10 @@ class GcReport:
         expired: sessions inactive for longer than the TTL.
         pruned: checkpoints beyond the newest ``keep_checkpoints`` of a session.
         skipped: sessions left alone (locked by a writer, damaged metadata).
+        temp_files: temp files of writes a kill interrupted (file stores: a seal's
+            ``.manifest.json.<hex>.tmp``, …), removed under the session's writer lock.
+        orphans: sessions a fork killed halfway left without their history (file
+            stores: created provisionally, never committed), deleted likewise.
     """
 
     dry_run: bool
@@ -303,6 +307,8 @@ class GcReport:
     expired: tuple[ExpiredSession, ...]
     pruned: tuple[PrunedCheckpoint, ...]
     skipped: tuple[SkippedSession, ...] = ()
+    temp_files: tuple[str, ...] = ()
+    orphans: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data."""
@@ -315,6 +321,8 @@ class GcReport:
             "expired": [asdict(e) for e in self.expired],
             "pruned": [asdict(p) for p in self.pruned],
             "skipped": [asdict(s) for s in self.skipped],
+            "temp_files": list(self.temp_files),
+            "orphans": list(self.orphans),
         }
 
 
@@ -734,6 +742,9 @@ async def gc_store(
     A session whose ``updated_at`` is more than ``ttl_seconds`` before ``now`` is
     deleted with its checkpoints. Every other session keeps its newest
     ``keep_checkpoints`` checkpoints; older ones are deleted, whatever their trigger.
+    In a file store, what killed writers left is collected too (see
+    :meth:`FileSessionStore.collect_leftovers`): temp files of interrupted writes and
+    sessions a killed fork left without their history.
 
     Args:
         store: the store to clean.
@@ -767,10 +778,20 @@ async def gc_store(
     elif not isinstance(now, _dt.datetime) or now.utcoffset() is None:
         raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
     checkpoints = _checkpoint_store(store) if keep_checkpoints is not None else None
+    leftovers = (
+        await store.collect_leftovers(dry_run=dry_run)
+        if isinstance(store, FileSessionStore)
+        else StoreLeftovers((), (), ())
+    )
     metas, listing_damage = await _walk(store)
+    metas = [m for m in metas if m.session_id not in leftovers.orphans]
     skipped = [
         SkippedSession(d.session_id, "session_store_corrupted", d.detail) for d in listing_damage
     ]
+    skipped.extend(
+        SkippedSession(sid, "session_locked", "leftovers of a killed writer; a writer holds it")
+        for sid in leftovers.locked
+    )
     expired: list[ExpiredSession] = []
     pruned: list[PrunedCheckpoint] = []
     for meta in metas:
@@ -802,6 +823,8 @@ async def gc_store(
         expired=tuple(expired),
         pruned=tuple(pruned),
         skipped=tuple(skipped),
+        temp_files=leftovers.temp_files,
+        orphans=leftovers.orphans,
     )
 
 
