@@ -235,6 +235,27 @@ def test_a_truncated_journal_is_reported_and_repair_accepts_the_loss_out_loud(
     assert len(run(store.get("b")).messages) == held < 4
 
 
+@pytest.mark.parametrize("damage", ["deleted", "garbage"])
+def test_a_lost_head_file_is_reported_and_rebuilt_from_the_journal(
+    tmp_path: Path, damage: str
+) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"], checkpoints=0)
+    before = run(store.get("a")).messages
+    head = store.session_dir("a") / "head"
+    if damage == "deleted":
+        head.unlink()
+    else:
+        head.write_bytes(b"\x00" * 512)
+    assert run(verify_store(store)).damaged_sessions == ("a",)
+    applied = run(repair_store(store, dry_run=False))
+    assert [(s.status, "head file was lost" in str(s.detail)) for s in applied.sessions] == [
+        ("repaired", True)
+    ]
+    assert run(FileSessionStore(tmp_path / "data").get("a")).messages == before
+    assert run(verify_store(store)).clean
+
+
 def test_an_unreadable_database_is_store_level_damage(tmp_path: Path) -> None:
     path = tmp_path / "p.db"
     path.write_bytes(b"this is not a database" * 200)

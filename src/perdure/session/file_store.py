@@ -426,6 +426,7 @@ class FileSessionStore:
     @contextlib.asynccontextmanager
     async def _turn(self, session_id: str) -> AsyncIterator[None]:
         async with self._locks.hold(session_id):
+            self._durable.pop(session_id, None)  # only this hold's appends count
             try:
                 yield
             finally:
@@ -671,17 +672,19 @@ class FileSessionStore:
             finally:
                 os.close(fd)
 
-    async def accept_journal_end(self, session_id: str) -> tuple[int, int] | None:
+    async def accept_journal_end(self, session_id: str) -> tuple[int | None, int] | None:
         """Make the head file name where the journal now ends, accepting lost records.
 
-        For a session whose journal ends before its head (``truncated`` damage) and
-        is otherwise intact: after this, it reads as the shorter history it holds.
+        For a session whose journal ends before its head (``truncated`` damage), or
+        whose head file is missing or unreadable, and is otherwise intact: after
+        this, it reads as the history its journal holds.
         The loss is not undone, only acknowledged: ``perdure repair --apply`` does
         this and reports it. Takes the writer lock; durable on return.
 
         Returns:
             ``(messages the head recorded, messages the journal holds)`` when the
-            head was reset, ``None`` when the journal already reached it.
+            head was reset (the first is ``None`` when the head was missing or
+            unreadable), ``None`` when the journal already reached it.
 
         Raises:
             SessionNotFoundError: no such session.
@@ -691,7 +694,7 @@ class FileSessionStore:
         validate_session_id(session_id)
         return await asyncio.to_thread(self._accept_journal_end, session_id)
 
-    def _accept_journal_end(self, session_id: str) -> tuple[int, int] | None:
+    def _accept_journal_end(self, session_id: str) -> tuple[int | None, int] | None:
         sdir = self.session_dir(session_id)
         with self._guard, self._locks.for_write(session_id):
             self._finish_pending(session_id, sdir)
@@ -699,7 +702,8 @@ class FileSessionStore:
                 self._read_all(session_id, sdir, 0)
                 return None
             except SessionCorruptedError as exc:
-                if exc.details.get("kind") != "truncated":
+                head_damage = Path(str(exc.details.get("file"))).name == _HEAD
+                if exc.details.get("kind") != "truncated" and not head_damage:
                     raise
             recorded = _head_ends(sdir)
             self._read_all(session_id, sdir, 0, check_head=False)  # nothing else is wrong
@@ -707,7 +711,7 @@ class FileSessionStore:
             tail = self._writable_tail(session_id, sdir, check_head=False)
             self._write_head(sdir, [_end_of(tail)])
             self._forget(session_id)
-            return (recorded[-1][2] if recorded else 0), tail.count
+            return (recorded[-1][2] if recorded else None), tail.count
 
     async def collect_leftovers(self, *, dry_run: bool = True) -> StoreLeftovers:
         """Find (and unless ``dry_run`` remove) what killed writers left behind.

@@ -633,9 +633,9 @@ async def _fix_outside_records(store: FileSessionStore, found: Damage, *, plan: 
     """Repair what lies outside the journal's records; say what was (would be) done.
 
     A lost or unreadable ``meta.json`` is rebuilt from the journal's first record. A
-    journal that ends before its head (``truncated``) and is otherwise intact is
-    accepted as it is: the lost records cannot come back, and the report says how
-    many messages were lost. Quarantine handles the rest.
+    journal that ends before its head (``truncated``), or whose head file is lost,
+    and is otherwise intact is accepted as it is: the lost records cannot come back,
+    and the report says how many messages were lost. Quarantine handles the rest.
     """
     session_id = found.session_id
     assert session_id is not None
@@ -645,11 +645,13 @@ async def _fix_outside_records(store: FileSessionStore, found: Damage, *, plan: 
             if plan
             else "meta.json rebuilt from the journal's first record"
         )
-    if found.kind == "truncated":
+    if found.kind == "truncated" or (found.file is not None and Path(found.file).name == "head"):
         accepted = await store.accept_journal_end(session_id)
         if accepted is not None:
             recorded, held = accepted
             verb = "would accept" if plan else "accepted"
+            if recorded is None:
+                return f"{verb} the journal as it ends ({held} messages): its head file was lost"
             return (
                 f"{verb} the journal as it ends: {held} messages; its head recorded "
                 f"{recorded}, so {max(recorded - held, 0)} acknowledged messages are lost"
