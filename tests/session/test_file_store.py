@@ -8,6 +8,9 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -573,6 +576,43 @@ def test_either_volume_of_an_interrupted_rewrite_agrees_with_its_head(tmp_path: 
     (sdir / "head").write_bytes(journal_module.encode_head_slot(10, old_head[1]) * 2)
     with pytest.raises(SessionCorruptedError):
         run(FileSessionStore(tmp_path / "data").get("s"))
+
+
+REWRITE_KILLED_AT_ITS_COMMIT_POINT = """
+import asyncio, os, signal, sys
+from perdure.session import FileSessionStore
+from perdure.session import file_store as fs_module
+
+real_replace = os.replace
+def replace(source, target):
+    if str(source).endswith("rewrite.jsonl.tmp"):
+        os.kill(os.getpid(), signal.SIGKILL)  # just before the rewrite's commit point
+    real_replace(source, target)
+fs_module.os.replace = replace
+
+async def main():
+    store = FileSessionStore(sys.argv[1])
+    history = (await store.get("s")).messages
+    await store.commit("s", history[-2:], rewritten=True)
+
+asyncio.run(main())
+"""
+
+
+def test_rewrites_killed_before_their_commit_point_never_fake_damage(tmp_path: Path) -> None:
+    _, history = turns(tmp_path)
+    script = tmp_path / "rewrite.py"
+    script.write_text(REWRITE_KILLED_AT_ITS_COMMIT_POINT)
+    for _ in range(4):  # each leaves its new end in the head, the old volume in place
+        done = subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "data")],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            check=False,
+        )
+        assert done.returncode == -signal.SIGKILL
+        assert run(FileSessionStore(tmp_path / "data").get("s")).messages == history
+    run(FileSessionStore(tmp_path / "data").commit("s", history[-2:], rewritten=True))
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == history[-2:]
 
 
 def test_a_session_from_before_head_files_reads_and_gains_one(tmp_path: Path) -> None:

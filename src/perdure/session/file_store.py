@@ -28,9 +28,11 @@ Guarantees:
   the store's writer thread. Everything heavier — reading a tail from disk, rewrites,
   sealing, attachments — runs on the writer thread.
 - **Crash-healing**: a torn last line (an append interrupted by a crash) is not
-  corruption: readers ignore it and the next writer truncates it. A bad line in the
-  middle, a broken chain or a bad payload raises ``SessionCorruptedError`` with the
-  file, byte offset and kind of damage in ``err.details``; with
+  corruption: readers ignore it and the next writer truncates it. A last record
+  that verifies but lost its newline (or whose newline became another byte) is no
+  torn append: it is kept, and the next writer puts the newline back. A bad line
+  in the middle, a broken chain or a bad payload raises ``SessionCorruptedError``
+  with the file, byte offset and kind of damage in ``err.details``; with
   ``recovery="quarantine"`` provably bad records are moved to a quarantine directory
   outside the session and the rest is kept, and ``on_recovery`` gets a report.
 - **Segments**: the active journal is sealed into ``segments/`` at ``max_records``
@@ -1694,10 +1696,15 @@ class FileSessionStore:
             os.close(fd)
         new_end: End = (len(bodies) - 1, prev, count)
         self._durable.pop(session_id, None)  # an end of the old volume
-        before = _head_ends(sdir)
-        if old_end is not None and old_end not in before:
-            before.append(old_end)
-        self._write_head(sdir, [*before[-2:], new_end])
+        if old_end is not None:
+            # The old volume's exact end, durable before the head names it (only the
+            # active journal may hold unsynced records: sealed segments were synced).
+            if durable:
+                _fsync_file(sdir / _JOURNAL)
+            before = [old_end]
+        else:
+            before = _head_ends(sdir)[-2:]  # quarantine: the old volume is damaged anyway
+        self._write_head(sdir, [*before, new_end])
         os.replace(tmp, sdir / _REWRITE)  # the commit point
         if durable:
             fsync_dir(sdir)
