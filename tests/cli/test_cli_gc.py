@@ -86,6 +86,32 @@ def test_gc_apply_deletes_only_sessions_past_the_ttl(aged: FileSessionStore) -> 
     assert not aged.session_dir("ancient").exists()
 
 
+def test_gc_removes_temp_files_and_empty_forks_killed_writers_left(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["kept"])
+
+    async def killed_fork() -> None:  # the state a fork killed before its commit leaves
+        async with store.writer_lock("orphan"):
+            await store.create("orphan")
+
+    asyncio.run(killed_fork())
+    temp = store.session_dir("kept") / f".manifest.json.{'a' * 32}.tmp"
+    temp.write_bytes(b'{"format": "perdure-manifest/1", "se')
+    url = f"file:{store.root}"
+    dry = perdure("gc", "--store", url, "--ttl", "30d")
+    assert dry.exit_code == 0, dry.output
+    assert "would delete what killed writers left: 1 empty session" in dry.stdout
+    assert "1 temp file" in dry.stdout
+    assert temp.exists()
+    report = json.loads(perdure("gc", "--store", url, "--ttl", "30d", "--json").stdout)
+    assert (report["orphans"], report["temp_files"]) == (["orphan"], [str(temp)])
+    applied = perdure("gc", "--store", url, "--ttl", "30d", "--apply")
+    assert applied.exit_code == 0, applied.output
+    assert "deleted what killed writers left" in applied.stdout
+    assert not temp.exists()
+    assert ids(store) == ["kept"]
+
+
 def test_gc_keeps_the_newest_checkpoints(tmp_path: Path) -> None:
     store = SQLiteSessionStore(tmp_path / "p.db")
     populate(store, ["a", "b"], checkpoints=3)
