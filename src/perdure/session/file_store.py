@@ -431,8 +431,13 @@ class FileSessionStore:
             self._durable.pop(session_id, None)  # only this hold's appends count
             try:
                 yield
-            finally:
-                await self._record_head(session_id)
+            except BaseException:
+                # The block's error is the one to report; a head left behind only
+                # checks less, never claims what is not there.
+                with contextlib.suppress(OSError):
+                    await self._record_head(session_id)
+                raise
+            await self._record_head(session_id)
 
     async def _record_head(self, session_id: str) -> None:
         """Write the end of the journal that the turn made durable into the head file.
