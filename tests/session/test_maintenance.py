@@ -486,12 +486,18 @@ def test_gc_removes_what_killed_seals_and_forks_left_and_nothing_else(tmp_path: 
     # A seal killed between its temp manifest and the rename leaves this:
     temp = store.session_dir("a") / f".manifest.json.{'5' * 32}.tmp"
     temp.write_bytes(b'{"format": "perdure-manifest/1", "segm')
+    # An older version's delete, killed halfway, left this inside sessions/:
+    legacy = tmp_path / "data" / "sessions" / f".deleted-gone-{'7' * 32}"
+    legacy.mkdir()
+    (legacy / "journal.jsonl").write_bytes(b"{}\n")
     ids = {m.session_id for m in run(store.list())}
     assert ids == {"a", "empty", "orphan", forked}
 
     report = run(gc_store(store, keep_checkpoints=5))  # a dry run
-    assert (report.orphans, report.temp_files) == (("orphan",), (str(temp),))
+    assert report.orphans == ("orphan",)
+    assert set(report.temp_files) == {str(temp), str(legacy)}
     assert temp.exists()
+    assert legacy.exists()
     assert store.session_dir("orphan").exists()
 
     async def while_held() -> Any:
@@ -503,6 +509,7 @@ def test_gc_removes_what_killed_seals_and_forks_left_and_nothing_else(tmp_path: 
     assert ("orphan", "session_locked") in [(s.session_id, s.code) for s in held.skipped]
     assert store.session_dir("orphan").exists()
     assert not temp.exists()  # session "a" was free: its temp file went
+    assert not legacy.exists()
 
     applied = run(gc_store(store, keep_checkpoints=5, dry_run=False))
     assert applied.orphans == ("orphan",)

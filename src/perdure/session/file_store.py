@@ -728,9 +728,10 @@ class FileSessionStore:
         ``locked`` and left alone):
 
         - temp files of interrupted atomic replacements (``.manifest.json.<hex>.tmp``
-          from a seal, ``.meta.json.…``, ``.journal.jsonl.…``, attachments'), and an
+          from a seal, ``.meta.json.…``, ``.journal.jsonl.…``, attachments'), an
           uncommitted ``rewrite.jsonl.tmp`` (its rewrite rolls back, as the next
-          writer would do);
+          writer would do), and ``sessions/.deleted-<id>-<hex>`` directories an
+          older version's interrupted delete left;
         - provisional sessions: created under a writer lock by an operation that was
           to commit their history under the same hold (``Session.fork``) and died
           first — a genesis record marked provisional and nothing else.
@@ -746,6 +747,11 @@ class FileSessionStore:
             return StoreLeftovers((), (), ())
         for sdir in sorted(base.iterdir()):
             sid = sdir.name
+            if _LEGACY_TRASH.fullmatch(sid) and sdir.is_dir():
+                temps.append(str(sdir))  # a deleted session's remains: nobody writes there
+                if not dry_run:
+                    shutil.rmtree(sdir, ignore_errors=True)
+                continue
             if not _is_session_name(sid) or not sdir.is_dir():
                 continue
             if not _temp_files(sdir) and not _is_provisional_orphan(sdir):
@@ -1919,10 +1925,6 @@ def _end_of(tail: _Tail) -> End:
     return (tail.next_seq - 1, tail.hash, tail.count)
 
 
-# What an interrupted create can leave beside its journal: atomic_write's temp files.
-_CREATE_TEMP = re.compile(r"\.(journal\.jsonl|meta\.json)\.[0-9a-f]{32}\.tmp")
-
-
 def _create_leftovers(sdir: Path) -> bool:
     """Whether ``sdir`` holds only what an interrupted :meth:`FileSessionStore.create`
     leaves: nothing, temp files, or a journal of the one empty record create writes —
@@ -1941,7 +1943,8 @@ def _create_leftovers(sdir: Path) -> bool:
     except NotADirectoryError:
         return False
     for name in names:
-        if _CREATE_TEMP.fullmatch(name) or name == "checkpoints":
+        temp = _ATOMIC_TEMP.fullmatch(name)
+        if (temp and temp.group(1) in (_JOURNAL, _META)) or name == "checkpoints":
             continue
         if name == _HEAD:
             if any(seq != 0 for seq, _, _ in _head_ends(sdir)):
@@ -1966,6 +1969,9 @@ def _create_leftovers(sdir: Path) -> bool:
 
 # atomic_write's temp names (see perdure._fs): ".<name>.<32 hex>.tmp".
 _ATOMIC_TEMP = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
+# Deleted sessions used to wait inside sessions/ under this name before the trash
+# existed; a crash could leave one there. No id starts with "." (see ids.py).
+_LEGACY_TRASH = re.compile(r"\.deleted-.+-[0-9a-f]{32}")
 
 
 def _temp_files(sdir: Path) -> list[Path]:
