@@ -359,7 +359,11 @@ class FileSessionStore:
     async def list(
         self, *, limit: int | None = None, after: str | None = None
     ) -> builtins.list[SessionMeta]:
-        """Session metadata sorted by id (reads no message content)."""
+        """Session metadata sorted by id (reads no message content).
+
+        A session whose ``meta.json`` or head is unreadable or lost, or whose journal
+        falls short of its head, is listed with ``damaged`` set, never skipped.
+        """
         check_list_args(limit, after)
         return await asyncio.to_thread(self._list, limit, after)
 

@@ -125,7 +125,11 @@ class SessionStore(Protocol):
     async def list(
         self, *, limit: int | None = None, after: str | None = None
     ) -> list[SessionMeta]:
-        """Metadata of sessions sorted by id, starting after the id ``after``."""
+        """Metadata of sessions sorted by id, starting after the id ``after``.
+
+        One damaged session neither fails the listing nor is hidden from it: it is
+        listed with :attr:`SessionMeta.damaged` set.
+        """
         ...
 
     async def commit(
