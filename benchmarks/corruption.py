@@ -27,8 +27,10 @@ Kinds (the file flipped; what reads it):
 ``meta``                  ``meta.json``
 ``checkpoint``            the session's ``checkpoints/*.json``
 ``attachment``            ``attachments/<sha256>`` (an image's bytes)
-``session-other``         any other file in the session directory (none on a store
-                          that keeps nothing else; then the kind is empty)
+``session-other``         any other file in the session directory: today the
+                          ``head`` file, two checksummed slots naming the journal's
+                          end (a flip spoils one slot and the reader takes the
+                          other, so its flips are harmless by design)
 ``snapshot-manifest``     ``latest`` and ``snapshots/<ULID>`` blobs of a
                           ``SnapshotSessionManager`` on ``LocalFileStorage``
 ``snapshot-chunk``        its ``chunks/<sha256>`` blobs (plain and zlib)

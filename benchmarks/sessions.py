@@ -13,7 +13,10 @@ its bytes on disk against the raw message bytes, and what ``Session.resume`` of 
 costs an agent with the default conversation manager (a sliding window of 40
 messages, its state stored as a Session stores it): the time to resume (in a fresh
 process, best of 5 after one warm-up) and the peak Python memory it allocates
-(``tracemalloc``), with the growth of the process's peak RSS in the summary.
+(``tracemalloc``), with the growth of the process's peak RSS in the summary; then
+the cost of a whole turn (writer lock, two durable appends, release: the file store
+records the journal's end in its head file there, one more fsync per turn) in
+microseconds and in floors.
 
 Targets (issue 3): durable append <= 1.5x the floor; non-durable >= 20,000 msg/s;
 tail page of 50 at 100k <= 2 ms and within 2x of the same read at 1k; full read of
@@ -227,19 +230,31 @@ async def measure(
             result = await durable.commit("bench", history, expected_tail=tail)
             times.append(time.perf_counter() - start)
             tail = result.tail
-    floor.close()
     append_s = statistics.median(times)
+    # Whole turns as a Session runs them: take the lock, append a question and an
+    # answer, release (the file store then records the journal's end in its head
+    # file: one more fsync per turn). Compared with the floor of the same run.
+    turn_times = []
+    for _ in range(max(10, appends // 4)):
+        floor_times.append(floor.once())
+        start = time.perf_counter()
+        async with durable.writer_lock("bench"):
+            for _ in range(2):
+                history.append(message(len(history)))
+                tail = (await durable.commit("bench", history, expected_tail=tail)).tail
+        turn_times.append(time.perf_counter() - start)
+    floor.close()
 
     fast = make(work, "none")
     count = min(2000, max(200, size // 10))
     # Warm up: a new store instance reads the session's tail once before its first
     # append; the rate is about the appends after that.
-    history.append(message(size + appends))
+    history.append(message(len(history)))
     tail = (await fast.commit("bench", history, expected_tail=tail)).tail
     async with fast.writer_lock("bench"):
         start = time.perf_counter()
-        for i in range(count):
-            history.append(message(size + appends + 1 + i))
+        for _ in range(count):
+            history.append(message(len(history)))
             tail = (await fast.commit("bench", history, expected_tail=tail)).tail
         rate = count / (time.perf_counter() - start)
         # The state as a Session leaves it after its last turn: the window trimmed.
@@ -275,6 +290,7 @@ async def measure(
         "window_rss_mb": windowed["rss_mb"],
         "floor_us": statistics.median(floor_times) * 1e6,
         "append_us": append_s * 1e6,
+        "turn_us": statistics.median(turn_times) * 1e6,
         "rate": rate,
         "resume_ms": min(resume) * 1e3,
         "page_ms": statistics.median(pages) * 1e3,
@@ -313,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         header = (
             f"{'store':<7}{'msgs':>8}{'append us':>11}{'floor us':>10}{'x floor':>9}"
             f"{'nodur msg/s':>13}{'get ms':>10}{'tail50 ms':>11}{'disk x':>8}"
-            f"{'resume ms':>11}{'resume MB':>11}"
+            f"{'resume ms':>11}{'resume MB':>11}{'turn us':>9}{'turn x':>8}"
         )
         print(header)
         print("-" * len(header))
@@ -331,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{floor_us:>10.0f}{r['append_us'] / floor_us:>9.2f}"
                     f"{r['rate']:>13.0f}{r['resume_ms']:>10.1f}{r['page_ms']:>11.2f}"
                     f"{r['disk_ratio']:>8.2f}{r['window_ms']:>11.2f}{r['window_mb']:>11.2f}"
+                    f"{r['turn_us']:>9.0f}{r['turn_us'] / floor_us:>8.2f}"
                 )
                 sys.stdout.flush()
                 shutil.rmtree(work)

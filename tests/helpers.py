@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import sys
@@ -93,3 +94,13 @@ def exit_code(pid: int) -> int:
     """Wait for child ``pid``; its exit code (minus the signal that killed it)."""
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
+
+
+def set_created_at(sdir: Path, created_at: str) -> None:
+    """Make a file-store session look created at ``created_at``, as a store writes it
+    (``meta.json`` carries a sha256 of its fields, so it is rewritten whole)."""
+    from perdure.session import file_store
+
+    meta = json.loads((sdir / "meta.json").read_bytes())
+    data = file_store._meta_bytes(meta["session_id"], created_at, head="head" in meta)
+    (sdir / "meta.json").write_bytes(data)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from helpers import set_created_at
 from perdure import Agent
 from perdure.cli.gc import human_duration, short_time
 from perdure.cli.main import cli
@@ -38,10 +39,7 @@ def populate(store: SessionStore, ids: list[str], *, checkpoints: int = 0) -> No
 def age_file_session(store: FileSessionStore, session_id: str, days: float) -> None:
     """Make a file session look created and last written ``days`` ago (meta and mtime)."""
     when = dt.datetime.now(dt.UTC) - dt.timedelta(days=days)
-    meta_path = store.session_dir(session_id) / "meta.json"
-    meta = json.loads(meta_path.read_bytes())
-    meta["created_at"] = when.isoformat().replace("+00:00", "Z")
-    meta_path.write_text(json.dumps(meta))
+    set_created_at(store.session_dir(session_id), when.isoformat().replace("+00:00", "Z"))
     os.utime(store.session_dir(session_id) / "journal.jsonl", (when.timestamp(),) * 2)
 
 
@@ -84,6 +82,32 @@ def test_gc_apply_deletes_only_sessions_past_the_ttl(aged: FileSessionStore) -> 
     assert report["expired"][0]["idle_seconds"] == pytest.approx(40 * 86400, abs=60)
     assert ids(aged) == ["today"]
     assert not aged.session_dir("ancient").exists()
+
+
+def test_gc_removes_temp_files_and_empty_forks_killed_writers_left(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["kept"])
+
+    async def killed_fork() -> None:  # the state a fork killed before its commit leaves
+        async with store.writer_lock("orphan"):
+            await store.create("orphan")
+
+    asyncio.run(killed_fork())
+    temp = store.session_dir("kept") / f".manifest.json.{'a' * 32}.tmp"
+    temp.write_bytes(b'{"format": "perdure-manifest/1", "se')
+    url = f"file:{store.root}"
+    dry = perdure("gc", "--store", url, "--ttl", "30d")
+    assert dry.exit_code == 0, dry.output
+    assert "would delete what killed writers left: 1 empty session" in dry.stdout
+    assert "1 temp file" in dry.stdout
+    assert temp.exists()
+    report = json.loads(perdure("gc", "--store", url, "--ttl", "30d", "--json").stdout)
+    assert (report["orphans"], report["temp_files"]) == (["orphan"], [str(temp)])
+    applied = perdure("gc", "--store", url, "--ttl", "30d", "--apply")
+    assert applied.exit_code == 0, applied.output
+    assert "deleted what killed writers left" in applied.stdout
+    assert not temp.exists()
+    assert ids(store) == ["kept"]
 
 
 def test_gc_keeps_the_newest_checkpoints(tmp_path: Path) -> None:

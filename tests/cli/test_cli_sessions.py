@@ -120,9 +120,43 @@ def test_list_shows_metadata_never_content(seeded: str) -> None:
 
     data = json.loads(invoke("sessions", "list", "--store", seeded, "--json").stdout)
     assert [s["session_id"] for s in data["sessions"]] == ["s1", "s2"]
-    assert set(data["sessions"][0]) == {"session_id", "created_at", "updated_at", "message_count"}
+    assert set(data["sessions"][0]) == {
+        "session_id",
+        "created_at",
+        "updated_at",
+        "message_count",
+        "damaged",
+    }
     assert data["sessions"][0]["message_count"] == 6
+    assert data["sessions"][0]["damaged"] is None
     assert data["next_after"] is None
+
+
+@pytest.mark.parametrize("damage", ["missing", "unreadable"])
+def test_one_bad_meta_json_is_marked_and_the_rest_listed(tmp_path: Path, damage: str) -> None:
+    url = f"file:{tmp_path / 'data'}"
+    for sid in ("s1", "s2", "s3"):
+        seed(url, sid)
+    meta = tmp_path / "data" / "sessions" / "s2" / "meta.json"
+    if damage == "missing":
+        meta.unlink()
+    else:
+        meta.write_bytes(b"{broken")
+    result = invoke("sessions", "list", "--store", url)
+    assert result.exit_code == 0, result.stderr
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line.strip()}
+    assert rows["s1"][-1] == rows["s3"][-1] == "6"
+    assert rows["s2"][-1] == "damaged"
+    assert "1 session damaged" in result.stdout
+    data = json.loads(invoke("sessions", "list", "--store", url, "--json").stdout)
+    assert [(s["session_id"], s["damaged"] is None) for s in data["sessions"]] == [
+        ("s1", True),
+        ("s2", False),
+        ("s3", True),
+    ]
+    verified = invoke("verify", "--store", url)
+    assert verified.exit_code == EXIT_PROBLEM
+    assert "1 of 3 sessions damaged" in verified.stdout
 
 
 def test_list_pages_with_limit_and_after(seeded: str) -> None:

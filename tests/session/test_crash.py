@@ -64,21 +64,26 @@ _LOOP = textwrap.dedent(
         record = await store.get("c")
         op = record.agent_state.get("op", 0)
         print(f"start {op}", flush=True)
-        # Half the writers hold the writer lock as a Session's turn does: their appends
-        # take the stores' inline paths (on the loop; the file store's fsync in the
-        # kernel, its seal after; the SQLite store's session row remembered).
+        # Half the writers run turns as a Session does, three commits under the
+        # writer lock each: their appends take the stores' inline paths (on the loop;
+        # the file store's fsync in the kernel, its seal after, its head written as
+        # the turn ends; the SQLite store's session row remembered).
         if seed % 4 < 2:
-            async with store.writer_lock("c"):
-                await write_from(store, op)
+            while True:
+                async with store.writer_lock("c"):
+                    op = await write_from(store, op, 3)
         else:
-            await write_from(store, op)
+            await write_from(store, op, None)
 
-    async def write_from(store, op):
-        while True:
+    async def write_from(store, op, commits):
+        while commits is None or commits > 0:
             op += 1
             messages = history(op)
             await store.commit("c", messages, agent_state={"op": op}, rewritten=op % 5 == 0)
             print(f"ack {op}", flush=True)
+            if commits is not None:
+                commits -= 1
+        return op
 
     asyncio.run(main())
     """

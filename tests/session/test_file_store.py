@@ -8,6 +8,9 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ from perdure.session import (
 from perdure.session import file_store as file_store_module
 from perdure.session import journal as journal_module
 from perdure.session.journal import GENESIS, chain_hash
+from perdure.session.maintenance import verify_store
 from perdure.session.memory_store import MemorySessionStore
 from perdure.types import Message
 
@@ -60,7 +64,7 @@ def filled(tmp_path: Path, n: int = 6, **options: Any) -> FileSessionStore:
 def test_layout_and_jq_readable_hash_chained_lines(tmp_path: Path) -> None:
     store = filled(tmp_path)
     sdir = store.session_dir("s")
-    assert sorted(p.name for p in sdir.iterdir()) == ["journal.jsonl", "meta.json"]
+    assert sorted(p.name for p in sdir.iterdir()) == ["head", "journal.jsonl", "meta.json"]
     assert json.loads((sdir / "meta.json").read_text())["session_id"] == "s"
     prev = GENESIS
     lines = journal_of(store, "s").read_bytes().splitlines()
@@ -74,12 +78,17 @@ def test_layout_and_jq_readable_hash_chained_lines(tmp_path: Path) -> None:
 
 
 def test_torn_tail_at_every_byte_of_the_last_record_opens_cleanly(tmp_path: Path) -> None:
-    store = filled(tmp_path)
+    store = FileSessionStore(tmp_path / "data")
+    run(store.create("s"))
+    head = store.session_dir("s") / "head"
+    before = head.read_bytes()  # a crash in the middle of the commit leaves this head
+    run(store.commit("s", conversation(6), agent_state={"state": {"k": 1}}))
     path = journal_of(store, "s")
     data = path.read_bytes()
     last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
     for cut in range(last_start, len(data)):
         path.write_bytes(data[:cut])
+        head.write_bytes(before)
         fresh = FileSessionStore(tmp_path / "data")
         record = run(fresh.get("s"))
         assert record.messages == conversation(6)  # the torn record was the state record
@@ -89,12 +98,37 @@ def test_torn_tail_at_every_byte_of_the_last_record_opens_cleanly(tmp_path: Path
         path.write_bytes(data)
 
 
+@pytest.mark.parametrize("newline", [b"", b" ", b"x", b"\x00", b"}"])
+def test_a_last_record_whose_newline_was_lost_or_changed_is_kept(
+    tmp_path: Path, newline: bytes
+) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    run(store.create("s"))
+    run(store.commit("s", conversation(6)))  # the last record is message 5, fsynced
+    path = journal_of(store, "s")
+    data = path.read_bytes()
+    path.write_bytes(data[:-1] + newline)
+    reader = FileSessionStore(tmp_path / "data")
+    assert run(reader.get("s")).messages == conversation(6)
+    assert [m.message_count for m in run(reader.list())] == [6]
+    page = run(reader.history_page("s", 0, 50))
+    assert (page.total, page.messages) == (6, conversation(6))
+    assert run(reader.history_page("s", 5, 1)).messages == conversation(6)[5:]
+    # The next writer puts the newline back and appends after the record: never over it.
+    run(reader.commit("s", conversation(7)))
+    assert path.read_bytes().startswith(data)
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(7)
+
+
 def test_torn_message_record_loses_only_that_unacknowledged_message(tmp_path: Path) -> None:
     store = filled(tmp_path)
+    head = store.session_dir("s") / "head"
+    before = head.read_bytes()  # a crash in the middle of the commit leaves this head
     run(store.commit("s", conversation(7)))
     path = journal_of(store, "s")
     data = path.read_bytes()
     path.write_bytes(data[:-5])
+    head.write_bytes(before)
     assert run(FileSessionStore(tmp_path / "data").get("s")).messages == conversation(6)
 
 
@@ -408,6 +442,256 @@ def test_unreadable_meta_is_corruption_not_absence(tmp_path: Path) -> None:
         run(FileSessionStore(tmp_path / "data").get("s"))
 
 
+def session_with_checkpoint(tmp_path: Path) -> tuple[FileSessionStore, dict[str, bytes]]:
+    """Session "s": two turns through a real agent and a checkpoint; its files' bytes."""
+    store = FileSessionStore(tmp_path / "data")
+    session = Session(store, "s")
+    agent = Agent(model=ScriptedModel(["one", "two"]), session_manager=session)
+    agent("q1")
+    agent("q2")
+    run(session.checkpoint("before"))
+    sdir = store.session_dir("s")
+    return store, {str(p.relative_to(sdir)): p.read_bytes() for p in sdir.rglob("*.json*")}
+
+
+def test_a_missing_meta_json_is_corruption_never_absence_nor_a_wipe(tmp_path: Path) -> None:
+    store, files = session_with_checkpoint(tmp_path)
+    history = run(store.get("s")).messages
+    created = run(store.get("s")).meta.created_at
+    sdir = store.session_dir("s")
+    (sdir / "meta.json").unlink()
+    fresh = FileSessionStore(tmp_path / "data")
+    with pytest.raises(SessionCorruptedError, match=r"meta\.json is missing") as info:
+        run(fresh.get("s"))
+    assert info.value.code == "session_store_corrupted"
+    with pytest.raises(SessionCorruptedError):
+        Session.resume(fresh, "s")
+    with pytest.raises(SessionCorruptedError):
+        run(fresh.history_page("s", 0, 10))
+    with pytest.raises(SessionCorruptedError):
+        run(fresh.commit("s", [*history, text("user", "more")]))
+    with pytest.raises(SessionCorruptedError):
+        run(store.commit("s", [*history, text("user", "more")]))  # a cached tail too
+    with pytest.raises(SessionCorruptedError):
+        run(fresh.create("s", exist_ok=True))
+    with pytest.raises(SessionCorruptedError):
+        run(fresh.create("s"))
+    with pytest.raises(SessionCorruptedError):  # open-or-create restores, never re-creates
+        Agent(model=ScriptedModel(["x"]), session_manager=Session(fresh, "s"))
+    # Nothing was deleted or changed.
+    left = {str(p.relative_to(sdir)): p.read_bytes() for p in sdir.rglob("*.json*")}
+    assert left == {name: data for name, data in files.items() if name != "meta.json"}
+    # Listed, marked damaged.
+    (listed,) = run(fresh.list())
+    assert listed.session_id == "s"
+    assert listed.damaged is not None
+    assert "meta.json" in listed.damaged
+    # Rebuilt from the journal: the same session again.
+    assert run(fresh.rebuild_meta("s")) is True
+    assert run(fresh.rebuild_meta("s")) is False
+    record = run(FileSessionStore(tmp_path / "data").get("s"))
+    assert (record.messages, record.meta.created_at) == (history, created)
+
+
+def test_only_what_an_interrupted_create_leaves_reads_as_no_session(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    run(store.create("s"))
+    sdir = store.session_dir("s")
+    (sdir / "meta.json").unlink()  # create died before writing meta.json
+    (sdir / f".meta.json.{'ab' * 16}.tmp").write_bytes(b"{")
+    assert run(store.list()) == []
+    with pytest.raises(SessionNotFoundError):
+        run(store.get("s"))
+    run(store.create("s"))  # clears its own leftovers
+    assert run(store.get("s")).messages == []
+    assert sorted(p.name for p in sdir.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize("extra", ["attachments/x", "notes.txt", "segments/000001.jsonl"])
+def test_a_create_never_deletes_what_it_did_not_write(tmp_path: Path, extra: str) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    run(store.create("s"))
+    sdir = store.session_dir("s")
+    (sdir / "meta.json").unlink()
+    (sdir / extra).parent.mkdir(exist_ok=True)
+    (sdir / extra).write_bytes(b"keep me")
+    with pytest.raises(SessionCorruptedError):
+        run(store.create("s", exist_ok=True))
+    assert (sdir / extra).read_bytes() == b"keep me"
+    assert [m.damaged is not None for m in run(store.list())] == [True]
+
+
+def turns(tmp_path: Path, n: int = 3, **options: Any) -> tuple[FileSessionStore, list[Message]]:
+    """Session "s" after ``n`` turns of a real agent (each turn ends by writing the head)."""
+    store = FileSessionStore(tmp_path / "data", **options)
+    agent = Agent(
+        model=ScriptedModel([f"a{i}" for i in range(n)]), session_manager=Session(store, "s")
+    )
+    for i in range(n):
+        agent(f"q{i}")
+    return store, run(store.get("s")).messages
+
+
+def assert_truncation_is_damage(root: Path) -> None:
+    store = FileSessionStore(root)
+    journal = store.session_dir("s") / "journal.jsonl"
+    before = journal.read_bytes() if journal.exists() else None
+    with pytest.raises(SessionCorruptedError, match="acknowledged records are missing") as info:
+        run(store.get("s"))
+    assert info.value.details["kind"] == "truncated"
+    with pytest.raises(SessionCorruptedError):
+        run(store.history_page("s", 0, 50))
+    with pytest.raises(SessionCorruptedError):
+        run(store.get("s", offset=1))  # the windowed read a resume makes
+    with pytest.raises(SessionCorruptedError):
+        Session.resume(store, "s")
+    with pytest.raises(SessionCorruptedError):
+        run(store.commit("s", conversation(40)))
+    (listed,) = run(store.list())
+    assert listed.damaged is not None
+    # The writer touched nothing: no truncation "healed", nothing appended.
+    assert (journal.read_bytes() if journal.exists() else None) == before
+
+
+@pytest.mark.parametrize("durability", ["commit", "invocation", "none"])
+def test_a_journal_cut_at_any_line_boundary_is_damage_not_a_shorter_session(
+    tmp_path: Path, durability: Any
+) -> None:
+    store, history = turns(tmp_path, durability=durability)
+    path = journal_of(store, "s")
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    for keep in range(len(lines)):
+        path.write_bytes(b"".join(lines[:keep]))
+        assert_truncation_is_damage(tmp_path / "data")
+    path.write_bytes(data)
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == history
+
+
+def test_a_deleted_journal_or_head_is_damage(tmp_path: Path) -> None:
+    store, _ = turns(tmp_path)
+    sdir = store.session_dir("s")
+    journal = sdir / "journal.jsonl"
+    data = journal.read_bytes()
+    journal.unlink()
+    assert_truncation_is_damage(tmp_path / "data")
+    journal.write_bytes(data)
+    (sdir / "head").unlink()
+    with pytest.raises(SessionCorruptedError, match="head file is missing"):
+        run(FileSessionStore(tmp_path / "data").get("s"))
+    (sdir / "head").write_bytes(b"x" * 512)
+    with pytest.raises(SessionCorruptedError, match="head file is unreadable"):
+        run(FileSessionStore(tmp_path / "data").get("s"))
+
+
+def test_a_sealed_session_cut_back_to_its_segments_is_damage(tmp_path: Path) -> None:
+    store, _ = turns(tmp_path, n=5, segmentation=Segmentation(max_records=4))
+    sdir = store.session_dir("s")
+    assert (sdir / "manifest.json").exists()
+    (sdir / "journal.jsonl").write_bytes(b"")
+    assert_truncation_is_damage(tmp_path / "data")
+
+
+def test_the_head_is_written_once_per_turn_and_only_after_the_journal(tmp_path: Path) -> None:
+    store, history = turns(tmp_path, n=2)
+    sdir = store.session_dir("s")
+    head = journal_module.decode_head((sdir / "head").read_bytes())
+    assert head is not None
+    last = journal_of(store, "s").read_bytes().splitlines()[-1]
+    (seq, digest, count) = head[1][-1]
+    assert (seq, digest, count) == (json.loads(last)["n"], json.loads(last)["h"], len(history))
+    # A torn slot (a crash in the middle of writing it) leaves the other one.
+    generation = head[0]
+    raw = bytearray((sdir / "head").read_bytes())
+    at = (generation % 2) * journal_module.HEAD_SLOT
+    raw[at : at + 10] = b"\x00" * 10
+    (sdir / "head").write_bytes(bytes(raw))
+    older = journal_module.decode_head(bytes(raw))
+    assert older is not None
+    assert older[0] == generation - 1
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == history
+
+
+def test_either_volume_of_an_interrupted_rewrite_agrees_with_its_head(tmp_path: Path) -> None:
+    store, history = turns(tmp_path)
+    sdir = store.session_dir("s")
+    old_volume = tmp_path / "old"
+    shutil.copytree(sdir, old_volume)
+    old_head = journal_module.decode_head((sdir / "head").read_bytes())
+    run(store.commit("s", history[2:], rewritten=True))
+    new_head = journal_module.decode_head((sdir / "head").read_bytes())
+    assert old_head is not None
+    assert new_head is not None
+    assert len(new_head[1]) == 1  # the rewrite is complete: only the new end
+    # Between the head naming both ends and the rename, a crash leaves the old volume;
+    # after it, the new one. Either reads cleanly under a head naming both.
+    both = journal_module.encode_head_slot(9, [*old_head[1], *new_head[1]])
+    for volume, expected in ((old_volume, history), (sdir, history[2:])):
+        target = tmp_path / "check" / "sessions" / "s"
+        shutil.rmtree(target.parent.parent, ignore_errors=True)
+        shutil.copytree(volume, target)
+        (target / "head").write_bytes(both + both)
+        assert run(FileSessionStore(tmp_path / "check").get("s")).messages == expected
+    # And a head naming only the old end does not accept the new volume.
+    (sdir / "head").write_bytes(journal_module.encode_head_slot(10, old_head[1]) * 2)
+    with pytest.raises(SessionCorruptedError):
+        run(FileSessionStore(tmp_path / "data").get("s"))
+
+
+REWRITE_KILLED_AT_ITS_COMMIT_POINT = """
+import asyncio, os, signal, sys
+from perdure.session import FileSessionStore
+from perdure.session import file_store as fs_module
+
+real_replace = os.replace
+def replace(source, target):
+    if str(source).endswith("rewrite.jsonl.tmp"):
+        os.kill(os.getpid(), signal.SIGKILL)  # just before the rewrite's commit point
+    real_replace(source, target)
+fs_module.os.replace = replace
+
+async def main():
+    store = FileSessionStore(sys.argv[1])
+    history = (await store.get("s")).messages
+    await store.commit("s", history[-2:], rewritten=True)
+
+asyncio.run(main())
+"""
+
+
+def test_rewrites_killed_before_their_commit_point_never_fake_damage(tmp_path: Path) -> None:
+    _, history = turns(tmp_path)
+    script = tmp_path / "rewrite.py"
+    script.write_text(REWRITE_KILLED_AT_ITS_COMMIT_POINT)
+    for _ in range(4):  # each leaves its new end in the head, the old volume in place
+        done = subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "data")],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            check=False,
+        )
+        assert done.returncode == -signal.SIGKILL
+        assert run(FileSessionStore(tmp_path / "data").get("s")).messages == history
+    run(FileSessionStore(tmp_path / "data").commit("s", history[-2:], rewritten=True))
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == history[-2:]
+
+
+def test_a_session_from_before_head_files_reads_and_gains_one(tmp_path: Path) -> None:
+    store, history = turns(tmp_path)
+    sdir = store.session_dir("s")
+    (sdir / "head").unlink()
+    meta = json.loads((sdir / "meta.json").read_bytes())
+    del meta["head"], meta["sha256"]  # a meta.json as perdure 0.1 wrote it
+    (sdir / "meta.json").write_text(json.dumps(meta))
+    fresh = FileSessionStore(tmp_path / "data")
+    assert run(fresh.get("s")).messages == history
+    agent = Agent(model=ScriptedModel(["more"]), session_manager=Session(fresh, "s"))
+    agent("again")
+    assert (sdir / "head").exists()
+    journal_of(fresh, "s").write_bytes(b"")
+    with pytest.raises(SessionCorruptedError):
+        run(FileSessionStore(tmp_path / "data").get("s"))
+
+
 # ---------------------------------------------------------------- appends inside a turn
 
 
@@ -436,8 +720,11 @@ async def test_appends_in_a_held_turn_write_on_the_loop_and_sync_apart(
         for end in range(1, 11):
             tail = (await store.commit("s", history[:end], expected_tail=tail)).tail
     # The first append reads the tail from disk on the writer thread; the other nine
-    # are written on the loop and synced through start_fsync.
-    assert len(calls) == 9
+    # are written on the loop and synced through start_fsync; the turn's end syncs
+    # the head file once (another fd): one fsync per turn, none per message.
+    assert len(calls) == 10
+    assert len(set(calls[:9])) == 1
+    assert calls[9] != calls[0]
     assert (await store.get("s")).messages == history
     assert (await FileSessionStore(tmp_path / "data").get("s")).messages == history
 
@@ -574,7 +861,7 @@ async def test_a_large_append_in_a_turn_goes_to_the_writer_thread(
         await store.commit("s", history)
         history.append(text("assistant", "ok"))  # inline again
         await store.commit("s", history)
-    assert len(calls) == 2
+    assert len(calls) == 3  # two inline appends, and the head at the turn's end
     assert (await FileSessionStore(tmp_path / "data").get("s")).messages == history
 
 
@@ -794,3 +1081,23 @@ async def test_a_commit_without_tail_finds_the_last_message_in_a_sealed_segment(
     assert seen[11] == text("assistant", "[redacted]")
     await FileSessionStore(tmp_path / "data").commit("s", [*seen, text("assistant", "y")])
     assert len((await store.get("s")).messages) == 14
+
+
+def test_an_edited_creation_time_in_meta_json_is_damage(tmp_path: Path) -> None:
+    store, history = turns(tmp_path)
+    path = store.session_dir("s") / "meta.json"
+    good = path.read_bytes()
+    created = json.loads(good)["created_at"]
+    for edited in (
+        created.replace("T", "V"),
+        created.replace(created[3], str((int(created[3]) + 1) % 10), 1),
+    ):
+        path.write_bytes(good.replace(created.encode(), edited.encode()))
+        fresh = FileSessionStore(tmp_path / "data")
+        with pytest.raises(SessionCorruptedError, match=r"meta\.json"):
+            run(fresh.get("s"))
+        (listed,) = run(fresh.list())
+        assert listed.damaged is not None
+        assert not run(verify_store(fresh)).clean
+    path.write_bytes(good)
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == history

@@ -14,6 +14,7 @@ from perdure.session.journal import (
     Record,
     chain_hash,
     encode_record,
+    peek_hash,
     scan,
 )
 
@@ -163,3 +164,31 @@ def test_a_record_whose_sequence_number_was_altered_is_no_gap() -> None:
         scan(b"".join([*lines[:2], lines[3]]))
     assert info.value.kind == "bad_hash"
     assert "record 3 where 2 was expected" in info.value.detail
+
+
+@given(st.integers(min_value=0, max_value=255).filter(lambda b: b != 0x0A))
+def test_a_last_record_whose_newline_became_another_byte_is_complete(byte: int) -> None:
+    data, last = lines_of([message_body(0), message_body(1)])
+    scanned = scan(data[:-1] + bytes([byte]))
+    assert not scanned.torn
+    assert [r.seq for r in scanned.records] == [0, 1]
+    assert scanned.last_hash == last
+    assert scanned.end == len(data) - 1  # the writer replaces the one byte after it
+
+
+def test_no_prefix_of_a_record_is_taken_for_a_complete_one() -> None:
+    data, _ = lines_of([message_body(0), message_body(1)])
+    first = data.index(b"\n") + 1
+    for cut in range(first + 1, len(data) - 1):
+        scanned = scan(data[:cut])
+        assert scanned.torn
+        assert [r.seq for r in scanned.records] == [0]
+
+
+def test_a_hash_with_damaged_bytes_is_no_claim() -> None:
+    data, last = lines_of([message_body(0)])
+    line = data.rstrip(b"\n")
+    assert peek_hash(line) == last
+    at = line.index(last.encode())
+    for damaged in (b"\xe1", b"G", b"\x00"):
+        assert peek_hash(line[:at] + damaged + line[at + 1 :]) is None

@@ -6,13 +6,17 @@ import asyncio
 import datetime as dt
 import json
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from session_stores import make_store
 
+from helpers import set_created_at
 from perdure import Agent
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore, maintenance
@@ -67,10 +71,7 @@ def age(store: SessionStore, session_id: str, when: dt.datetime) -> None:
     """Make ``session_id`` look created and last updated at ``when``."""
     if isinstance(store, FileSessionStore):
         # updated_at is the journal's mtime, never earlier than meta.json's created_at
-        meta_path = store.session_dir(session_id) / "meta.json"
-        meta = json.loads(meta_path.read_bytes())
-        meta["created_at"] = when.isoformat().replace("+00:00", "Z")
-        meta_path.write_text(json.dumps(meta))
+        set_created_at(store.session_dir(session_id), when.isoformat().replace("+00:00", "Z"))
         stamp = when.timestamp()
         os.utime(store.session_dir(session_id) / "journal.jsonl", (stamp, stamp))
     else:
@@ -215,7 +216,77 @@ def test_sessions_too_damaged_to_list_are_reported_and_the_walk_goes_on(
     report = run(verify_store(store))
     assert report.damaged_sessions == ("s03", "s04", "s07")
     assert [Path(d.file or "").name for d in report.damage] == ["meta.json"] * 3
-    assert report.sessions_checked == 6  # every other session was still read
+    # Every session counts, the damaged ones too: "3 of 9 damaged", never "3 of 6".
+    assert report.sessions_checked == 9
+
+
+def test_a_missing_meta_json_is_verified_repaired_and_never_expired(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b", "c"])
+    before = run(store.get("b"))
+    (store.session_dir("b") / "meta.json").unlink()
+    report = run(verify_store(store))
+    assert (report.sessions_checked, report.damaged_sessions) == (3, ("b",))
+    assert Path(report.damage[0].file or "").name == "meta.json"
+    gc = run(gc_store(store, ttl_seconds=1, dry_run=True, now=NOW + dt.timedelta(days=9)))
+    assert [e.session_id for e in gc.expired] == ["a", "c"]  # never on guessed metadata
+    assert [(s.session_id, s.code) for s in gc.skipped] == [("b", "session_store_corrupted")]
+    plan = run(repair_store(store))
+    assert [(s.session_id, s.status) for s in plan.sessions] == [("b", "would_repair")]
+    assert not (store.session_dir("b") / "meta.json").exists()
+    applied = run(repair_store(store, dry_run=False))
+    assert [(s.session_id, s.status, s.quarantined) for s in applied.sessions] == [
+        ("b", "repaired", 0)
+    ]
+    assert applied.clean
+    after = run(FileSessionStore(tmp_path / "data").get("b"))
+    assert (after.messages, after.meta.created_at) == (before.messages, before.meta.created_at)
+    assert run(verify_store(store)).clean
+
+
+def test_a_truncated_journal_is_reported_and_repair_accepts_the_loss_out_loud(
+    tmp_path: Path,
+) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a", "b"], checkpoints=0)
+    journal = store.session_dir("b") / "journal.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[:-2]))  # cut at a line boundary
+    report = run(verify_store(store))
+    assert report.damaged_sessions == ("b",)
+    assert report.damage[0].kind == "truncated"
+    plan = run(repair_store(store))
+    (item,) = plan.sessions
+    assert item.status == "would_repair"
+    assert "acknowledged messages are lost" in str(item.detail)
+    assert journal.read_bytes() == b"".join(lines[:-2])
+    applied = run(repair_store(store, dry_run=False))
+    assert [(s.session_id, s.status) for s in applied.sessions] == [("b", "repaired")]
+    assert "accepted" in str(applied.sessions[0].detail)
+    assert run(verify_store(FileSessionStore(tmp_path / "data"))).clean
+    held = json.loads(lines[-3])["c"]  # what the journal still held
+    assert len(run(store.get("b")).messages) == held < 4
+
+
+@pytest.mark.parametrize("damage", ["deleted", "garbage"])
+def test_a_lost_head_file_is_reported_and_rebuilt_from_the_journal(
+    tmp_path: Path, damage: str
+) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"], checkpoints=0)
+    before = run(store.get("a")).messages
+    head = store.session_dir("a") / "head"
+    if damage == "deleted":
+        head.unlink()
+    else:
+        head.write_bytes(b"\x00" * 512)
+    assert run(verify_store(store)).damaged_sessions == ("a",)
+    applied = run(repair_store(store, dry_run=False))
+    assert [(s.status, "head file was lost" in str(s.detail)) for s in applied.sessions] == [
+        ("repaired", True)
+    ]
+    assert run(FileSessionStore(tmp_path / "data").get("a")).messages == before
+    assert run(verify_store(store)).clean
 
 
 def test_an_unreadable_database_is_store_level_damage(tmp_path: Path) -> None:
@@ -360,7 +431,9 @@ def test_repair_remaining_lists_whatever_is_left_damaged(tmp_path: Path) -> None
 def test_damage_quarantine_cannot_pin_is_reported_unrepairable(tmp_path: Path) -> None:
     store = FileSessionStore(tmp_path / "data")
     populate(store, ["a", "b"], checkpoints=2)
+    # meta.json alone is rebuilt from the journal's first record; not when that is bad too.
     (store.session_dir("a") / "meta.json").write_bytes(b"{broken")
+    flip(store.session_dir("a") / "journal.jsonl", b'"created"')
     first = sorted((store.session_dir("b") / "checkpoints").iterdir())[0]
     first.unlink()
     first.mkdir()  # a checkpoint that cannot even be read: no file to move or seal
@@ -369,7 +442,7 @@ def test_damage_quarantine_cannot_pin_is_reported_unrepairable(tmp_path: Path) -
     assert tree(tmp_path) == before
     (item,) = report.sessions
     assert (item.session_id, item.status, item.quarantined) == ("a", "unrepairable", 0)
-    assert "meta.json" in str(item.detail)
+    assert "journal.jsonl" in str(item.detail)
     # everything left damaged: the unrepairable session and the checkpoint file
     assert [(d.session_id, d.kind, d.checkpoint_id) for d in report.remaining] == [
         ("a", item.damage.kind, None),
@@ -673,6 +746,71 @@ def test_gc_skips_a_session_another_writer_holds(tmp_path: Path) -> None:
     assert [(s.session_id, s.code) for s in report.skipped] == [("a", "session_locked")]
     assert [e.session_id for e in report.expired] == ["b"]
     assert [m.session_id for m in run(store.list())] == ["a"]
+
+
+KILLED_FORK = """
+import asyncio, os, signal, sys
+from perdure.session import FileSessionStore
+
+async def main():
+    store = FileSessionStore(sys.argv[1])
+    async with store.writer_lock(sys.argv[2]):  # as Session.fork does
+        await store.create(sys.argv[2])
+        os.kill(os.getpid(), signal.SIGKILL)  # before the history is committed
+
+asyncio.run(main())
+"""
+
+
+def test_gc_removes_what_killed_seals_and_forks_left_and_nothing_else(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"])
+    session = Session(store, "a")
+    Agent(model=ScriptedModel([]), session_manager=session)
+    checkpoint = run(session.list_checkpoints())[0]
+    forked = run(session.fork(checkpoint.checkpoint_id))  # a fork that completed
+    Agent(model=ScriptedModel([]), session_manager=Session(store, "empty"))  # a user's
+    script = tmp_path / "fork.py"
+    script.write_text(KILLED_FORK)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "data"), "orphan"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert done.returncode == -signal.SIGKILL
+    # A seal killed between its temp manifest and the rename leaves this:
+    temp = store.session_dir("a") / f".manifest.json.{'5' * 32}.tmp"
+    temp.write_bytes(b'{"format": "perdure-manifest/1", "segm')
+    # An older version's delete, killed halfway, left this inside sessions/:
+    legacy = tmp_path / "data" / "sessions" / f".deleted-gone-{'7' * 32}"
+    legacy.mkdir()
+    (legacy / "journal.jsonl").write_bytes(b"{}\n")
+    ids = {m.session_id for m in run(store.list())}
+    assert ids == {"a", "empty", "orphan", forked}
+
+    report = run(gc_store(store, keep_checkpoints=5))  # a dry run
+    assert report.orphans == ("orphan",)
+    assert set(report.temp_files) == {str(temp), str(legacy)}
+    assert temp.exists()
+    assert legacy.exists()
+    assert store.session_dir("orphan").exists()
+
+    async def while_held() -> Any:
+        async with FileSessionStore(tmp_path / "data").writer_lock("orphan"):
+            return await gc_store(store, keep_checkpoints=5, dry_run=False)
+
+    held = run(while_held())  # a writer holds it: left alone
+    assert held.orphans == ()
+    assert ("orphan", "session_locked") in [(s.session_id, s.code) for s in held.skipped]
+    assert store.session_dir("orphan").exists()
+    assert not temp.exists()  # session "a" was free: its temp file went
+    assert not legacy.exists()
+
+    applied = run(gc_store(store, keep_checkpoints=5, dry_run=False))
+    assert applied.orphans == ("orphan",)
+    assert {m.session_id for m in run(store.list())} == {"a", "empty", forked}
+    assert run(verify_store(store)).clean
+    assert run(gc_store(store, keep_checkpoints=5, dry_run=False)).orphans == ()
 
 
 def test_gc_arguments_are_checked() -> None:

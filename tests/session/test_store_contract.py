@@ -81,6 +81,36 @@ async def test_bad_session_ids_are_value_errors(store: SessionStore, bad: str) -
         await store.get(bad)
 
 
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ("x" * 201, "201 UTF-8 bytes"),
+        ("é" * 101, "202 UTF-8 bytes"),
+        ("x" * 300, "300 UTF-8 bytes"),
+        (".deleted-x-" + "0" * 32, "reserved"),
+        (".trash", "reserved"),
+        (".hidden", "reserved"),
+    ],
+)
+async def test_too_long_and_reserved_ids_are_refused_up_front(
+    store: SessionStore, bad: str, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        await store.create(bad)
+    with pytest.raises(ValueError, match=problem):
+        await store.commit(bad, conversation(1))
+    assert await store.list() == []
+
+
+async def test_the_longest_id_works_end_to_end(store: SessionStore) -> None:
+    longest = "é" * 100  # 200 UTF-8 bytes: the limit
+    await store.create(longest)
+    async with store.writer_lock(longest):
+        await store.commit(longest, conversation(2))
+    assert (await store.get(longest)).messages == conversation(2)
+    assert [m.session_id for m in await store.list()] == [longest]
+
+
 async def test_commit_appends_only_what_is_new(store: SessionStore) -> None:
     await store.create("s")
     history = conversation(3)

@@ -66,9 +66,10 @@ def gc(
     """Expire inactive sessions, prune old checkpoints (dry run by default).
 
     A session whose last update is older than --ttl is deleted with its checkpoints;
-    every other session keeps its newest --keep-checkpoints checkpoints. Without
-    --apply nothing is deleted and the report says what would be. Exit 1 when a
-    session had to be skipped (locked by a writer, or damaged).
+    every other session keeps its newest --keep-checkpoints checkpoints. In a file
+    store, temp files of killed writes and sessions a killed fork left empty go too.
+    Without --apply nothing is deleted and the report says what would be. Exit 1
+    when a session had to be skipped (locked by a writer, or damaged).
     """
     if ttl is None and keep_checkpoints is None:
         raise ValueError("nothing to do: give --ttl, --keep-checkpoints or both")
@@ -151,6 +152,12 @@ def _print(report: GcReport, ttl: str | None) -> None:
         for skipped in report.skipped:
             table.add_row(skipped.session_id or "(store)", skipped.code, skipped.detail)
         out.print(table)
+    if report.orphans or report.temp_files:
+        out.print(
+            f"{verb} what killed writers left: {len(report.orphans)} empty session"
+            f"{'' if len(report.orphans) == 1 else 's'} of an interrupted fork, "
+            f"{len(report.temp_files)} temp file{'' if len(report.temp_files) == 1 else 's'}"
+        )
     sessions, checkpoints = len(report.expired), len(report.pruned)
     out.print(
         f"{verb} {sessions} of {report.sessions_checked} session"

@@ -106,6 +106,7 @@ def list_sessions(limit: int, after: str | None, store_url: str, as_json: bool) 
     """List sessions: metadata only, never content.
 
     Shows id, created, updated and message count, sorted by id; page with --after.
+    A damaged session is listed too, marked damaged (`perdure verify` says how).
     """
     check_positive("--limit", limit)
     with session_store(store_url) as store:
@@ -120,6 +121,15 @@ def list_sessions(limit: int, after: str | None, store_url: str, as_json: bool) 
         click.echo("no sessions" + (f" after {after!r}" if after else ""))
         return
     print_table(out, _sessions_table(shown))
+    damaged = sum(1 for meta in shown if meta.damaged is not None)
+    if damaged:
+        out.print(
+            Text(
+                f"{damaged} session{'' if damaged == 1 else 's'} damaged: "
+                f"perdure verify --store {store_url} tells what and where",
+                "red",
+            )
+        )
     if next_after is not None:
         out.print(Text(f"more: --after {next_after}", "dim"))
 
@@ -274,6 +284,13 @@ def _sessions_table(metas: list[SessionMeta]) -> Table:
     table.add_column("updated", no_wrap=True)
     table.add_column("messages", justify="right")
     for meta in metas:
+        if meta.damaged is not None:
+            table.add_row(
+                Text(meta.session_id),
+                *(Text(format_time(t) or "-", "dim") for t in (meta.created_at, meta.updated_at)),
+                Text("damaged", "red"),
+            )
+            continue
         cells = (meta.session_id, format_time(meta.created_at), format_time(meta.updated_at))
         table.add_row(*map(Text, cells), Text(str(meta.message_count)))
     return table

@@ -2,8 +2,9 @@
 
 Layout, under ``<dir>/sessions/<session_id>/``::
 
-    meta.json          created once: {"format", "session_id", "created_at"}
+    meta.json          created once: {"format", "session_id", "created_at", "head"}
     journal.jsonl      the active segment: one hash-chained record per line
+    head               where the journal durably ends (two checksummed slots)
     manifest.json      sealed segments, in order (only once a segment was sealed)
     segments/000001.jsonl …
     attachments/<sha256>   large binaries referenced from the journal (a rewrite that
@@ -27,9 +28,11 @@ Guarantees:
   the store's writer thread. Everything heavier — reading a tail from disk, rewrites,
   sealing, attachments — runs on the writer thread.
 - **Crash-healing**: a torn last line (an append interrupted by a crash) is not
-  corruption: readers ignore it and the next writer truncates it. A bad line in the
-  middle, a broken chain or a bad payload raises ``SessionCorruptedError`` with the
-  file, byte offset and kind of damage in ``err.details``; with
+  corruption: readers ignore it and the next writer truncates it. A last record
+  that verifies but lost its newline (or whose newline became another byte) is no
+  torn append: it is kept, and the next writer puts the newline back. A bad line
+  in the middle, a broken chain or a bad payload raises ``SessionCorruptedError``
+  with the file, byte offset and kind of damage in ``err.details``; with
   ``recovery="quarantine"`` provably bad records are moved to a quarantine directory
   outside the session and the rest is kept, and ``on_recovery`` gets a report.
 - **Segments**: the active journal is sealed into ``segments/`` at ``max_records``
@@ -43,6 +46,26 @@ Guarantees:
   point. Readers treat an existing ``rewrite.jsonl`` as the whole history; the next
   writer finishes the switch. A crash before the rename rolls back, after it rolls
   forward: never half a volume; rewritten-away messages never come back.
+- **The end is recorded outside the log**: when a turn ends (the writer lock's
+  block, or a commit made without one), the ``head`` file records the last record
+  the journal durably holds — its number, hash and message count — written only
+  after the journal's fsync returned, plus one fsync of its own: one per turn, none
+  per message. Every read and the next writer check the journal against it, so a
+  journal cut at a line boundary or deleted, losing acknowledged records, is
+  ``SessionCorruptedError`` (kind ``truncated``), never a shorter session; a crash
+  can only leave the head behind the journal, which is not damage. Rewrites name
+  both volumes' ends around their commit point. With ``durability="none"`` nothing
+  is synced, the head included: it records what was written, so after an OS crash
+  or power cut that lost written records the session reports them missing rather
+  than silently shorter (``perdure repair`` accepts the loss).
+- **A session is its directory**: one whose ``meta.json`` is missing or unreadable
+  but that holds data is damaged (``SessionCorruptedError`` from every read and
+  write, listed with ``SessionMeta.damaged`` set), never "not found"; no create or
+  open path deletes it. Only what an interrupted ``create`` leaves (no ``meta.json``,
+  at most the empty genesis journal, temp files and checkpoints put under an id no
+  session had) reads as no session and is cleared by the next ``create``.
+  :meth:`FileSessionStore.rebuild_meta` writes ``meta.json`` again from the
+  journal's first record (``perdure repair --apply``).
 - **Readers never lock**: ``get``, ``list`` and pages read while another process or
   thread appends, seals or rewrites. A read that a seal or rewrite moved files under
   (a file gone, a chain that no longer meets) is retried on the new volume; only
@@ -66,7 +89,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +97,12 @@ from typing import Any, Literal, TypeVar, cast
 
 from perdure._fs import append_all, atomic_write, fsync_dir
 from perdure._kernel_fsync import start_fsync
-from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
+from perdure.errors import (
+    SessionConflictError,
+    SessionCorruptedError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
 from perdure.session import journal
 from perdure.session._codec import (
     check_commit_args,
@@ -93,7 +121,7 @@ from perdure.session.attachments import (
 )
 from perdure.session.checkpoints import FileCheckpointStore
 from perdure.session.ids import validate_session_id
-from perdure.session.journal import GENESIS, JournalDamage, Record
+from perdure.session.journal import GENESIS, End, JournalDamage, Record
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
 from perdure.types import (
@@ -108,6 +136,7 @@ Durability = Literal["commit", "invocation", "none"]
 Recovery = Literal["strict", "quarantine"]
 
 _META = "meta.json"
+_HEAD = "head"  # where the journal ends, kept outside it (see journal.encode_head_slot)
 _JOURNAL = "journal.jsonl"
 _MANIFEST = "manifest.json"
 _REWRITE = "rewrite.jsonl"
@@ -115,14 +144,13 @@ _REWRITE_TMP = "rewrite.jsonl.tmp"
 _SEGMENTS = "segments"
 _ATTACHMENTS = "attachments"
 _TRASH = ".trash"  # under the store root: deleted sessions on their way out
-# Deleted sessions used to wait inside sessions/ under this name; a crash could
-# leave one there, and it is no session.
-_LEGACY_TRASH = re.compile(r"\.deleted-.+-[0-9a-f]{32}")
 # How a journal line names an attachment (compact JSON): text that merely contains
 # these words has its quotes escaped and never matches.
 _ATTACHMENT_REF = re.compile(b'"' + ATTACHMENT_MARKER.encode() + b'":"([0-9a-f]{64})"')
 _MANIFEST_FORMAT = "perdure-manifest/1"
 _META_FORMAT = "perdure-session/1"
+_META_FIELDS = frozenset({"format", "session_id", "created_at", "head"})
+_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z")
 _TAIL_READ = 8 * 1024
 _MIN_WINDOW = 8 * 1024
 _INLINE_MAX = 256 * 1024  # bytes an append may copy into the page cache on the loop
@@ -145,6 +173,18 @@ class Segmentation:
     def __post_init__(self) -> None:
         if self.max_bytes < 1 or self.max_records < 1:
             raise ValueError("segmentation max_bytes and max_records must be >= 1")
+
+
+@dataclass(frozen=True)
+class StoreLeftovers:
+    """What killed writers left in a file store (see ``collect_leftovers``)."""
+
+    temp_files: tuple[str, ...]
+    """Paths of temp files of interrupted writes."""
+    orphans: tuple[str, ...]
+    """Ids of provisional sessions whose history never came (a fork killed halfway)."""
+    locked: tuple[str, ...]
+    """Ids of sessions with leftovers, left alone because a writer holds them."""
 
 
 @dataclass(frozen=True)
@@ -321,7 +361,11 @@ class FileSessionStore:
         # last written or checked: while it lasts nobody else can change the journal.
         self._tail_holds: dict[str, int | None] = {}
         self._fds: dict[str, tuple[int, int]] = {}  # session id -> (inode, open journal fd)
-        self._paths: dict[str, tuple[str, str]] = {}  # session id -> (journal, rewrite marker)
+        # session id -> (journal, rewrite marker, meta.json)
+        self._paths: dict[str, tuple[str, str, str]] = {}
+        # The newest tail known durable (fsynced, or written under durability="none")
+        # in a turn that holds the writer lock: its head is written when the turn ends.
+        self._durable: dict[str, _Tail] = {}
         self._writer = StoreThread("perdure-file-store")
         # Held while the journal cache (_tails, _fds) or a session's files change.
         self._guard = threading.RLock()
@@ -352,7 +396,11 @@ class FileSessionStore:
     async def list(
         self, *, limit: int | None = None, after: str | None = None
     ) -> builtins.list[SessionMeta]:
-        """Session metadata sorted by id (reads no message content)."""
+        """Session metadata sorted by id (reads no message content).
+
+        A session whose ``meta.json`` or head is unreadable or lost, or whose journal
+        falls short of its head, is listed with ``damaged`` set, never skipped.
+        """
         check_list_args(limit, after)
         return await asyncio.to_thread(self._list, limit, after)
 
@@ -375,7 +423,7 @@ class FileSessionStore:
                 session_id, messages, agent_state, expected_tail, redactions
             )
             if inline is not None:
-                result, synced, seal_due = inline
+                result, synced, seal_due, written = inline
                 if synced is not None:
                     try:
                         await synced
@@ -383,6 +431,8 @@ class FileSessionStore:
                         with self._guard:
                             self._forget(session_id)  # the next commit re-reads the tail
                         raise
+                if written is not None and self.durability != "invocation":
+                    self._durable[session_id] = written  # the turn's end records it
                 if seal_due:
                     await loop.run_in_executor(
                         self._write_executor(), self._seal_if_due, session_id
@@ -407,9 +457,49 @@ class FileSessionStore:
         await asyncio.to_thread(self._delete, session_id)
 
     def writer_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
-        """Hold the session's writer lock (``SessionLockedError`` at once if held)."""
+        """Hold the session's writer lock (``SessionLockedError`` at once if held).
+
+        When the block ends, before the lock is released, the session's head file
+        records where the journal now durably ends (one small write and one fsync per
+        turn, none per message): see :meth:`_record_head`.
+        """
         validate_session_id(session_id)
-        return self._locks.hold(session_id)
+        return self._turn(session_id)
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, session_id: str) -> AsyncIterator[None]:
+        async with self._locks.hold(session_id):
+            self._durable.pop(session_id, None)  # only this hold's appends count
+            try:
+                yield
+            except BaseException:
+                # The block's error is the one to report; a head left behind only
+                # checks less, never claims what is not there.
+                with contextlib.suppress(OSError):
+                    await self._record_head(session_id)
+                raise
+            await self._record_head(session_id)
+
+    async def _record_head(self, session_id: str) -> None:
+        """Write the end of the journal that the turn made durable into the head file.
+
+        Only a tail whose journal fsync has returned is recorded (under
+        ``durability="none"``, nothing is ever synced: the tail as written, and the head
+        is not synced either), so after any crash the head never claims a record the
+        journal may have lost — a crash can only leave the head behind the journal,
+        which is never damage.
+        """
+        tail = self._durable.pop(session_id, None)
+        if tail is None:
+            return
+        fd = self._write_head_slot(self.session_dir(session_id), [_end_of(tail)])
+        if fd is None:
+            return
+        try:
+            if self.durability != "none":
+                await start_fsync(fd, self._write_executor())
+        finally:
+            os.close(fd)
 
     async def history_page(self, session_id: str, offset: int, limit: int) -> HistoryPage:
         """One pair-aligned page, reading only the segments it covers."""
@@ -431,28 +521,47 @@ class FileSessionStore:
 
     def _create(self, session_id: str, exist_ok: bool) -> SessionMeta:
         sdir = self.session_dir(session_id)
+        # A create made while the caller holds the writer lock is one step of a larger
+        # operation (Session.fork: create, then commit the history, under one hold).
+        # Its genesis record says so: until a commit follows, it is provisional, and a
+        # provisional session nobody holds is what a killed operation left (gc).
+        provisional = self._locks.is_held(session_id)
         with self._guard, self._locks.for_write(session_id):
             if (sdir / _META).exists():
                 if exist_ok:
                     return self._meta(session_id)
                 raise SessionConflictError(f"session {session_id!r} already exists")
-            if sdir.exists():  # an interrupted create or delete: start clean
+            if sdir.exists():
+                if not _create_leftovers(sdir):
+                    raise self._meta_missing(session_id, sdir)
+                # What an interrupted create of ours left (no meta.json: it was never
+                # created, nothing of it was acknowledged): start clean.
                 shutil.rmtree(sdir)
             sdir.mkdir(parents=True)
             created = utc_now()
-            line, _ = journal.encode_record(
-                GENESIS,
-                {"n": 0, "c": 0, "t": "s", "s": {}, "created": created, "id": uuid.uuid4().hex},
-            )
+            genesis: dict[str, Any] = {
+                "n": 0,
+                "c": 0,
+                "t": "s",
+                "s": {},
+                "created": created,
+                "id": uuid.uuid4().hex,
+            }
+            if provisional:
+                genesis["provisional"] = 1
+            line, first = journal.encode_record(GENESIS, genesis)
             durable = self.durability != "none"
             atomic_write(sdir / _JOURNAL, line, durable=durable)
-            atomic_write(
-                sdir / _META,
-                json.dumps(
-                    {"format": _META_FORMAT, "session_id": session_id, "created_at": created}
-                ).encode(),
-                durable=durable,
-            )
+            fd = self._write_head_slot(sdir, [(0, first, 0)])
+            if fd is not None:
+                try:
+                    if durable:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+            # meta.json last: it makes the session exist (and its entry's directory
+            # fsync covers the head's).
+            atomic_write(sdir / _META, _meta_bytes(session_id, created), durable=durable)
             if durable:
                 fsync_dir(sdir.parent)
             self._forget(session_id)
@@ -462,10 +571,13 @@ class FileSessionStore:
         base = self.root / "sessions"
         if not base.is_dir():
             return []
+        # A directory without meta.json is a session too when it holds data (its
+        # meta.json was lost): it is listed, marked damaged, never hidden.
         ids = sorted(
             p.name
             for p in base.iterdir()
-            if (p / _META).is_file() and not _LEGACY_TRASH.fullmatch(p.name)
+            if _is_session_name(p.name)
+            and ((p / _META).is_file() or (p.is_dir() and not _create_leftovers(p)))
         )
         if after is not None:
             ids = [i for i in ids if i > after]
@@ -477,6 +589,8 @@ class FileSessionStore:
                 metas.append(self._meta(sid))
             except SessionNotFoundError:
                 continue  # deleted while listing
+            except SessionCorruptedError as exc:
+                metas.append(SessionMeta(sid, "", "", 0, damaged=exc.message))
         return metas
 
     def _meta(self, session_id: str) -> SessionMeta:
@@ -487,45 +601,306 @@ class FileSessionStore:
 
     def _read_meta_of(self, session_id: str, sdir: Path) -> SessionMeta:
         created = self._read_meta(session_id, sdir)
+        ends = self._read_ends(session_id, sdir)
         volume = self._volume(session_id, sdir)
-        count, updated = self._peek_count(session_id, volume)
+        count, updated = self._peek_count(session_id, sdir, volume, ends)
         # The journal's mtime comes from a coarse kernel clock and may read a few
         # milliseconds before the creation time we stamped; never report that.
         return SessionMeta(session_id, created, max(updated or created, created), count)
 
     def _read_meta(self, session_id: str, sdir: Path) -> str:
+        """The session's creation time from ``meta.json``.
+
+        Raises:
+            SessionNotFoundError: no session directory, or one holding only what an
+                interrupted create leaves (that create never returned).
+            SessionCorruptedError: ``meta.json`` is unreadable, or missing from a
+                directory that holds data.
+        """
         try:
             raw = (sdir / _META).read_bytes()
         except FileNotFoundError:
+            if sdir.is_dir() and not _create_leftovers(sdir):
+                raise self._meta_missing(session_id, sdir) from None
             raise SessionNotFoundError(f"session {session_id!r} not found in {self.root}") from None
         try:
-            meta = json.loads(raw)
-            if meta.get("format") != _META_FORMAT or meta.get("session_id") != session_id:
-                raise ValueError("unexpected format or session id")
-            created = meta["created_at"]
-            if not isinstance(created, str):
-                raise ValueError("created_at is not a string")
-        except (ValueError, KeyError, AttributeError) as exc:
+            created = _check_meta(json.loads(raw), session_id)
+        except ValueError as exc:
             raise self._corrupted(
                 session_id, sdir / _META, "bad_payload", 0, f"meta.json is unreadable: {exc}"
             ) from None
         return created
 
-    def _peek_count(self, session_id: str, volume: _Volume) -> tuple[int, str | None]:
-        """Message count and last-write time from the last record, without reading content."""
+    def _read_ends(self, session_id: str, sdir: Path) -> builtins.list[End] | None:
+        """The ends the head file allows the journal (``None``: a session from before
+        head files, not checked until a writer gives it one).
+
+        Raises:
+            SessionCorruptedError: the head file is unreadable, or missing from a
+                session created with one (``meta.json`` says so).
+        """
+        path = sdir / _HEAD
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            if self._head_required(sdir):
+                raise self._corrupted(
+                    session_id, path, "truncated", 0, "the head file is missing"
+                ) from None
+            return None
+        head = journal.decode_head(data)
+        if head is None:
+            raise self._corrupted(session_id, path, "bad_payload", 0, "the head file is unreadable")
+        return head[1]
+
+    def _head_required(self, sdir: Path) -> bool:
+        try:
+            return bool(json.loads((sdir / _META).read_bytes()).get("head"))
+        except (OSError, ValueError, AttributeError):
+            return False  # _read_meta reports a bad meta.json
+
+    def _check_ends(
+        self,
+        session_id: str,
+        sdir: Path,
+        ends: builtins.list[End] | None,
+        last_seq: int,
+        hash_at: Callable[[int], str | None],
+    ) -> None:
+        """Raise when the journal ends before the end its head file records."""
+        if not ends:
+            return
+        missing = journal.missing_end(ends, last_seq, hash_at)
+        if missing is not None:
+            seq, _, count = missing
+            raise self._corrupted(
+                session_id,
+                sdir / _JOURNAL,
+                "truncated",
+                0,
+                f"the journal ends at record {last_seq} but record {seq} ({count} messages) "
+                "was durably written, as its head file records: acknowledged records are missing",
+            )
+
+    def _write_head_slot(self, sdir: Path, ends: Sequence[End]) -> int | None:
+        """Write the next slot of ``sdir``'s head file (no fsync); return its open fd.
+
+        Called under the writer lock, so no one else writes the head meanwhile.
+        Returns ``None`` when the session directory is gone (deleted meanwhile).
+        """
+        path = sdir / _HEAD
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            return None
+        try:
+            current = journal.decode_head(os.pread(fd, 2 * journal.HEAD_SLOT, 0))
+            generation = current[0] + 1 if current is not None else 1
+            slot = journal.encode_head_slot(generation, ends)
+            os.pwrite(fd, slot, (generation % 2) * journal.HEAD_SLOT)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _write_head(self, sdir: Path, ends: Sequence[End]) -> None:
+        """Write the head now (fsynced unless ``durability="none"``): outside a turn."""
+        fd = self._write_head_slot(sdir, ends)
+        if fd is not None:
+            try:
+                if self.durability != "none":
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    async def accept_journal_end(self, session_id: str) -> tuple[int | None, int] | None:
+        """Make the head file name where the journal now ends, accepting lost records.
+
+        For a session whose journal ends before its head (``truncated`` damage), or
+        whose head file is missing or unreadable, and is otherwise intact: after
+        this, it reads as the history its journal holds.
+        The loss is not undone, only acknowledged: ``perdure repair --apply`` does
+        this and reports it. Takes the writer lock; durable on return.
+
+        Returns:
+            ``(messages the head recorded, messages the journal holds)`` when the
+            head was reset (the first is ``None`` when the head was missing or
+            unreadable), ``None`` when the journal already reached it.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionCorruptedError: other damage (a bad record, a bad meta.json).
+            SessionLockedError: another writer holds the session.
+        """
+        validate_session_id(session_id)
+        return await asyncio.to_thread(self._accept_journal_end, session_id)
+
+    def _accept_journal_end(self, session_id: str) -> tuple[int | None, int] | None:
+        sdir = self.session_dir(session_id)
+        with self._guard, self._locks.for_write(session_id):
+            self._finish_pending(session_id, sdir)
+            try:
+                self._read_all(session_id, sdir, 0)
+                return None
+            except SessionCorruptedError as exc:
+                head_damage = Path(str(exc.details.get("file"))).name == _HEAD
+                if exc.details.get("kind") != "truncated" and not head_damage:
+                    raise
+            recorded = _head_ends(sdir)
+            self._read_all(session_id, sdir, 0, check_head=False)  # nothing else is wrong
+            self._forget(session_id)
+            tail = self._writable_tail(session_id, sdir, check_head=False)
+            self._write_head(sdir, [_end_of(tail)])
+            self._forget(session_id)
+            return (recorded[-1][2] if recorded else None), tail.count
+
+    async def collect_leftovers(self, *, dry_run: bool = True) -> StoreLeftovers:
+        """Find (and unless ``dry_run`` remove) what killed writers left behind.
+
+        Two kinds, both removed under the session's writer lock, so nothing a live
+        writer is doing is touched (a session whose lock is held is reported in
+        ``locked`` and left alone):
+
+        - temp files of interrupted atomic replacements (``.manifest.json.<hex>.tmp``
+          from a seal, ``.meta.json.…``, ``.journal.jsonl.…``, attachments'), an
+          uncommitted ``rewrite.jsonl.tmp`` (its rewrite rolls back, as the next
+          writer would do), and ``sessions/.deleted-<id>-<hex>`` directories an
+          older version's interrupted delete left;
+        - provisional sessions: created under a writer lock by an operation that was
+          to commit their history under the same hold (``Session.fork``) and died
+          first — a genesis record marked provisional and nothing else.
+        """
+        return await asyncio.to_thread(self._collect_leftovers, dry_run)
+
+    def _collect_leftovers(self, dry_run: bool) -> StoreLeftovers:
+        base = self.root / "sessions"
+        temps: builtins.list[str] = []
+        orphans: builtins.list[str] = []
+        locked: builtins.list[str] = []
+        if not base.is_dir():
+            return StoreLeftovers((), (), ())
+        for sdir in sorted(base.iterdir()):
+            sid = sdir.name
+            if _LEGACY_TRASH.fullmatch(sid) and sdir.is_dir():
+                temps.append(str(sdir))  # a deleted session's remains: nobody writes there
+                if not dry_run:
+                    shutil.rmtree(sdir, ignore_errors=True)
+                continue
+            if not _is_session_name(sid) or not sdir.is_dir():
+                continue
+            if not _temp_files(sdir) and not _is_provisional_orphan(sdir):
+                continue
+            try:
+                self._locks.acquire(sid)  # never reuses a hold: a turn may be running here
+            except SessionLockedError:
+                locked.append(sid)
+                continue
+            try:
+                with self._guard:
+                    found, orphan = _temp_files(sdir), _is_provisional_orphan(sdir)
+                    temps.extend(str(path) for path in found)
+                    if orphan:
+                        orphans.append(sid)
+                    if dry_run:
+                        continue
+                    for path in found:
+                        path.unlink(missing_ok=True)
+                    if orphan:
+                        self._delete(sid)
+                    elif found:
+                        self._sync_dirs(sdir)
+            finally:
+                self._locks.release(sid)
+        return StoreLeftovers(tuple(temps), tuple(orphans), tuple(locked))
+
+    def _meta_missing(self, session_id: str, sdir: Path) -> SessionCorruptedError:
+        return self._corrupted(
+            session_id,
+            sdir / _META,
+            "bad_payload",
+            0,
+            "meta.json is missing but the session directory holds data "
+            "(`perdure repair --apply` rebuilds it from the journal)",
+        )
+
+    async def rebuild_meta(self, session_id: str) -> bool:
+        """Write a missing or unreadable ``meta.json`` again from the session's journal.
+
+        The creation time comes from the journal's first record, verified against the
+        chain: the record ``create`` wrote, or after a rewrite the rewrite's own time
+        (the earliest the journal still knows). Takes the writer lock; durable on return.
+
+        Returns:
+            True when ``meta.json`` was written, False when it was readable already.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionCorruptedError: the journal's first record is damaged or missing
+                too, so there is nothing trustworthy to rebuild from.
+            SessionLockedError: another writer holds the session.
+        """
+        validate_session_id(session_id)
+        return await asyncio.to_thread(self._rebuild_meta, session_id)
+
+    def _rebuild_meta(self, session_id: str) -> bool:
+        sdir = self.session_dir(session_id)
+        with self._guard, self._locks.for_write(session_id):
+            try:
+                self._read_meta(session_id, sdir)
+                return False
+            except SessionCorruptedError:
+                pass
+            volume = self._volume(session_id, sdir)
+            first = volume.segment_paths[0] if volume.segment_paths else volume.journal
+            if first is None or not first.exists():
+                raise self._corrupted(
+                    session_id, sdir / _JOURNAL, "bad_line", 0, "no journal to rebuild meta.json"
+                )
+            with first.open("rb") as handle:
+                line = handle.readline()
+            records = self._scan_bytes(session_id, first, line, GENESIS, 0, 0).records
+            body = records[0].body if records else {}
+            created = body.get("created") if body.get("t") == "s" else body.get("at")
+            if not isinstance(created, str):
+                raise self._corrupted(
+                    session_id, first, "bad_payload", 0, "the first record holds no creation time"
+                )
+            atomic_write(
+                sdir / _META,
+                _meta_bytes(session_id, created, head=(sdir / _HEAD).exists()),
+                durable=self.durability != "none",
+            )
+            self._forget(session_id)
+            return True
+
+    def _peek_count(
+        self, session_id: str, sdir: Path, volume: _Volume, ends: builtins.list[End] | None
+    ) -> tuple[int, str | None]:
+        """Message count and last-write time from the last record, without reading content.
+
+        Checks that the journal reaches the end its head file records (by the last
+        record's number, and its hash when that is the recorded one).
+        """
         path = volume.journal
+        count, updated, last_seq, last_hash = volume.first_count, None, volume.first_seq - 1, None
         if path is not None and path.exists():
             data = _read_tail(path)
-            end = data.rfind(b"\n")
-            if end >= 0:
-                line = data[journal.last_line_start(data[: end + 1]) : end]
+            line = _last_line(data, volume.prev_hash)
+            if line is not None:
                 try:
-                    count = int(journal.peek_body(line)["c"])
+                    body = journal.peek_body(line)
+                    count, last_seq = int(body["c"]), int(body["n"])
+                    last_hash = journal.peek_hash(line)
                 except (ValueError, KeyError, TypeError):
                     count = volume.first_count
-                updated = _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.UTC)
-                return count, updated.isoformat(timespec="microseconds").replace("+00:00", "Z")
-        return volume.first_count, None
+                mtime = _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.UTC)
+                updated = mtime.isoformat(timespec="microseconds").replace("+00:00", "Z")
+        elif volume.segments:
+            last_hash = volume.prev_hash
+        self._check_ends(
+            session_id, sdir, ends, last_seq, lambda seq: last_hash if seq == last_seq else None
+        )
+        return count, updated
 
     def _delete(self, session_id: str) -> None:
         sdir = self.session_dir(session_id)
@@ -542,6 +917,7 @@ class FileSessionStore:
             for leftover in trash.iterdir():
                 shutil.rmtree(leftover, ignore_errors=True)
             self._forget(session_id)
+            self._durable.pop(session_id, None)
 
     # ------------------------------------------------------------------ reading
 
@@ -625,8 +1001,12 @@ class FileSessionStore:
             time.sleep(min(0.0005 * attempt, 0.01))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _read_all(self, session_id: str, sdir: Path, offset: int) -> SessionRecord:
+    def _read_all(
+        self, session_id: str, sdir: Path, offset: int, *, check_head: bool = True
+    ) -> SessionRecord:
         created = self._read_meta(session_id, sdir)
+        # Before the volume: the journal only grows past what the head names.
+        ends = self._read_ends(session_id, sdir) if check_head else None
         volume = self._volume(session_id, sdir)
         records: builtins.list[Record] = []
         prev, seq = GENESIS, 0
@@ -653,6 +1033,13 @@ class FileSessionStore:
                 .isoformat(timespec="microseconds")
                 .replace("+00:00", "Z")
             )
+        self._check_ends(
+            session_id,
+            sdir,
+            ends,
+            records[-1].seq if records else -1,
+            lambda seq: records[seq].hash if 0 <= seq < len(records) else None,
+        )
         messages, state, redacted = self._replay(session_id, sdir, records)
         for index, replacement in redacted.items():
             messages[index] = replacement
@@ -693,7 +1080,7 @@ class FileSessionStore:
             raise self._corrupted(
                 session_id, path, damage.kind, damage.offset, damage.detail
             ) from None
-        if sealed and scanned.torn:
+        if sealed and (scanned.torn or scanned.end != len(data)):
             raise self._corrupted(
                 session_id, path, "bad_line", scanned.end, "sealed segment ends mid-record"
             )
@@ -750,8 +1137,11 @@ class FileSessionStore:
         records read are one unbroken run up to the tail.
         """
         created = self._read_meta(session_id, sdir)
+        # Before the volume: the journal only grows past what the head names.
+        ends = self._read_ends(session_id, sdir)
         volume = self._volume(session_id, sdir)
-        total, updated = self._peek_count(session_id, volume)  # sizes the first window
+        # Sizes the first window, and checks the journal reaches the head's end.
+        total, updated = self._peek_count(session_id, sdir, volume, ends)
         # Newest file first: its records, and the sequence number and message count
         # it starts at (checked when it was read from its start).
         runs: builtins.list[tuple[builtins.list[Record], int, int]] = []
@@ -879,8 +1269,9 @@ class FileSessionStore:
 
     def _read_page(self, session_id: str, sdir: Path, offset: int, limit: int) -> HistoryPage:
         self._read_meta(session_id, sdir)
+        ends = self._read_ends(session_id, sdir)
         volume = self._volume(session_id, sdir)
-        total, _ = self._peek_count(session_id, volume)
+        total, _ = self._peek_count(session_id, sdir, volume, ends)
         lo, hi = page_read_range(total, offset, limit)
         window: dict[int, Message] = {}
         if hi > lo:
@@ -1053,11 +1444,14 @@ class FileSessionStore:
         redactions: Mapping[int, Message] | None,
     ) -> CommitResult:
         sdir = self.session_dir(session_id)
+        turn = self._locks.is_held(session_id)  # else this commit takes the lock alone
         with self._guard, self._locks.for_write(session_id):
             tail = self._writable_tail(session_id, sdir)
             self._check_tail(session_id, tail, expected_tail)
             if rewritten:
-                return self._rewrite(session_id, sdir, messages, agent_state, redactions)
+                return self._rewrite(
+                    session_id, sdir, messages, agent_state, redactions, old_end=_end_of(tail)
+                )
             if expected_tail is None and tail.count:
                 self._check_extends(session_id, sdir, messages, tail)
             found: dict[str, bytes] = {}
@@ -1074,6 +1468,11 @@ class FileSessionStore:
                     raise
                 if new_file:
                     fsync_dir(sdir)
+            if self.durability != "invocation":  # "invocation" records its head at flush
+                if turn:
+                    self._durable[session_id] = new_tail  # the turn's end records it
+                else:
+                    self._write_head(sdir, [_end_of(new_tail)])  # a turn of its own
             if self._seal_due(new_tail):
                 self._seal(session_id, sdir, new_tail)
             return CommitResult(new_tail.hash, new_tail.count)
@@ -1085,7 +1484,7 @@ class FileSessionStore:
         agent_state: Mapping[str, Any] | None,
         expected_tail: str | None,
         redactions: Mapping[int, Message] | None,
-    ) -> tuple[CommitResult, asyncio.Future[None] | None, bool] | None:
+    ) -> tuple[CommitResult, asyncio.Future[None] | None, bool, _Tail | None] | None:
         """The common append, done on the caller's thread; None when it needs the writer.
 
         A turn's appends go to an open journal whose tail is cached and verified, under
@@ -1114,7 +1513,7 @@ class FileSessionStore:
             if found:
                 return None
             if not bodies:
-                return CommitResult(tail.hash, tail.count), None, False
+                return CommitResult(tail.hash, tail.count), None, False, None
             encoded = _encode_records(tail, bodies)
             if len(encoded[0]) > _INLINE_MAX:
                 return None  # a page-cache copy of this size belongs off the loop
@@ -1126,7 +1525,8 @@ class FileSessionStore:
                 except BaseException:
                     self._forget(session_id)
                     raise
-            return CommitResult(new_tail.hash, new_tail.count), synced, self._seal_due(new_tail)
+            result = CommitResult(new_tail.hash, new_tail.count)
+            return result, synced, self._seal_due(new_tail), new_tail
         finally:
             self._guard.release()
 
@@ -1296,11 +1696,12 @@ class FileSessionStore:
                 self._forget(session_id)
         self._writer.shutdown()
 
-    def _writable_tail(self, session_id: str, sdir: Path) -> _Tail:
+    def _writable_tail(self, session_id: str, sdir: Path, *, check_head: bool = True) -> _Tail:
         """The verified end of the active journal; finishes interrupted work first.
 
         Called with the writer lock held, so it may repair: finish a pending
-        rewrite or seal, and truncate a torn last line.
+        rewrite or seal, and truncate a torn last line — never before checking that
+        the journal reaches the end its head file records (else nothing is touched).
         """
         cached = self._cached_tail(session_id)
         if cached is not None:
@@ -1308,21 +1709,43 @@ class FileSessionStore:
         path = sdir / _JOURNAL
         self._read_meta(session_id, sdir)
         self._finish_pending(session_id, sdir)
+        ends = self._read_ends(session_id, sdir) if check_head else None
         try:
             st = path.stat()
         except FileNotFoundError:
             st = None
         volume = self._volume(session_id, sdir)
         if st is None:
+            self._check_ends(
+                session_id,
+                sdir,
+                ends,
+                volume.first_seq - 1,
+                lambda seq: (
+                    volume.prev_hash if volume.segments and seq == volume.first_seq - 1 else None
+                ),
+            )
             tail = _Tail(0, 0, volume.prev_hash, volume.first_seq, volume.first_count, 0)
         else:
             data = path.read_bytes()
             scanned = self._scan_bytes(
                 session_id, path, data, volume.prev_hash, volume.first_seq, 0
             )
-            if scanned.torn:
+            found = scanned.records
+            self._check_ends(
+                session_id,
+                sdir,
+                ends,
+                found[-1].seq if found else volume.first_seq - 1,
+                lambda seq: (
+                    found[seq - volume.first_seq].hash
+                    if 0 <= seq - volume.first_seq < len(found)
+                    else None
+                ),
+            )
+            if scanned.end < len(data):  # a torn append, or a newline turned into a byte
                 os.truncate(path, scanned.end)
-            elif not data.endswith(b"\n") and scanned.end == len(data) and data:
+            if scanned.end and data[scanned.end - 1] != 0x0A:
                 with path.open("ab") as handle:  # a valid last record that lost its newline
                     handle.write(b"\n")
             records = scanned.records
@@ -1346,7 +1769,8 @@ class FileSessionStore:
         Under the writer-lock hold it was cached or checked in, it is (every change
         this store makes updates or drops it, and no other writer can get the lock);
         otherwise the journal's inode and size must still match, with no rewrite
-        pending. That check costs two system calls, ~14 µs of a durable append.
+        pending and ``meta.json`` still there (once per turn: the first append of a
+        hold). That check costs three system calls, ~15 µs of a durable append.
         """
         cached = self._tails.get(session_id)
         if cached is None:
@@ -1357,13 +1781,21 @@ class FileSessionStore:
         paths = self._paths.get(session_id)
         if paths is None:
             sdir = self.session_dir(session_id)
-            paths = self._paths[session_id] = (str(sdir / _JOURNAL), str(sdir / _REWRITE))
-        journal_path, rewrite_path = paths
+            paths = self._paths[session_id] = (
+                str(sdir / _JOURNAL),
+                str(sdir / _REWRITE),
+                str(sdir / _META),
+            )
+        journal_path, rewrite_path, meta_path = paths
         try:
             st = os.stat(journal_path)
         except FileNotFoundError:
             return None
-        if (cached.ino, cached.size) != (st.st_ino, st.st_size) or os.path.exists(rewrite_path):
+        if (
+            (cached.ino, cached.size) != (st.st_ino, st.st_size)
+            or os.path.exists(rewrite_path)
+            or not os.path.exists(meta_path)
+        ):
             return None
         self._tail_holds[session_id] = hold
         return cached
@@ -1426,9 +1858,13 @@ class FileSessionStore:
         previous_state: dict[str, Any] | None = None,
         *,
         collect: bool = True,
+        old_end: End | None = None,
     ) -> CommitResult:
         """Replace the whole history atomically (see the module docstring).
 
+        The head file names both the old volume's end (``old_end`` and what it
+        recorded) and the new one's before the commit point, and only the new one's
+        after: whichever volume a crash leaves, the head agrees with it.
         With ``collect``, attachments only the old history named are deleted after.
         """
         found: dict[str, bytes] = {}
@@ -1470,10 +1906,22 @@ class FileSessionStore:
                 os.fsync(fd)
         finally:
             os.close(fd)
+        new_end: End = (len(bodies) - 1, prev, count)
+        self._durable.pop(session_id, None)  # an end of the old volume
+        if old_end is not None:
+            # The old volume's exact end, durable before the head names it (only the
+            # active journal may hold unsynced records: sealed segments were synced).
+            if durable:
+                _fsync_file(sdir / _JOURNAL)
+            before = [old_end]
+        else:
+            before = _head_ends(sdir)[-2:]  # quarantine: the old volume is damaged anyway
+        self._write_head(sdir, [*before, new_end])
         os.replace(tmp, sdir / _REWRITE)  # the commit point
         if durable:
             fsync_dir(sdir)
         self._complete_rewrite(sdir)
+        self._write_head(sdir, [new_end])
         self._forget(session_id)
         if collect:
             self._collect_attachments(sdir, volume)
@@ -1510,9 +1958,23 @@ class FileSessionStore:
     def _flush(self, session_id: str) -> None:
         # Only "invocation" defers its fsyncs to here: "commit" already synced every
         # commit, and "none" never syncs.
-        path = self.session_dir(session_id) / _JOURNAL
+        sdir = self.session_dir(session_id)
+        path = sdir / _JOURNAL
         if self.durability == "invocation" and path.exists():
+            written = self._tails.get(session_id)  # before the fsync: the fsync covers it
             _fsync_file(path)
+            if written is None:
+                return
+            if self._locks.is_held(session_id):
+                self._durable[session_id] = written  # the turn's end records it
+                return
+            with (
+                contextlib.suppress(SessionLockedError),
+                self._guard,
+                self._locks.for_write(session_id),
+            ):
+                if self._tails.get(session_id) is written:
+                    self._write_head(sdir, [_end_of(written)])
 
     def _sync_dirs(self, *dirs: Path) -> None:
         if self.durability != "none":
@@ -1710,6 +2172,155 @@ def _triage(
     return good, bad, missing
 
 
+def _meta_bytes(session_id: str, created: str, *, head: bool = True) -> bytes:
+    meta: dict[str, Any] = {"format": _META_FORMAT, "session_id": session_id, "created_at": created}
+    if head:
+        meta["head"] = 1  # a head file is kept: one missing is damage
+    meta["sha256"] = _meta_digest(meta)
+    return json.dumps(meta).encode()
+
+
+def _meta_digest(meta: Mapping[str, Any]) -> str:
+    """The sha256 ``meta.json`` carries over its other fields (a flipped date is damage)."""
+    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
+
+
+def _check_meta(meta: Any, session_id: str) -> str:
+    """The creation time of a parsed ``meta.json``; ``ValueError`` when it is damaged.
+
+    Since head files, ``meta.json`` carries a sha256 of its fields; one written
+    before them has neither and is checked by shape alone.
+    """
+    if not isinstance(meta, dict):
+        raise ValueError("not an object")
+    fields = dict(meta)
+    digest = fields.pop("sha256", None)
+    if not set(fields) <= _META_FIELDS:
+        raise ValueError(f"unexpected fields {sorted(set(fields) - _META_FIELDS)}")
+    if digest is not None and digest != _meta_digest(fields):
+        raise ValueError("it does not match its sha256")
+    if digest is None and "head" in fields:
+        raise ValueError("its sha256 is missing")
+    if fields.get("format") != _META_FORMAT or fields.get("session_id") != session_id:
+        raise ValueError("unexpected format or session id")
+    if fields.get("head") not in (None, 1):
+        raise ValueError("unexpected head flag")
+    created = fields.get("created_at")
+    if not isinstance(created, str) or not _TIMESTAMP.fullmatch(created):
+        raise ValueError("created_at is not a UTC timestamp")
+    return created
+
+
+def _head_ends(sdir: Path) -> list[End]:
+    """The ends ``sdir``'s head file names now; none when it is absent or unreadable."""
+    try:
+        head = journal.decode_head((sdir / _HEAD).read_bytes())
+    except FileNotFoundError:
+        return []
+    return head[1] if head is not None else []
+
+
+def _end_of(tail: _Tail) -> End:
+    return (tail.next_seq - 1, tail.hash, tail.count)
+
+
+def _create_leftovers(sdir: Path) -> bool:
+    """Whether ``sdir`` holds only what an interrupted :meth:`FileSessionStore.create`
+    leaves: nothing, temp files, or a journal of the one empty record create writes —
+    plus, maybe, checkpoints put under that id while no session had it (a new session
+    starts without them, in every store).
+
+    Only such a directory may be removed by a create or read as no session: anything
+    else (a message, a rewrite, a segment, an attachment, any other file) is data
+    perdure did not write in that create — a session whose ``meta.json`` was lost —
+    and must be reported, never deleted.
+    """
+    try:
+        names = os.listdir(sdir)
+    except FileNotFoundError:
+        return True
+    except NotADirectoryError:
+        return False
+    for name in names:
+        temp = _ATOMIC_TEMP.fullmatch(name)
+        if (temp and temp.group(1) in (_JOURNAL, _META)) or name == "checkpoints":
+            continue
+        if name == _HEAD:
+            if any(seq != 0 for seq, _, _ in _head_ends(sdir)):
+                return False
+            continue
+        if name != _JOURNAL:
+            return False
+        try:
+            scanned = journal.scan((sdir / name).read_bytes())
+        except (JournalDamage, OSError):
+            return False
+        if len(scanned.records) > 1:
+            return False
+        if scanned.records:
+            body = scanned.records[0].body
+            if body.get("t") != "s" or body.get("c") != 0 or body.get("s") != {}:
+                return False
+            if not isinstance(body.get("created"), str):
+                return False
+    return True
+
+
+# atomic_write's temp names (see perdure._fs): ".<name>.<32 hex>.tmp".
+_ATOMIC_TEMP = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
+# Deleted sessions used to wait inside sessions/ under this name before the trash
+# existed; a crash could leave one there. No id starts with "." (see ids.py).
+_LEGACY_TRASH = re.compile(r"\.deleted-.+-[0-9a-f]{32}")
+
+
+def _temp_files(sdir: Path) -> list[Path]:
+    """Temp files killed writers left in a session directory and its attachments."""
+    found: list[Path] = []
+    for directory in (sdir, sdir / _ATTACHMENTS):
+        try:
+            names = os.listdir(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        found.extend(
+            directory / name
+            for name in names
+            if _ATOMIC_TEMP.fullmatch(name) or (directory == sdir and name == _REWRITE_TMP)
+        )
+    return sorted(found)
+
+
+def _is_provisional_orphan(sdir: Path) -> bool:
+    """Whether ``sdir`` is a provisional session (see ``FileSessionStore._create``) whose
+    history never came: its journal holds only the genesis record marked provisional,
+    and the directory nothing but that journal, its head, meta.json and temp files."""
+    try:
+        names = set(os.listdir(sdir))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    names = {name for name in names if not _ATOMIC_TEMP.fullmatch(name)}
+    if not names <= {_META, _JOURNAL, _HEAD} or _META not in names or _JOURNAL not in names:
+        return False
+    try:
+        scanned = journal.scan((sdir / _JOURNAL).read_bytes())
+    except (JournalDamage, OSError):
+        return False
+    records = scanned.records
+    return len(records) == 1 and records[0].type == "s" and records[0].body.get("provisional") == 1
+
+
+def _is_session_name(name: str) -> bool:
+    """Whether a directory under ``sessions/`` can be a session: its name is a valid id.
+
+    Deleted sessions used to wait inside ``sessions/`` as ``.deleted-<id>-<hex>``; a
+    crash could leave one there, and it is no session (ids never start with ``.``).
+    """
+    try:
+        validate_session_id(name)
+    except ValueError:
+        return False
+    return True
+
+
 def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
     """What a seal or rewrite changes: each volume file's inode, size and mtime."""
     identity: list[tuple[int, int, int] | None] = []
@@ -1748,6 +2359,25 @@ def _read_tail(path: Path) -> bytes:
             if chunk >= size or data.count(b"\n") >= 2:
                 return data
             chunk *= 4
+
+
+def _last_line(data: bytes, prev_hash: str) -> bytes | None:
+    """The last complete record line in ``data`` (a file's end, as :func:`_read_tail`
+    reads it), or ``None`` when there is none; ``prev_hash`` is what the file's first
+    record chains to.
+
+    A last record that lost its newline counts (see :func:`journal.complete_tail`),
+    so the count a listing shows is the count a full read finds.
+    """
+    cut = data.rfind(b"\n")
+    before = data[journal.last_line_start(data[: cut + 1]) : cut] if cut >= 0 else None
+    fragment = data[cut + 1 :]
+    if fragment:
+        prev = prev_hash if before is None else journal.peek_hash(before)
+        complete = journal.complete_tail(fragment, prev) if prev is not None else None
+        if complete is not None:
+            return complete[0]
+    return before
 
 
 def _fsync_file(path: Path) -> None:

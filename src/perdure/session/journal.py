@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -93,8 +94,10 @@ class Scan:
     """The result of scanning journal bytes.
 
     ``records`` are the verified records; ``end`` is the byte offset just past the
-    last complete, verified line; ``torn`` is true when bytes follow ``end`` that
-    form no complete line (an interrupted append: not corruption).
+    last complete, verified line (its newline included when it has one); ``torn``
+    is true when bytes follow ``end`` that form no complete line (an interrupted
+    append: not corruption). One byte may also follow ``end`` without ``torn``: the
+    last record's newline, turned into another byte; a writer puts the newline back.
     """
 
     records: list[Record]
@@ -116,8 +119,9 @@ def scan(
 
     A final fragment without a newline is a torn append: it is reported through
     ``Scan.torn`` and left out — unless it is a complete, valid record that only
-    lost its newline, which is kept. Any other damage raises :class:`JournalDamage`
-    naming the kind and byte offset.
+    lost its newline (or whose newline became another byte), which is kept: see
+    :func:`complete_tail`. Any other damage raises :class:`JournalDamage` naming the
+    kind and byte offset.
 
     Args:
         data: the file's bytes.
@@ -154,20 +158,41 @@ def scan(
         prev = peek_hash(lines[-1]) or prev
     end = position
     if tail:
-        try:
-            last = _verify_line(tail, prev, base_offset + position)
-        except JournalDamage:
+        complete = complete_tail(tail, prev)
+        if complete is None:
             torn = True
         else:
-            lines.append(tail)
+            line, prev = complete
+            lines.append(line)
             offsets.append(position)
-            prev = last
-            end = position + len(tail)
+            end = position + len(line)
     if decode and lines:
         records = _decode(data, end, lines, offsets, base_offset, first_seq)
     elif lines:
         records = []
     return Scan(records=records, end=end, torn=torn, last_hash=prev)
+
+
+def complete_tail(fragment: bytes, prev: str) -> tuple[bytes, str] | None:
+    """The record in a file's last bytes after its last newline, if they hold one.
+
+    A torn append leaves a prefix of ``line + "\n"``: some bytes of a record, never
+    the whole record. So a fragment that verifies as a whole record chained to
+    ``prev`` is complete and only lost its newline (the file was cut one byte short);
+    and a fragment that verifies once its last byte is dropped is a complete record
+    whose newline became another byte — no append can leave that either. Both are
+    kept (SPEC §7.1: a last line that parses and verifies is complete).
+
+    Returns:
+        The record's line (without the byte standing for its newline) and its hash,
+        or ``None`` when the fragment is no complete record: a torn tail.
+    """
+    for line in (fragment, fragment[:-1]):
+        try:
+            return line, _verify_line(line, prev, 0)
+        except JournalDamage:
+            continue
+    return None
 
 
 def _verify_line(line: bytes, prev: str, offset: int) -> str:
@@ -312,7 +337,10 @@ def last_line_start(data: bytes) -> int:
 def peek_hash(line: bytes) -> str | None:
     """The hash a line claims, or ``None`` when it is not a journal line."""
     if line.startswith(_PREFIX) and len(line) >= BODY_AT:
-        return line[len(_PREFIX) : len(_PREFIX) + HASH_LEN].decode("ascii", "replace")
+        claimed = line[len(_PREFIX) : len(_PREFIX) + HASH_LEN]
+        # Only a hash can chain to the next record: damaged bytes there are no claim.
+        if claimed.translate(None, b"0123456789abcdef") == b"":
+            return claimed.decode("ascii")
     return None
 
 
@@ -322,3 +350,73 @@ def peek_body(line: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ValueError("journal line is not an object")
     return obj
+
+
+# ----------------------------------------------------------------------------- the head
+
+End = tuple[int, str, int]
+"""Where a volume ends: the last record's sequence number, its hash, the message count."""
+
+HEAD_SLOT = 256
+"""Bytes per slot of a head file; a head file is two slots."""
+
+
+def encode_head_slot(generation: int, ends: Sequence[End]) -> bytes:
+    """One slot of a head file: which ends the journal may have, checksummed.
+
+    A head file records where the journal ends, outside the journal, so that a journal
+    cut at a line boundary or deleted is damage rather than a shorter session. It is
+    two fixed slots written in turn (``generation % 2``): a write torn by a crash
+    spoils only the slot it was writing, and the other one still holds the previous
+    head. A slot is one JSON line padded with spaces, so ``cat head`` reads it.
+    Normally it names one end; during a rewrite it names the old volume's end and
+    the new one's, since a crash may leave either.
+    """
+    body = _ENCODER.encode({"g": generation, "e": [list(end) for end in ends]})
+    check = hashlib.sha256(body.encode()).hexdigest()[:16]
+    slot = f'{body[:-1]},"x":"{check}"}}'.encode()
+    if len(slot) >= HEAD_SLOT:
+        raise ValueError("a head names at most a few ends")
+    return slot.ljust(HEAD_SLOT - 1) + b"\n"
+
+
+def decode_head(data: bytes) -> tuple[int, list[End]] | None:
+    """The newest valid slot of a head file's bytes: its generation and ends.
+
+    Returns ``None`` when no slot is valid (both damaged: the caller reports it).
+    """
+    best: tuple[int, list[End]] | None = None
+    for start in (0, HEAD_SLOT):
+        slot = data[start : start + HEAD_SLOT].strip()
+        try:
+            obj = json.loads(slot)
+            generation, raw_ends, check = obj["g"], obj["e"], obj["x"]
+            body = _ENCODER.encode({"g": generation, "e": raw_ends})
+            if hashlib.sha256(body.encode()).hexdigest()[:16] != check:
+                continue
+            ends = [(int(n), str(h), int(c)) for n, h, c in raw_ends]
+        except (ValueError, TypeError, KeyError):
+            continue
+        if type(generation) is int and ends and (best is None or generation > best[0]):
+            best = (generation, ends)
+    return best
+
+
+def missing_end(
+    ends: Sequence[End], last_seq: int, hash_at: Callable[[int], str | None]
+) -> End | None:
+    """The recorded end a volume fails to reach, or ``None`` when it reaches one.
+
+    A volume reaches an end ``(n, hash, count)`` when it holds record ``n`` with that
+    hash: it may hold more (records appended since the head was written, in the
+    current turn or before a crash). ``hash_at(n)`` gives the hash of record ``n``
+    when the caller has it at hand, ``None`` when finding it would cost a read (the
+    record's presence is then enough here; full reads check the hash).
+    """
+    for end in ends:
+        seq, digest, _ = end
+        if seq <= last_seq:
+            known = hash_at(seq)
+            if known is None or known == digest:
+                return None
+    return ends[-1]

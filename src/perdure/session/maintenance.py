@@ -68,7 +68,7 @@ from perdure.session.checkpoints import (
     scan_checkpoints,
     seal_checkpoint_bytes,
 )
-from perdure.session.file_store import FileSessionStore, SessionRecoveryReport
+from perdure.session.file_store import FileSessionStore, SessionRecoveryReport, StoreLeftovers
 from perdure.session.ids import validate_session_id
 from perdure.session.sqlite_store import SQLiteSessionStore
 from perdure.session.store import SessionMeta, SessionStore
@@ -112,7 +112,8 @@ class Damage:
             ``bad_payload``, ``bad_sequence``, ``missing_record`` (records gone
             before an intact one), ``broken_chain``, ``bad_state``,
             ``bad_checkpoint``, ``unsealed_checkpoint`` (written by perdure 0.1
-            without a sha256, so it cannot be checked), ``bad_database``), or
+            without a sha256, so it cannot be checked), ``bad_database``,
+            ``truncated``: a journal ending before the end its head file records), or
             ``unreadable`` for an I/O error.
         detail: the store's one-line description (never message content).
         file: the damaged file (file stores) or database file, when known.
@@ -196,7 +197,7 @@ class SessionRepair:
         session_id: the session.
         status: ``would_repair`` (dry run), ``repaired``, ``unrepairable`` (the
             damage is not in records quarantine can prove bad: a manifest, an
-            attachment, ``meta.json``), ``locked`` (another writer holds the session;
+            attachment), ``locked`` (another writer holds the session;
             try again later) or ``clean`` (healed meanwhile).
         damage: the damage :func:`verify_store` found first.
         quarantined: records moved (or that would be moved).
@@ -206,7 +207,10 @@ class SessionRepair:
             ``unverifiable``: it follows missing records and nothing vouches for it).
         quarantine_path: the file the records were moved to (``None`` in a dry run,
             or when nothing was moved).
-        detail: why the session was not repaired, for ``unrepairable`` and ``locked``.
+        detail: why the session was not repaired, for ``unrepairable`` and ``locked``;
+            what was (or would be) done outside quarantine: a ``meta.json`` rebuilt
+            from the journal, a truncated journal accepted with how many messages
+            were lost.
         gaps: ``(line, count)`` for each gap: ``count`` records were already
             missing from the files just before that line. They cannot come back;
             the records on both sides are kept (see :class:`SessionRecoveryReport`).
@@ -402,6 +406,10 @@ class GcReport:
         expired: sessions inactive for longer than the TTL.
         pruned: checkpoints beyond the newest ``keep_checkpoints`` of a session.
         skipped: sessions left alone (locked by a writer, damaged metadata).
+        temp_files: temp files of writes a kill interrupted (file stores: a seal's
+            ``.manifest.json.<hex>.tmp``, …), removed under the session's writer lock.
+        orphans: sessions a fork killed halfway left without their history (file
+            stores: created provisionally, never committed), deleted likewise.
     """
 
     dry_run: bool
@@ -412,6 +420,8 @@ class GcReport:
     expired: tuple[ExpiredSession, ...]
     pruned: tuple[PrunedCheckpoint, ...]
     skipped: tuple[SkippedSession, ...] = ()
+    temp_files: tuple[str, ...] = ()
+    orphans: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data."""
@@ -424,6 +434,8 @@ class GcReport:
             "expired": [asdict(e) for e in self.expired],
             "pruned": [asdict(p) for p in self.pruned],
             "skipped": [asdict(s) for s in self.skipped],
+            "temp_files": list(self.temp_files),
+            "orphans": list(self.orphans),
         }
 
 
@@ -488,12 +500,16 @@ async def verify_store(
         ids = [m.session_id for m in metas]
         damage.extend(listing_damage)
         explicit = False
+        # A session too damaged to list is a session checked (and found damaged).
+        listed_damaged = {d.session_id for d in listing_damage if d.session_id is not None}
     else:
         ids = [validate_session_id(s, "session_ids") for s in dict.fromkeys(session_ids)]
         explicit = True
+        listed_damaged = set()
     checkpoints = _checkpoint_store(store)
     missing: list[str] = []
-    sessions_checked = checkpoints_checked = 0
+    sessions_checked = len(listed_damaged - set(ids)) if not explicit else 0
+    checkpoints_checked = 0
     for done, session_id in enumerate(ids, start=1):
         try:
             await store.get(session_id)
@@ -886,12 +902,49 @@ async def _heal(
     assert session_id is not None
     reports.clear()
     try:
+        detail = await _fix_outside_records(healer, found, plan=False)
         await healer.get(session_id)
     except SessionLockedError as exc:
         return SessionRepair(session_id, "locked", found, detail=exc.message)
     except (SessionCorruptedError, SessionNotFoundError) as exc:
         return _repair(session_id, "unrepairable", found, reports, detail=exc.message)
-    return _repair(session_id, "repaired" if reports else "clean", found, reports)
+    status: RepairStatus = "repaired" if reports or detail else "clean"
+    return _repair(session_id, status, found, reports, detail=detail)
+
+
+async def _fix_outside_records(store: FileSessionStore, found: Damage, *, plan: bool) -> str | None:
+    """Repair what lies outside the journal's records; say what was (would be) done.
+
+    A lost or unreadable ``meta.json`` is rebuilt from the journal's first record. A
+    journal that ends before its head (``truncated``), or whose head file is lost,
+    and is otherwise intact is accepted as it is: the lost records cannot come back,
+    and the report says how many messages were lost. Quarantine handles the rest.
+    """
+    session_id = found.session_id
+    assert session_id is not None
+    if _is_meta_damage(found) and await store.rebuild_meta(session_id):
+        return (
+            "meta.json would be rebuilt from the journal's first record"
+            if plan
+            else "meta.json rebuilt from the journal's first record"
+        )
+    if found.kind == "truncated" or (found.file is not None and Path(found.file).name == "head"):
+        accepted = await store.accept_journal_end(session_id)
+        if accepted is not None:
+            recorded, held = accepted
+            verb = "would accept" if plan else "accepted"
+            if recorded is None:
+                return f"{verb} the journal as it ends ({held} messages): its head file was lost"
+            return (
+                f"{verb} the journal as it ends: {held} messages; its head recorded "
+                f"{recorded}, so {max(recorded - held, 0)} acknowledged messages are lost"
+            )
+    return None
+
+
+def _is_meta_damage(found: Damage) -> bool:
+    """Damage in a session's ``meta.json`` (missing or unreadable): rebuilt, not quarantined."""
+    return found.file is not None and Path(found.file).name == "meta.json"
 
 
 async def _plan(strict: FileSessionStore, found: Damage) -> SessionRepair:
@@ -925,12 +978,14 @@ async def _plan(strict: FileSessionStore, found: Damage) -> SessionRepair:
             quarantine_dir=Path(scratch) / "quarantine",
         )
         try:
+            detail = await _fix_outside_records(rehearsal, found, plan=True)
             await rehearsal.get(session_id)
         except (SessionCorruptedError, SessionNotFoundError) as exc:
             return _repair(session_id, "unrepairable", found, reports, detail=exc.message)
         finally:
             rehearsal.close()
-    return _repair(session_id, "would_repair" if reports else "clean", found, reports, plan=True)
+    status: RepairStatus = "would_repair" if reports or detail else "clean"
+    return _repair(session_id, status, found, reports, detail=detail, plan=True)
 
 
 def _repair(
@@ -973,6 +1028,9 @@ async def gc_store(
     A session whose ``updated_at`` is more than ``ttl_seconds`` before ``now`` is
     deleted with its checkpoints. Every other session keeps its newest
     ``keep_checkpoints`` checkpoints; older ones are deleted, whatever their trigger.
+    In a file store, what killed writers left is collected too (see
+    :meth:`FileSessionStore.collect_leftovers`): temp files of interrupted writes and
+    sessions a killed fork left without their history.
 
     Args:
         store: the store to clean.
@@ -1008,13 +1066,26 @@ async def gc_store(
     elif not isinstance(now, _dt.datetime) or now.utcoffset() is None:
         raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
     checkpoints = _checkpoint_store(store) if keep_checkpoints is not None else None
+    leftovers = (
+        await store.collect_leftovers(dry_run=dry_run)
+        if isinstance(store, FileSessionStore)
+        else StoreLeftovers((), (), ())
+    )
     metas, listing_damage = await _walk(store)
+    metas = [m for m in metas if m.session_id not in leftovers.orphans]
     skipped = [
         SkippedSession(d.session_id, "session_store_corrupted", d.detail) for d in listing_damage
     ]
+    skipped.extend(
+        SkippedSession(sid, "session_locked", "leftovers of a killed writer; a writer holds it")
+        for sid in leftovers.locked
+    )
     expired: list[ExpiredSession] = []
     pruned: list[PrunedCheckpoint] = []
     for meta in metas:
+        if meta.damaged is not None:  # never expired nor pruned on guessed metadata
+            skipped.append(SkippedSession(meta.session_id, "session_store_corrupted", meta.damaged))
+            continue
         try:
             idle = (now - _parse_time(meta.updated_at)).total_seconds()
         except ValueError as exc:
@@ -1042,6 +1113,8 @@ async def gc_store(
         expired=tuple(expired),
         pruned=tuple(pruned),
         skipped=tuple(skipped),
+        temp_files=leftovers.temp_files,
+        orphans=leftovers.orphans,
     )
 
 

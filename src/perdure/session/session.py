@@ -411,8 +411,11 @@ class Session:
         checkpoints = self._require_checkpoints("fork")
         record = await self._load_checkpoint(checkpoints, checkpoint_id)
         new_id = new_session_id()
-        await self.store.create(new_id)
+        # Created under its writer lock, held until the history is in: a fork killed
+        # halfway leaves a session a store can tell from one a user made (a file
+        # store marks it provisional, and gc removes it once nobody holds it).
         async with self.store.writer_lock(new_id):
+            await self.store.create(new_id)
             await self.store.commit(new_id, record.messages, agent_state=record.agent_state)
         return new_id
 

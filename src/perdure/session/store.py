@@ -29,12 +29,26 @@ from perdure.types import Message
 
 @dataclass(frozen=True)
 class SessionMeta:
-    """What ``list`` returns: metadata only, never content."""
+    """What ``list`` returns: metadata only, never content.
+
+    Attributes:
+        session_id: the session's id.
+        created_at: when it was created (ISO-8601 UTC); ``""`` when unreadable.
+        updated_at: when it last changed (ISO-8601 UTC); ``""`` when unreadable.
+        message_count: messages in its history; ``0`` when unreadable.
+        damaged: ``None`` for a session whose metadata reads cleanly. A listing
+            never fails nor hides a session because one is damaged: it lists it with
+            ``damaged`` set to what is wrong (the message of the
+            :class:`~perdure.errors.SessionCorruptedError` that reading it raises,
+            code ``session_store_corrupted``), and the fields it could not read
+            empty. ``get`` on it raises that error.
+    """
 
     session_id: str
     created_at: str
     updated_at: str
     message_count: int
+    damaged: str | None = None
 
 
 @dataclass
@@ -117,7 +131,11 @@ class SessionStore(Protocol):
     async def list(
         self, *, limit: int | None = None, after: str | None = None
     ) -> list[SessionMeta]:
-        """Metadata of sessions sorted by id, starting after the id ``after``."""
+        """Metadata of sessions sorted by id, starting after the id ``after``.
+
+        One damaged session neither fails the listing nor is hidden from it: it is
+        listed with :attr:`SessionMeta.damaged` set.
+        """
         ...
 
     async def commit(
