@@ -35,7 +35,7 @@ from perdure.errors import (
     SessionNotFoundError,
 )
 from perdure.memory import LocalMemoryStore
-from perdure.session import Session
+from perdure.session import DamagedCheckpoint, Session, scan_checkpoints
 from perdure.session.maintenance import verify_store
 from perdure.session.sqlite_store import SQLiteSessionStore
 from perdure.storage import SQLiteStorage
@@ -539,3 +539,29 @@ def test_a_damaged_page_of_session_rows_or_their_index_is_never_a_missing_sessio
                 assert read in ("same", "error"), (name, offset, value, read)
                 assert (read == "same") == (checked == "clean"), (name, offset, value, checked)
     assert outcomes["error"] > 20, outcomes
+
+
+def test_a_checkpoint_stored_under_a_malformed_id_is_damage(tmp_path: Path) -> None:
+    """A flipped byte in a checkpoint's id column: verify reports it, never raises
+    the ValueError a caller's malformed id gets, and new checkpoints still work."""
+    path = tmp_path / "s.db"
+    seed_sessions(path)
+    with sqlite3.connect(path) as conn:
+        (good,) = conn.execute(
+            "SELECT checkpoint_id FROM perdure_checkpoints WHERE session_id = ?", (SESSIONS[0],)
+        ).fetchone()
+        conn.execute(
+            "UPDATE perdure_checkpoints SET checkpoint_id = ? WHERE checkpoint_id = ?",
+            (good[:9] + "!" + good[10:], good),
+        )
+    conn.close()
+    store = SQLiteSessionStore(path)
+    try:
+        report = asyncio.run(verify_store(store))
+        assert [(d.session_id, d.kind) for d in report.damage] == [(SESSIONS[0], "bad_checkpoint")]
+        found = asyncio.run(scan_checkpoints(store.checkpoints, SESSIONS[0]))
+        assert [isinstance(c, DamagedCheckpoint) for c in found] == [True]
+        made = asyncio.run(Session(store, SESSIONS[0]).checkpoint(label="after"))
+        assert made.label == "after"
+    finally:
+        store.close()

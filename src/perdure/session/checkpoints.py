@@ -357,12 +357,33 @@ async def scan_checkpoints(
     found: builtins.list[CheckpointMeta | DamagedCheckpoint] = []
     for checkpoint_id in await store.checkpoint_ids(session_id):
         try:
-            found.append((await store.get(session_id, checkpoint_id)).meta)
+            found.append((await get_named_checkpoint(store, session_id, checkpoint_id)).meta)
         except CheckpointNotFoundError:
             continue  # deleted meanwhile
         except SessionCorruptedError as exc:
             found.append(DamagedCheckpoint(session_id, checkpoint_id, exc))
     return found
+
+
+async def get_named_checkpoint(
+    store: CheckpointStore, session_id: str, checkpoint_id: str
+) -> CheckpointRecord:
+    """``store.get`` of an id the store itself named (``checkpoint_ids``, ``list``).
+
+    Such an id comes from stored bytes, so one that is no ULID is damage, not a
+    caller's mistake: ``SessionCorruptedError`` rather than ``get``'s ``ValueError``.
+    """
+    if not is_ulid(checkpoint_id):
+        raise SessionCorruptedError(
+            f"a checkpoint of session {session_id!r} is stored under the malformed id "
+            f"{checkpoint_id!r}",
+            details={
+                "kind": "bad_checkpoint",
+                "session_id": session_id,
+                "checkpoint_id": checkpoint_id,
+            },
+        )
+    return await store.get(session_id, checkpoint_id)
 
 
 class _IdMaker:
@@ -375,7 +396,8 @@ class _IdMaker:
     def new(self, session_id: str, existing: builtins.list[str]) -> str:
         with self._guard:
             maker = self._makers.setdefault(session_id, MonotonicUlid())
-        for checkpoint_id in existing[-1:]:
+        # A damaged stored id (no ULID) orders nothing.
+        for checkpoint_id in [i for i in existing if is_ulid(i)][-1:]:
             maker.observe(checkpoint_id)
         return maker.new()
 

@@ -65,6 +65,7 @@ from perdure.session.checkpoints import (
     CheckpointRecord,
     CheckpointStore,
     ListsCheckpointIds,
+    get_named_checkpoint,
     scan_checkpoints,
     seal_checkpoint_bytes,
 )
@@ -599,7 +600,7 @@ async def _verify_checkpoints(
     checked = 0
     for checkpoint_id in ids:
         try:
-            await checkpoints.get(session_id, checkpoint_id)
+            await get_named_checkpoint(checkpoints, session_id, checkpoint_id)
         except CheckpointNotFoundError:
             continue  # deleted since it was listed
         except SessionCorruptedError as exc:
