@@ -336,3 +336,22 @@ def test_python_dash_m_perdure_forks(url: str) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert history(url, proc.stdout.strip()) == ["one", "re: one", "two", "re: two"]
+
+
+def test_an_unreadable_checkpoint_file_is_listed_damaged_never_a_traceback(
+    tmp_path: Path,
+) -> None:
+    url = f"file:{tmp_path / 'store'}"
+    talk(url, "s1", "one")
+    good = ok("checkpoints", "create", "s1", "-q", "-s", url).stdout.strip()
+    bad = ok("checkpoints", "create", "s1", "-q", "-s", url).stdout.strip()
+    path = tmp_path / "store" / "sessions" / "s1" / "checkpoints" / f"{bad}.json"
+    path.unlink()
+    path.mkdir()  # cannot be read at all (as EIO or EACCES would)
+    listed = as_json("checkpoints", "list", "s1", "-s", url)["checkpoints"]
+    assert [(c["checkpoint_id"], c.get("damaged", False)) for c in listed] == [
+        (good, False),
+        (bad, True),
+    ]
+    shown = as_json("sessions", "show", "s1", "-s", url)
+    assert (shown["checkpoints"], shown["damaged_checkpoints"]) == (2, 1)

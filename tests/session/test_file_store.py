@@ -230,8 +230,12 @@ def test_quarantine_reports_deleted_lines_as_missing_and_keeps_what_follows(
     with pytest.raises(SessionCorruptedError) as info:
         run(FileSessionStore(tmp_path / "data").get("s"))
     assert info.value.details["kind"] == "missing_record"
+    shutil.copytree(tmp_path / "data", tmp_path / "copy")
     with caplog.at_level("WARNING", logger="perdure"):
         texts, report = heal(tmp_path)
+    assert "healed by quarantine" not in caplog.text  # the callback got the report
+    with caplog.at_level("WARNING", logger="perdure"):
+        run(FileSessionStore(tmp_path / "copy", recovery="quarantine").get("s"))
     assert "1 record(s) missing at lines [4]" in caplog.text  # a trace without a callback
     assert texts == ["m0", "m1", "m3", "m4", "m5"]  # m3, intact, is kept
     assert (report.quarantined, report.positions, report.kinds) == (0, (), ())
@@ -1101,3 +1105,41 @@ def test_an_edited_creation_time_in_meta_json_is_damage(tmp_path: Path) -> None:
         assert not run(verify_store(fresh)).clean
     path.write_bytes(good)
     assert run(FileSessionStore(tmp_path / "data").get("s")).messages == history
+
+
+def test_a_flush_never_records_an_end_another_process_rewrote_away(tmp_path: Path) -> None:
+    """A's cached tail from an earlier turn is stale once B rewrote the session: an
+    empty turn of A that flushes must not write that old end into the head."""
+
+    async def scenario() -> int:
+        a = FileSessionStore(tmp_path / "data", durability="invocation")
+        b = FileSessionStore(tmp_path / "data")
+        await a.create("s")
+        async with a.writer_lock("s"):
+            await a.commit("s", conversation(3))
+            await a.flush("s")
+        async with b.writer_lock("s"):
+            current = await b.get("s")
+            await b.commit("s", conversation(1), rewritten=True, expected_tail=current.tail)
+        async with a.writer_lock("s"):  # a turn that commits nothing, then flushes
+            await a.flush("s")
+        await a.flush("s")  # and a flush outside any turn
+        return (await FileSessionStore(tmp_path / "data").get("s")).meta.message_count
+
+    assert run(scenario()) == 1
+
+
+def test_a_half_written_first_head_of_an_old_session_is_no_damage(tmp_path: Path) -> None:
+    """A session from before head files gets its first head file at its next turn;
+    a crash may leave that file empty. It was not required yet: no damage."""
+    store, history = turns(tmp_path)
+    sdir = store.session_dir("s")
+    meta = json.loads((sdir / "meta.json").read_bytes())
+    del meta["head"], meta["sha256"]  # a meta.json as perdure 0.1 wrote it
+    (sdir / "meta.json").write_text(json.dumps(meta))
+    (sdir / "head").write_bytes(b"")
+    assert run(FileSessionStore(tmp_path / "data").get("s")).messages == history
+    # once meta.json says a head is kept, an unreadable one is damage
+    (sdir / "meta.json").write_bytes(file_store_module._meta_bytes("s", meta["created_at"]))
+    with pytest.raises(SessionCorruptedError, match="head file is unreadable"):
+        run(FileSessionStore(tmp_path / "data").get("s"))

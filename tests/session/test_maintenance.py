@@ -842,3 +842,40 @@ def test_durations(text: str, seconds: int) -> None:
 def test_durations_are_parsed_strictly(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)
+
+
+def test_gc_never_keeps_a_sqlite_checkpoint_whose_body_is_damaged(tmp_path: Path) -> None:
+    """SQLite's checkpoint list reads no bodies: gc must read them before it decides
+    what it keeps, or it would prune the good one and keep the damaged one."""
+    path = tmp_path / "p.db"
+    store = SQLiteSessionStore(path)
+    populate(store, ["b"], checkpoints=2)
+    older, newer = [m.checkpoint_id for m in run(store.checkpoints.list("b"))]
+    store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE perdure_checkpoints SET body = replace(body, 'question', 'quesTion') "
+            "WHERE checkpoint_id = ?",
+            (newer,),
+        )
+    conn.close()
+    store = SQLiteSessionStore(path)
+    report = run(gc_store(store, keep_checkpoints=1, dry_run=False))
+    assert report.pruned == ()  # the older, intact one is the one kept
+    assert [(s.session_id, s.checkpoint_id) for s in report.skipped] == [("b", newer)]
+    assert run(store.checkpoints.get("b", older)).meta.checkpoint_id == older
+    store.close()
+
+
+def test_gc_skips_a_locked_session_with_leftovers_once(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"])
+    (store.session_dir("a") / f".meta.json.{'0' * 32}.tmp").write_bytes(b"x")
+
+    async def scenario() -> Any:
+        async with FileSessionStore(store.root).writer_lock("a"):
+            return await gc_store(store, ttl_seconds=1, now=NOW + dt.timedelta(days=400))
+
+    report = run(scenario())
+    assert [(s.session_id, s.code) for s in report.skipped] == [("a", "session_locked")]
+    assert report.expired == ()

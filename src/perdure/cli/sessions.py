@@ -156,6 +156,7 @@ def show_session(session_id: str, store_url: str, as_json: bool) -> None:
                 **to_jsonable(meta),
                 "agent_state": summary,
                 "checkpoints": len(checkpoints),
+                "damaged_checkpoints": damaged,
                 "latest_checkpoint_id": checkpoints[-1].checkpoint_id if checkpoints else None,
             }
         )

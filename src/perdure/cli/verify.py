@@ -87,7 +87,16 @@ def verify(session_ids: tuple[str, ...], store_url: str, as_json: bool) -> None:
             report = run(
                 verify_store(store, session_ids=list(session_ids) or None, progress=progress)
             )
-        repairable = isinstance(store, FileSessionStore | SQLiteSessionStore)
+        # What repair can act on: every damage of a file store but an unreadable
+        # file; a SQLite store's rows and WAL, not its checkpoints.
+        repairable = any(
+            d.kind != "unreadable"
+            and (
+                isinstance(store, FileSessionStore)
+                or (isinstance(store, SQLiteSessionStore) and d.checkpoint_id is None)
+            )
+            for d in report.damage
+        )
     # Sessions named and none found: nothing was verified, so the not-found error is
     # the whole answer (a "no damage" line before it would say the opposite).
     if not _only_missing(report.sessions_checked, report.missing, report.clean):
@@ -135,7 +144,7 @@ def _print_verify(report: VerifyReport, store_url: str, *, repairable: bool) -> 
         f"[red]✗[/] {len(sessions)} of {report.sessions_checked} session"
         f"{_s(report.sessions_checked)} damaged ({checked} verified)"
     )
-    if repairable and any(d.kind != "unreadable" for d in report.damage):
+    if repairable:
         out.print(
             f"see what quarantine would move: perdure repair --store {store_url}", style="dim"
         )

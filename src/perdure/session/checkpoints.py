@@ -340,22 +340,22 @@ async def scan_checkpoints(
 ) -> builtins.list[CheckpointMeta | DamagedCheckpoint]:
     """The session's checkpoints, oldest first, with the damaged ones marked.
 
-    One ``store.list`` when it succeeds (as cheap as a list, and as thorough: a
-    store whose ``list`` reads no body does not find damage in bodies here either).
-    When it fails on damage, each checkpoint the store names is read with ``get``
-    and every one that fails is a :class:`DamagedCheckpoint` in its place.
+    Every checkpoint is read and checked with ``get`` (a ``list`` may read no
+    bodies, as SQLite's does, and would vouch for a damaged one): this is the
+    listing for maintenance and the command line, not for a hot path. A store that
+    names its checkpoints without reading them (:class:`ListsCheckpointIds`) names
+    them all, damaged or not; another is asked for its ``list``.
 
     Raises:
-        SessionCorruptedError: ``list`` failed and the store cannot name its
-            checkpoints without reading them (it is no :class:`ListsCheckpointIds`).
+        SessionCorruptedError: the store cannot name its checkpoints: its ``list``
+            fails and it is no :class:`ListsCheckpointIds`.
     """
-    try:
-        return builtins.list(await store.list(session_id))
-    except SessionCorruptedError:
-        if not isinstance(store, ListsCheckpointIds):
-            raise
+    if isinstance(store, ListsCheckpointIds):
+        ids = await store.checkpoint_ids(session_id)
+    else:
+        ids = [meta.checkpoint_id for meta in await store.list(session_id)]
     found: builtins.list[CheckpointMeta | DamagedCheckpoint] = []
-    for checkpoint_id in await store.checkpoint_ids(session_id):
+    for checkpoint_id in ids:
         try:
             found.append((await get_named_checkpoint(store, session_id, checkpoint_id)).meta)
         except CheckpointNotFoundError:
@@ -495,6 +495,8 @@ class FileCheckpointStore:
             raise CheckpointNotFoundError(
                 f"checkpoint {checkpoint_id} of session {session_id!r} not found"
             ) from None
+        except OSError as exc:  # a directory in its place, EIO, EACCES: it cannot be read
+            raise _file_damage(path, session_id, checkpoint_id, "unreadable", exc) from None
         try:
             record = CheckpointRecord.from_json_bytes(data)
         except ValueError as exc:

@@ -559,8 +559,9 @@ class FileSessionStore:
                         os.fsync(fd)
                 finally:
                     os.close(fd)
-            # meta.json last: it makes the session exist (and its entry's directory
-            # fsync covers the head's).
+            if durable:  # the head's entry before meta.json's, which says it exists
+                fsync_dir(sdir)
+            # meta.json last: it makes the session exist.
             atomic_write(sdir / _META, _meta_bytes(session_id, created), durable=durable)
             if durable:
                 fsync_dir(sdir.parent)
@@ -650,6 +651,10 @@ class FileSessionStore:
             return None
         head = journal.decode_head(data)
         if head is None:
+            if not self._head_required(sdir):
+                # A session from before head files got its first one, and a crash
+                # left it half-written: as if it were not there yet.
+                return None
             raise self._corrupted(session_id, path, "bad_payload", 0, "the head file is unreadable")
         return head[1]
 
@@ -1961,7 +1966,10 @@ class FileSessionStore:
         sdir = self.session_dir(session_id)
         path = sdir / _JOURNAL
         if self.durability == "invocation" and path.exists():
-            written = self._tails.get(session_id)  # before the fsync: the fsync covers it
+            # Before the fsync, so the fsync covers it; and only a tail the journal on
+            # disk still matches (another process may have rewritten it meanwhile).
+            with self._guard:
+                written = self._cached_tail(session_id)
             _fsync_file(path)
             if written is None:
                 return
@@ -1973,7 +1981,7 @@ class FileSessionStore:
                 self._guard,
                 self._locks.for_write(session_id),
             ):
-                if self._tails.get(session_id) is written:
+                if self._cached_tail(session_id) is written:
                     self._write_head(sdir, [_end_of(written)])
 
     def _sync_dirs(self, *dirs: Path) -> None:
@@ -2035,18 +2043,18 @@ class FileSessionStore:
             self._rewrite(
                 session_id, sdir, messages, state, redacted, previous_state=state, collect=False
             )
-            # A gap leaves no file behind: without a callback, this line is its only trace.
-            _log.warning(
-                "session %r healed by quarantine: %d record(s) moved to %s, %d record(s) "
-                "missing at lines %s",
-                session_id,
-                report.quarantined,
-                report.quarantine_path,
-                sum(count for _, count in report.gaps),
-                [line for line, _ in report.gaps],
-            )
             if self.on_recovery is not None:
                 self.on_recovery(report)
+            else:  # a gap leaves no file behind: without a callback, this is its only trace
+                _log.warning(
+                    "session %r healed by quarantine: %d record(s) moved to %s, %d record(s) "
+                    "missing at lines %s",
+                    session_id,
+                    report.quarantined,
+                    report.quarantine_path,
+                    sum(count for _, count in report.gaps),
+                    [line for line, _ in report.gaps],
+                )
 
     def _replay_loose(
         self, session_id: str, sdir: Path, bodies: Sequence[dict[str, Any]]

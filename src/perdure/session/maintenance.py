@@ -73,7 +73,7 @@ from perdure.session.file_store import FileSessionStore, SessionRecoveryReport, 
 from perdure.session.ids import validate_session_id
 from perdure.session.sqlite_store import SQLiteSessionStore
 from perdure.session.store import SessionMeta, SessionStore
-from perdure.session.ulid import ulid_timestamp_ms
+from perdure.session.ulid import is_ulid, ulid_timestamp_ms
 
 __all__ = [
     "CheckpointRepair",
@@ -1073,7 +1073,9 @@ async def gc_store(
         else StoreLeftovers((), (), ())
     )
     metas, listing_damage = await _walk(store)
-    metas = [m for m in metas if m.session_id not in leftovers.orphans]
+    # An orphan is gone; a locked session is skipped once, below, for its leftovers.
+    passed_over = {*leftovers.orphans, *leftovers.locked}
+    metas = [m for m in metas if m.session_id not in passed_over]
     skipped = [
         SkippedSession(d.session_id, "session_store_corrupted", d.detail) for d in listing_damage
     ]
@@ -1135,7 +1137,9 @@ async def _prune(
                 pruned.append(
                     PrunedCheckpoint(session_id, item.checkpoint_id, item.trigger, item.created_at)
                 )
-        elif keep == 0 or (oldest_kept is not None and item.checkpoint_id < oldest_kept):
+        elif is_ulid(item.checkpoint_id) and (
+            keep == 0 or (oldest_kept is not None and item.checkpoint_id < oldest_kept)
+        ):
             pruned.append(
                 PrunedCheckpoint(
                     session_id,
