@@ -565,3 +565,47 @@ def test_a_checkpoint_stored_under_a_malformed_id_is_damage(tmp_path: Path) -> N
         assert made.label == "after"
     finally:
         store.close()
+
+
+def test_a_non_durable_store_does_not_take_a_hole_in_its_wal_for_damage(fast_dir: Path) -> None:
+    """With durability="none" (synchronous=NORMAL) the kernel may write later WAL
+    frames before earlier ones, so a power cut can leave a hole in front of complete
+    transactions: the commits are lost as "none" allows, and the store opens."""
+    n = 20
+    database, wal = open_copy(fast_dir / "source.db", n)
+    hole = bytearray(wal)
+    hole[32 + 3 * (24 + 4096) : 32 + 4 * (24 + 4096)] = bytes(24 + 4096)  # frame 3 zeroed
+    path = fast_dir / "copy.db"
+    for durability, outcome in (("commit", "bad_wal"), ("none", "opened")):
+        fresh(path, database)
+        Path(f"{path}-wal").write_bytes(bytes(hole))
+
+        async def read(durability: Any = durability) -> str:
+            store = SQLiteSessionStore(path, durability=durability)
+            try:
+                await store.get("s")
+                return "opened"
+            except PerdureError as exc:
+                return str(exc.details.get("kind", exc.code))
+            finally:
+                store.close()
+
+        assert asyncio.run(read()) == outcome
+
+
+def test_a_row_past_the_recorded_count_is_damage_not_a_bug(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteSessionStore(path)
+    messages = history("s", 3)
+    asyncio.run(store.create("s"))
+    asyncio.run(store.commit("s", messages))
+    store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE perdure_sessions SET message_count = 2")
+    conn.close()
+    store = SQLiteSessionStore(path)
+    try:
+        with pytest.raises(SessionCorruptedError, match="past the recorded end"):
+            asyncio.run(store.commit("s", [*messages[:2], messages[0]]))
+    finally:
+        store.close()

@@ -503,6 +503,11 @@ async def test_a_commit_without_tail_extends_or_conflicts(
     mine.append(text("user", "last"))
     await store.commit("s", mine)
     assert (await other.get("s")).messages == mine
+    # A tuple is stored as a list: the writer holding the tuple still extends.
+    mine.append(tool_use({"xy": (1, 2)}))
+    await store.commit("s", mine)
+    mine.append(text("user", "after the tuple"))
+    await other.commit("s", mine)
 
 
 async def test_a_commit_without_tail_accepts_the_redacted_last_message(

@@ -275,7 +275,12 @@ def check_extends(
     if stored == 0 or len(messages) < stored:
         return  # nothing stored to diverge from; a shorter history is refused apart
     candidate = messages[stored - 1]
-    if (candidate if encode is None else encode(candidate)) not in last:
+    if encode is None:
+        # In the stored form on both sides: a tuple the caller holds was stored, and
+        # reads back, as a list, and (1, 2) != [1, 2].
+        last = [encode_bytes_values(message) for message in last]
+        encode = encode_bytes_values
+    if encode(candidate) not in last:
         raise SessionConflictError(
             f"session {session_id!r} holds a different message at index {stored - 1} "
             "than this commit: another writer committed since this history was read; "

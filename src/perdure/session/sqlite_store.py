@@ -71,7 +71,9 @@ Guarantees:
   open raises ``SessionCorruptedError`` (kind ``bad_wal``) until
   :meth:`SQLiteSessionStore.release_damaged_wal` (``perdure repair``) moves it to
   quarantine. Damage in the last transaction of the log cannot be told from a
-  crash during it.
+  crash during it. Only a store with ``durability="commit"`` checks: with
+  ``"none"`` SQLite syncs the WAL rarely, and a power cut may leave a hole in front
+  of later frames that is no damage.
 - **Repair**: :meth:`SQLiteSessionStore.quarantine` keeps a damaged session's
   verifiable prefix of rows and moves the rest to a quarantine file.
 - sqlite3 exceptions never leak, sorted by :func:`perdure._sqlite_errors.sqlite_fault`
@@ -668,8 +670,11 @@ class SQLiteSessionStore:
                 if first:
                     self._check_set_aside()
                 conn = self._connect(writer=slot is self._writer)
-                if first:
+                if first and self.durability == "commit":
                     # The first connection of ours: see what SQLite dropped from the WAL.
+                    # Only a store that syncs every commit can tell damage from a power
+                    # cut: with synchronous=NORMAL the kernel may write later frames
+                    # before earlier ones, and a hole in front of them is no damage.
                     try:
                         self._check_wal(conn)
                     except BaseException:
@@ -1291,11 +1296,20 @@ class SQLiteSessionStore:
             )
         if rewritten or len(messages) > head.total:
             chain = _Chain(head.base, ZERO_HASH if rewritten else head.head)
-            if len(messages) == head.total + 1 and not rewritten:
-                # One row (a turn's append): no generator, no executemany set-up.
-                conn.execute(_INSERT_ROW, chain.row(messages, head.total))
-            else:
-                conn.executemany(_INSERT_ROW, chain.rows(messages, 0 if rewritten else head.total))
+            try:
+                if len(messages) == head.total + 1 and not rewritten:
+                    # One row (a turn's append): no generator, no executemany set-up.
+                    conn.execute(_INSERT_ROW, chain.row(messages, head.total))
+                else:
+                    conn.executemany(
+                        _INSERT_ROW, chain.rows(messages, 0 if rewritten else head.total)
+                    )
+            except sqlite3.IntegrityError:
+                # A row already stands where the session's recorded count says the
+                # next one goes: the count is damaged, not perdure's SQL.
+                raise self._damage(
+                    session_id, head.total, "bad_sequence", "a row exists past the recorded end"
+                ) from None
             count, last, wrote = len(messages), chain.head, True
         for index, text in sorted(redaction_texts.items()):
             row = conn.execute(
