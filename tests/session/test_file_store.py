@@ -1143,3 +1143,17 @@ def test_a_half_written_first_head_of_an_old_session_is_no_damage(tmp_path: Path
     (sdir / "meta.json").write_bytes(file_store_module._meta_bytes("s", meta["created_at"]))
     with pytest.raises(SessionCorruptedError, match="head file is unreadable"):
         run(FileSessionStore(tmp_path / "data").get("s"))
+
+
+def test_a_session_stored_under_an_id_now_refused_is_listed_damaged(tmp_path: Path) -> None:
+    """Ids starting with '.' or over 200 bytes were accepted before: such a session
+    is listed and verified as damaged, never silently left out."""
+    store, _ = turns(tmp_path)
+    shutil.copytree(store.session_dir("s"), store.root / "sessions" / ".hidden")
+    fresh = FileSessionStore(tmp_path / "data")
+    listed = {m.session_id: m.damaged for m in run(fresh.list())}
+    assert listed["s"] is None
+    assert "rename the directory" in str(listed[".hidden"])
+    report = run(verify_store(fresh))
+    assert [(d.session_id, d.kind) for d in report.damage] == [(".hidden", "bad_id")]
+    assert report.sessions_checked == 2

@@ -577,7 +577,7 @@ class FileSessionStore:
         ids = sorted(
             p.name
             for p in base.iterdir()
-            if _is_session_name(p.name)
+            if (_is_session_name(p.name) or _is_renamed_session(p))
             and ((p / _META).is_file() or (p.is_dir() and not _create_leftovers(p)))
         )
         if after is not None:
@@ -586,6 +586,11 @@ class FileSessionStore:
             ids = ids[:limit]
         metas: builtins.list[SessionMeta] = []
         for sid in ids:
+            if not _is_session_name(sid):
+                # Stored by a version that allowed this id: listed, never hidden,
+                # though no read can name it until its directory is renamed.
+                metas.append(SessionMeta(sid, "", "", 0, damaged=_invalid_id(sid)))
+                continue
             try:
                 metas.append(self._meta(sid))
             except SessionNotFoundError:
@@ -2327,6 +2332,20 @@ def _is_session_name(name: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _is_renamed_session(sdir: Path) -> bool:
+    """A session stored under an id this version refuses (over 200 bytes, or hidden):
+    not a deleted session's leftovers, and holding a ``meta.json``."""
+    return not _LEGACY_TRASH.fullmatch(sdir.name) and (sdir / _META).is_file()
+
+
+def _invalid_id(name: str) -> str:
+    try:
+        validate_session_id(name)
+    except ValueError as exc:
+        return f"{exc}; rename the directory {name!r} under sessions/ to a valid id to read it"
+    return ""  # pragma: no cover - only called for invalid names
 
 
 def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:

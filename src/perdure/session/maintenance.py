@@ -114,7 +114,8 @@ class Damage:
             before an intact one), ``broken_chain``, ``bad_state``,
             ``bad_checkpoint``, ``unsealed_checkpoint`` (written by perdure 0.1
             without a sha256, so it cannot be checked), ``bad_database``,
-            ``truncated``: a journal ending before the end its head file records), or
+            ``truncated``: a journal ending before the end its head file records,
+            ``bad_id``: stored under an id this version refuses), or
             ``unreadable`` for an I/O error.
         detail: the store's one-line description (never message content).
         file: the damaged file (file stores) or database file, when known.
@@ -514,6 +515,12 @@ async def verify_store(
     for done, session_id in enumerate(ids, start=1):
         try:
             await store.get(session_id)
+        except ValueError as exc:  # listed under an id this version refuses
+            damage.append(Damage(session_id, "bad_id", str(exc)))
+            sessions_checked += 1
+            if progress is not None:
+                progress(done, len(ids))
+            continue
         except SessionNotFoundError:
             if explicit:
                 missing.append(session_id)
