@@ -2283,6 +2283,7 @@ def _create_leftovers(sdir: Path) -> bool:
 _ATOMIC_TEMP = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
 # Deleted sessions used to wait inside sessions/ under this name before the trash
 # existed; a crash could leave one there. No id starts with "." (see ids.py).
+_GENESIS_MAX = 1024  # bytes: more than any genesis record's line
 _LEGACY_TRASH = re.compile(r"\.deleted-.+-[0-9a-f]{32}")
 
 
@@ -2314,6 +2315,10 @@ def _is_provisional_orphan(sdir: Path) -> bool:
     if not names <= {_META, _JOURNAL, _HEAD} or _META not in names or _JOURNAL not in names:
         return False
     try:
+        # A genesis record is a couple of hundred bytes: a longer journal holds a
+        # history, and gc need not read (and verify) it whole to learn so.
+        if (sdir / _JOURNAL).stat().st_size > _GENESIS_MAX:
+            return False
         scanned = journal.scan((sdir / _JOURNAL).read_bytes())
     except (JournalDamage, OSError):
         return False
