@@ -350,12 +350,8 @@ async def scan_checkpoints(
         SessionCorruptedError: the store cannot name its checkpoints: its ``list``
             fails and it is no :class:`ListsCheckpointIds`.
     """
-    if isinstance(store, ListsCheckpointIds):
-        ids = await store.checkpoint_ids(session_id)
-    else:
-        ids = [meta.checkpoint_id for meta in await store.list(session_id)]
     found: builtins.list[CheckpointMeta | DamagedCheckpoint] = []
-    for checkpoint_id in ids:
+    for checkpoint_id in await checkpoint_names(store, session_id):
         try:
             found.append((await get_named_checkpoint(store, session_id, checkpoint_id)).meta)
         except CheckpointNotFoundError:
@@ -363,6 +359,14 @@ async def scan_checkpoints(
         except SessionCorruptedError as exc:
             found.append(DamagedCheckpoint(session_id, checkpoint_id, exc))
     return found
+
+
+async def checkpoint_names(store: CheckpointStore, session_id: str) -> builtins.list[str]:
+    """The ids of the session's checkpoints, oldest first, damaged ones included when
+    the store can name them without reading them (:class:`ListsCheckpointIds`)."""
+    if isinstance(store, ListsCheckpointIds):
+        return await store.checkpoint_ids(session_id)
+    return [meta.checkpoint_id for meta in await store.list(session_id)]
 
 
 async def get_named_checkpoint(

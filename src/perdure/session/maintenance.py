@@ -64,7 +64,7 @@ from perdure.session.checkpoints import (
     CheckpointMeta,
     CheckpointRecord,
     CheckpointStore,
-    ListsCheckpointIds,
+    checkpoint_names,
     get_named_checkpoint,
     scan_checkpoints,
     seal_checkpoint_bytes,
@@ -592,18 +592,13 @@ async def _verify_checkpoints(
     """Read each of a session's checkpoints; the damage found and how many were read."""
     damage: list[Damage] = []
     try:
-        ids = [meta.checkpoint_id for meta in await checkpoints.list(session_id)]
-    except (SessionCorruptedError, OSError) as exc:
-        if not isinstance(checkpoints, ListsCheckpointIds):
-            if isinstance(exc, OSError):
-                return [Damage(session_id, "unreadable", str(exc))], 0
-            return [_damage(exc, session_id, checkpoint=True)], 0
-        # A list stops at the first checkpoint too damaged to list: name them all
-        # by id and read each, to report every one.
-        try:
-            ids = await checkpoints.checkpoint_ids(session_id)
-        except SessionCorruptedError as again:  # not even the ids can be read
-            return [_damage(again, session_id, checkpoint=True)], 0
+        # Named without being read (a list may stop at the first damaged one), then
+        # each read once.
+        ids = await checkpoint_names(checkpoints, session_id)
+    except SessionCorruptedError as exc:  # not even the ids can be read
+        return [_damage(exc, session_id, checkpoint=True)], 0
+    except OSError as exc:
+        return [Damage(session_id, "unreadable", str(exc))], 0
     checked = 0
     for checkpoint_id in ids:
         try:
