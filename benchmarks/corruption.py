@@ -114,8 +114,8 @@ from perdure.session import (
     SnapshotSessionManager,
     verify_store,
 )
-from perdure.session.sqlite_store import SQLiteSessionStore
 from perdure.storage import LocalFileStorage
+from perdure.stores.sqlite import SQLiteSessionStore
 
 OUTCOMES = ("detected", "healed", "harmless", "stamp", "limit", "silent", "crash")
 FORBIDDEN = ("silent", "crash")

@@ -9,7 +9,7 @@ so that a noisy neighbour slows every way alike, and prints the median per appen
   an event loop for the whole fsync);
 - ``executor``: the same in ``loop.run_in_executor`` (a hop to a worker thread and
   back);
-- ``kernel``: ``os.write``, then :func:`perdure._kernel_fsync.start_fsync`, awaited
+- ``kernel``: ``os.write``, then :func:`perdure._runtime.fsync.start_fsync`, awaited
   (Linux native AIO; elsewhere this falls back to the executor).
 """
 
@@ -25,7 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from perdure._kernel_fsync import kernel_fsync_available, start_fsync
+from perdure._runtime.fsync import kernel_fsync_available, start_fsync
 
 LINE = b"x" * 419 + b"\n"
 

@@ -191,7 +191,7 @@ def store_kinds() -> dict[str, Callable[[Path, str], SessionStore]]:
         "file": lambda d, durability: FileSessionStore(d / "file", durability=durability),  # type: ignore[arg-type]
     }
     try:
-        from perdure.session.sqlite_store import SQLiteSessionStore
+        from perdure.stores.sqlite import SQLiteSessionStore
     except ImportError:
         pass
     else:

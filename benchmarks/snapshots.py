@@ -38,7 +38,7 @@ from typing import Any, cast
 
 from perdure import Agent, NullConversationManager
 from perdure.models import ScriptedModel
-from perdure.session.snapshot_manager import SaveLatestStrategy, SnapshotSessionManager
+from perdure.snapshots.manager import SaveLatestStrategy, SnapshotSessionManager
 from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, Storage
 from perdure.types import Message
 

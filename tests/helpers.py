@@ -99,7 +99,7 @@ def exit_code(pid: int) -> int:
 def set_created_at(sdir: Path, created_at: str) -> None:
     """Make a file-store session look created at ``created_at``, as a store writes it
     (``meta.json`` carries a sha256 of its fields, so it is rewritten whole)."""
-    from perdure.session import file_store
+    from perdure.stores.file import store as file_store
 
     meta = json.loads((sdir / "meta.json").read_bytes())
     data = file_store._meta_bytes(meta["session_id"], created_at, head="head" in meta)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from helpers import load_benchmark
-from perdure import _kernel_fsync
-from perdure._kernel_fsync import kernel_fsync_available, start_fsync
+from perdure._runtime import fsync as _kernel_fsync
+from perdure._runtime.fsync import kernel_fsync_available, start_fsync
 
 
 def _kernel_allows_aio() -> bool:

@@ -19,7 +19,7 @@ from perdure.cli.gc import human_duration, short_time
 from perdure.cli.main import cli
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore
-from perdure.session.sqlite_store import SQLiteSessionStore
+from perdure.stores.sqlite import SQLiteSessionStore
 
 
 def perdure(*args: str) -> Result:

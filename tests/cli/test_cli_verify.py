@@ -20,7 +20,7 @@ from perdure.cli import verify as verify_command
 from perdure.cli.main import cli
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore
-from perdure.session.sqlite_store import SQLiteSessionStore
+from perdure.stores.sqlite import SQLiteSessionStore
 
 
 def perdure(*args: str) -> Result:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perdure._runner import run_sync
+from perdure._runtime.loop import run_sync
 from perdure.cli.demo import run_demo
 from perdure.cli.main import main
 

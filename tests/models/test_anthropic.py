@@ -526,7 +526,7 @@ async def test_a_tool_round_trip_through_the_agent(
 
 
 def test_the_sync_agent_call_uses_perdures_loop(server: FakeServer) -> None:
-    from perdure._runner import run_sync
+    from perdure._runtime.loop import run_sync
 
     server.add(anthropic_stream(anthropic_text_block(0, "sync works")))
     model = AnthropicModel("claude-test", api_key=KEY, base_url=server.url)

@@ -15,11 +15,11 @@ def make_store(kind: str, path: Path, **options: Any) -> SessionStore:
     if kind == "file":
         return FileSessionStore(path / "file-store", **options)
     if kind == "sqlite":
-        from perdure.session.sqlite_store import SQLiteSessionStore
+        from perdure.stores.sqlite import SQLiteSessionStore
 
         return SQLiteSessionStore(path / "sessions.db", **options)
     if kind == "memory":
-        from perdure.session.memory_store import MemorySessionStore
+        from perdure.stores.memory import MemorySessionStore
 
         return MemorySessionStore(**options)
     raise ValueError(kind)

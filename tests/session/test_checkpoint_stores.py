@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
-from perdure.session import FileSessionStore
-from perdure.session.checkpoints import (
+from perdure.checkpoints.storage import StorageCheckpointStore
+from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     CheckpointStore,
@@ -32,11 +31,12 @@ from perdure.session.checkpoints import (
     scan_checkpoints,
     seal_checkpoint_bytes,
 )
-from perdure.session.memory_store import MemorySessionStore
-from perdure.session.sqlite_store import SQLiteSessionStore
-from perdure.session.storage_checkpoints import StorageCheckpointStore
+from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
+from perdure.session import FileSessionStore
 from perdure.session.ulid import encode_ulid, ulid_timestamp_ms
 from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage
+from perdure.stores.memory import MemorySessionStore
+from perdure.stores.sqlite import SQLiteSessionStore
 from perdure.types import Message
 
 KINDS = [
@@ -698,7 +698,7 @@ async def test_sqlite_reads_its_rows_written_without_the_record_hash(
     sqlite_sessions: SQLiteSessionStore,
 ) -> None:
     # A perdure 0.1 row: the body has no hash of its own, the row's hash column has.
-    from perdure.session._codec import blob_hash
+    from perdure.session.rules import blob_hash
 
     store = sqlite_sessions.checkpoints
     record = await put_new(store, "s")
@@ -720,8 +720,8 @@ async def test_an_edited_checkpoint_is_never_restored_exported_or_forked(
     kind: str, tmp_path: Path
 ) -> None:
     """ISSUE 14 item 5: "pay 100 EUR" edited into "pay 900 EUR" in a stored checkpoint."""
+    from perdure.maintenance import verify_store
     from perdure.session import Session
-    from perdure.session.maintenance import verify_store
 
     sessions: Any = (
         FileSessionStore(tmp_path / "fs")
@@ -788,7 +788,7 @@ def raw_update(path: Path, sql: str, *params: Any) -> None:
 async def test_a_damaged_sqlite_body_raises_corrupted(
     sqlite_sessions: SQLiteSessionStore, damage: str
 ) -> None:
-    from perdure.session._codec import blob_hash
+    from perdure.session.rules import blob_hash
 
     store = sqlite_sessions.checkpoints
     record = await put_new(store, "s")

@@ -18,7 +18,7 @@ import pytest
 
 from helpers import load_benchmark
 from perdure.errors import SessionCorruptedError, SessionNotFoundError
-from perdure.session.maintenance import Damage, VerifyReport
+from perdure.maintenance import Damage, VerifyReport
 
 matrix = load_benchmark("corruption")
 

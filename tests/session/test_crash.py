@@ -26,7 +26,7 @@ from pathlib import Path
 
 from perdure.errors import SessionNotFoundError
 from perdure.session import FileSessionStore, SessionRecord
-from perdure.session.sqlite_store import SQLiteSessionStore
+from perdure.stores.sqlite import SQLiteSessionStore
 
 # The parts of a writer script: a store's prelude (imports, argv, the injected
 # deaths of its "inject" mode, open_store), then the same history and loop for all.
@@ -91,7 +91,7 @@ _LOOP = textwrap.dedent(
 FILE_PRELUDE = textwrap.dedent(
     """
     from perdure.session import FileSessionStore, Segmentation
-    from perdure.session import file_store as fs_module
+    from perdure.stores.file import store as fs_module
 
     if mode == "inject":
         # Die inside the critical sections: at renames (seal, rewrite commit point and
@@ -114,7 +114,7 @@ FILE_PRELUDE = textwrap.dedent(
 )
 SQLITE_PRELUDE = textwrap.dedent(
     """
-    from perdure.session.sqlite_store import SQLiteSessionStore
+    from perdure.stores.sqlite import SQLiteSessionStore
 
     if mode == "inject":
         # Die around the store's own steps: inside the transaction before COMMIT,

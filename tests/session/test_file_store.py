@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from helpers import exit_code, fork_child, tool_call
 from perdure import Agent, tool
 from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
+from perdure.maintenance import verify_store
 from perdure.models import ScriptedModel
 from perdure.session import (
     FileSessionStore,
@@ -30,11 +31,10 @@ from perdure.session import (
     SessionRecoveryReport,
     read_history_page,
 )
-from perdure.session import file_store as file_store_module
-from perdure.session import journal as journal_module
-from perdure.session.journal import GENESIS, chain_hash
-from perdure.session.maintenance import verify_store
-from perdure.session.memory_store import MemorySessionStore
+from perdure.stores.file import journal as journal_module
+from perdure.stores.file import store as file_store_module
+from perdure.stores.file.journal import GENESIS, chain_hash
+from perdure.stores.memory import MemorySessionStore
 from perdure.types import Message
 
 
@@ -645,7 +645,7 @@ def test_either_volume_of_an_interrupted_rewrite_agrees_with_its_head(tmp_path: 
 REWRITE_KILLED_AT_ITS_COMMIT_POINT = """
 import asyncio, os, signal, sys
 from perdure.session import FileSessionStore
-from perdure.session import file_store as fs_module
+from perdure.stores.file import store as fs_module
 
 real_replace = os.replace
 def replace(source, target):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perdure.session.journal import (
+from perdure.stores.file.journal import (
     GENESIS,
     JournalDamage,
     Record,

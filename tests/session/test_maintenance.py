@@ -17,18 +17,18 @@ import pytest
 from session_stores import make_store
 
 from helpers import set_created_at
-from perdure import Agent
-from perdure.models import ScriptedModel
-from perdure.session import FileSessionStore, Session, SessionStore, maintenance
-from perdure.session.maintenance import (
+from perdure import Agent, maintenance
+from perdure.maintenance import (
     Damage,
     gc_store,
     parse_duration,
     repair_store,
     verify_store,
 )
-from perdure.session.memory_store import MemorySessionStore
-from perdure.session.sqlite_store import SQLiteSessionStore
+from perdure.models import ScriptedModel
+from perdure.session import FileSessionStore, Session, SessionStore
+from perdure.stores.memory import MemorySessionStore
+from perdure.stores.sqlite import SQLiteSessionStore
 
 NOW = dt.datetime.now(dt.UTC)
 

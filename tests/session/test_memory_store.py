@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perdure.errors import SessionConflictError, SessionLockedError, SessionNotFoundError
-from perdure.session.memory_store import MemorySessionStore
 from perdure.session.store import SupportsFlush, SupportsHistoryPage
+from perdure.stores.memory import MemorySessionStore
 from perdure.types import Message
 
 

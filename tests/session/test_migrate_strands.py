@@ -19,10 +19,10 @@ import pytest
 from helpers import assert_model_valid
 from perdure import Agent, SummarizingConversationManager
 from perdure.agent.conversation.pairing import INTERRUPTED_TOOL_RESULT_TEXT
+from perdure.migrate.strands import MigrationReport, SessionMigration, migrate_strands
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore
-from perdure.session.migrate_strands import MigrationReport, SessionMigration, migrate_strands
-from perdure.session.sqlite_store import SQLiteSessionStore
+from perdure.stores.sqlite import SQLiteSessionStore
 from perdure.types import Message
 
 T0 = "2025-06-01T10:00:00.000000+00:00"

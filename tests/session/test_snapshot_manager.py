@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from perdure import Agent, AgentState, NullConversationManager, SlidingWindowConversationManager
-from perdure._runner import run_blocking
+from perdure._runtime.loop import run_blocking
 from perdure.errors import SessionCorruptedError, SnapshotError, TurnRunningError
 from perdure.hooks import BeforeModelCallEvent, HookRegistry
 from perdure.models import ScriptedModel
-from perdure.session.snapshot_manager import SnapshotSessionManager
+from perdure.snapshots.manager import SnapshotSessionManager
 from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, Storage
 
 BACKENDS = ("memory", "local_file", "sqlite")
@@ -860,7 +860,7 @@ async def test_a_snapshot_of_another_schema_is_a_snapshot_error(
     manager = SnapshotSessionManager("s", storage=blob_storage)
     captured = agent.take_snapshot(preset="session", exclude=["messages"])
     captured.schema_version = "2.0"
-    from perdure.session._snapshot_format import encode_json, manifest_blob
+    from perdure.snapshots.format import encode_json, manifest_blob
 
     blob = manifest_blob(
         {

@@ -29,7 +29,7 @@ import pytest
 
 from perdure import Agent, NullConversationManager
 from perdure.models import ScriptedModel
-from perdure.session.snapshot_manager import SnapshotSessionManager
+from perdure.snapshots.manager import SnapshotSessionManager
 from perdure.storage import LocalFileStorage, SQLiteStorage, Storage
 
 CHILD = textwrap.dedent(
@@ -37,7 +37,7 @@ CHILD = textwrap.dedent(
     import asyncio, sys
     from perdure import Agent, NullConversationManager
     from perdure.models import ScriptedModel
-    from perdure.session.snapshot_manager import SnapshotSessionManager
+    from perdure.snapshots.manager import SnapshotSessionManager
     from perdure.storage import LocalFileStorage, SQLiteStorage
 
     def message(i):

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perdure.errors import SessionCorruptedError, SnapshotError
-from perdure.session._snapshot_format import (
+from perdure.snapshots.format import (
     encode_json,
     encode_message,
     fields_chunk,
@@ -24,7 +24,7 @@ from perdure.session._snapshot_format import (
     sha256_hex,
     tail_chunk,
 )
-from perdure.session._snapshot_layout import (
+from perdure.snapshots.layout import (
     CHAIN_DEPTH,
     FANOUT,
     SEAL_BYTES,
@@ -346,7 +346,7 @@ def test_trimming_an_unsealed_history_reuses_the_encoded_tail() -> None:
 def test_gc_pauses_nest_and_restore_the_previous_state() -> None:
     import gc
 
-    from perdure.session._snapshot_io import gc_paused
+    from perdure.snapshots.io import gc_paused
 
     assert gc.isenabled()
     with gc_paused():

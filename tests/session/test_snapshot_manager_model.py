@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from perdure import Agent, NullConversationManager
 from perdure.models import ScriptedModel
-from perdure.session import _snapshot_layout as layout_module
-from perdure.session.snapshot_manager import SnapshotSessionManager
+from perdure.snapshots import layout as layout_module
+from perdure.snapshots.manager import SnapshotSessionManager
 from perdure.storage import MemoryStorage
 
 

@@ -1,7 +1,7 @@
 """Byte flips in real SQLite files: every outcome is the right content or a PerdureError.
 
 Every SQLite user in perdure (the session store, the blob storage, the memory store)
-translates driver errors in one place (``perdure._sqlite_errors``): damage is a
+translates driver errors in one place (``perdure._runtime.sqlite``): damage is a
 structured error, never ``OSError``, ``UnicodeDecodeError`` or a ``sqlite3`` error,
 and ``verify_store`` / ``perdure verify`` report it instead of crashing.
 """
@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from perdure._sqlite_errors import SQLiteBugError, sqlite_fault
-from perdure._sqlite_wal import _frame_checksum, wal_checksum, wal_damage
+from perdure._runtime.sqlite import SQLiteBugError, sqlite_fault
+from perdure._runtime.sqlite_wal import _frame_checksum, wal_checksum, wal_damage
 from perdure.cli.main import cli
 from perdure.errors import (
     MemoryStoreError,
@@ -34,11 +34,11 @@ from perdure.errors import (
     SessionCorruptedError,
     SessionNotFoundError,
 )
+from perdure.maintenance import verify_store
 from perdure.memory import LocalMemoryStore
 from perdure.session import DamagedCheckpoint, Session, scan_checkpoints
-from perdure.session.maintenance import verify_store
-from perdure.session.sqlite_store import SQLiteSessionStore
 from perdure.storage import SQLiteStorage
+from perdure.stores.sqlite import SQLiteSessionStore
 from perdure.types import Message
 
 SESSIONS = ("alpha", "beta")
@@ -459,7 +459,7 @@ def test_repair_moves_a_damaged_wal_to_quarantine_and_keeps_the_prefix(fast_dir:
 
 KILLED_WRITER = """
 import asyncio, os, signal, sys
-from perdure.session.sqlite_store import SQLiteSessionStore
+from perdure.stores.sqlite import SQLiteSessionStore
 
 async def main():
     store = SQLiteSessionStore(sys.argv[1])

@@ -28,9 +28,9 @@ from perdure.errors import (
     SessionLockedError,
     SessionNotFoundError,
 )
-from perdure.session._codec import ZERO_HASH, chain_hash
-from perdure.session.sqlite_store import SQLiteSessionStore
+from perdure.session.rules import ZERO_HASH, chain_hash
 from perdure.session.store import SupportsFlush, SupportsHistoryPage
+from perdure.stores.sqlite import SQLiteSessionStore
 from perdure.types import Message
 
 # ---------------------------------------------------------------- helpers
@@ -455,7 +455,7 @@ async def test_rewrite_is_atomic_when_an_insert_fails_midway(
 REWRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from perdure.session.sqlite_store import SQLiteSessionStore
+    from perdure.stores.sqlite import SQLiteSessionStore
 
     def version(tag, n):
         return [{"role": "user", "content": [{"text": f"{tag}{i}" + "x" * 300}]} for i in range(n)]
@@ -825,7 +825,7 @@ async def test_io_errors_are_os_errors(tmp_path: Path) -> None:
 HOLDER = textwrap.dedent(
     """
     import asyncio, sys
-    from perdure.session.sqlite_store import SQLiteSessionStore
+    from perdure.stores.sqlite import SQLiteSessionStore
 
     async def main():
         store = SQLiteSessionStore(sys.argv[1])
@@ -1139,7 +1139,7 @@ def test_utc_now_is_datetimes_iso_format_with_z() -> None:
     # second; it must read as datetime's own ISO form would.
     from datetime import UTC, datetime
 
-    from perdure.session._codec import utc_now
+    from perdure.session.rules import utc_now
 
     for _ in range(3):
         before = datetime.now(UTC)

@@ -19,8 +19,8 @@ from perdure.errors import (
     SessionLockedError,
     SessionNotFoundError,
 )
+from perdure.maintenance import verify_store
 from perdure.session import SessionMeta, SessionStore, read_history_page
-from perdure.session.maintenance import verify_store
 from perdure.types import Message
 
 

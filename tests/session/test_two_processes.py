@@ -92,7 +92,7 @@ WRITER = textwrap.dedent(
 
     options = {"durability": "none"}
     if sys.argv[1] == "file":
-        from perdure.session.file_store import Segmentation
+        from perdure.stores.file.store import Segmentation
         options["segmentation"] = Segmentation(max_records=7)  # a seal every few commits
     store = make_store(sys.argv[1], Path(sys.argv[2]), **options)
 

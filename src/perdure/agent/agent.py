@@ -8,7 +8,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from perdure._runner import is_runner_thread, run_blocking, run_sync
+from perdure._runtime.loop import is_runner_thread, run_blocking, run_sync
 from perdure.agent.checkpoint import Checkpoint
 from perdure.agent.conversation import ConversationManager, SlidingWindowConversationManager
 from perdure.agent.event_loop import LoopStart, pending_tool_uses, placeholder_results, run_loop

@@ -27,7 +27,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 from rich.console import Console
 
-from perdure._runner import run_sync
+from perdure._runtime.loop import run_sync
 from perdure.errors import PerdureError
 from perdure.session import SessionStore, open_store
 
@@ -95,7 +95,7 @@ def session_store(
     exist is reported (exit 3) rather than made into a new, empty store.
     """
     from perdure.session import FileSessionStore
-    from perdure.session.sqlite_store import SQLiteSessionStore
+    from perdure.stores.sqlite import SQLiteSessionStore
 
     store = open_cli_store(url)
     if file_only is not None and not isinstance(store, FileSessionStore | SQLiteSessionStore):

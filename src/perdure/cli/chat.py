@@ -20,7 +20,7 @@ on in another process. Exit status: 0, 1 when a turn failed, 2 for a bad model s
 or store URL, 3–5 when the session cannot be opened (see
 :mod:`perdure.cli._common`), 130 on Ctrl-C.
 
-The turns run on perdure's one event loop (``perdure._runner.run_sync``), like every
+The turns run on perdure's one event loop (``perdure._runtime.loop.run_sync``), like every
 sync entry point. :func:`run_chat` is the same chat for a caller that brings its own
 model, tools, streams or session manager.
 """
@@ -35,7 +35,7 @@ from typing import Any, TextIO
 
 import click
 
-from perdure._runner import run_sync
+from perdure._runtime.loop import run_sync
 from perdure.agent import (
     Agent,
     ReasoningDeltaEvent,

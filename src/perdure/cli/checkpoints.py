@@ -30,7 +30,14 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from perdure._fs import atomic_write
+from perdure._runtime.fs import atomic_write
+from perdure.checkpoints.export import import_checkpoint_bytes
+from perdure.checkpoints.store import (
+    DamagedCheckpoint,
+    ListsCheckpointIds,
+    check_checkpoint_id,
+    scan_checkpoints,
+)
 from perdure.cli._common import (
     EXIT_ERROR,
     console,
@@ -46,13 +53,6 @@ from perdure.cli.render import format_time, print_table
 from perdure.cli.sessions import existing_session
 from perdure.errors import SessionNotFoundError
 from perdure.session import CheckpointMeta, Session, SessionStore
-from perdure.session.checkpoints import (
-    DamagedCheckpoint,
-    ListsCheckpointIds,
-    check_checkpoint_id,
-    scan_checkpoints,
-)
-from perdure.session.export import import_checkpoint_bytes
 
 
 @click.group()

@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
-from perdure._fs import append_all
+from perdure._runtime.fs import append_all
 from perdure.agent import Agent, Snapshot
 from perdure.cli.demo_memory import run_memory_demo
 from perdure.cli.style import Style

@@ -5,7 +5,7 @@
     perdure gc --store sqlite:./perdure.db --ttl 30d                 # dry run
     perdure gc --store file:./data --ttl 12h --keep-checkpoints 5 --apply --json
 
-A thin face over :func:`perdure.session.maintenance.gc_store`: a dry run unless
+A thin face over :func:`perdure.maintenance.gc_store`: a dry run unless
 ``--apply`` is given. Durations are a whole number and a unit (``3600s``, ``90m``,
 ``12h``, ``30d``, ``2w``); anything else is a usage error (exit 2) naming the option.
 """
@@ -27,7 +27,7 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
-from perdure.session.maintenance import GcReport, gc_store, parse_duration
+from perdure.maintenance import GcReport, gc_store, parse_duration
 
 
 @click.command()

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from perdure import __version__
-from perdure._runner import run_sync
+from perdure._runtime.loop import run_sync
 from perdure.cli._common import EXIT_INTERRUPTED
 
 # (module, attribute) of each command, added to the group in this order.

@@ -1,6 +1,6 @@
 """``perdure migrate``: bring sessions over from other agent SDKs.
 
-A thin front end over :func:`perdure.session.migrate_strands.migrate_strands`; the
+A thin front end over :func:`perdure.migrate.strands.migrate_strands`; the
 conversion rules and the Strands layouts are described there.
 """
 
@@ -24,14 +24,14 @@ from perdure.cli._common import (
     json_option,
     run,
 )
-from perdure.session import SessionStore, open_store
-from perdure.session.memory_store import MemorySessionStore
-from perdure.session.migrate_strands import (
+from perdure.migrate.strands import (
     MigrationReport,
     MigrationStatus,
     SessionMigration,
     migrate_strands,
 )
+from perdure.session import SessionStore, open_store
+from perdure.stores.memory import MemorySessionStore
 
 __all__ = ["migrate"]
 

@@ -7,8 +7,8 @@
     perdure repair --store file:./data                  # dry run: what would move
     perdure repair --store file:./data --apply --quarantine-dir ./quarantine
 
-Both are thin faces over :func:`perdure.session.maintenance.verify_store` and
-:func:`~perdure.session.maintenance.repair_store`. ``verify`` only reads. ``repair``
+Both are thin faces over :func:`perdure.maintenance.verify_store` and
+:func:`~perdure.maintenance.repair_store`. ``verify`` only reads. ``repair``
 is a dry run unless ``--apply`` is given, works on ``file:`` and ``sqlite:`` stores, and reports
 counts and positions of what it moves, never content. Neither creates a store: a
 ``file:`` directory or ``sqlite:`` file that does not exist is an error (exit 3).
@@ -34,8 +34,7 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
-from perdure.session import FileSessionStore
-from perdure.session.maintenance import (
+from perdure.maintenance import (
     Damage,
     ProgressCallback,
     RepairReport,
@@ -43,7 +42,8 @@ from perdure.session.maintenance import (
     repair_store,
     verify_store,
 )
-from perdure.session.sqlite_store import SQLiteSessionStore
+from perdure.session import FileSessionStore
+from perdure.stores.sqlite import SQLiteSessionStore
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from perdure._sqlite_errors import (
+from perdure._runtime.sqlite import (
     DRIVER_ERRORS,
     SQLiteBugError,
     schema_difference,

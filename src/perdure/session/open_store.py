@@ -42,15 +42,15 @@ def open_store(url: str, **options: Any) -> SessionStore:
         )
     scheme, path = split_url(url, SCHEMES, "store")
     if scheme == "file":
-        from perdure.session.file_store import FileSessionStore
+        from perdure.stores.file.store import FileSessionStore
 
         assert path is not None
         return FileSessionStore(path, **options)
     if scheme == "sqlite":
-        from perdure.session.sqlite_store import SQLiteSessionStore
+        from perdure.stores.sqlite import SQLiteSessionStore
 
         assert path is not None
         return SQLiteSessionStore(path, **options)
-    from perdure.session.memory_store import MemorySessionStore
+    from perdure.stores.memory import MemorySessionStore
 
     return MemorySessionStore(**options)

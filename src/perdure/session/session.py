@@ -26,7 +26,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from perdure._runner import in_running_loop, is_runner_thread, run_blocking
+from perdure._runtime.loop import in_running_loop, is_runner_thread, run_blocking
 from perdure.agent.conversation.pairing import repair_tool_pairs, tail_repairs
 from perdure.agent.conversation.summarize import (
     SummaryError,
@@ -35,6 +35,17 @@ from perdure.agent.conversation.summarize import (
     summary_message,
 )
 from perdure.agent.interrupt_state import InterruptState
+from perdure.checkpoints.export import export_checkpoint_bytes, import_checkpoint_bytes
+from perdure.checkpoints.store import (
+    CheckpointMeta,
+    CheckpointRecord,
+    CheckpointStore,
+    CheckpointTrigger,
+    FileCheckpointStore,
+    check_checkpoint_id,
+    new_checkpoint_id,
+    now_iso,
+)
 from perdure.errors import (
     SessionConflictError,
     SessionCorruptedError,
@@ -56,17 +67,6 @@ from perdure.hooks import (
     SessionCompactedEvent,
     SessionRestoredEvent,
 )
-from perdure.session.checkpoints import (
-    CheckpointMeta,
-    CheckpointRecord,
-    CheckpointStore,
-    CheckpointTrigger,
-    FileCheckpointStore,
-    check_checkpoint_id,
-    new_checkpoint_id,
-    now_iso,
-)
-from perdure.session.export import export_checkpoint_bytes, import_checkpoint_bytes
 from perdure.session.ids import new_session_id, validate_session_id
 from perdure.session.paging import check_page_args, page_bounds
 from perdure.session.results import CompactResult, RestoreResult

@@ -11,7 +11,7 @@ connection, guarded by a ``threading.Lock``, serves every call from a worker thr
 busy timeout raises :class:`~perdure.errors.SessionLockedError`; a damaged file or
 one that is not a database raises :class:`~perdure.errors.SessionCorruptedError`;
 a statement SQLite refuses (a bug in perdure, never damage) raises
-:class:`~perdure._sqlite_errors.SQLiteBugError`; any other failure (disk full,
+:class:`~perdure._runtime.sqlite.SQLiteBugError`; any other failure (disk full,
 read-only file, …) raises :class:`~perdure.errors.StorageError`. The original error
 is chained as ``__cause__``. A schema that is not ours is refused on connect.
 """
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from perdure._sqlite_errors import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
+from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
 from perdure.errors import (
     SessionCorruptedError,
     SessionLockedError,

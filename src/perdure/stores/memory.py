@@ -8,7 +8,7 @@ store would refuse (not JSON-serialisable, malformed) is refused here too. Tail
 tokens, conflicts, redactions, rewrites and pages behave the same way.
 
 Checkpoints live in :attr:`MemorySessionStore.checkpoints`, a
-:class:`~perdure.session.checkpoints.MemoryCheckpointStore`: deleting a session drops
+:class:`~perdure.checkpoints.store.MemoryCheckpointStore`: deleting a session drops
 its checkpoints, and a session created anew starts without any (as in the
 persistent stores).
 
@@ -27,8 +27,12 @@ from dataclasses import dataclass, field
 from threading import Lock
 from typing import Any
 
+from perdure.checkpoints.store import MemoryCheckpointStore
 from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
-from perdure.session._codec import (
+from perdure.session._locks import LockTable
+from perdure.session.ids import validate_session_id
+from perdure.session.paging import check_page_args, page_bounds, page_read_range
+from perdure.session.rules import (
     DecodeError,
     check_commit_args,
     check_extends,
@@ -42,10 +46,6 @@ from perdure.session._codec import (
     new_tail,
     utc_now,
 )
-from perdure.session._locks import LockTable
-from perdure.session.checkpoints import MemoryCheckpointStore
-from perdure.session.ids import validate_session_id
-from perdure.session.paging import check_page_args, page_bounds, page_read_range
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
 from perdure.types import Message
 
@@ -159,7 +159,7 @@ class MemorySessionStore:
         """Store the whole history ``messages``: append what is new, or rewrite it.
 
         Same semantics as :meth:`SQLiteSessionStore.commit
-        <perdure.session.sqlite_store.SQLiteSessionStore.commit>`; applied entirely
+        <perdure.stores.sqlite.SQLiteSessionStore.commit>`; applied entirely
         or not at all.
 
         Raises:
@@ -167,7 +167,7 @@ class MemorySessionStore:
             SessionConflictError: ``expected_tail`` is not the stored tail, the
                 history is shorter than the stored one without ``rewritten``, or,
                 without ``expected_tail``, it diverges from the stored one
-                (:func:`~perdure.session._codec.check_extends`).
+                (:func:`~perdure.session.rules.check_extends`).
             SessionLockedError: another writer holds the session's lock.
             TypeError, ValueError: a malformed argument or message, one that cannot
                 be stored as JSON, or a redaction index that names no message.

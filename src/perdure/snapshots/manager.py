@@ -11,8 +11,8 @@ Two things are kept per agent (``sessions/<session_id>/agents/<agent_id>/``):
 A save is incremental, not a rewrite: messages live in immutable, SHA-256-named
 chunks (``chunks/<sha256>``) shared by ``latest`` and every snapshot; a manifest
 points at them and carries only the open tail of recent messages (see
-:mod:`perdure.session._snapshot_layout` for the layout and
-:mod:`perdure.session._snapshot_format` for the blob format). One save costs about
+:mod:`perdure.snapshots.layout` for the layout and
+:mod:`perdure.snapshots.format` for the blob format). One save costs about
 one blob write whatever the length of the history; restore reads the chunks and
 checks every hash.
 
@@ -28,7 +28,7 @@ Guarantees:
 * A ``latest`` that is missing while immutable snapshots exist (deleted by hand, or
   never saved because only ``save_snapshot(agent, is_latest=False)`` was called):
   an agent being built comes back from the newest immutable snapshot, and a warning
-  says so on the ``perdure.session.snapshot_manager`` logger (what ``latest`` held
+  says so on the ``perdure.snapshots.manager`` logger (what ``latest`` held
   after that snapshot is gone). It does not start empty. A ``latest`` that is
   present but damaged still raises, and nothing falls back.
 * Deleting a snapshot or running :meth:`SnapshotSessionManager.collect_garbage`
@@ -54,7 +54,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast, runtime_checkable
 
-from perdure._runner import run_sync
+from perdure._runtime.loop import run_sync
 from perdure.agent import Agent, Snapshot, SnapshotField
 from perdure.errors import SnapshotError, TurnRunningError
 from perdure.hooks import (
@@ -63,7 +63,9 @@ from perdure.hooks import (
     HookRegistry,
     MessageAddedEvent,
 )
-from perdure.session._snapshot_format import (
+from perdure.session.ids import validate_session_id
+from perdure.session.ulid import MonotonicUlid, is_ulid
+from perdure.snapshots.format import (
     Manifest,
     encode_json,
     fields_chunk,
@@ -71,7 +73,7 @@ from perdure.session._snapshot_format import (
     manifest_blob,
     sha256_hex,
 )
-from perdure.session._snapshot_io import (
+from perdure.snapshots.io import (
     Loaded,
     collect,
     delete_all,
@@ -81,9 +83,7 @@ from perdure.session._snapshot_io import (
     read_manifest,
     write_chunks,
 )
-from perdure.session._snapshot_layout import Layout, plan_save
-from perdure.session.ids import validate_session_id
-from perdure.session.ulid import MonotonicUlid, is_ulid
+from perdure.snapshots.layout import Layout, plan_save
 from perdure.storage import LocalFileStorage, Storage
 from perdure.types import Message, validate_message
 
@@ -189,7 +189,7 @@ class SnapshotSessionManager:
 
     When ``snapshot_latest`` is missing but immutable snapshots exist, the agent is
     built from the newest of them and a warning is logged (logger
-    ``perdure.session.snapshot_manager``): it never starts empty over a history that
+    ``perdure.snapshots.manager``): it never starts empty over a history that
     is still there. A damaged ``snapshot_latest`` raises ``SessionCorruptedError``.
 
     Args:

@@ -23,7 +23,7 @@ Guarantees:
   fsyncs (fast, for tests and caches).
 - **Off the loop, without a hop**: the appends of a turn (writer lock held, tail
   cached) write their few hundred bytes into the page cache on the caller's thread
-  and hand the fsync to the kernel (Linux native AIO, see ``perdure._kernel_fsync``),
+  and hand the fsync to the kernel (Linux native AIO, see ``perdure._runtime.fsync``),
   so the loop keeps running and no worker thread wakes; elsewhere the fsync runs on
   the store's writer thread. Everything heavier — reading a tail from disk, rewrites,
   sealing, attachments — runs on the writer thread.
@@ -95,35 +95,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
-from perdure._fs import append_all, atomic_write, fsync_dir
-from perdure._kernel_fsync import start_fsync
+from perdure._runtime.fs import append_all, atomic_write, fsync_dir
+from perdure._runtime.fsync import start_fsync
+from perdure._runtime.threads import StoreThread
+from perdure.checkpoints.store import FileCheckpointStore
 from perdure.errors import (
     SessionConflictError,
     SessionCorruptedError,
     SessionLockedError,
     SessionNotFoundError,
 )
-from perdure.session import journal
-from perdure.session._codec import (
-    check_commit_args,
-    check_extends,
-    check_list_args,
-    looks_like_message,
-    utc_now,
-)
 from perdure.session._locks import LockTable
-from perdure.session._threads import StoreThread
 from perdure.session.attachments import (
     ATTACHMENT_MARKER,
     decode_with_attachments,
     extract_attachments,
     is_valid_digest,
 )
-from perdure.session.checkpoints import FileCheckpointStore
 from perdure.session.ids import validate_session_id
-from perdure.session.journal import GENESIS, End, JournalDamage, Record
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
+from perdure.session.rules import (
+    check_commit_args,
+    check_extends,
+    check_list_args,
+    looks_like_message,
+    utc_now,
+)
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
+from perdure.stores.file import journal
+from perdure.stores.file.journal import GENESIS, End, JournalDamage, Record
 from perdure.types import (
     Message,
     decode_bytes_values,
@@ -1500,7 +1500,7 @@ class FileSessionStore:
         A turn's appends go to an open journal whose tail is cached and verified, under
         a writer lock already held: the work left is to encode the records and write
         them into the page cache (microseconds), then fsync. The fsync is started here
-        (:func:`~perdure._kernel_fsync.start_fsync`: in the kernel, or on the writer
+        (:func:`~perdure._runtime.fsync.start_fsync`: in the kernel, or on the writer
         thread) and awaited by the caller. Anything heavier — a first commit that reads
         the tail from disk, attachments, records over ``_INLINE_MAX`` bytes, a lock to
         take, a writer busy with this store — returns None and goes to the writer
@@ -2109,7 +2109,7 @@ def _triage(
     - its sequence number skips ahead and the next line chains to its stored hash
       with the following number: the records in between are missing, and the line
       is as written (kept, the gap reported; see
-      :func:`~perdure.session.journal.records_missing_before`). At the end of the
+      :func:`~perdure.stores.file.journal.records_missing_before`). At the end of the
       file nothing vouches for it: moved as ``unverifiable``, the gap reported;
     - the line before it was no record at all (a garbled line) and the next line
       chains to its stored hash with the following number: the garbled line was its
@@ -2279,7 +2279,7 @@ def _create_leftovers(sdir: Path) -> bool:
     return True
 
 
-# atomic_write's temp names (see perdure._fs): ".<name>.<32 hex>.tmp".
+# atomic_write's temp names (see perdure._runtime.fs): ".<name>.<32 hex>.tmp".
 _ATOMIC_TEMP = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
 # Deleted sessions used to wait inside sessions/ under this name before the trash
 # existed; a crash could leave one there. No id starts with "." (see ids.py).

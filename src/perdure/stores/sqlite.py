@@ -23,7 +23,7 @@ truncated to 32 hex digits (row 0 chains to 32 zeros); a redaction is hashed as
 
 Checkpoints (:attr:`SQLiteSessionStore.checkpoints`) live in the same database, a
 row each, keyed by session id and checkpoint id: ``body`` is
-:meth:`~perdure.session.checkpoints.CheckpointRecord.to_json_bytes` and ``hash``
+:meth:`~perdure.checkpoints.store.CheckpointRecord.to_json_bytes` and ``hash``
 its sha256 (truncated like row hashes), and the meta columns let ``list`` read no
 body. A put (with its retention) and a session's ``delete`` (with its checkpoints)
 are each one transaction, durable like a commit.
@@ -64,7 +64,7 @@ Guarantees:
   kept until the session is created or deleted, as in the file store).
 - **The WAL**: SQLite replays a ``-wal`` left by a crash up to its first bad frame
   and silently drops the commits after it. The first connection of a store checks
-  the frames SQLite did not accept (:mod:`perdure._sqlite_wal`): a bad frame
+  the frames SQLite did not accept (:mod:`perdure._runtime.sqlite_wal`): a bad frame
   followed by complete transactions of the same log generation is damage, not a
   torn tail. The log is then set aside as ``<path>.damaged-wal`` (SQLite would fold
   what it kept and delete the rest when its last connection closes) and every
@@ -76,7 +76,7 @@ Guarantees:
   of later frames that is no damage.
 - **Repair**: :meth:`SQLiteSessionStore.quarantine` keeps a damaged session's
   verifiable prefix of rows and moves the rest to a quarantine file.
-- sqlite3 exceptions never leak, sorted by :func:`perdure._sqlite_errors.sqlite_fault`
+- sqlite3 exceptions never leak, sorted by :func:`perdure._runtime.sqlite.sqlite_fault`
   (one rule for every SQLite user in perdure): busy/locked → ``SessionLockedError``;
   a damaged file, text that is not UTF-8, not a database, or a schema that is not
   ours (checked on connect) → ``SessionCorruptedError``; a statement SQLite refuses
@@ -102,9 +102,16 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from perdure._fs import atomic_write
-from perdure._sqlite_errors import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
-from perdure._sqlite_wal import wal_damage
+from perdure._runtime.fs import atomic_write
+from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
+from perdure._runtime.sqlite_wal import wal_damage
+from perdure._runtime.threads import StoreThread
+from perdure.checkpoints.store import (
+    CheckpointMeta,
+    CheckpointRecord,
+    check_checkpoint_id,
+    check_max_checkpoints,
+)
 from perdure.errors import (
     CheckpointNotFoundError,
     SessionConflictError,
@@ -112,7 +119,10 @@ from perdure.errors import (
     SessionLockedError,
     SessionNotFoundError,
 )
-from perdure.session._codec import (
+from perdure.session._locks import LockTable
+from perdure.session.ids import validate_session_id
+from perdure.session.paging import check_page_args, page_bounds, page_read_range
+from perdure.session.rules import (
     ZERO_HASH,
     DecodeError,
     blob_hash,
@@ -130,18 +140,8 @@ from perdure.session._codec import (
     text_hash,
     utc_now,
 )
-from perdure.session._locks import LockTable
-from perdure.session._threads import StoreThread
-from perdure.session.checkpoints import (
-    CheckpointMeta,
-    CheckpointRecord,
-    check_checkpoint_id,
-    check_max_checkpoints,
-)
-from perdure.session.file_store import SessionRecoveryReport
-from perdure.session.ids import validate_session_id
-from perdure.session.paging import check_page_args, page_bounds, page_read_range
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
+from perdure.stores.file.store import SessionRecoveryReport
 from perdure.types import Message
 
 __all__ = ["Durability", "SQLiteCheckpointStore", "SQLiteSessionStore"]
@@ -448,7 +448,7 @@ class SQLiteSessionStore:
     Args:
         path: the database file (created with its parent directories on first use).
             ``":memory:"`` is refused: use
-            :class:`~perdure.session.memory_store.MemorySessionStore`.
+            :class:`~perdure.stores.memory.MemorySessionStore`.
         durability: ``"commit"`` (fsync every commit) or ``"none"`` (no fsync per
             commit; :meth:`flush` makes earlier commits durable).
         busy_timeout: seconds a statement waits for a database locked by another
@@ -563,7 +563,7 @@ class SQLiteSessionStore:
 
         Appends ``messages[message_count:]``. The stored prefix is not compared;
         without ``expected_tail`` the last stored message must equal
-        ``messages[message_count - 1]`` (:func:`~perdure.session._codec.check_extends`:
+        ``messages[message_count - 1]`` (:func:`~perdure.session.rules.check_extends`:
         a writer that diverged gets ``SessionConflictError``). With ``rewritten=True``
         replaces the whole history (and drops its redactions). ``agent_state``
         replaces the stored state; ``redactions`` maps indexes to replacements that
@@ -1643,7 +1643,7 @@ class SQLiteCheckpointStore:
     """The checkpoints of a :class:`SQLiteSessionStore`, kept in its database.
 
     Obtained as ``store.checkpoints``; implements
-    :class:`~perdure.session.checkpoints.CheckpointStore`. After ``put`` returns the
+    :class:`~perdure.checkpoints.store.CheckpointStore`. After ``put`` returns the
     checkpoint is stored with the durability of a commit of the store, and at most
     ``max_checkpoints`` of its session remain; after a crash the put and its
     evictions happened entirely or not at all. SQLite runs in worker threads, so

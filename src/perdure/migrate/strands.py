@@ -70,18 +70,18 @@ from perdure.agent.conversation.pairing import repair_tool_pairs
 from perdure.agent.conversation.sliding_window import SlidingWindowConversationManager
 from perdure.agent.conversation.summarizing import SummarizingConversationManager
 from perdure.agent.interrupt_state import InterruptState
-from perdure.errors import (
-    PerdureError,
-    SessionCorruptedError,
-    SessionNotFoundError,
-    SnapshotError,
-)
-from perdure.session.checkpoints import (
+from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     CheckpointStore,
     new_checkpoint_id,
     now_iso,
+)
+from perdure.errors import (
+    PerdureError,
+    SessionCorruptedError,
+    SessionNotFoundError,
+    SnapshotError,
 )
 from perdure.session.ids import validate_session_id
 from perdure.session.session import AGENT_STATE_FORMAT

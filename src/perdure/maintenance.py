@@ -53,14 +53,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from perdure._fs import atomic_write, fsync_dir
-from perdure.errors import (
-    CheckpointNotFoundError,
-    SessionCorruptedError,
-    SessionLockedError,
-    SessionNotFoundError,
-)
-from perdure.session.checkpoints import (
+from perdure._runtime.fs import atomic_write, fsync_dir
+from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     CheckpointStore,
@@ -69,11 +63,17 @@ from perdure.session.checkpoints import (
     scan_checkpoints,
     seal_checkpoint_bytes,
 )
-from perdure.session.file_store import FileSessionStore, SessionRecoveryReport, StoreLeftovers
+from perdure.errors import (
+    CheckpointNotFoundError,
+    SessionCorruptedError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
 from perdure.session.ids import validate_session_id
-from perdure.session.sqlite_store import SQLiteSessionStore
 from perdure.session.store import SessionMeta, SessionStore
 from perdure.session.ulid import is_ulid, ulid_timestamp_ms
+from perdure.stores.file.store import FileSessionStore, SessionRecoveryReport, StoreLeftovers
+from perdure.stores.sqlite import SQLiteSessionStore
 
 __all__ = [
     "CheckpointRepair",

@@ -30,7 +30,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from perdure.session._snapshot_format import (
+from perdure.snapshots.format import (
     Part,
     encode_message,
     messages_chunk,

@@ -27,13 +27,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from perdure.checkpoints.store import CheckpointMeta, CheckpointRecord
 from perdure.errors import CheckpointImportError
 from perdure.session.attachments import (
     decode_with_attachments,
     extract_attachments,
     is_valid_digest,
 )
-from perdure.session.checkpoints import CheckpointMeta, CheckpointRecord
 from perdure.types import Message, validate_storable_message
 from perdure.types.json import compact_json_bytes
 

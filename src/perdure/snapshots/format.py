@@ -1,4 +1,4 @@
-"""Blob formats of :class:`~perdure.session.snapshot_manager.SnapshotSessionManager` (pure).
+"""Blob formats of :class:`~perdure.snapshots.manager.SnapshotSessionManager` (pure).
 
 Two kinds of blob, each a one-line text header and a UTF-8 JSON body:
 

@@ -49,10 +49,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from perdure._fs import atomic_write
+from perdure._runtime.fs import atomic_write
 from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
-from perdure.session._codec import utc_now
 from perdure.session.ids import validate_session_id
+from perdure.session.rules import utc_now
 from perdure.session.ulid import MonotonicUlid, is_ulid
 from perdure.types import Message, decode_bytes_values, encode_bytes_values, validate_message
 from perdure.types.json import compact_json_bytes

@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from perdure.errors import SessionCorruptedError
-from perdure.session._snapshot_format import (
+from perdure.snapshots.format import (
     Manifest,
     Part,
     encode_message,
     parse_chunk,
     parse_manifest,
 )
-from perdure.session._snapshot_layout import ChainNode, Layout, SealedPart, TailEntry
+from perdure.snapshots.layout import ChainNode, Layout, SealedPart, TailEntry
 from perdure.storage import Storage
 
 __all__ = [

@@ -1,7 +1,7 @@
 """StorageCheckpointStore: checkpoints over any byte-blob :class:`~perdure.storage.Storage`.
 
 Each checkpoint is one blob, its
-:meth:`~perdure.session.checkpoints.CheckpointRecord.to_json_bytes`, under the key::
+:meth:`~perdure.checkpoints.store.CheckpointRecord.to_json_bytes`, under the key::
 
     <prefix>/<session_id>/<checkpoint_id>
 
@@ -17,7 +17,7 @@ leaves more checkpoints than the limit (never fewer, never a partial one) until 
 next put of that session evicts them. Every blob is a sealed record checked
 against its sha256 on every read: a damaged blob (or one written by perdure 0.1,
 without a hash) raises :class:`~perdure.errors.SessionCorruptedError` on ``get``
-and ``list``; :func:`~perdure.session.checkpoints.scan_checkpoints` lists the
+and ``list``; :func:`~perdure.checkpoints.store.scan_checkpoints` lists the
 others with it marked, and ``delete`` removes it. Every coroutine may be awaited
 from any loop and thread, as the backend's own.
 """
@@ -27,14 +27,14 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
-from perdure.session.checkpoints import (
+from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     check_checkpoint_id,
     check_max_checkpoints,
     checkpoint_damage_kind,
 )
+from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
 from perdure.session.ulid import is_ulid
 from perdure.storage import Storage, validate_key
@@ -43,7 +43,7 @@ __all__ = ["StorageCheckpointStore"]
 
 
 class StorageCheckpointStore:
-    """A :class:`~perdure.session.checkpoints.CheckpointStore` over a ``Storage``.
+    """A :class:`~perdure.checkpoints.store.CheckpointStore` over a ``Storage``.
 
     Args:
         storage: where the blobs live (see the module for the key layout).
