@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from perdure.migrate.strands import migrate_strands as migrate_strands
     from perdure.session.ids import new_session_id as new_session_id
     from perdure.session.ids import validate_session_id as validate_session_id
-    from perdure.session.open_store import open_store as open_store
     from perdure.session.results import CompactResult as CompactResult
     from perdure.session.results import RestoreResult as RestoreResult
     from perdure.session.session import Session as Session
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
     from perdure.session.store import SessionStore as SessionStore
     from perdure.session.store import SupportsFlush as SupportsFlush
     from perdure.session.store import SupportsHistoryPage as SupportsHistoryPage
+    from perdure.session.urls import open_store as open_store
     from perdure.snapshots.manager import BidiAgentSaveLatestStrategy as BidiAgentSaveLatestStrategy
     from perdure.snapshots.manager import (
         MultiAgentSaveLatestStrategy as MultiAgentSaveLatestStrategy,
@@ -105,7 +105,7 @@ _EXPORTS: dict[str, str] = {
     "gc_store": "perdure.maintenance",
     "migrate_strands": "perdure.migrate.strands",
     "new_session_id": "perdure.session.ids",
-    "open_store": "perdure.session.open_store",
+    "open_store": "perdure.session.urls",
     "read_history_page": "perdure.session.session",
     "repair_store": "perdure.maintenance",
     "scan_checkpoints": "perdure.checkpoints.store",
