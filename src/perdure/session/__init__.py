@@ -19,10 +19,10 @@ every backend). The map of the layer:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from perdure.checkpoints.export import EXPORT_FORMAT as EXPORT_FORMAT
     from perdure.checkpoints.storage import StorageCheckpointStore as StorageCheckpointStore
     from perdure.checkpoints.store import CheckpointMeta as CheckpointMeta
@@ -54,10 +54,6 @@ if TYPE_CHECKING:
     from perdure.session.store import SupportsFlush as SupportsFlush
     from perdure.session.store import SupportsHistoryPage as SupportsHistoryPage
     from perdure.session.urls import open_store as open_store
-    from perdure.snapshots.manager import BidiAgentSaveLatestStrategy as BidiAgentSaveLatestStrategy
-    from perdure.snapshots.manager import (
-        MultiAgentSaveLatestStrategy as MultiAgentSaveLatestStrategy,
-    )
     from perdure.snapshots.manager import SaveLatestStrategy as SaveLatestStrategy
     from perdure.snapshots.manager import SnapshotSessionManager as SnapshotSessionManager
     from perdure.snapshots.manager import SnapshotTrigger as SnapshotTrigger
@@ -69,7 +65,6 @@ if TYPE_CHECKING:
     from perdure.stores.sqlite import SQLiteSessionStore as SQLiteSessionStore
 
 _EXPORTS: dict[str, str] = {
-    "BidiAgentSaveLatestStrategy": "perdure.snapshots.manager",
     "CheckpointMeta": "perdure.checkpoints.store",
     "CheckpointRecord": "perdure.checkpoints.store",
     "CheckpointStore": "perdure.checkpoints.store",
@@ -84,7 +79,6 @@ _EXPORTS: dict[str, str] = {
     "MemoryCheckpointStore": "perdure.checkpoints.store",
     "MemorySessionStore": "perdure.stores.memory",
     "MigrationReport": "perdure.migrate.strands",
-    "MultiAgentSaveLatestStrategy": "perdure.snapshots.manager",
     "RepairReport": "perdure.maintenance",
     "RestoreResult": "perdure.session.results",
     "SQLiteCheckpointStore": "perdure.stores.sqlite",
@@ -116,11 +110,11 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'perdure.session' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 
