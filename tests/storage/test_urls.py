@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import perdure.cli.migrate as cli_migrate
 import perdure.session.urls as open_store_module
 import perdure.storage.urls as storage_urls
 from perdure import _urls
@@ -69,5 +70,5 @@ def test_there_is_one_parser() -> None:
     assert storage_urls.split_url is _urls.split_url
     assert open_store_module.split_url is _urls.split_url
     assert not hasattr(open_store_module, "LATER_SCHEMES")
-    for module in (storage_urls, open_store_module):
+    for module in (storage_urls, open_store_module, cli_migrate):
         assert ".partition(" not in inspect.getsource(module)

@@ -8,7 +8,8 @@ every backend). The map of the layer:
   :mod:`~perdure.session.session`), the :class:`SessionStore` protocol
   (:mod:`~perdure.session.store`) and the pure rules every store obeys
   (:mod:`~perdure.session.rules`: commit planning, conflicts, validation and
-  encoding, chain hashing; :mod:`~perdure.session.paging`, ids and ULIDs).
+  encoding, chain hashing; :mod:`~perdure.session.paging`, ids and ULIDs), and
+  :func:`open_store` (:mod:`~perdure.session.urls`: a store chosen by URL).
 - :mod:`perdure.stores` — the backends: the file store (:mod:`perdure.stores.file`,
   with the journal format), SQLite and memory.
 - :mod:`perdure.checkpoints` — the checkpoint stores and the export format.
