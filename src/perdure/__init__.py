@@ -2,8 +2,14 @@
 
 The everyday names are re-exported here; everything else lives in its layer's
 sub-package (``perdure.agent``, ``perdure.tools``, ``perdure.models``, …).
-Importing ``perdure`` never imports an optional dependency.
+Importing ``perdure`` never imports an optional dependency, and it stays cheap: the
+session names (:class:`Session`, the stores, :func:`open_store`,
+:class:`SnapshotSessionManager`) load their layer on first use, as
+:mod:`perdure.session` does.
 """
+
+import importlib as _importlib
+import typing as _typing
 
 from perdure.agent import (
     Agent,
@@ -19,30 +25,69 @@ from perdure.agent import (
 from perdure.errors import PerdureError
 from perdure.hooks import HookProvider, HookRegistry
 from perdure.state import AgentState
-from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, Storage
+from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, Storage, open_storage
 from perdure.tools import ToolContext, tool
 
+if _typing.TYPE_CHECKING:
+    from perdure.session.session import Session as Session
+    from perdure.session.urls import open_store as open_store
+    from perdure.snapshots.manager import SnapshotSessionManager as SnapshotSessionManager
+    from perdure.stores.file.store import FileSessionStore as FileSessionStore
+    from perdure.stores.memory import MemorySessionStore as MemorySessionStore
+    from perdure.stores.sqlite import SQLiteSessionStore as SQLiteSessionStore
+
 __version__ = "0.1.0"
+
+# Loaded on first use, from the modules that define them (never from the
+# ``perdure.session`` face: nothing inside perdure imports from it).
+_LAZY: dict[str, str] = {
+    "FileSessionStore": "perdure.stores.file.store",
+    "MemorySessionStore": "perdure.stores.memory",
+    "SQLiteSessionStore": "perdure.stores.sqlite",
+    "Session": "perdure.session.session",
+    "SnapshotSessionManager": "perdure.snapshots.manager",
+    "open_store": "perdure.session.urls",
+}
 
 __all__ = [
     "Agent",
     "AgentResult",
     "AgentState",
     "Checkpoint",
+    "FileSessionStore",
     "HookProvider",
     "HookRegistry",
     "LocalFileStorage",
+    "MemorySessionStore",
     "MemoryStorage",
     "NullConversationManager",
     "PerdureError",
+    "SQLiteSessionStore",
     "SQLiteStorage",
+    "Session",
     "SlidingWindowConversationManager",
     "Snapshot",
     "SnapshotField",
+    "SnapshotSessionManager",
     "Storage",
     "SummarizingConversationManager",
     "ToolContext",
     "__version__",
+    "open_storage",
+    "open_store",
     "resolve_snapshot_fields",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'perdure' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -20,7 +20,9 @@ The tree::
     ├── CheckpointError               checkpoint_error
     ├── SnapshotError                 snapshot_error
     ├── MemoryStoreError              memory_store_error
+    │   └── MemoryStoreLockedError    memory_store_locked
     ├── StorageError                  storage_error
+    │   └── StorageLockedError        storage_locked
     └── ModelError                    model_error
         ├── ContextWindowOverflowError context_window_overflow
         ├── ModelAuthenticationError   model_authentication
@@ -34,6 +36,14 @@ the SDK's own exception (the SDK's error is kept as ``__cause__``). A plain
 ``ModelRateLimitError``, ``ModelServerError`` and ``ModelConnectionError`` are
 transient: the adapters retry them with backoff before anything was streamed, and
 raise them once the retries are spent.
+
+Backends report their driver's errors in their own layer's words, and only damage as
+damage: stored data that is not what perdure wrote is ``SessionCorruptedError``
+wherever it is read (a session store, a snapshot's blob storage); a database another
+connection keeps locked is the layer's "locked" error (``SessionLockedError`` for a
+session's writer lock, ``StorageLockedError``, ``MemoryStoreLockedError``); an I/O
+failure, a full disk or a file that cannot be opened is the layer's general error
+(``StorageError``, ``MemoryStoreError``; ``OSError`` from a session store).
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "ContextWindowOverflowError",
     "MemoryStoreError",
+    "MemoryStoreLockedError",
     "ModelAuthenticationError",
     "ModelConnectionError",
     "ModelError",
@@ -59,6 +70,7 @@ __all__ = [
     "SessionNotFoundError",
     "SnapshotError",
     "StorageError",
+    "StorageLockedError",
     "StoreNotWiredError",
     "TurnRunningError",
 ]
@@ -239,9 +251,28 @@ class MemoryStoreError(PerdureError):
 
 
 class StorageError(PerdureError):
-    """A blob ``Storage`` backend failed for a reason other than a lock or damage.
+    """A blob ``Storage`` backend failed for a reason other than damage.
 
-    The driver's own exception is kept as ``__cause__``.
+    I/O, a full disk, a file it cannot open; :class:`StorageLockedError` when another
+    connection held the lock. The driver's own exception is kept as ``__cause__``.
     """
 
     code = "storage_error"
+
+
+class StorageLockedError(StorageError):
+    """Another connection kept a blob ``Storage`` locked past its timeout; nothing changed.
+
+    Not damage, and not a session's writer lock: retrying later may succeed.
+    """
+
+    code = "storage_locked"
+
+
+class MemoryStoreLockedError(MemoryStoreError):
+    """Another connection kept a memory store's database locked past its timeout.
+
+    Not damage: retrying later may succeed. The driver error is the ``__cause__``.
+    """
+
+    code = "memory_store_locked"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perdure.errors import PerdureError, SessionCorruptedError, SessionLockedError
+from perdure.errors import PerdureError, SessionCorruptedError, StorageLockedError
 from perdure.storage import SQLiteStorage
 
 
@@ -36,16 +36,16 @@ async def test_a_file_that_is_not_a_database_is_corruption(tmp_path: Path) -> No
     storage.close()
 
 
-async def test_a_held_write_lock_past_the_timeout_is_session_locked(tmp_path: Path) -> None:
+async def test_a_held_write_lock_past_the_timeout_is_storage_locked(tmp_path: Path) -> None:
     path = tmp_path / "blobs.db"
     storage = SQLiteStorage(path, timeout=0.2)
     await storage.write("k", b"v")
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:
-        with pytest.raises(SessionLockedError) as info:
+        with pytest.raises(StorageLockedError) as info:
             await storage.write("k", b"w")
-        assert info.value.code == "session_locked"
+        assert info.value.code == "storage_locked"
         assert await storage.read("k") == b"v"  # WAL: readers are not blocked
     finally:
         other.execute("ROLLBACK")

@@ -1,8 +1,9 @@
 """The one translation of ``sqlite3`` errors, for every SQLite user in perdure.
 
-It sits with :mod:`perdure.errors` (SPEC §1, layer 1): the session store, the blob
-storage and the memory store all call :func:`sqlite_fault` to sort a driver error,
-and build their own structured error from the answer. The four faults:
+It sits in layer 0 (SPEC §1) and knows no perdure error: the session store, the blob
+storage and the memory store each sort a driver error with :func:`sqlite_fault` —
+through :func:`translate` — and get back their own public error for its fault. The
+four faults:
 
 - ``busy``: another connection held the database past the busy timeout
   (``SQLITE_BUSY``, ``SQLITE_LOCKED``) — the caller's "locked" error.
@@ -14,22 +15,48 @@ and build their own structured error from the answer. The four faults:
   check their schema when they connect, so these are perdure's bugs, not damage:
   they are raised as :class:`SQLiteBugError` (a ``RuntimeError``), never reported
   as damaged data.
-- ``failure``: anything else — I/O, permissions, a full disk, out of memory.
+- ``failure``: the environment failed — I/O (``SQLITE_IOERR``), a full disk
+  (``SQLITE_FULL``), a file that cannot be opened or written (``SQLITE_CANTOPEN``,
+  ``SQLITE_READONLY``, ``SQLITE_PERM``), out of memory — or anything else SQLite
+  says: the caller's general error, never "damaged" nor "locked".
+
+A layer does not sort errors itself: it names its public error for each fault once
+(:class:`SQLiteErrors`) and calls :func:`translate` where the driver is met::
+
+    ERRORS = SQLiteErrors(busy=StorageLockedError, damage=SessionCorruptedError,
+                          failure=StorageError)
+    except DRIVER_ERRORS as exc:
+        raise translate(exc, ERRORS, what="SQLite storage", path=path) from exc
+
+Every message names the file; ``details`` carry ``file``, ``fault`` and
+``sqlite_error``. :func:`write_transaction` and :func:`rollback` are the one
+``BEGIN IMMEDIATE`` … ``COMMIT`` / ``ROLLBACK`` of every SQLite user.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
-from typing import Literal
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 __all__ = [
     "DRIVER_ERRORS",
+    "ErrorFactory",
     "SQLiteBugError",
+    "SQLiteErrors",
     "SQLiteFault",
+    "rollback",
     "schema_difference",
     "sqlite_fault",
     "sqlite_fault_text",
+    "transaction",
+    "translate",
+    "write_transaction",
 ]
+
+T = TypeVar("T")
 
 DRIVER_ERRORS = (sqlite3.Error, UnicodeDecodeError)
 """What a ``sqlite3`` call raises: a driver error, or ``UnicodeDecodeError`` when the
@@ -120,3 +147,117 @@ def schema_difference(conn: sqlite3.Connection, script: str) -> str | None:
         if stored[kind, name] != sql:
             return f"the definition of {kind} {name} differs from perdure's"
     return None
+
+
+class ErrorFactory(Protocol):
+    """Builds a layer's public error: every :class:`~perdure.errors.PerdureError` is one."""
+
+    def __call__(self, message: str, *, details: dict[str, Any] | None = ...) -> Exception:
+        """Return the error to raise (its ``__cause__`` is set by the caller)."""
+        ...
+
+
+class SQLiteErrors(NamedTuple):
+    """The public error one layer raises for each fault (``bug`` is always
+    :class:`SQLiteBugError`)."""
+
+    busy: ErrorFactory
+    """Another connection held the database past the busy timeout."""
+    damage: ErrorFactory
+    """The file is not what SQLite wrote."""
+    failure: ErrorFactory
+    """The environment failed (I/O, full disk, cannot open, read-only) or anything else."""
+
+
+def translate(
+    exc: sqlite3.Error | UnicodeDecodeError | OSError,
+    errors: SQLiteErrors,
+    *,
+    what: str,
+    path: str | os.PathLike[str],
+    doing: str | None = None,
+    timeout: float | None = None,
+    conn: sqlite3.Connection | None = None,
+    schema: str | None = None,
+) -> Exception:
+    """The error a layer raises for a driver error: the one translation of perdure.
+
+    Args:
+        exc: What ``sqlite3`` raised (an ``OSError`` from preparing the database's
+            directory counts as a ``failure``).
+        errors: The layer's error for each fault.
+        what: How the message names the owner (``"SQLite storage"``, say).
+        path: The database file; every message names it.
+        doing: What was being done (``"adding a memory"``), for the message.
+        timeout: The busy timeout in seconds, said in a ``busy`` message.
+        conn: With ``schema``: when SQLite refuses a statement, a stored schema that
+            differs from ``schema`` makes the error damage (see
+            :func:`schema_difference`), not a bug.
+        schema: The script that creates the layer's tables.
+
+    Returns:
+        The error to raise ``from exc``: a ``busy`` error never says damage, and only
+        a ``damage`` fault is reported as damage.
+    """
+    file = os.fspath(path)
+    if isinstance(exc, OSError):
+        fault: SQLiteFault = "failure"
+        name = type(exc).__name__
+        text = f"{name}: {exc.strerror or exc}"
+    else:
+        fault = sqlite_fault(exc)
+        name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+        text = sqlite_fault_text(exc)
+    if fault == "bug" and conn is not None and schema is not None:
+        # Refused by SQLite: perdure's bug, unless the stored schema is damaged.
+        try:
+            differs = schema_difference(conn, schema)
+        except DRIVER_ERRORS:
+            differs = "the schema cannot be read"
+        if differs is not None:
+            fault, text = "damage", f"{text} ({differs})"
+    head = f"{what} {file!r}" + (f": {doing}" if doing else "")
+    if fault == "bug":
+        return SQLiteBugError(f"{head}: perdure's SQL failed: {text}")
+    details: dict[str, Any] = {"file": file, "fault": fault, "sqlite_error": name}
+    if fault == "busy":
+        waited = "" if timeout is None else f" for more than {timeout:g} s"
+        return errors.busy(
+            f"{head}: the database stayed locked by another connection{waited} ({text})",
+            details=details,
+        )
+    if fault == "damage":
+        return errors.damage(
+            f"{head}: the database is damaged: {text}", details={**details, "kind": "bad_database"}
+        )
+    return errors.failure(f"{head} failed: {text}", details=details)
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back what is open, quietly: the error that stopped the work is the one
+    to report (SQLite rolls back by itself on some errors, a damaged page say)."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
+    """``begin`` … ``COMMIT``; anything raised inside (or by the commit) rolls back.
+
+    ``BEGIN IMMEDIATE`` takes the write lock first, so the transaction never fails
+    half-way on a lock another writer took after it began.
+    """
+    conn.execute(begin)
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise
+
+
+def write_transaction(conn: sqlite3.Connection, work: Callable[[], T]) -> T:
+    """Run ``work`` inside :func:`transaction` and return what it returns."""
+    with transaction(conn):
+        return work()

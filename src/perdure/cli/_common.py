@@ -50,6 +50,8 @@ _EXIT_BY_CODE = {
     "checkpoint_import_invalid": EXIT_CORRUPTED,
     "snapshot_error": EXIT_CORRUPTED,
     "session_locked": EXIT_LOCKED,
+    "storage_locked": EXIT_LOCKED,
+    "memory_store_locked": EXIT_LOCKED,
     "session_conflict": EXIT_LOCKED,
     "turn_running": EXIT_LOCKED,
 }

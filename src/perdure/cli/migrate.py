@@ -31,6 +31,8 @@ from perdure.migrate.strands import (
     migrate_strands,
 )
 from perdure.session import SessionStore, open_store
+from perdure.session.urls import SCHEMES
+from perdure.storage import split_url
 from perdure.stores.memory import MemorySessionStore
 
 __all__ = ["migrate"]
@@ -44,13 +46,8 @@ _STATUS_STYLE = {
 
 
 def _target_path(url: str) -> Path | None:
-    """The file or directory a ``file:``/``sqlite:`` store URL names (else ``None``)."""
-    scheme, sep, rest = url.partition(":")
-    if not sep or scheme not in ("file", "sqlite"):
-        return None
-    if rest.startswith("//"):
-        rest = rest[2:]
-    return Path(rest).expanduser() if rest else None
+    """The file or directory a store URL that opened names (``None`` for ``memory:``)."""
+    return split_url(url, SCHEMES, "store")[1]
 
 
 def _open_target(url: str, *, dry_run: bool) -> SessionStore:

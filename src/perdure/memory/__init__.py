@@ -19,7 +19,7 @@ from perdure.memory.config import (
 )
 from perdure.memory.embedder import Embedder, MiniLMEmbedder
 from perdure.memory.entry import MemoryEntry
-from perdure.memory.errors import MemoryStoreError
+from perdure.memory.errors import MemoryStoreError, MemoryStoreLockedError
 from perdure.memory.extraction import (
     DEFAULT_EXTRACTION_INSTRUCTIONS,
     Extractor,
@@ -46,6 +46,7 @@ __all__ = [
     "MemoryManager",
     "MemoryStore",
     "MemoryStoreError",
+    "MemoryStoreLockedError",
     "MemoryToolConfig",
     "MiniLMEmbedder",
     "ModelExtractor",

@@ -4,12 +4,19 @@ Blocking SQLite work runs in ``asyncio.to_thread`` so it never blocks an event
 loop; a ``threading.Lock`` (not an asyncio primitive, which would bind to one loop)
 serialises use of the connection, so the owning object may be awaited from any
 event loop and any thread.
+
+Driver errors go through perdure's one translation
+(:func:`perdure._runtime.sqlite.translate`): a database another connection keeps
+locked raises :class:`~perdure.errors.MemoryStoreLockedError` (never damage); a
+damaged file, or any other failure (I/O, a full disk, a file it cannot open), raises
+:class:`~perdure.errors.MemoryStoreError`, told apart by ``details["fault"]``
+(``damage`` or ``failure``); a statement SQLite refuses is a bug in perdure
+(:class:`~perdure._runtime.sqlite.SQLiteBugError`), never reported as damage.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sqlite3
 import threading
@@ -17,18 +24,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from perdure._runtime.sqlite import (
-    DRIVER_ERRORS,
-    SQLiteBugError,
-    schema_difference,
-    sqlite_fault,
-    sqlite_fault_text,
-)
-from perdure.memory.errors import MemoryStoreError
+from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteErrors, translate, write_transaction
+from perdure.memory.errors import MemoryStoreError, MemoryStoreLockedError
+
+__all__ = ["BUSY_TIMEOUT_MS", "SQLiteConnection", "stored_json", "write_transaction"]
 
 T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 10_000
+
+_ERRORS = SQLiteErrors(
+    busy=MemoryStoreLockedError, damage=MemoryStoreError, failure=MemoryStoreError
+)
+"""This layer's error for each fault of a driver error."""
 
 
 class SQLiteConnection:
@@ -37,7 +45,8 @@ class SQLiteConnection:
     Args:
         path: the database file (its directory is created), or ``":memory:"``.
         schema: SQL run once when the connection opens.
-        what: how error messages name the owner ("memory store …").
+        what: how error messages name the owner (``"memory store"``); they also
+            name the file.
         synchronous: the ``PRAGMA synchronous`` level; ``FULL`` makes every commit
             durable across a power cut, not only a process crash.
     """
@@ -53,10 +62,13 @@ class SQLiteConnection:
 
     def _open(self) -> sqlite3.Connection:
         if self._closed:
-            raise MemoryStoreError(f"{self._what} is closed")
+            raise MemoryStoreError(f"{self._what} {str(self.path)!r} is closed")
         if self._conn is None:
             if str(self.path) != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise self._translated(exc, "opening", None) from exc
             conn = sqlite3.connect(
                 str(self.path),
                 timeout=BUSY_TIMEOUT_MS / 1000,
@@ -92,34 +104,20 @@ class SQLiteConnection:
 
     def _translated(
         self,
-        exc: sqlite3.Error | UnicodeDecodeError,
+        exc: sqlite3.Error | UnicodeDecodeError | OSError,
         doing: str,
         conn: sqlite3.Connection | None,
     ) -> Exception:
-        """The memory store's error for a driver error, sorted by :func:`sqlite_fault`.
-
-        A database locked past the busy timeout, a damaged file and any other
-        failure are :class:`MemoryStoreError`, told apart by ``details["fault"]``
-        (``busy``, ``damage``, ``failure``); a statement SQLite refuses is a bug in
-        perdure (:class:`SQLiteBugError`), never reported as damage.
-        """
-        fault = sqlite_fault(exc)
-        text = sqlite_fault_text(exc)
-        if fault == "bug" and conn is not None:
-            # Refused by SQLite: perdure's bug, unless the stored schema is damaged.
-            try:
-                differs = schema_difference(conn, self._schema)
-            except DRIVER_ERRORS:
-                differs = "the schema cannot be read"
-            if differs is not None:
-                fault, text = "damage", f"{text} ({differs})"
-        if fault == "bug":
-            return SQLiteBugError(f"{self._what}: {doing}: perdure's SQL failed: {text}")
-        what = {"busy": "the database stayed locked", "damage": "the database is damaged"}
-        reason = f" ({what[fault]})" if fault in what else ""
-        return MemoryStoreError(
-            f"{self._what}: {doing} failed{reason}: {text}",
-            details={"fault": fault, "file": str(self.path)},
+        """The memory store's error for a driver error (see the module docstring)."""
+        return translate(
+            exc,
+            _ERRORS,
+            what=self._what,
+            path=self.path,
+            doing=doing,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+            conn=conn,
+            schema=self._schema,
         )
 
     async def run(self, work: Callable[[sqlite3.Connection], T], doing: str) -> T:
@@ -135,22 +133,6 @@ class SQLiteConnection:
                     self._conn.close()
                 finally:
                     self._conn = None
-
-
-def write_transaction(conn: sqlite3.Connection, work: Callable[[], T]) -> T:
-    """Run ``work`` inside ``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back if it raises)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = work()
-    except BaseException:
-        # SQLite may have rolled back already (it does on some errors, a damaged
-        # page say): the error that stopped the work is the one to report.
-        if conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return result
 
 
 def stored_json(text: Any, what: str) -> Any:

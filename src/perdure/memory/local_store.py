@@ -210,7 +210,7 @@ class LocalMemoryStore(MemoryStore):
         self.name = name
         self.min_similarity = float(min_similarity)
         self._prefix = _namespace_token(namespace)
-        self._db = SQLiteConnection(path, _SCHEMA, f"memory store {str(path)!r}")
+        self._db = SQLiteConnection(path, _SCHEMA, "memory store")
         self._writes = 0  # bumped by this store's own writes (data_version misses them)
         self._vectors: _VectorIndex | None = None
         self._vectors_lock = threading.Lock()

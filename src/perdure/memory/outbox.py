@@ -49,7 +49,7 @@ class ExtractionOutbox:
             raise ValueError(f"channel must be a non-empty str, got {channel!r}")
         self.path = path
         self.channel = channel
-        self._db = SQLiteConnection(path, _SCHEMA, f"extraction outbox {str(path)!r}")
+        self._db = SQLiteConnection(path, _SCHEMA, "extraction outbox")
         self._claims_lock = threading.Lock()
         self._claimed: set[int] = set()
 

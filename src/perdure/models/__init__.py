@@ -10,7 +10,7 @@ import does not need every extra.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from perdure.models.model import Model
 from perdure.models.registry import from_string
@@ -25,7 +25,7 @@ from perdure.models.stream import (
     empty_usage,
 )
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     # Redundant aliases: re-exported for type checkers, loaded lazily at run time.
     from perdure.models.anthropic import AnthropicModel as AnthropicModel
     from perdure.models.openai import OpenAIModel as OpenAIModel
@@ -50,7 +50,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'perdure.models' has no attribute {name!r}")

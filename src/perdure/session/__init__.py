@@ -8,7 +8,8 @@ every backend). The map of the layer:
   :mod:`~perdure.session.session`), the :class:`SessionStore` protocol
   (:mod:`~perdure.session.store`) and the pure rules every store obeys
   (:mod:`~perdure.session.rules`: commit planning, conflicts, validation and
-  encoding, chain hashing; :mod:`~perdure.session.paging`, ids and ULIDs).
+  encoding, chain hashing; :mod:`~perdure.session.paging`, ids and ULIDs), and
+  :func:`open_store` (:mod:`~perdure.session.urls`: a store chosen by URL).
 - :mod:`perdure.stores` — the backends: the file store (:mod:`perdure.stores.file`,
   with the journal format), SQLite and memory.
 - :mod:`perdure.checkpoints` — the checkpoint stores and the export format.
@@ -19,10 +20,10 @@ every backend). The map of the layer:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from perdure.checkpoints.export import EXPORT_FORMAT as EXPORT_FORMAT
     from perdure.checkpoints.storage import StorageCheckpointStore as StorageCheckpointStore
     from perdure.checkpoints.store import CheckpointMeta as CheckpointMeta
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from perdure.migrate.strands import migrate_strands as migrate_strands
     from perdure.session.ids import new_session_id as new_session_id
     from perdure.session.ids import validate_session_id as validate_session_id
-    from perdure.session.open_store import open_store as open_store
     from perdure.session.results import CompactResult as CompactResult
     from perdure.session.results import RestoreResult as RestoreResult
     from perdure.session.session import Session as Session
@@ -54,10 +54,7 @@ if TYPE_CHECKING:
     from perdure.session.store import SessionStore as SessionStore
     from perdure.session.store import SupportsFlush as SupportsFlush
     from perdure.session.store import SupportsHistoryPage as SupportsHistoryPage
-    from perdure.snapshots.manager import BidiAgentSaveLatestStrategy as BidiAgentSaveLatestStrategy
-    from perdure.snapshots.manager import (
-        MultiAgentSaveLatestStrategy as MultiAgentSaveLatestStrategy,
-    )
+    from perdure.session.urls import open_store as open_store
     from perdure.snapshots.manager import SaveLatestStrategy as SaveLatestStrategy
     from perdure.snapshots.manager import SnapshotSessionManager as SnapshotSessionManager
     from perdure.snapshots.manager import SnapshotTrigger as SnapshotTrigger
@@ -69,7 +66,6 @@ if TYPE_CHECKING:
     from perdure.stores.sqlite import SQLiteSessionStore as SQLiteSessionStore
 
 _EXPORTS: dict[str, str] = {
-    "BidiAgentSaveLatestStrategy": "perdure.snapshots.manager",
     "CheckpointMeta": "perdure.checkpoints.store",
     "CheckpointRecord": "perdure.checkpoints.store",
     "CheckpointStore": "perdure.checkpoints.store",
@@ -84,7 +80,6 @@ _EXPORTS: dict[str, str] = {
     "MemoryCheckpointStore": "perdure.checkpoints.store",
     "MemorySessionStore": "perdure.stores.memory",
     "MigrationReport": "perdure.migrate.strands",
-    "MultiAgentSaveLatestStrategy": "perdure.snapshots.manager",
     "RepairReport": "perdure.maintenance",
     "RestoreResult": "perdure.session.results",
     "SQLiteCheckpointStore": "perdure.stores.sqlite",
@@ -105,7 +100,7 @@ _EXPORTS: dict[str, str] = {
     "gc_store": "perdure.maintenance",
     "migrate_strands": "perdure.migrate.strands",
     "new_session_id": "perdure.session.ids",
-    "open_store": "perdure.session.open_store",
+    "open_store": "perdure.session.urls",
     "read_history_page": "perdure.session.session",
     "repair_store": "perdure.maintenance",
     "scan_checkpoints": "perdure.checkpoints.store",
@@ -116,11 +111,11 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'perdure.session' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 

@@ -88,8 +88,6 @@ from perdure.storage import LocalFileStorage, Storage
 from perdure.types import Message, validate_message
 
 __all__ = [
-    "BidiAgentSaveLatestStrategy",
-    "MultiAgentSaveLatestStrategy",
     "SaveLatestStrategy",
     "SnapshotSessionManager",
     "SnapshotTrigger",
@@ -100,13 +98,11 @@ SaveLatestStrategy = Literal["invocation", "message", "trigger"]
 after every message added plus each invocation; or only when ``snapshot_trigger``
 fires (or on ``save_snapshot``)."""
 
-BidiAgentSaveLatestStrategy = Literal["message", "stop", "trigger"]
-"""For a bidirectional streaming agent (accepted and validated; acts once perdure
-has such agents)."""
-
-MultiAgentSaveLatestStrategy = Literal["node", "invocation"]
-"""For Graph/Swarm orchestrators (accepted and validated; acts once perdure has
-them)."""
+# The strategies seed 003 names for bidirectional agents and orchestrators. perdure
+# has neither yet (issue 24), so the values are validated and kept, and not exported
+# as if they did something.
+_BidiAgentSaveLatestStrategy = Literal["message", "stop", "trigger"]
+_MultiAgentSaveLatestStrategy = Literal["node", "invocation"]
 
 _STRATEGIES: tuple[str, ...] = ("invocation", "message", "trigger")
 _BIDI_STRATEGIES: tuple[str, ...] = ("message", "stop", "trigger")
@@ -192,6 +188,12 @@ class SnapshotSessionManager:
     ``perdure.snapshots.manager``): it never starts empty over a history that
     is still there. A damaged ``snapshot_latest`` raises ``SessionCorruptedError``.
 
+    Seed 003 makes three methods sync: :meth:`initialize`, :meth:`sync_agent` and
+    :meth:`redact_latest_message`. Each has an async twin for code inside an event
+    loop — :meth:`restore_snapshot`, ``save_snapshot(agent, is_latest=True)`` and
+    :meth:`redact_latest_message_async` (as ``Session.redact_latest_message`` is
+    async); every other operation is a coroutine.
+
     Args:
         session_id: Names the session: non-empty, not ``.``/``..``, no ``/``, ``\\``
             or NUL.
@@ -201,8 +203,12 @@ class SnapshotSessionManager:
         snapshot_trigger: Called as ``snapshot_trigger(agent_data=agent)`` after each
             invocation; ``True`` appends an immutable snapshot (and, under
             ``"trigger"``, also saves ``latest``).
-        bidi_agent_save_latest_on: ``"message"`` (default), ``"stop"`` or ``"trigger"``.
-        multi_agent_save_latest_on: ``"node"`` (default) or ``"invocation"``.
+        bidi_agent_save_latest_on: ``"message"`` (default), ``"stop"`` or
+            ``"trigger"``: seed 003's strategy for a bidirectional agent. Validated
+            and kept; perdure has no such agents yet, so it changes nothing.
+        multi_agent_save_latest_on: ``"node"`` (default) or ``"invocation"``: seed
+            003's strategy for Graph/Swarm orchestrators. Validated and kept;
+            perdure has no orchestrators yet, so it changes nothing.
 
     Raises:
         ValueError: a bad ``session_id`` or an unknown strategy (the message names
@@ -216,8 +222,8 @@ class SnapshotSessionManager:
         *,
         storage: Storage | None = None,
         save_latest_on: SaveLatestStrategy = "invocation",
-        bidi_agent_save_latest_on: BidiAgentSaveLatestStrategy = "message",
-        multi_agent_save_latest_on: MultiAgentSaveLatestStrategy = "node",
+        bidi_agent_save_latest_on: _BidiAgentSaveLatestStrategy = "message",
+        multi_agent_save_latest_on: _MultiAgentSaveLatestStrategy = "node",
         snapshot_trigger: SnapshotTrigger | Callable[..., bool] | None = None,
     ) -> None:
         self.session_id = validate_session_id(session_id)
@@ -225,13 +231,13 @@ class SnapshotSessionManager:
             SaveLatestStrategy, _check_strategy(save_latest_on, _STRATEGIES, "save_latest_on")
         )
         self.bidi_agent_save_latest_on = cast(
-            BidiAgentSaveLatestStrategy,
+            _BidiAgentSaveLatestStrategy,
             _check_strategy(
                 bidi_agent_save_latest_on, _BIDI_STRATEGIES, "bidi_agent_save_latest_on"
             ),
         )
         self.multi_agent_save_latest_on = cast(
-            MultiAgentSaveLatestStrategy,
+            _MultiAgentSaveLatestStrategy,
             _check_strategy(
                 multi_agent_save_latest_on, _MULTI_STRATEGIES, "multi_agent_save_latest_on"
             ),

@@ -7,19 +7,20 @@ the file: readers never block, writers queue. Within one ``SQLiteStorage`` a sin
 connection, guarded by a ``threading.Lock``, serves every call from a worker thread
 (``asyncio.to_thread``): no coroutine binds to an event loop.
 
-``sqlite3`` errors never leave this module: a database that stays locked past the
-busy timeout raises :class:`~perdure.errors.SessionLockedError`; a damaged file or
-one that is not a database raises :class:`~perdure.errors.SessionCorruptedError`;
-a statement SQLite refuses (a bug in perdure, never damage) raises
-:class:`~perdure._runtime.sqlite.SQLiteBugError`; any other failure (disk full,
-read-only file, …) raises :class:`~perdure.errors.StorageError`. The original error
+``sqlite3`` errors never leave this module; they are sorted by perdure's one
+translation (:func:`perdure._runtime.sqlite.translate`): a database that stays
+locked past the busy timeout raises :class:`~perdure.errors.StorageLockedError`; a
+damaged file or one that is not a database raises
+:class:`~perdure.errors.SessionCorruptedError`; a statement SQLite refuses (a bug in
+perdure, never damage) raises :class:`~perdure._runtime.sqlite.SQLiteBugError`; any
+other failure (disk full, a file it cannot open, …) raises
+:class:`~perdure.errors.StorageError`. Each names the file, and the original error
 is chained as ``__cause__``. A schema that is not ours is refused on connect.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sqlite3
 import threading
@@ -27,12 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
-from perdure.errors import (
-    SessionCorruptedError,
-    SessionLockedError,
-    StorageError,
-)
+from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteErrors, transaction, translate
+from perdure.errors import SessionCorruptedError, StorageError, StorageLockedError
 from perdure.storage.keys import check_data, validate_key, validate_list_args
 
 __all__ = ["SQLiteStorage"]
@@ -42,33 +39,8 @@ T = TypeVar("T")
 SCHEMA_VERSION = 1
 
 
-def _translate(exc: sqlite3.Error | UnicodeDecodeError, path: Path, timeout: float) -> Exception:
-    """Map a driver error to perdure's error tree (sorted by :func:`sqlite_fault`)."""
-    fault = sqlite_fault(exc)
-    text = sqlite_fault_text(exc)
-    if fault == "busy":
-        return SessionLockedError(
-            f"SQLite database {str(path)!r} stayed locked by another writer for more "
-            f"than {timeout:g} s: {text}"
-        )
-    if fault == "damage":
-        return SessionCorruptedError(
-            f"SQLite database {str(path)!r} is damaged: {text}",
-            details={"file": str(path), "kind": "bad_database"},
-        )
-    if fault == "bug":
-        return SQLiteBugError(f"SQLite storage {str(path)!r}: perdure's SQL failed: {text}")
-    return StorageError(f"SQLite storage {str(path)!r} failed: {text}")
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    """Roll back what is open; the error that stopped the work is the one to report.
-
-    (SQLite rolls back by itself on some errors, a damaged page say.)
-    """
-    if conn.in_transaction:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
+_ERRORS = SQLiteErrors(busy=StorageLockedError, damage=SessionCorruptedError, failure=StorageError)
+"""This layer's error for each fault of a driver error."""
 
 
 def _upper_bound(prefix: str) -> str | None:
@@ -91,16 +63,16 @@ class SQLiteStorage:
     Args:
         path: The database file (created, with its table, on first use).
         timeout: Seconds to wait for another process's write lock before raising
-            :class:`~perdure.errors.SessionLockedError`.
+            :class:`~perdure.errors.StorageLockedError`.
 
     After ``write`` returns the blob is committed (``synchronous=FULL``); a crash
     during ``write`` leaves the previous blob. Call :meth:`close` when done (it is
     also safe to let the process exit).
 
     Raises (from every method):
-        SessionLockedError: another process held the write lock past the timeout.
+        StorageLockedError: another process held the write lock past the timeout.
         SessionCorruptedError: the file is not a SQLite database or is damaged.
-        StorageError: any other SQLite failure.
+        StorageError: any other failure (I/O, a full disk, a file it cannot open).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
@@ -142,17 +114,12 @@ class SQLiteStorage:
                     f"perdure reads version {SCHEMA_VERSION} (upgrade perdure)"
                 )
             if version < SCHEMA_VERSION:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
+                with transaction(conn):
                     conn.execute(
                         "CREATE TABLE IF NOT EXISTS perdure_blobs ("
                         "key TEXT PRIMARY KEY NOT NULL, data BLOB NOT NULL)"
                     )
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                    conn.execute("COMMIT")
-                except BaseException:
-                    _rollback(conn)
-                    raise
             columns = sorted(row[1] for row in conn.execute("PRAGMA table_info(perdure_blobs)"))
             if columns != ["data", "key"]:
                 raise self._damaged("its perdure_blobs table is missing or not ours")
@@ -164,16 +131,19 @@ class SQLiteStorage:
 
     def _damaged(self, detail: str) -> SessionCorruptedError:
         return SessionCorruptedError(
-            f"SQLite database {str(self.path)!r} is damaged: {detail}",
-            details={"file": str(self.path), "kind": "bad_database"},
+            f"SQLite storage {str(self.path)!r}: the database is damaged: {detail}",
+            details={"file": str(self.path), "fault": "damage", "kind": "bad_database"},
         )
+
+    def _translated(self, exc: sqlite3.Error | UnicodeDecodeError | OSError) -> Exception:
+        return translate(exc, _ERRORS, what="SQLite storage", path=self.path, timeout=self.timeout)
 
     def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
             try:
                 return work(self._connect())
-            except DRIVER_ERRORS as exc:
-                raise _translate(exc, self.path, self.timeout) from exc
+            except (*DRIVER_ERRORS, OSError) as exc:
+                raise self._translated(exc) from exc
 
     async def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
         return await asyncio.to_thread(self._run, work)
@@ -187,7 +157,7 @@ class SQLiteStorage:
                 try:
                     conn.close()
                 except sqlite3.Error as exc:
-                    raise _translate(exc, self.path, self.timeout) from exc
+                    raise self._translated(exc) from exc
 
     # ------------------------------------------------------------------ API
 
@@ -197,17 +167,12 @@ class SQLiteStorage:
         blob = check_data(data)
 
         def work(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with transaction(conn):
                 conn.execute(
                     "INSERT INTO perdure_blobs (key, data) VALUES (?, ?) "
                     "ON CONFLICT (key) DO UPDATE SET data = excluded.data",
                     (key, blob),
                 )
-                conn.execute("COMMIT")
-            except BaseException:
-                _rollback(conn)
-                raise
 
         await self._call(work)
 
@@ -228,13 +193,8 @@ class SQLiteStorage:
         validate_key(key)
 
         def work(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with transaction(conn):
                 conn.execute("DELETE FROM perdure_blobs WHERE key = ?", (key,))
-                conn.execute("COMMIT")
-            except BaseException:
-                _rollback(conn)
-                raise
 
         await self._call(work)
 

@@ -1,5 +1,8 @@
 """``open_store(url)``: a SessionStore chosen by URL scheme (STYLE §8).
 
+(The module is ``urls``, as :mod:`perdure.storage.urls` beside it, so that importing
+it never shadows the function ``perdure.session.open_store`` with a module.)
+
 =================  ==============================================
 ``file:DIR``       :class:`FileSessionStore` rooted at ``DIR``
 ``sqlite:PATH``    :class:`SQLiteSessionStore` in the file ``PATH``
@@ -7,39 +10,31 @@
 =================  ==============================================
 
 Server schemes (``postgresql://``, ``redis://``, ``s3://``) join this table with
-their issues; each imports its driver lazily and, when it is missing, says which
-extra to install.
+their issues; until then a URL naming one is refused with the backend, its extra
+and its issue. The URL is split by perdure's one parser,
+:func:`perdure._urls.split_url`, which :func:`perdure.storage.open_storage` uses too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from perdure._urls import split_url
 from perdure.session.store import SessionStore
-from perdure.storage import split_url
+
+__all__ = ["SCHEMES", "open_store"]
 
 SCHEMES = ("file", "sqlite", "memory")
-LATER_SCHEMES = ("postgresql", "postgres", "redis", "rediss", "s3")
-"""Server stores that join with their issues."""
 
 
 def open_store(url: str, **options: Any) -> SessionStore:
     """Open the session store a URL names; ``options`` go to the store's constructor.
 
     Raises:
-        ValueError: the URL is malformed or its scheme unknown (the message lists
-            the known schemes).
+        ValueError: the URL is malformed, its scheme unknown (the message lists the
+            known schemes), or its backend (``postgresql://``, ``redis://``,
+            ``s3://``) not in this version (the message names its extra and issue).
     """
-    if isinstance(url, str) and url.partition(":")[0] in (
-        "postgresql",
-        "postgres",
-        "redis",
-        "rediss",
-        "s3",
-    ):
-        raise ValueError(
-            f"store scheme {url.partition(':')[0]!r} is not available in this version of perdure"
-        )
     scheme, path = split_url(url, SCHEMES, "store")
     if scheme == "file":
         from perdure.stores.file.store import FileSessionStore

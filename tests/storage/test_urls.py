@@ -1,0 +1,74 @@
+"""One URL parser for ``open_storage`` and ``open_store`` (issue 15, STYLE §8)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+import perdure.cli.migrate as cli_migrate
+import perdure.session.urls as open_store_module
+import perdure.storage.urls as storage_urls
+from perdure import _urls
+from perdure.session import FileSessionStore, MemorySessionStore, SQLiteSessionStore, open_store
+from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, open_storage
+
+
+@pytest.mark.parametrize(
+    ("url", "backend", "extra", "issue"),
+    [
+        ("postgresql://user@db/app", "PostgreSQL", "postgres", 17),
+        ("postgres://db/app", "PostgreSQL", "postgres", 17),
+        ("redis://localhost:6379/0", "Redis", "redis", 18),
+        ("rediss://cache", "Redis", "redis", 18),
+        ("s3://bucket/prefix", "S3", "s3", 19),
+    ],
+)
+def test_a_later_backend_is_refused_naming_its_extra_and_issue(
+    url: str, backend: str, extra: str, issue: int
+) -> None:
+    for opener in (open_storage, open_store):
+        with pytest.raises(ValueError) as info:
+            opener(url)
+        message = str(info.value)
+        assert backend in message
+        assert f"perdure[{extra}]" in message
+        assert f"issue {issue}" in message
+        assert "unknown" not in message
+
+
+def test_an_unknown_scheme_lists_the_known_ones_in_both_openers() -> None:
+    with pytest.raises(ValueError, match=r"unknown storage scheme 'ftp'.*file:, sqlite:, memory:"):
+        open_storage("ftp://host/x")
+    with pytest.raises(ValueError, match=r"unknown store scheme 'ftp'.*file:, sqlite:, memory:"):
+        open_store("ftp://host/x")
+    for bad in (None, 3, "no-scheme", "file:", "sqlite://"):
+        with pytest.raises(ValueError):
+            open_storage(bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            open_store(bad)  # type: ignore[arg-type]
+
+
+def test_both_openers_read_a_url_the_same_way(tmp_path: Path) -> None:
+    db = tmp_path / "one.db"
+    storage = open_storage(f"sqlite://{db}")
+    store = open_store(f"sqlite://{db}")
+    assert isinstance(storage, SQLiteStorage)
+    assert isinstance(store, SQLiteSessionStore)
+    assert storage.path == db
+    assert Path(store.path) == db
+    storage.close()
+    store.close()
+    assert isinstance(open_storage(f"file:{tmp_path}/blobs"), LocalFileStorage)
+    assert isinstance(open_store(f"file:{tmp_path}/sessions"), FileSessionStore)
+    assert isinstance(open_storage("memory:"), MemoryStorage)
+    assert isinstance(open_store("memory:"), MemorySessionStore)
+
+
+def test_there_is_one_parser() -> None:
+    assert storage_urls.split_url is _urls.split_url
+    assert open_store_module.split_url is _urls.split_url
+    assert not hasattr(open_store_module, "LATER_SCHEMES")
+    for module in (storage_urls, open_store_module, cli_migrate):
+        assert ".partition(" not in inspect.getsource(module)
