@@ -10,7 +10,7 @@ import pytest
 import perdure.cli.migrate as cli_migrate
 import perdure.session.urls as open_store_module
 import perdure.storage.urls as storage_urls
-from perdure import _urls
+from perdure._runtime import urls as _urls
 from perdure.session import FileSessionStore, MemorySessionStore, SQLiteSessionStore, open_store
 from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, open_storage
 

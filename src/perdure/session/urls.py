@@ -12,14 +12,14 @@ it never shadows the function ``perdure.session.open_store`` with a module.)
 Server schemes (``postgresql://``, ``redis://``, ``s3://``) join this table with
 their issues; until then a URL naming one is refused with the backend, its extra
 and its issue. The URL is split by perdure's one parser,
-:func:`perdure._urls.split_url`, which :func:`perdure.storage.open_storage` uses too.
+:func:`perdure._runtime.urls.split_url`, which :func:`perdure.storage.open_storage` uses too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from perdure._urls import split_url
+from perdure._runtime.urls import split_url
 from perdure.session.store import SessionStore
 
 __all__ = ["SCHEMES", "open_store"]

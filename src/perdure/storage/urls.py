@@ -1,12 +1,12 @@
 """Backends by URL (STYLE §8): ``file:DIR``, ``sqlite:PATH``, ``memory:`` and friends.
 
-The URL is split by perdure's one parser, :func:`perdure._urls.split_url`, which
+The URL is split by perdure's one parser, :func:`perdure._runtime.urls.split_url`, which
 :func:`perdure.session.open_store` uses too.
 """
 
 from __future__ import annotations
 
-from perdure._urls import split_url
+from perdure._runtime.urls import split_url
 from perdure.storage.local_file import LocalFileStorage
 from perdure.storage.memory import MemoryStorage
 from perdure.storage.protocol import Storage
