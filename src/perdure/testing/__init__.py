@@ -7,6 +7,8 @@ never collects them on their own.
 
 - :class:`SessionStoreSuite` — a ``SessionStore``; fixture ``store_factory``.
 - :class:`StorageSuite` — a ``Storage``; fixture ``storage_factory``.
+- :class:`CheckpointStoreSuite` — a ``CheckpointStore``; fixture
+  ``checkpoint_store_factory``.
 
 This package imports pytest and hypothesis; ``import perdure`` never imports it.
 See ``docs/testing.md`` for a worked example.
@@ -17,4 +19,4 @@ from __future__ import annotations
 from perdure.testing.sessions import SessionStoreSuite
 from perdure.testing.storage import StorageSuite
 
-__all__ = ["SessionStoreSuite", "StorageSuite"]
+__all__ = ["CheckpointStoreSuite", "SessionStoreSuite", "StorageSuite"]
