@@ -9,6 +9,8 @@ never collects them on their own.
 - :class:`StorageSuite` — a ``Storage``; fixture ``storage_factory``.
 - :class:`CheckpointStoreSuite` — a ``CheckpointStore``; fixture
   ``checkpoint_store_factory``.
+- :class:`MemoryStoreSuite` — a writable ``MemoryStore``; fixture
+  ``memory_store_factory``.
 
 This package imports pytest and hypothesis; ``import perdure`` never imports it.
 See ``docs/testing.md`` for a worked example.
@@ -19,4 +21,4 @@ from __future__ import annotations
 from perdure.testing.sessions import SessionStoreSuite
 from perdure.testing.storage import StorageSuite
 
-__all__ = ["CheckpointStoreSuite", "SessionStoreSuite", "StorageSuite"]
+__all__ = ["CheckpointStoreSuite", "MemoryStoreSuite", "SessionStoreSuite", "StorageSuite"]
