@@ -170,16 +170,19 @@ class MemoryStoreSuite:
     @settings(max_examples=60, suppress_health_check=_PER_BACKEND)
     @given(query=st.text(max_size=40))
     def test_no_query_can_break_the_search(
-        self, open_memory: MemoryStoreFactory, query: str
+        self, memory_store_factory: MemoryStoreFactory, query: str
     ) -> None:
-        store = open_memory("fuzz")
+        store = memory_store_factory("fuzz")  # a new instance per example, closed after
+        try:
 
-        async def run() -> None:
-            await self.add(store, "The user prefers dark mode.")
-            found = await store.search(query, limit=5)
-            assert len(found) <= 1
+            async def run() -> None:
+                await self.add(store, "The user prefers dark mode.")
+                found = await store.search(query, limit=5)
+                assert len(found) <= 1
 
-        asyncio.run(run())
+            asyncio.run(run())
+        finally:
+            _close(store)
 
     def test_usable_from_any_event_loop_and_thread(self, memory: MemoryStore) -> None:
         asyncio.run(self.add(memory, "made in the main thread"))
