@@ -1,4 +1,4 @@
-"""LocalMemoryStore: BM25 search, namespaces, duplicates, hygiene, errors, threads."""
+"""LocalMemoryStore: the MemoryStore suite, then BM25, namespaces, duplicates, errors, threads."""
 
 from __future__ import annotations
 
@@ -9,12 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from perdure.memory import LocalMemoryStore, MemoryStore, MemoryStoreError, has_method
 from perdure.memory._sqlite import SQLiteConnection
 from perdure.memory.local_store import build_match_query, query_terms
+from perdure.testing.memory import MemoryStoreFactory, MemoryStoreSuite
+
+
+class TestLocalMemoryStoreContract(MemoryStoreSuite):
+    """The MemoryStore contract, from perdure.testing, as any store runs it."""
+
+    @pytest.fixture
+    def memory_store_factory(self, tmp_path: Path) -> MemoryStoreFactory:
+        return lambda namespace: LocalMemoryStore(tmp_path / "memory.sqlite", namespace=namespace)
 
 
 @pytest.fixture
@@ -99,22 +106,6 @@ def test_match_query_quotes_every_term() -> None:
     assert build_match_query("p_", ["a", 'b"c']) == '"p_a" OR "p_b""c"'
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(query=st.text(max_size=40))
-def test_no_query_can_break_the_search(tmp_path: Path, query: str) -> None:
-    store = LocalMemoryStore(tmp_path / "fuzz.sqlite", namespace="fuzz")
-    try:
-
-        async def run() -> None:
-            await store.add("The user prefers dark mode.")
-            found = await store.search(query, limit=5)
-            assert len(found) <= 1
-
-        asyncio.run(run())
-    finally:
-        store.close()
-
-
 async def test_namespaces_isolate_users(tmp_path: Path) -> None:
     path = tmp_path / "shared.sqlite"
     alice = LocalMemoryStore(path, namespace="user-1")
@@ -196,15 +187,6 @@ async def test_add_messages_keeps_user_and_assistant_text(store: LocalMemoryStor
     assert contents(listed) == ["I prefer dark mode.", "Noted."]
     assert [e.metadata["role"] for e in listed] == ["user", "assistant"]  # type: ignore[index]
     assert listed[0].metadata["session"] == "s1"  # type: ignore[index]
-
-
-async def test_memories_persist_across_instances(tmp_path: Path) -> None:
-    path = tmp_path / "persist.sqlite"
-    first = LocalMemoryStore(path, namespace="alice")
-    await first.add("The user prefers dark mode.")
-    first.close()
-    second = LocalMemoryStore(path, namespace="alice")
-    assert contents(await second.search("dark", limit=1)) == ["The user prefers dark mode."]
 
 
 async def test_in_memory_database(tmp_path: Path) -> None:

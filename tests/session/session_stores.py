@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,3 +24,64 @@ def make_store(kind: str, path: Path, **options: Any) -> SessionStore:
 
         return MemorySessionStore(**options)
     raise ValueError(kind)
+
+
+# ------------------------------------------------------------- crash-suite writers
+# Called in the writer process of perdure.testing's CrashSuite (see test_crash.py).
+
+
+def crash_file_writer(location: str, seed: int, die: Callable[[], None]) -> SessionStore:
+    """A file store whose renames and fsyncs may die (the critical sections of sealing,
+    rewrite commit points and completion; appends inside a held turn sync in
+    ``start_fsync``), before or after the real call."""
+    import os
+
+    from perdure.session import Segmentation
+    from perdure.stores.file import store as fs_module
+
+    real_replace, real_fsync = os.replace, os.fsync
+    real_start_fsync = fs_module.start_fsync
+
+    def replace(a: Any, b: Any) -> None:
+        die()
+        real_replace(a, b)
+        die()
+
+    def fsync(fd: int) -> None:
+        die()
+        real_fsync(fd)
+
+    def start_fsync(fd: int, executor: Any = None) -> Any:
+        die()
+        return real_start_fsync(fd, executor)
+
+    fs_module.os.replace = replace  # type: ignore[assignment]
+    fs_module.os.fsync = fsync
+    fs_module.start_fsync = start_fsync  # type: ignore[assignment]
+    return FileSessionStore(location, segmentation=Segmentation(max_records=4))
+
+
+def crash_sqlite_writer(location: str, seed: int, die: Callable[[], None]) -> SessionStore:
+    """A SQLite store that may die inside its transaction before COMMIT, right after
+    it, and around folding the WAL into the database (in the background or by the
+    writer). Even seeds commit durably; odd ones with ``durability="none"``, whose
+    commits must survive a killed process too (only a power cut may take them)."""
+    from perdure.stores.sqlite import SQLiteSessionStore
+
+    def around(name: str) -> None:
+        real = getattr(SQLiteSessionStore, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            die()
+            result = real(*args, **kwargs)
+            die()
+            return result
+
+        setattr(SQLiteSessionStore, name, wrapper)
+
+    around("_write_messages")
+    around("_count_wal")
+    around("_checkpoint_wal")
+    store = SQLiteSessionStore(location, durability="commit" if seed % 2 == 0 else "none")
+    store._fold_pages = 4  # fold often, so that kills land around folds
+    return store

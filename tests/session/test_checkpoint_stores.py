@@ -9,120 +9,38 @@ import hashlib
 import json
 import os
 import sqlite3
-import threading
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from perdure.checkpoints.storage import StorageCheckpointStore
 from perdure.checkpoints.store import (
-    CheckpointMeta,
     CheckpointRecord,
     CheckpointStore,
-    CheckpointTrigger,
     DamagedCheckpoint,
     FileCheckpointStore,
     MemoryCheckpointStore,
     new_checkpoint_id,
-    now_iso,
     scan_checkpoints,
     seal_checkpoint_bytes,
 )
 from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
 from perdure.session import FileSessionStore
-from perdure.session.ulid import encode_ulid, ulid_timestamp_ms
+from perdure.session.ulid import encode_ulid
 from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage
 from perdure.stores.memory import MemorySessionStore
 from perdure.stores.sqlite import SQLiteSessionStore
+from perdure.testing.checkpoints import (
+    HISTORY,
+    CheckpointStoreFactory,
+    CheckpointStoreSuite,
+    ids,
+    make_record,
+    put_new,
+)
 from perdure.types import Message
-
-KINDS = [
-    "file",
-    "file_session",
-    "sqlite_session",
-    "memory_session",
-    "memory",
-    "storage_memory",
-    "storage_local_file",
-    "storage_sqlite",
-]
-PERSISTENT_KINDS = [
-    "file",
-    "file_session",
-    "sqlite_session",
-    "storage_local_file",
-    "storage_sqlite",
-]
-
-PNG = b"\x89PNG\r\n\x1a\n\x00\xff\xfe binary"
-HISTORY: list[Message] = [
-    {
-        "role": "user",
-        "content": [
-            {"text": "what is in this picture? ünïcode ✓"},
-            {"image": {"format": "png", "source": {"bytes": PNG}}},
-        ],
-    },
-    {
-        "role": "assistant",
-        "content": [{"toolUse": {"toolUseId": "t1", "name": "look", "input": {"zoom": 2}}}],
-    },
-    {
-        "role": "user",
-        "content": [
-            {"toolResult": {"toolUseId": "t1", "status": "success", "content": [{"text": "a cat"}]}}
-        ],
-    },
-    {"role": "assistant", "content": [{"text": "A cat."}]},
-]  # type: ignore[typeddict-item]
-AGENT_STATE: dict[str, Any] = {
-    "state": {"budget": 40, "tags": ["a", "b"], "raw": b"\x00\x01\x02"},
-    "internal_state": {"interrupt_state": {}},
-}
-
-
-def make_record(
-    session_id: str,
-    checkpoint_id: str,
-    *,
-    trigger: CheckpointTrigger = "manual",
-    label: str | None = None,
-    messages: list[Message] | None = None,
-) -> CheckpointRecord:
-    history = HISTORY if messages is None else messages
-    meta = CheckpointMeta(checkpoint_id, session_id, trigger, label, len(history), now_iso())
-    return CheckpointRecord(meta, json_copy(history), json_copy(AGENT_STATE))
-
-
-def json_copy(value: Any) -> Any:
-    """A deep copy (bytes kept) so that a record never shares objects with HISTORY."""
-    if isinstance(value, dict):
-        return {k: json_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_copy(v) for v in value]
-    return value
-
-
-async def put_new(
-    store: CheckpointStore, session_id: str, trigger: CheckpointTrigger = "manual", **kw: Any
-) -> CheckpointRecord:
-    record = make_record(
-        session_id, await new_checkpoint_id(store, session_id), trigger=trigger, **kw
-    )
-    await store.put(record)
-    return record
-
-
-def ids(metas: list[CheckpointMeta]) -> list[str]:
-    return [meta.checkpoint_id for meta in metas]
-
-
-def fresh_session() -> str:
-    """A session id no other test uses (ids are monotonic per session id, process-wide)."""
-    return f"s-{uuid.uuid4().hex[:12]}"
 
 
 def files_under(root: Path) -> list[Path]:
@@ -174,265 +92,62 @@ class Bench:
             close()
 
 
-@pytest.fixture(params=KINDS)
-def bench(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bench]:
-    bench = Bench(str(request.param), tmp_path)
-    yield bench
-    bench.close()
-
-
-@pytest.fixture
-def store(bench: Bench) -> CheckpointStore:
-    return bench.make()
-
-
 # ---------------------------------------------------------------- the contract
+# Every kind runs perdure.testing's suite, as a third-party checkpoint store would.
 
 
-def test_every_store_is_a_checkpoint_store(store: CheckpointStore) -> None:
-    assert isinstance(store, CheckpointStore)
+class _Placement(CheckpointStoreSuite):
+    kind: ClassVar[str]
 
-
-async def test_put_get_round_trip(store: CheckpointStore) -> None:
-    record = make_record("s", await new_checkpoint_id(store, "s"), label="before ✓")
-    await store.put(record)
-    got = await store.get("s", record.meta.checkpoint_id)
-    assert got.meta == record.meta
-    assert got.messages == HISTORY
-    assert got.messages[0]["content"][1]["image"]["source"]["bytes"] == PNG  # type: ignore[typeddict-item]
-    assert got.agent_state == AGENT_STATE
-    assert got.agent_state["state"]["raw"] == b"\x00\x01\x02"
-
-
-async def test_put_stores_a_copy_and_get_returns_one(store: CheckpointStore) -> None:
-    record = await put_new(store, "s")
-    record.messages.append({"role": "user", "content": [{"text": "later"}]})
-    record.agent_state["state"]["budget"] = 0
-    first = await store.get("s", record.meta.checkpoint_id)
-    first.messages.clear()
-    second = await store.get("s", record.meta.checkpoint_id)
-    assert second.messages == HISTORY
-    assert second.agent_state == AGENT_STATE
-
-
-async def test_put_with_an_existing_id_replaces_it(store: CheckpointStore) -> None:
-    record = await put_new(store, "s", label="one")
-    replacement = make_record("s", record.meta.checkpoint_id, label="two", messages=HISTORY[:1])
-    await store.put(replacement)
-    assert ids(await store.list("s")) == [record.meta.checkpoint_id]
-    got = await store.get("s", record.meta.checkpoint_id)
-    assert (got.meta.label, got.messages) == ("two", HISTORY[:1])
-
-
-async def test_list_is_oldest_first_with_the_meta(store: CheckpointStore) -> None:
-    assert await store.list("s") == []
-    made = [await new_checkpoint_id(store, "s") for _ in range(3)]
-    records = {
-        cid: make_record("s", cid, trigger=trigger, label=label, messages=HISTORY[:n])
-        for cid, trigger, label, n in zip(
-            made,
-            ["manual", "pre_compaction", "pre_restore"],
-            ["a", None, "c"],
-            [4, 2, 0],
-            strict=True,
-        )
-    }
-    for cid in reversed(made):  # stored newest first: list must still sort
-        await store.put(records[cid])
-    listed = await store.list("s")
-    assert listed == [records[cid].meta for cid in made]
-    assert [m.trigger for m in listed] == ["manual", "pre_compaction", "pre_restore"]
-    assert [m.message_count for m in listed] == [4, 2, 0]
-
-
-async def test_new_ids_strictly_increase_and_list_keeps_their_order(
-    store: CheckpointStore,
-) -> None:
-    session = fresh_session()
-    made = [(await put_new(store, session)).meta.checkpoint_id for _ in range(30)]
-    assert made == sorted(made)
-    assert len(set(made)) == len(made)
-    assert ids(await store.list(session)) == made
-
-
-async def test_new_ids_increase_within_one_millisecond(store: CheckpointStore) -> None:
-    # A stored id from the future pins every later id to its millisecond: they must
-    # still sort after it and after each other (ids are monotonic per session).
-    session = fresh_session()
-    future_ms = ulid_timestamp_ms(await new_checkpoint_id(store, session)) + 10**7
-    future = encode_ulid(future_ms, 5)
-    await store.put(make_record(session, future))
-    made = [(await put_new(store, session)).meta.checkpoint_id for _ in range(20)]
-    made += [await new_checkpoint_id(store, session) for _ in range(200)]
-    assert {ulid_timestamp_ms(cid) for cid in made} == {future_ms}
-    assert [future, *made] == sorted({future, *made})
-    assert ids(await store.list(session)) == [future, *made[:20]]
-
-
-async def test_get_of_an_absent_id_raises_checkpoint_not_found(store: CheckpointStore) -> None:
-    absent = encode_ulid(1_700_000_000_000, 42)
-    for session in ("never-used", "s"):
-        with pytest.raises(CheckpointNotFoundError) as caught:
-            await store.get(session, absent)
-        assert caught.value.code == "checkpoint_not_found"
-        await put_new(store, "s")
-    deleted = await put_new(store, "s")
-    await store.delete("s", deleted.meta.checkpoint_id)
-    with pytest.raises(CheckpointNotFoundError):
-        await store.get("s", deleted.meta.checkpoint_id)
-
-
-MALFORMED_IDS = [
-    "not-a-ulid",
-    "",
-    "01hzzzzzzzzzzzzzzzzzzzzzzz",  # lower case
-    "01HZZZZZZZZZZZZZZZZZZZZZZ",  # 25 characters
-    "01HZZZZZZZZZZZZZZZZZZZZZZU",  # U is not Crockford base32
-    "8ZZZZZZZZZZZZZZZZZZZZZZZZZ",  # more than 128 bits
-    "../../../../etc/passwd0000",
-    None,
-    42,
-]
-
-
-@pytest.mark.parametrize("bad", MALFORMED_IDS)
-async def test_a_malformed_id_raises_value_error(store: CheckpointStore, bad: Any) -> None:
-    kept = await put_new(store, "s")
-    with pytest.raises(ValueError, match="checkpoint_id"):
-        await store.get("s", bad)
-    with pytest.raises(ValueError, match="checkpoint_id"):
-        await store.delete("s", bad)
-    if isinstance(bad, str):
-        with pytest.raises(ValueError):
-            await store.put(make_record("s", bad))
-    assert ids(await store.list("s")) == [kept.meta.checkpoint_id]
-
-
-async def test_delete_is_idempotent(store: CheckpointStore) -> None:
-    first = await put_new(store, "s")
-    second = await put_new(store, "s")
-    await store.delete("s", first.meta.checkpoint_id)
-    await store.delete("s", first.meta.checkpoint_id)
-    await store.delete("never-used", first.meta.checkpoint_id)
-    assert ids(await store.list("s")) == [second.meta.checkpoint_id]
-    await store.delete("s", second.meta.checkpoint_id)
-    assert await store.list("s") == []
-
-
-async def test_retention_evicts_the_oldest_whatever_the_trigger(bench: Bench) -> None:
-    store = bench.make(max_checkpoints=3)
-    session = fresh_session()
-    triggers: list[CheckpointTrigger] = [
-        "manual",
-        "import",
-        "pre_restore",
-        "pre_compaction",
-        "pre_compaction",
-        "manual",
-    ]
-    made: list[str] = []
-    other = await put_new(store, "other")
-    for trigger in triggers:
-        made.append((await put_new(store, session, trigger)).meta.checkpoint_id)
-        listed = await store.list(session)
-        assert ids(listed) == made[-3:]
-    assert [m.trigger for m in await store.list(session)] == triggers[-3:]
-    with pytest.raises(CheckpointNotFoundError):
-        await store.get(session, made[0])
-    # Retention is per session: the other session keeps its checkpoint.
-    assert ids(await store.list("other")) == [other.meta.checkpoint_id]
-
-
-async def test_retention_of_one_keeps_the_newest(bench: Bench) -> None:
-    store = bench.make(max_checkpoints=1)
-    for _ in range(3):
-        newest = await put_new(store, "s", "pre_compaction")
-    assert ids(await store.list("s")) == [newest.meta.checkpoint_id]
-
-
-async def test_sessions_are_isolated(store: CheckpointStore) -> None:
-    # "a" is a prefix of "ab": a store keyed by prefixes must not mix them up.
-    in_a = await put_new(store, "a")
-    in_ab = await put_new(store, "ab")
-    assert ids(await store.list("a")) == [in_a.meta.checkpoint_id]
-    assert ids(await store.list("ab")) == [in_ab.meta.checkpoint_id]
-    with pytest.raises(CheckpointNotFoundError):
-        await store.get("ab", in_a.meta.checkpoint_id)
-    await store.delete("ab", in_a.meta.checkpoint_id)
-    assert (await store.get("a", in_a.meta.checkpoint_id)).meta == in_a.meta
-    assert await store.list("b") == []
-
-
-@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "a\\b"])
-async def test_a_bad_session_id_raises_value_error(
-    bench: Bench, store: CheckpointStore, bad: str
-) -> None:
-    valid = encode_ulid(1_700_000_000_000, 1)
-    with pytest.raises(ValueError):
-        await store.list(bad)
-    with pytest.raises(ValueError):
-        await store.get(bad, valid)
-    with pytest.raises(ValueError):
-        await store.delete(bad, valid)
-    with pytest.raises(ValueError):
-        await store.put(make_record(bad, valid))
-
-
-async def test_usable_from_any_loop_and_any_thread(store: CheckpointStore) -> None:
-    session = fresh_session()
-
-    def in_own_loop(count: int) -> list[str]:
-        async def work() -> list[str]:
-            return [(await put_new(store, session)).meta.checkpoint_id for _ in range(count)]
-
-        return asyncio.run(work())
-
-    # Made on another loop in a worker thread, read on this loop.
-    first = await asyncio.to_thread(in_own_loop, 2)
-    assert ids(await store.list(session)) == first
-
-    # Several threads, each with its own loop, at once.
-    results: list[list[str]] = []
-    errors: list[BaseException] = []
-
-    def worker() -> None:
-        try:
-            results.append(in_own_loop(3))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    everything = sorted([*first, *(cid for made in results for cid in made)])
-    assert ids(await store.list(session)) == everything
-
-    # A record put on this loop is read on another.
-    record = await put_new(store, session)
-    got = await asyncio.to_thread(
-        lambda: asyncio.run(store.get(session, record.meta.checkpoint_id))
-    )
-    assert got.meta == record.meta
-
-
-@pytest.mark.parametrize("kind", PERSISTENT_KINDS)
-async def test_checkpoints_survive_reopening_the_store(kind: str, tmp_path: Path) -> None:
-    bench = Bench(kind, tmp_path)
-    try:
-        if kind == "sqlite_session":
-            # Checkpoints beside a session need nothing of it, but reopen a real one.
-            sessions = SQLiteSessionStore(tmp_path / "s.db")
-            await sessions.create("s")
-            sessions.close()
-        record = await put_new(bench.make(), "s")
-        reopened = bench.make()
-        assert ids(await reopened.list("s")) == [record.meta.checkpoint_id]
-        assert (await reopened.get("s", record.meta.checkpoint_id)).messages == HISTORY
-    finally:
+    @pytest.fixture
+    def checkpoint_store_factory(self, tmp_path: Path) -> Iterator[CheckpointStoreFactory]:
+        bench = Bench(self.kind, tmp_path)
+        yield bench.make
         bench.close()
+
+
+class TestFileCheckpointStore(_Placement):
+    kind = "file"
+
+
+class TestFileSessionStoreCheckpoints(_Placement):
+    kind = "file_session"
+
+
+class TestSQLiteSessionStoreCheckpoints(_Placement):
+    kind = "sqlite_session"
+
+    @pytest.fixture
+    def checkpoint_store_factory(self, tmp_path: Path) -> Iterator[CheckpointStoreFactory]:
+        # Checkpoints beside a session need nothing of it, but live in a real one.
+        sessions = SQLiteSessionStore(tmp_path / "s.db")
+        asyncio.run(sessions.create("s"))
+        sessions.close()
+        bench = Bench(self.kind, tmp_path)
+        yield bench.make
+        bench.close()
+
+
+class TestMemorySessionStoreCheckpoints(_Placement):
+    kind = "memory_session"
+    durable_across_reopen = False
+
+
+class TestMemoryCheckpointStore(_Placement):
+    kind = "memory"
+    durable_across_reopen = False
+
+
+class TestStorageCheckpointStoreInMemory(_Placement):
+    kind = "storage_memory"  # one MemoryStorage per bench: instances share it
+
+
+class TestStorageCheckpointStoreInLocalFiles(_Placement):
+    kind = "storage_local_file"
+
+
+class TestStorageCheckpointStoreInSQLite(_Placement):
+    kind = "storage_sqlite"
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.5, "3"])

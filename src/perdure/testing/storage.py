@@ -1,0 +1,338 @@
+"""The Storage conformance suite (SPEC §6): every backend, ours and yours, runs it.
+
+Subclass :class:`StorageSuite` in a ``Test*`` class and give it one fixture,
+``storage_factory``: a callable that opens your backend over one test's data (each
+call a new instance over the same data, as a restarted process would see it). The
+suite closes what it opened (``close()``, when the backend has one)::
+
+    class TestMyStorage(StorageSuite):
+        @pytest.fixture
+        def storage_factory(self, tmp_path):
+            return lambda: MyStorage(tmp_path / "blobs")
+
+A backend that keeps its data in one object sets ``durable_across_reopen = False``
+(and its factory returns that object, or a fresh one, as it likes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from typing import ClassVar
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from perdure.storage.protocol import Storage
+
+__all__ = ["StorageSuite"]
+
+StorageFactory = Callable[[], Storage]
+
+INVALID_KEYS = [
+    "",
+    "/abs",
+    "a/../b",
+    "..",
+    "a/..",
+    ".",
+    "a/./b",
+    "a//b",
+    "a/",
+    "a\\b",
+    "a\x00b",
+    "bad\udc80",
+]
+
+KEYS = [
+    "a",
+    "a/b",
+    "a/b/c",
+    "a-c",
+    "a.b",
+    "a0",
+    "ab",
+    "b",
+    "%41",
+    "x/é",
+    "x/日本",
+    "x/ space",
+    "x/~tilde",
+    "A",
+    "sessions/s/agents/default/latest",
+    "sessions/s/agents/default/snapshots/01ARZ3NDEKTSV4RRFFQ69G5FAV",
+]
+
+
+_segment = st.text(alphabet=st.sampled_from(list("ab-_.%~é日 0Z")), min_size=1, max_size=4).filter(
+    lambda s: s not in (".", "..")
+)
+_key = st.lists(_segment, min_size=1, max_size=3).map("/".join)
+
+
+# Each backend's subclass runs the same method on its own class (an "executor" to
+# hypothesis): by design, as fsspec's suites do, so that health check does not apply.
+_PER_BACKEND = [
+    HealthCheck.too_slow,
+    HealthCheck.function_scoped_fixture,
+    HealthCheck.differing_executors,
+]
+
+
+def _close(storage: Storage) -> None:
+    close = getattr(storage, "close", None)
+    if close is not None:
+        close()
+
+
+class StorageSuite:
+    """The contract every :class:`~perdure.storage.Storage` keeps (SPEC §6).
+
+    Needs one fixture, ``storage_factory`` (see the module docstring).
+
+    Attributes:
+        durable_across_reopen: a second instance from ``storage_factory`` sees the
+            data of the first.
+    """
+
+    durable_across_reopen: ClassVar[bool] = True
+
+    @pytest.fixture
+    def opened_storage(self, storage_factory: StorageFactory) -> Iterator[StorageFactory]:
+        """``storage_factory``, closing every instance it opened when the test ends."""
+        opened: list[Storage] = []
+
+        def factory() -> Storage:
+            storage = storage_factory()
+            opened.append(storage)
+            return storage
+
+        yield factory
+        for storage in opened:
+            _close(storage)
+
+    @pytest.fixture
+    def storage(self, opened_storage: StorageFactory) -> Storage:
+        """The backend under test: the first instance from ``storage_factory``."""
+        return opened_storage()
+
+    async def test_write_then_read_returns_the_bytes(self, storage: Storage) -> None:
+        await storage.write("k", b"hello")
+        assert await storage.read("k") == b"hello"
+
+    async def test_read_of_a_missing_key_is_none(self, storage: Storage) -> None:
+        assert await storage.read("missing/key") is None
+
+    async def test_write_replaces(self, storage: Storage) -> None:
+        await storage.write("k", b"one")
+        await storage.write("k", b"two, longer")
+        await storage.write("k", b"3")
+        assert await storage.read("k") == b"3"
+
+    async def test_empty_and_binary_blobs_round_trip(self, storage: Storage) -> None:
+        await storage.write("empty", b"")
+        binary = bytes(range(256)) * 64
+        await storage.write("binary", binary)
+        assert await storage.read("empty") == b""
+        assert await storage.read("binary") == binary
+
+    async def test_a_large_blob_round_trips(self, storage: Storage) -> None:
+        blob = bytes(range(256)) * 8192  # 2 MiB
+        await storage.write("big/blob", blob)
+        assert await storage.read("big/blob") == blob
+
+    async def test_bytes_like_data_is_accepted_and_str_refused(self, storage: Storage) -> None:
+        await storage.write("ba", bytearray(b"xy"))  # type: ignore[arg-type]  # bytes-like
+        await storage.write("mv", memoryview(b"zw"))  # type: ignore[arg-type]  # bytes-like
+        assert await storage.read("ba") == b"xy"
+        assert await storage.read("mv") == b"zw"
+        with pytest.raises(TypeError, match="data"):
+            await storage.write("s", "text")  # type: ignore[arg-type]
+
+    async def test_delete_removes_and_is_idempotent(self, storage: Storage) -> None:
+        await storage.write("a/b", b"1")
+        await storage.delete("a/b")
+        assert await storage.read("a/b") is None
+        await storage.delete("a/b")
+        await storage.delete("never/was")
+        assert await storage.list("") == []
+
+    async def test_a_key_can_also_be_a_prefix_of_other_keys(self, storage: Storage) -> None:
+        await storage.write("a", b"file")
+        await storage.write("a/b", b"nested")
+        assert await storage.read("a") == b"file"
+        assert await storage.read("a/b") == b"nested"
+        await storage.delete("a")
+        assert await storage.read("a/b") == b"nested"
+
+    async def test_list_returns_every_key_sorted(self, storage: Storage) -> None:
+        for key in reversed(KEYS):
+            await storage.write(key, key.encode())
+        assert await storage.list("") == sorted(KEYS)
+        for key in KEYS:
+            assert await storage.read(key) == key.encode()
+
+    async def test_list_filters_by_prefix_including_a_partial_segment(
+        self, storage: Storage
+    ) -> None:
+        for key in KEYS:
+            await storage.write(key, b"")
+        for prefix in (
+            "a",
+            "a/",
+            "a/b",
+            "a/b/",
+            "x/",
+            "x/日",
+            "sessions/s/agents/default/",
+            "zz",
+            "%",
+        ):
+            assert await storage.list(prefix) == sorted(k for k in KEYS if k.startswith(prefix)), (
+                prefix
+            )
+
+    async def test_list_limit_and_start_after_page_through_in_order(self, storage: Storage) -> None:
+        for key in KEYS:
+            await storage.write(key, b"")
+        expected = sorted(KEYS)
+        assert await storage.list("", limit=0) == []
+        assert await storage.list("", limit=3) == expected[:3]
+        pages: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = await storage.list("", limit=4, start_after=cursor)
+            pages.extend(page)
+            if len(page) < 4:
+                break
+            cursor = page[-1]
+        assert pages == expected
+        for cursor in ("a", "a/b", "a/", "a-", "x", "zzz", "", "0"):
+            want = [k for k in expected if k > cursor]
+            assert await storage.list("", start_after=cursor) == want, cursor
+            assert (
+                await storage.list("a", start_after=cursor, limit=2)
+                == [k for k in want if k.startswith("a")][:2]
+            ), cursor
+
+    @pytest.mark.parametrize("key", INVALID_KEYS)
+    async def test_invalid_keys_are_refused_naming_the_key(
+        self, storage: Storage, key: str
+    ) -> None:
+        for call in (
+            storage.write(key, b"x"),
+            storage.read(key),
+            storage.delete(key),
+        ):
+            with pytest.raises(ValueError, match="key") as info:
+                await call
+            assert repr(key) in str(info.value)
+        assert await storage.list("") == []
+
+    async def test_non_str_keys_are_a_type_error(self, storage: Storage) -> None:
+        with pytest.raises(TypeError, match="key"):
+            await storage.read(b"k")  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize("prefix", ["/a", "a/../", "a//", "a\\", "a\x00", "./"])
+    async def test_invalid_prefixes_are_refused(self, storage: Storage, prefix: str) -> None:
+        with pytest.raises(ValueError, match="prefix"):
+            await storage.list(prefix)
+
+    async def test_bad_list_arguments_name_themselves(self, storage: Storage) -> None:
+        with pytest.raises(ValueError, match="limit"):
+            await storage.list("", limit=-1)
+        with pytest.raises(TypeError, match="limit"):
+            await storage.list("", limit=True)
+        with pytest.raises(TypeError, match="start_after"):
+            await storage.list("", start_after=3)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="start_after"):
+            await storage.list("", start_after="a\x00")
+
+    async def test_data_survives_reopening(self, opened_storage: StorageFactory) -> None:
+        if not self.durable_across_reopen:
+            pytest.skip("the backend keeps nothing past its instance (durable_across_reopen)")
+        first = opened_storage()
+        await first.write("sessions/s/latest", b"state")
+        second = opened_storage()
+        assert await second.read("sessions/s/latest") == b"state"
+        assert await second.list("sessions/") == ["sessions/s/latest"]
+
+    async def test_concurrent_writes_of_different_keys_all_land(self, storage: Storage) -> None:
+        await asyncio.gather(*(storage.write(f"c/{i:03d}", str(i).encode()) for i in range(40)))
+        assert await storage.list("c/") == [f"c/{i:03d}" for i in range(40)]
+        values = await asyncio.gather(*(storage.read(f"c/{i:03d}") for i in range(40)))
+        assert values == [str(i).encode() for i in range(40)]
+
+    async def test_concurrent_writes_of_one_key_leave_one_whole_value(
+        self, storage: Storage
+    ) -> None:
+        blobs = [bytes([i]) * (1000 + i) for i in range(20)]
+        await asyncio.gather(*(storage.write("same", blob) for blob in blobs))
+        assert await storage.read("same") in blobs
+
+    async def test_usable_from_another_thread_and_event_loop(self, storage: Storage) -> None:
+        await storage.write("here", b"1")
+        errors: list[BaseException] = []
+
+        def elsewhere() -> None:
+            async def work() -> None:
+                assert await storage.read("here") == b"1"
+                await storage.write("there", b"2")
+                assert await storage.list("") == ["here", "there"]
+
+            try:
+                asyncio.run(work())
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=elsewhere) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert await storage.read("there") == b"2"
+
+    def test_usable_from_plain_asyncio_run_calls(self, storage: Storage) -> None:
+        asyncio.run(storage.write("sync/a", b"a"))
+        assert asyncio.run(storage.read("sync/a")) == b"a"
+        assert asyncio.run(storage.list("sync/")) == ["sync/a"]
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        suppress_health_check=_PER_BACKEND,
+    )
+    @given(
+        keys=st.sets(_key, max_size=12),
+        prefix=st.text(alphabet=st.sampled_from(list("ab-_.%/")), max_size=3).filter(
+            lambda p: not p.startswith("/") and "//" not in p and "./" not in p
+        ),
+        cursor=st.none() | st.text(alphabet=st.sampled_from(list("ab-_./%")), max_size=4),
+        limit=st.none() | st.integers(min_value=0, max_value=5),
+    )
+    def test_list_matches_a_sorted_model(
+        self,
+        opened_storage: StorageFactory,
+        keys: set[str],
+        prefix: str,
+        cursor: str | None,
+        limit: int | None,
+    ) -> None:
+        # Each example starts from an empty backend: a new instance over the test's
+        # data, emptied (and checked empty) first.
+        storage = opened_storage()
+
+        async def run() -> list[str]:
+            for key in await storage.list(""):
+                await storage.delete(key)
+            assert await storage.list("") == []
+            for key in keys:
+                await storage.write(key, key.encode())
+            return await storage.list(prefix, limit=limit, start_after=cursor)
+
+        got = asyncio.run(run())
+        want = sorted(k for k in keys if k.startswith(prefix) and (cursor is None or k > cursor))
+        assert got == (want if limit is None else want[:limit])
