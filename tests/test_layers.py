@@ -122,3 +122,24 @@ def test_nothing_below_the_front_ends_imports_the_session_face() -> None:
             if target == "perdure.session" and not set(names) <= submodules:
                 users.append(f"{module}:{line}")
     assert users == []
+
+
+def test_the_readme_map_names_only_places_that_exist() -> None:
+    readme = (SRC.parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    named = {
+        cell.strip("`")
+        for row in rows
+        for cell in row.split("`")[1::2]
+        if cell.endswith(("/", ".py"))
+    }
+    assert len(named) > 15
+    tops = {p.name for p in SRC.iterdir()}
+    missing = sorted(
+        name
+        for name in named
+        if not (SRC / name).exists()
+        and not any((SRC / top / name).exists() for top in tops if (SRC / top).is_dir())
+    )
+    assert missing == []
