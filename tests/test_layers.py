@@ -111,19 +111,6 @@ def test_inside_the_session_layer_the_rules_sit_below_the_backends() -> None:
     assert upward == []
 
 
-def test_nothing_below_the_front_ends_imports_the_session_face() -> None:
-    """``perdure.session`` re-exports; the layer's own modules import each other directly."""
-    submodules = {p.stem for p in (SRC / "session").glob("*.py")}
-    users = []
-    for module, path in _modules():
-        if LAYERS[module.split(".")[0]] >= 8:
-            continue
-        for line, target, names in _imports(path):
-            if target == "perdure.session" and not set(names) <= submodules:
-                users.append(f"{module}:{line}")
-    assert users == []
-
-
 def test_the_readme_map_names_only_places_that_exist() -> None:
     readme = (SRC.parent.parent / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Architecture", 1)[1].split("\n## ", 1)[0]
