@@ -21,11 +21,9 @@ nothing blocks on I/O). Writer locks exclude holders inside this process only.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from threading import Lock
-from typing import Any
 
 from perdure.checkpoints.store import MemoryCheckpointStore
 from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
@@ -33,8 +31,8 @@ from perdure.session._locks import LockTable
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
 from perdure.session.rules import (
+    CommitRequest,
     DecodeError,
-    check_commit_args,
     check_extends,
     check_list_args,
     check_offset,
@@ -44,9 +42,17 @@ from perdure.session.rules import (
     encode_redactions,
     encode_state,
     new_tail,
+    plan_commit,
     utc_now,
+    writes_anything,
 )
-from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
+from perdure.session.store import (
+    CommitResult,
+    HistoryPage,
+    SessionMeta,
+    SessionRecord,
+    SessionStoreBase,
+)
 from perdure.types import Message
 
 __all__ = ["MemorySessionStore"]
@@ -66,7 +72,7 @@ class _Entry:
         return SessionMeta(session_id, self.created_at, self.updated_at, len(self.bodies))
 
 
-class MemorySessionStore:
+class MemorySessionStore(SessionStoreBase):
     """Sessions in memory with the semantics of the persistent stores (see the module).
 
     Args:
@@ -146,51 +152,24 @@ class MemorySessionStore:
             ids = ids if limit is None else ids[:limit]
             return [self._sessions[i].meta(i) for i in ids]
 
-    async def commit(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        agent_state: Mapping[str, Any] | None = None,
-        rewritten: bool = False,
-        expected_tail: str | None = None,
-        redactions: Mapping[int, Message] | None = None,
-    ) -> CommitResult:
-        """Store the whole history ``messages``: append what is new, or rewrite it.
+    async def _apply_commit(self, request: CommitRequest) -> CommitResult:
+        """Store a checked commit, planned by the rules; applied entirely or not at all.
 
         Same semantics as :meth:`SQLiteSessionStore.commit
-        <perdure.stores.sqlite.SQLiteSessionStore.commit>`; applied entirely
-        or not at all.
-
-        Raises:
-            SessionNotFoundError: no such session.
-            SessionConflictError: ``expected_tail`` is not the stored tail, the
-                history is shorter than the stored one without ``rewritten``, or,
-                without ``expected_tail``, it diverges from the stored one
-                (:func:`~perdure.session.rules.check_extends`).
-            SessionLockedError: another writer holds the session's lock.
-            TypeError, ValueError: a malformed argument or message, one that cannot
-                be stored as JSON, or a redaction index that names no message.
+        <perdure.stores.sqlite.SQLiteSessionStore.commit>`.
         """
-        validate_session_id(session_id)
-        check_commit_args(messages, agent_state, rewritten, expected_tail, redactions)
+        session_id, messages, agent_state = (
+            request.session_id,
+            request.messages,
+            request.agent_state,
+        )
         state_text = None if agent_state is None else encode_state(agent_state)
-        redaction_texts = encode_redactions(redactions, len(messages), session_id)
+        redaction_texts = encode_redactions(request.redactions)
         with self._locks.for_write(session_id), self._guard:
             entry = self._entry(session_id)
-            if expected_tail is not None and expected_tail != entry.tail:
-                raise SessionConflictError(
-                    f"session {session_id!r} changed since this writer last saw it "
-                    "(another writer committed); reopen the session to continue",
-                    details={"expected_tail": expected_tail, "stored_tail": entry.tail},
-                )
             stored = len(entry.bodies)
-            if not rewritten and len(messages) < stored:
-                raise SessionConflictError(
-                    f"session {session_id!r} holds {stored} messages but the commit has "
-                    f"{len(messages)}; a shorter history needs rewritten=True"
-                )
-            if expected_tail is None and not rewritten and stored:
+            plan = plan_commit(request, stored, entry.tail)
+            if plan.compare_last:
                 last = [entry.bodies[stored - 1], entry.redacted.get(stored - 1)]
                 check_extends(
                     session_id,
@@ -198,14 +177,14 @@ class MemorySessionStore:
                     stored,
                     [self._decode(session_id, stored - 1, t) for t in last if t is not None],
                 )
-            start = 0 if rewritten else stored
             new = [
-                encode_message(messages[i], f"messages[{i}]") for i in range(start, len(messages))
+                encode_message(messages[i], f"messages[{i}]")
+                for i in range(plan.start, len(messages))
             ]
-            if not (rewritten or new or redaction_texts or state_text is not None):
+            if not writes_anything(request, plan):
                 return CommitResult(entry.tail, stored)
             # Everything is encoded: from here on nothing can fail half-way.
-            if rewritten:
+            if request.rewritten:
                 entry.bodies = new
                 entry.redacted = {}
             else:

@@ -89,7 +89,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,13 +115,23 @@ from perdure.session.attachments import (
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
 from perdure.session.rules import (
-    check_commit_args,
+    CommitPlan,
+    CommitRequest,
+    chain_hash,
     check_extends,
     check_list_args,
+    check_max_checkpoints,
     looks_like_message,
+    plan_commit,
     utc_now,
 )
-from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
+from perdure.session.store import (
+    CommitResult,
+    HistoryPage,
+    SessionMeta,
+    SessionRecord,
+    SessionStoreBase,
+)
 from perdure.stores.file import journal
 from perdure.stores.file.journal import GENESIS, End, JournalDamage, Record
 from perdure.types import (
@@ -276,7 +286,7 @@ class _Tail:
     """The last message as this store wrote it (and redacted it), stored form; () unknown."""
 
 
-class FileSessionStore:
+class FileSessionStore(SessionStoreBase):
     """Sessions stored as hash-chained journals under ``dir`` (see the module docstring).
 
     Args:
@@ -321,14 +331,7 @@ class FileSessionStore:
             raise TypeError(
                 f"segmentation must be a Segmentation, None or False, got {segmentation!r}"
             )
-        if max_checkpoints is not None and (
-            isinstance(max_checkpoints, bool)
-            or not isinstance(max_checkpoints, int)
-            or max_checkpoints < 1
-        ):
-            raise ValueError(
-                f"max_checkpoints must be None or an int >= 1, got {max_checkpoints!r}"
-            )
+        check_max_checkpoints(max_checkpoints)
         if (
             isinstance(attachment_threshold, bool)
             or not isinstance(attachment_threshold, int)
@@ -404,26 +407,14 @@ class FileSessionStore:
         check_list_args(limit, after)
         return await asyncio.to_thread(self._list, limit, after)
 
-    async def commit(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        agent_state: Mapping[str, Any] | None = None,
-        rewritten: bool = False,
-        expected_tail: str | None = None,
-        redactions: Mapping[int, Message] | None = None,
-    ) -> CommitResult:
+    async def _apply_commit(self, request: CommitRequest) -> CommitResult:
         """Append what is new (or rewrite everything). See :class:`SessionStore`."""
-        validate_session_id(session_id)
-        check_commit_args(messages, agent_state, rewritten, expected_tail, redactions)
         loop = asyncio.get_running_loop()
-        if not rewritten:
-            inline = self._append_inline(
-                session_id, messages, agent_state, expected_tail, redactions
-            )
+        if not request.rewritten:
+            inline = self._append_inline(request)
             if inline is not None:
                 result, synced, seal_due, written = inline
+                session_id = request.session_id
                 if synced is not None:
                     try:
                         await synced
@@ -438,18 +429,7 @@ class FileSessionStore:
                         self._write_executor(), self._seal_if_due, session_id
                     )
                 return result
-        return await loop.run_in_executor(
-            self._write_executor(),
-            functools.partial(
-                self._commit,
-                session_id,
-                messages,
-                agent_state,
-                rewritten,
-                expected_tail,
-                redactions,
-            ),
-        )
+        return await loop.run_in_executor(self._write_executor(), self._commit, request)
 
     async def delete(self, session_id: str) -> None:
         """Delete the session directory (idempotent; refuses while another writer holds it)."""
@@ -1444,28 +1424,26 @@ class FileSessionStore:
 
     # ------------------------------------------------------------------ writing
 
-    def _commit(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        agent_state: Mapping[str, Any] | None,
-        rewritten: bool,
-        expected_tail: str | None,
-        redactions: Mapping[int, Message] | None,
-    ) -> CommitResult:
+    def _commit(self, request: CommitRequest) -> CommitResult:
+        session_id = request.session_id
         sdir = self.session_dir(session_id)
         turn = self._locks.is_held(session_id)  # else this commit takes the lock alone
         with self._guard, self._locks.for_write(session_id):
             tail = self._writable_tail(session_id, sdir)
-            self._check_tail(session_id, tail, expected_tail)
-            if rewritten:
+            plan = plan_commit(request, tail.count, tail.hash)
+            if request.rewritten:
                 return self._rewrite(
-                    session_id, sdir, messages, agent_state, redactions, old_end=_end_of(tail)
+                    session_id,
+                    sdir,
+                    request.messages,
+                    request.agent_state,
+                    request.redactions,
+                    old_end=_end_of(tail),
                 )
-            if expected_tail is None and tail.count:
-                self._check_extends(session_id, sdir, messages, tail)
+            if plan.compare_last:
+                self._check_extends(session_id, sdir, request.messages, tail)
             found: dict[str, bytes] = {}
-            bodies = self._bodies(session_id, tail, messages, agent_state, redactions, found)
+            bodies = self._bodies(request, plan, found)
             if not bodies:
                 return CommitResult(tail.hash, tail.count)
             self._write_attachments(sdir, found)
@@ -1488,12 +1466,7 @@ class FileSessionStore:
             return CommitResult(new_tail.hash, new_tail.count)
 
     def _append_inline(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        agent_state: Mapping[str, Any] | None,
-        expected_tail: str | None,
-        redactions: Mapping[int, Message] | None,
+        self, request: CommitRequest
     ) -> tuple[CommitResult, asyncio.Future[None] | None, bool, _Tail | None] | None:
         """The common append, done on the caller's thread; None when it needs the writer.
 
@@ -1506,6 +1479,7 @@ class FileSessionStore:
         take, a writer busy with this store — returns None and goes to the writer
         thread whole.
         """
+        session_id = request.session_id
         if not self._locks.is_held(session_id) or not self._guard.acquire(blocking=False):
             return None
         try:
@@ -1513,13 +1487,13 @@ class FileSessionStore:
             open_journal = self._fds.get(session_id)
             if tail is None or open_journal is None or open_journal[0] != tail.ino:
                 return None
-            self._check_tail(session_id, tail, expected_tail)
-            if expected_tail is None and tail.count:
+            plan = plan_commit(request, tail.count, tail.hash)
+            if plan.compare_last:
                 if not tail.last:
                     return None  # the last stored message must be read from disk
-                self._check_extends(session_id, None, messages, tail)
+                self._check_extends(session_id, None, request.messages, tail)
             found: dict[str, bytes] = {}
-            bodies = self._bodies(session_id, tail, messages, agent_state, redactions, found)
+            bodies = self._bodies(request, plan, found)
             if found:
                 return None
             if not bodies:
@@ -1565,45 +1539,21 @@ class FileSessionStore:
         seen = self._read_range(session_id, sdir, volume, count - 1, count, count, originals)
         check_extends(session_id, messages, count, [seen[count - 1], originals[count - 1]])
 
-    def _check_tail(self, session_id: str, tail: _Tail, expected_tail: str | None) -> None:
-        if expected_tail is not None and expected_tail != tail.hash:
-            raise SessionConflictError(
-                f"session {session_id!r} changed since this writer last saw it "
-                "(another writer committed); reopen the session to continue",
-                details={"expected_tail": expected_tail, "stored_tail": tail.hash},
-            )
-
     def _bodies(
-        self,
-        session_id: str,
-        tail: _Tail,
-        messages: Sequence[Message],
-        agent_state: Mapping[str, Any] | None,
-        redactions: Mapping[int, Message] | None,
-        found: dict[str, bytes],
+        self, request: CommitRequest, plan: CommitPlan, found: dict[str, bytes]
     ) -> builtins.list[dict[str, Any]]:
         """The record bodies an append writes (attachments it needs land in ``found``)."""
-        if len(messages) < tail.count:
-            raise SessionConflictError(
-                f"session {session_id!r} holds {tail.count} messages but the commit has "
-                f"{len(messages)}; a shorter history needs rewritten=True"
-            )
-        for index in redactions or {}:
-            if not isinstance(index, int) or not 0 <= index < len(messages):
-                raise ValueError(
-                    f"redaction index {index!r} names no message of session {session_id!r}"
-                )
         bodies: builtins.list[dict[str, Any]] = []
-        count = tail.count
-        for message in messages[tail.count :]:
+        count = plan.start
+        for message in request.messages[plan.start :]:
             encoded = self._encode_message(message, found, f"messages[{count}]")
             count += 1
             bodies.append({"c": count, "t": "m", "m": encoded})
-        for index, replacement in sorted((redactions or {}).items()):
+        for index, replacement in request.redactions:
             encoded = self._encode_message(replacement, found, f"redactions[{index}]")
             bodies.append({"c": count, "t": "r", "i": index, "m": encoded})
-        if agent_state is not None:
-            bodies.append({"c": count, "t": "s", "s": self._encode_state(agent_state)})
+        if request.agent_state is not None:
+            bodies.append({"c": count, "t": "s", "s": self._encode_state(request.agent_state)})
         return bodies
 
     def _encode_message(self, message: Message, found: dict[str, bytes], where: str) -> Any:
@@ -1864,7 +1814,7 @@ class FileSessionStore:
         sdir: Path,
         messages: Sequence[Message],
         agent_state: Mapping[str, Any] | None,
-        redactions: Mapping[int, Message] | None,
+        redactions: Iterable[tuple[int, Message]],
         previous_state: dict[str, Any] | None = None,
         *,
         collect: bool = True,
@@ -1886,11 +1836,7 @@ class FileSessionStore:
             encoded = self._encode_message(message, found, f"messages[{count}]")
             count += 1
             bodies.append({"c": count, "t": "m", "m": encoded})
-        for index, replacement in sorted((redactions or {}).items()):
-            if not isinstance(index, int) or not 0 <= index < count:
-                raise ValueError(
-                    f"redaction index {index!r} names no message of session {session_id!r}"
-                )
+        for index, replacement in redactions:  # checked: each names one of the messages
             encoded = self._encode_message(replacement, found, f"redactions[{index}]")
             bodies.append({"c": count, "t": "r", "i": index, "m": encoded})
         if agent_state is None:
@@ -2046,7 +1992,13 @@ class FileSessionStore:
             messages, state, redacted = self._replay_loose(session_id, sdir, good)
             # Quarantined records may name attachments: keep them for whoever inspects.
             self._rewrite(
-                session_id, sdir, messages, state, redacted, previous_state=state, collect=False
+                session_id,
+                sdir,
+                messages,
+                state,
+                sorted(redacted.items()),
+                previous_state=state,
+                collect=False,
             )
             if self.on_recovery is not None:
                 self.on_recovery(report)
@@ -2127,7 +2079,7 @@ def _triage(
     for number, line in enumerate(lines, start=1):
         claimed = journal.peek_hash(line)
         body_json = b"{" + line[journal.BODY_AT :] if claimed is not None else b""
-        actual = journal.chain_hash(prev, body_json) if claimed is not None else None
+        actual = chain_hash(prev, body_json) if claimed is not None else None
         try:
             body = json.loads(line) if claimed is not None else None
         except ValueError:
@@ -2148,7 +2100,7 @@ def _triage(
         if actual == claimed or (
             nxt is not None
             and nxt_claim is not None
-            and journal.chain_hash(actual, b"{" + nxt[journal.BODY_AT :]) == nxt_claim
+            and chain_hash(actual, b"{" + nxt[journal.BODY_AT :]) == nxt_claim
         ):
             good.append(body)  # intact, or only its stored hash was damaged
             prev = actual
