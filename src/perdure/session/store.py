@@ -181,7 +181,7 @@ class SessionStore(Protocol):
         ...
 
 
-class SessionStoreBase:
+class StoreBase:
     """What perdure's stores share: ``commit``'s arguments checked once, by the rules.
 
     ``commit`` checks its arguments with :func:`~perdure.session.rules.commit_request`

@@ -27,32 +27,11 @@ from threading import Lock
 
 from perdure.checkpoints.store import MemoryCheckpointStore
 from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
+from perdure.session import rules
 from perdure.session._locks import LockTable
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_bounds, page_read_range
-from perdure.session.rules import (
-    CommitRequest,
-    DecodeError,
-    check_extends,
-    check_list_args,
-    check_offset,
-    decode_message,
-    decode_state,
-    encode_message,
-    encode_redactions,
-    encode_state,
-    new_tail,
-    plan_commit,
-    utc_now,
-    writes_anything,
-)
-from perdure.session.store import (
-    CommitResult,
-    HistoryPage,
-    SessionMeta,
-    SessionRecord,
-    SessionStoreBase,
-)
+from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
 from perdure.types import Message
 
 __all__ = ["MemorySessionStore"]
@@ -72,7 +51,7 @@ class _Entry:
         return SessionMeta(session_id, self.created_at, self.updated_at, len(self.bodies))
 
 
-class MemorySessionStore(SessionStoreBase):
+class MemorySessionStore(StoreBase):
     """Sessions in memory with the semantics of the persistent stores (see the module).
 
     Args:
@@ -105,8 +84,8 @@ class MemorySessionStore(SessionStoreBase):
             with self._locks.for_write(session_id), self._guard:
                 entry = self._sessions.get(session_id)
                 if entry is None:
-                    now = utc_now()
-                    entry = self._sessions[session_id] = _Entry(now, now, new_tail(0))
+                    now = rules.utc_now()
+                    entry = self._sessions[session_id] = _Entry(now, now, rules.new_tail(0))
                     # Leftovers put before the session existed do not belong to it.
                     self.checkpoints.drop_session(session_id)
                     return entry.meta(session_id)
@@ -122,7 +101,7 @@ class MemorySessionStore(SessionStoreBase):
             SessionNotFoundError: no such session.
         """
         validate_session_id(session_id)
-        check_offset(offset)
+        rules.check_offset(offset)
         with self._guard:
             entry = self._entry(session_id)
             start = min(offset, len(entry.bodies))
@@ -134,7 +113,7 @@ class MemorySessionStore(SessionStoreBase):
             meta=meta,
             messages=[self._decode(session_id, start + i, text) for i, text in enumerate(texts)],
             offset=start,
-            agent_state=decode_state(state),
+            agent_state=rules.decode_state(state),
             tail=tail,
         )
 
@@ -146,13 +125,13 @@ class MemorySessionStore(SessionStoreBase):
         Raises:
             ValueError: a bad ``limit`` or ``after``.
         """
-        check_list_args(limit, after)
+        rules.check_list_args(limit, after)
         with self._guard:
             ids = sorted(i for i in self._sessions if after is None or i > after)
             ids = ids if limit is None else ids[:limit]
             return [self._sessions[i].meta(i) for i in ids]
 
-    async def _apply_commit(self, request: CommitRequest) -> CommitResult:
+    async def _apply_commit(self, request: rules.CommitRequest) -> CommitResult:
         """Store a checked commit, planned by the rules; applied entirely or not at all.
 
         Same semantics as :meth:`SQLiteSessionStore.commit
@@ -163,25 +142,25 @@ class MemorySessionStore(SessionStoreBase):
             request.messages,
             request.agent_state,
         )
-        state_text = None if agent_state is None else encode_state(agent_state)
-        redaction_texts = encode_redactions(request.redactions)
+        state_text = None if agent_state is None else rules.encode_state(agent_state)
+        redaction_texts = rules.encode_redactions(request.redactions)
         with self._locks.for_write(session_id), self._guard:
             entry = self._entry(session_id)
             stored = len(entry.bodies)
-            plan = plan_commit(request, stored, entry.tail)
+            plan = rules.plan_commit(request, stored, entry.tail)
             if plan.compare_last:
                 last = [entry.bodies[stored - 1], entry.redacted.get(stored - 1)]
-                check_extends(
+                rules.check_extends(
                     session_id,
                     messages,
                     stored,
                     [self._decode(session_id, stored - 1, t) for t in last if t is not None],
                 )
             new = [
-                encode_message(messages[i], f"messages[{i}]")
+                rules.encode_message(messages[i], f"messages[{i}]")
                 for i in range(plan.start, len(messages))
             ]
-            if not writes_anything(request, plan):
+            if not rules.writes_anything(request, plan):
                 return CommitResult(entry.tail, stored)
             # Everything is encoded: from here on nothing can fail half-way.
             if request.rewritten:
@@ -193,8 +172,8 @@ class MemorySessionStore(SessionStoreBase):
             if state_text is not None:
                 entry.state = state_text
             entry.writes += 1
-            entry.tail = new_tail(entry.writes)
-            entry.updated_at = utc_now()
+            entry.tail = rules.new_tail(entry.writes)
+            entry.updated_at = rules.utc_now()
             return CommitResult(entry.tail, len(entry.bodies))
 
     async def delete(self, session_id: str) -> None:
@@ -243,8 +222,8 @@ class MemorySessionStore(SessionStoreBase):
     @staticmethod
     def _decode(session_id: str, index: int, text: str) -> Message:
         try:
-            return decode_message(text)
-        except DecodeError as exc:  # only a bug could store such text; say so loudly
+            return rules.decode_message(text)
+        except rules.DecodeError as exc:  # only a bug could store such text; say so loudly
             raise SessionCorruptedError(
                 f"session {session_id!r}: message {index}: {exc}",
                 details={"session_id": session_id, "kind": "bad_payload", "row": index},

@@ -142,13 +142,7 @@ from perdure.session.rules import (
     text_hash,
     utc_now,
 )
-from perdure.session.store import (
-    CommitResult,
-    HistoryPage,
-    SessionMeta,
-    SessionRecord,
-    SessionStoreBase,
-)
+from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
 from perdure.stores.file.store import SessionRecoveryReport
 from perdure.types import Message
 
@@ -447,7 +441,7 @@ class _RepairPlan:
         return "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass")
 
 
-class SQLiteSessionStore(SessionStoreBase):
+class SQLiteSessionStore(StoreBase):
     """Sessions in one SQLite database file (see the module docstring).
 
     Args:

@@ -125,13 +125,7 @@ from perdure.session.rules import (
     plan_commit,
     utc_now,
 )
-from perdure.session.store import (
-    CommitResult,
-    HistoryPage,
-    SessionMeta,
-    SessionRecord,
-    SessionStoreBase,
-)
+from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
 from perdure.stores.file import journal
 from perdure.stores.file.journal import GENESIS, End, JournalDamage, Record
 from perdure.types import (
@@ -286,7 +280,7 @@ class _Tail:
     """The last message as this store wrote it (and redacted it), stored form; () unknown."""
 
 
-class FileSessionStore(SessionStoreBase):
+class FileSessionStore(StoreBase):
     """Sessions stored as hash-chained journals under ``dir`` (see the module docstring).
 
     Args:
