@@ -234,12 +234,12 @@ def check_list_args(limit: Any, after: Any) -> None:
         validate_session_id(after, "after")
 
 
-def check_offset(offset: Any) -> None:
-    """Raise ``ValueError``/``TypeError`` naming a bad ``offset``."""
+def check_offset(offset: Any, name: str = "offset") -> None:
+    """Raise ``TypeError``/``ValueError`` naming a bad ``offset`` (an int >= 0)."""
     if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int, got {type(offset).__name__}")
+        raise TypeError(f"{name} must be an int, got {type(offset).__name__}")
     if offset < 0:
-        raise ValueError(f"offset must be >= 0, got {offset}")
+        raise ValueError(f"{name} must be >= 0, got {offset}")
 
 
 class CommitRequest(NamedTuple):

@@ -30,7 +30,7 @@ from perdure.errors import SessionConflictError, SessionCorruptedError, SessionN
 from perdure.session import rules
 from perdure.session._locks import LockTable
 from perdure.session.ids import validate_session_id
-from perdure.session.paging import check_page_args, page_bounds, page_read_range
+from perdure.session.paging import check_page_args, page_of, page_read_range
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
 from perdure.types import Message
 
@@ -210,8 +210,7 @@ class MemorySessionStore(StoreBase):
             lo, hi = page_read_range(total, offset, limit)
             texts = [entry.redacted.get(i, entry.bodies[i]) for i in range(lo, hi)]
         window = [self._decode(session_id, lo + i, text) for i, text in enumerate(texts)]
-        start, end = page_bounds(total, offset, limit, lambda i: window[i - lo])
-        return HistoryPage(window[start - lo : end - lo], start, end, total)
+        return page_of(total, offset, limit, lo, window)
 
     def _entry(self, session_id: str) -> _Entry:
         entry = self._sessions.get(session_id)

@@ -120,7 +120,7 @@ from perdure.errors import (
 )
 from perdure.session._locks import LockTable
 from perdure.session.ids import validate_session_id
-from perdure.session.paging import check_page_args, page_bounds, page_read_range
+from perdure.session.paging import check_page_args, page_of, page_read_range
 from perdure.session.rules import (
     ZERO_HASH,
     CommitRequest,
@@ -1012,8 +1012,7 @@ class SQLiteSessionStore(StoreBase):
             prev = self._prev_hash(conn, session_id, head, lo)
             rows = conn.execute(_SELECT_ROWS, (head.base + lo, head.base + hi)).fetchall()
         window = self._verify(session_id, head, rows, lo, prev, hi)
-        start, end = page_bounds(head.total, offset, limit, lambda i: window[i - lo])
-        return HistoryPage(window[start - lo : end - lo], start, end, head.total)
+        return page_of(head.total, offset, limit, lo, window)
 
     def _list(self, limit: int | None, after: str | None) -> builtins.list[SessionMeta]:
         bounds = ("" if after is None else after, -1 if limit is None else limit)

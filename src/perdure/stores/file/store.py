@@ -113,7 +113,7 @@ from perdure.session.attachments import (
     is_valid_digest,
 )
 from perdure.session.ids import validate_session_id
-from perdure.session.paging import check_page_args, page_bounds, page_read_range
+from perdure.session.paging import check_page_args, page_of, page_read_range
 from perdure.session.rules import (
     CommitPlan,
     CommitRequest,
@@ -121,6 +121,7 @@ from perdure.session.rules import (
     check_extends,
     check_list_args,
     check_max_checkpoints,
+    check_offset,
     looks_like_message,
     plan_commit,
     utc_now,
@@ -387,7 +388,7 @@ class FileSessionStore(StoreBase):
         :func:`~perdure.session.verify_store` reads everything.
         """
         validate_session_id(session_id)
-        check_page_args(offset, 0)
+        check_offset(offset)
         return await asyncio.to_thread(self._get, session_id, offset)
 
     async def list(
@@ -1260,8 +1261,7 @@ class FileSessionStore(StoreBase):
         window: dict[int, Message] = {}
         if hi > lo:
             window = self._read_range(session_id, sdir, volume, lo, hi, total)
-        start, end = page_bounds(total, offset, limit, window.__getitem__)
-        return HistoryPage([window[i] for i in range(start, end)], start, end, total)
+        return page_of(total, offset, limit, lo, [window[i] for i in range(lo, hi)])
 
     def _read_range(
         self,
