@@ -117,7 +117,6 @@ from perdure.session.paging import check_page_args, page_of, page_read_range
 from perdure.session.rules import (
     CommitPlan,
     CommitRequest,
-    chain_hash,
     check_extends,
     check_list_args,
     check_max_checkpoints,
@@ -129,6 +128,34 @@ from perdure.session.rules import (
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
 from perdure.stores.file import journal
 from perdure.stores.file.journal import GENESIS, End, JournalDamage, Record
+from perdure.stores.file.layout import (
+    ATTACHMENTS,
+    HEAD,
+    JOURNAL,
+    MANIFEST,
+    META,
+    REWRITE,
+    REWRITE_TMP,
+    SEGMENTS,
+    TRASH,
+    check_meta,
+    head_ends,
+    meta_bytes,
+)
+from perdure.stores.file.leftovers import (
+    LEGACY_TRASH,
+    create_leftovers,
+    invalid_id,
+    is_provisional_orphan,
+    is_renamed_session,
+    is_session_name,
+    temp_files,
+)
+from perdure.stores.file.leftovers import (
+    StoreLeftovers as StoreLeftovers,
+)
+from perdure.stores.file.quarantine import SessionRecoveryReport as SessionRecoveryReport
+from perdure.stores.file.quarantine import triage
 from perdure.types import (
     Message,
     decode_bytes_values,
@@ -140,22 +167,10 @@ from perdure.types import (
 Durability = Literal["commit", "invocation", "none"]
 Recovery = Literal["strict", "quarantine"]
 
-_META = "meta.json"
-_HEAD = "head"  # where the journal ends, kept outside it (see journal.encode_head_slot)
-_JOURNAL = "journal.jsonl"
-_MANIFEST = "manifest.json"
-_REWRITE = "rewrite.jsonl"
-_REWRITE_TMP = "rewrite.jsonl.tmp"
-_SEGMENTS = "segments"
-_ATTACHMENTS = "attachments"
-_TRASH = ".trash"  # under the store root: deleted sessions on their way out
 # How a journal line names an attachment (compact JSON): text that merely contains
 # these words has its quotes escaped and never matches.
 _ATTACHMENT_REF = re.compile(b'"' + ATTACHMENT_MARKER.encode() + b'":"([0-9a-f]{64})"')
 _MANIFEST_FORMAT = "perdure-manifest/1"
-_META_FORMAT = "perdure-session/1"
-_META_FIELDS = frozenset({"format", "session_id", "created_at", "head"})
-_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z")
 _TAIL_READ = 8 * 1024
 _MIN_WINDOW = 8 * 1024
 _INLINE_MAX = 256 * 1024  # bytes an append may copy into the page cache on the loop
@@ -178,44 +193,6 @@ class Segmentation:
     def __post_init__(self) -> None:
         if self.max_bytes < 1 or self.max_records < 1:
             raise ValueError("segmentation max_bytes and max_records must be >= 1")
-
-
-@dataclass(frozen=True)
-class StoreLeftovers:
-    """What killed writers left in a file store (see ``collect_leftovers``)."""
-
-    temp_files: tuple[str, ...]
-    """Paths of temp files of interrupted writes."""
-    orphans: tuple[str, ...]
-    """Ids of provisional sessions whose history never came (a fork killed halfway)."""
-    locked: tuple[str, ...]
-    """Ids of sessions with leftovers, left alone because a writer holds them."""
-
-
-@dataclass(frozen=True)
-class SessionRecoveryReport:
-    """What quarantine recovery found in a session: counts and positions, no content.
-
-    Line numbers count from 1 across the session's files in order (sealed segments
-    first, then the active journal), as they were before the repair.
-    """
-
-    session_id: str
-    quarantined: int
-    positions: tuple[int, ...]
-    """Line numbers of the moved records."""
-    kinds: tuple[str, ...]
-    """Why each was moved: ``bad_line`` (no record), ``bad_hash`` (its bytes were
-    altered) or ``unverifiable`` (it follows missing records and nothing after it
-    vouches for it)."""
-    quarantine_path: str | None
-    """The file the records were moved to; ``None`` when none was moved."""
-    gaps: tuple[tuple[int, int], ...] = ()
-    """``(line, count)``: ``count`` records were missing from the files just before
-    that line (lines deleted by hand, say), as the line's sequence number and the
-    record after it prove (at the end of a file, as its number alone says; that line
-    is then moved as ``unverifiable``). Nothing can bring them back; the records
-    around the gap are kept and chained anew."""
 
 
 @dataclass
@@ -502,12 +479,12 @@ class FileSessionStore(StoreBase):
         # provisional session nobody holds is what a killed operation left (gc).
         provisional = self._locks.is_held(session_id)
         with self._guard, self._locks.for_write(session_id):
-            if (sdir / _META).exists():
+            if (sdir / META).exists():
                 if exist_ok:
                     return self._meta(session_id)
                 raise SessionConflictError(f"session {session_id!r} already exists")
             if sdir.exists():
-                if not _create_leftovers(sdir):
+                if not create_leftovers(sdir):
                     raise self._meta_missing(session_id, sdir)
                 # What an interrupted create of ours left (no meta.json: it was never
                 # created, nothing of it was acknowledged): start clean.
@@ -526,7 +503,7 @@ class FileSessionStore(StoreBase):
                 genesis["provisional"] = 1
             line, first = journal.encode_record(GENESIS, genesis)
             durable = self.durability != "none"
-            atomic_write(sdir / _JOURNAL, line, durable=durable)
+            atomic_write(sdir / JOURNAL, line, durable=durable)
             fd = self._write_head_slot(sdir, [(0, first, 0)])
             if fd is not None:
                 try:
@@ -537,7 +514,7 @@ class FileSessionStore(StoreBase):
             if durable:  # the head's entry before meta.json's, which says it exists
                 fsync_dir(sdir)
             # meta.json last: it makes the session exist.
-            atomic_write(sdir / _META, _meta_bytes(session_id, created), durable=durable)
+            atomic_write(sdir / META, meta_bytes(session_id, created), durable=durable)
             if durable:
                 fsync_dir(sdir.parent)
             self._forget(session_id)
@@ -552,8 +529,8 @@ class FileSessionStore(StoreBase):
         ids = sorted(
             p.name
             for p in base.iterdir()
-            if (_is_session_name(p.name) or _is_renamed_session(p))
-            and ((p / _META).is_file() or (p.is_dir() and not _create_leftovers(p)))
+            if (is_session_name(p.name) or is_renamed_session(p))
+            and ((p / META).is_file() or (p.is_dir() and not create_leftovers(p)))
         )
         if after is not None:
             ids = [i for i in ids if i > after]
@@ -561,10 +538,10 @@ class FileSessionStore(StoreBase):
             ids = ids[:limit]
         metas: builtins.list[SessionMeta] = []
         for sid in ids:
-            if not _is_session_name(sid):
+            if not is_session_name(sid):
                 # Stored by a version that allowed this id: listed, never hidden,
                 # though no read can name it until its directory is renamed.
-                metas.append(SessionMeta(sid, "", "", 0, damaged=_invalid_id(sid)))
+                metas.append(SessionMeta(sid, "", "", 0, damaged=invalid_id(sid)))
                 continue
             try:
                 metas.append(self._meta(sid))
@@ -599,16 +576,16 @@ class FileSessionStore(StoreBase):
                 directory that holds data.
         """
         try:
-            raw = (sdir / _META).read_bytes()
+            raw = (sdir / META).read_bytes()
         except FileNotFoundError:
-            if sdir.is_dir() and not _create_leftovers(sdir):
+            if sdir.is_dir() and not create_leftovers(sdir):
                 raise self._meta_missing(session_id, sdir) from None
             raise SessionNotFoundError(f"session {session_id!r} not found in {self.root}") from None
         try:
-            created = _check_meta(json.loads(raw), session_id)
+            created = check_meta(json.loads(raw), session_id)
         except ValueError as exc:
             raise self._corrupted(
-                session_id, sdir / _META, "bad_payload", 0, f"meta.json is unreadable: {exc}"
+                session_id, sdir / META, "bad_payload", 0, f"meta.json is unreadable: {exc}"
             ) from None
         return created
 
@@ -620,7 +597,7 @@ class FileSessionStore(StoreBase):
             SessionCorruptedError: the head file is unreadable, or missing from a
                 session created with one (``meta.json`` says so).
         """
-        path = sdir / _HEAD
+        path = sdir / HEAD
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -640,7 +617,7 @@ class FileSessionStore(StoreBase):
 
     def _head_required(self, sdir: Path) -> bool:
         try:
-            return bool(json.loads((sdir / _META).read_bytes()).get("head"))
+            return bool(json.loads((sdir / META).read_bytes()).get("head"))
         except (OSError, ValueError, AttributeError):
             return False  # _read_meta reports a bad meta.json
 
@@ -660,7 +637,7 @@ class FileSessionStore(StoreBase):
             seq, _, count = missing
             raise self._corrupted(
                 session_id,
-                sdir / _JOURNAL,
+                sdir / JOURNAL,
                 "truncated",
                 0,
                 f"the journal ends at record {last_seq} but record {seq} ({count} messages) "
@@ -673,7 +650,7 @@ class FileSessionStore(StoreBase):
         Called under the writer lock, so no one else writes the head meanwhile.
         Returns ``None`` when the session directory is gone (deleted meanwhile).
         """
-        path = sdir / _HEAD
+        path = sdir / HEAD
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except FileNotFoundError:
@@ -728,10 +705,10 @@ class FileSessionStore(StoreBase):
                 self._read_all(session_id, sdir, 0)
                 return None
             except SessionCorruptedError as exc:
-                head_damage = Path(str(exc.details.get("file"))).name == _HEAD
+                head_damage = Path(str(exc.details.get("file"))).name == HEAD
                 if exc.details.get("kind") != "truncated" and not head_damage:
                     raise
-            recorded = _head_ends(sdir)
+            recorded = head_ends(sdir)
             self._read_all(session_id, sdir, 0, check_head=False)  # nothing else is wrong
             self._forget(session_id)
             tail = self._writable_tail(session_id, sdir, check_head=False)
@@ -766,14 +743,14 @@ class FileSessionStore(StoreBase):
             return StoreLeftovers((), (), ())
         for sdir in sorted(base.iterdir()):
             sid = sdir.name
-            if _LEGACY_TRASH.fullmatch(sid) and sdir.is_dir():
+            if LEGACY_TRASH.fullmatch(sid) and sdir.is_dir():
                 temps.append(str(sdir))  # a deleted session's remains: nobody writes there
                 if not dry_run:
                     shutil.rmtree(sdir, ignore_errors=True)
                 continue
-            if not _is_session_name(sid) or not sdir.is_dir():
+            if not is_session_name(sid) or not sdir.is_dir():
                 continue
-            if not _temp_files(sdir) and not _is_provisional_orphan(sdir):
+            if not temp_files(sdir) and not is_provisional_orphan(sdir):
                 continue
             try:
                 self._locks.acquire(sid)  # never reuses a hold: a turn may be running here
@@ -782,7 +759,7 @@ class FileSessionStore(StoreBase):
                 continue
             try:
                 with self._guard:
-                    found, orphan = _temp_files(sdir), _is_provisional_orphan(sdir)
+                    found, orphan = temp_files(sdir), is_provisional_orphan(sdir)
                     temps.extend(str(path) for path in found)
                     if orphan:
                         orphans.append(sid)
@@ -801,7 +778,7 @@ class FileSessionStore(StoreBase):
     def _meta_missing(self, session_id: str, sdir: Path) -> SessionCorruptedError:
         return self._corrupted(
             session_id,
-            sdir / _META,
+            sdir / META,
             "bad_payload",
             0,
             "meta.json is missing but the session directory holds data "
@@ -839,7 +816,7 @@ class FileSessionStore(StoreBase):
             first = volume.segment_paths[0] if volume.segment_paths else volume.journal
             if first is None or not first.exists():
                 raise self._corrupted(
-                    session_id, sdir / _JOURNAL, "bad_line", 0, "no journal to rebuild meta.json"
+                    session_id, sdir / JOURNAL, "bad_line", 0, "no journal to rebuild meta.json"
                 )
             with first.open("rb") as handle:
                 line = handle.readline()
@@ -851,8 +828,8 @@ class FileSessionStore(StoreBase):
                     session_id, first, "bad_payload", 0, "the first record holds no creation time"
                 )
             atomic_write(
-                sdir / _META,
-                _meta_bytes(session_id, created, head=(sdir / _HEAD).exists()),
+                sdir / META,
+                meta_bytes(session_id, created, head=(sdir / HEAD).exists()),
                 durable=self.durability != "none",
             )
             self._forget(session_id)
@@ -894,7 +871,7 @@ class FileSessionStore(StoreBase):
                 return
             # Out of sessions/ in one rename, so a list() never meets a half-deleted
             # directory; what a crash leaves in the trash is emptied by the next delete.
-            trash = self.root / _TRASH
+            trash = self.root / TRASH
             trash.mkdir(exist_ok=True)
             os.replace(sdir, trash / uuid.uuid4().hex)
             if self.durability != "none":
@@ -908,10 +885,10 @@ class FileSessionStore(StoreBase):
 
     def _volume(self, session_id: str, sdir: Path) -> _Volume:
         """Locate a session's files, honouring an unfinished rewrite or seal."""
-        if (sdir / _REWRITE).exists():
-            return _Volume([], [], sdir / _REWRITE, GENESIS, 0, 0, rewrite_pending=True)
+        if (sdir / REWRITE).exists():
+            return _Volume([], [], sdir / REWRITE, GENESIS, 0, 0, rewrite_pending=True)
         segments: builtins.list[_Segment] = []
-        manifest_path = sdir / _MANIFEST
+        manifest_path = sdir / MANIFEST
         if manifest_path.exists():
             try:
                 manifest = json.loads(manifest_path.read_bytes())
@@ -922,13 +899,13 @@ class FileSessionStore(StoreBase):
                 raise self._corrupted(
                     session_id, manifest_path, "bad_payload", 0, f"manifest is unreadable: {exc}"
                 ) from None
-        segment_dir = sdir / _SEGMENTS
+        segment_dir = sdir / SEGMENTS
         paths = [segment_dir / seg.file for seg in segments]
-        journal_path: Path | None = sdir / _JOURNAL
+        journal_path: Path | None = sdir / JOURNAL
         seal_pending = False
         if segments and not paths[-1].exists():
             # Sealed in the manifest but not yet renamed: the journal is that segment.
-            paths[-1] = sdir / _JOURNAL
+            paths[-1] = sdir / JOURNAL
             journal_path = None
             seal_pending = True
         if not segments:
@@ -1230,7 +1207,7 @@ class FileSessionStore(StoreBase):
             raise self._record_damage(session_id, sdir, record, f"bad message: {exc}") from None
 
     def _load_attachment(self, session_id: str, sdir: Path, digest: str, size: int) -> bytes:
-        path = sdir / _ATTACHMENTS / digest
+        path = sdir / ATTACHMENTS / digest
         if not is_valid_digest(digest):
             raise self._corrupted(
                 session_id, path, "bad_payload", 0, "attachment reference is malformed"
@@ -1570,7 +1547,7 @@ class FileSessionStore(StoreBase):
     def _write_attachments(self, sdir: Path, found: dict[str, bytes]) -> None:
         if not found:
             return
-        directory = sdir / _ATTACHMENTS
+        directory = sdir / ATTACHMENTS
         directory.mkdir(exist_ok=True)
         for digest, data in found.items():
             path = directory / digest
@@ -1593,7 +1570,7 @@ class FileSessionStore(StoreBase):
             new_file = False
         else:
             self._forget(session_id)
-            path = (sdir or self.session_dir(session_id)) / _JOURNAL
+            path = (sdir or self.session_dir(session_id)) / JOURNAL
             new_file = tail.size == 0 and not path.exists()
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             ino = os.fstat(fd).st_ino
@@ -1660,7 +1637,7 @@ class FileSessionStore(StoreBase):
         cached = self._cached_tail(session_id)
         if cached is not None:
             return cached
-        path = sdir / _JOURNAL
+        path = sdir / JOURNAL
         self._read_meta(session_id, sdir)
         self._finish_pending(session_id, sdir)
         ends = self._read_ends(session_id, sdir) if check_head else None
@@ -1736,9 +1713,9 @@ class FileSessionStore(StoreBase):
         if paths is None:
             sdir = self.session_dir(session_id)
             paths = self._paths[session_id] = (
-                str(sdir / _JOURNAL),
-                str(sdir / _REWRITE),
-                str(sdir / _META),
+                str(sdir / JOURNAL),
+                str(sdir / REWRITE),
+                str(sdir / META),
             )
         journal_path, rewrite_path, meta_path = paths
         try:
@@ -1755,23 +1732,23 @@ class FileSessionStore(StoreBase):
         return cached
 
     def _finish_pending(self, session_id: str, sdir: Path) -> None:
-        (sdir / _REWRITE_TMP).unlink(missing_ok=True)  # an uncommitted rewrite: roll back
-        if (sdir / _REWRITE).exists():
+        (sdir / REWRITE_TMP).unlink(missing_ok=True)  # an uncommitted rewrite: roll back
+        if (sdir / REWRITE).exists():
             self._complete_rewrite(sdir)
             self._forget(session_id)
             return
         volume = self._volume(session_id, sdir)
         if volume.seal_pending:
             seg = volume.segments[-1]
-            (sdir / _SEGMENTS).mkdir(exist_ok=True)
-            os.replace(sdir / _JOURNAL, sdir / _SEGMENTS / seg.file)
-            self._sync_dirs(sdir, sdir / _SEGMENTS)
+            (sdir / SEGMENTS).mkdir(exist_ok=True)
+            os.replace(sdir / JOURNAL, sdir / SEGMENTS / seg.file)
+            self._sync_dirs(sdir, sdir / SEGMENTS)
             self._forget(session_id)
 
     def _seal(self, session_id: str, sdir: Path, tail: _Tail) -> None:
         """Turn the active journal into the next sealed segment (manifest first)."""
         volume = self._volume(session_id, sdir)
-        path = sdir / _JOURNAL
+        path = sdir / JOURNAL
         if self.durability != "commit":
             _fsync_file(path)
         data = path.read_bytes()
@@ -1795,11 +1772,11 @@ class FileSessionStore(StoreBase):
             "segments": [s.to_json() for s in [*volume.segments, entry]],
         }
         atomic_write(
-            sdir / _MANIFEST, json.dumps(manifest).encode(), durable=self.durability != "none"
+            sdir / MANIFEST, json.dumps(manifest).encode(), durable=self.durability != "none"
         )
-        (sdir / _SEGMENTS).mkdir(exist_ok=True)
-        os.replace(path, sdir / _SEGMENTS / entry.file)
-        self._sync_dirs(sdir, sdir / _SEGMENTS)
+        (sdir / SEGMENTS).mkdir(exist_ok=True)
+        os.replace(path, sdir / SEGMENTS / entry.file)
+        self._sync_dirs(sdir, sdir / SEGMENTS)
         self._forget(session_id)
 
     def _rewrite(
@@ -1848,7 +1825,7 @@ class FileSessionStore(StoreBase):
             lines.append(line)
         volume = b"".join(lines)
         durable = self.durability != "none"
-        tmp = sdir / _REWRITE_TMP
+        tmp = sdir / REWRITE_TMP
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             append_all(fd, volume)
@@ -1862,12 +1839,12 @@ class FileSessionStore(StoreBase):
             # The old volume's exact end, durable before the head names it (only the
             # active journal may hold unsynced records: sealed segments were synced).
             if durable:
-                _fsync_file(sdir / _JOURNAL)
+                _fsync_file(sdir / JOURNAL)
             before = [old_end]
         else:
-            before = _head_ends(sdir)[-2:]  # quarantine: the old volume is damaged anyway
+            before = head_ends(sdir)[-2:]  # quarantine: the old volume is damaged anyway
         self._write_head(sdir, [*before, new_end])
-        os.replace(tmp, sdir / _REWRITE)  # the commit point
+        os.replace(tmp, sdir / REWRITE)  # the commit point
         if durable:
             fsync_dir(sdir)
         self._complete_rewrite(sdir)
@@ -1884,7 +1861,7 @@ class FileSessionStore(StoreBase):
         A reader still on the old volume that misses one retries on the new volume
         (see :meth:`_lock_free`). Files that are not digests are left alone.
         """
-        directory = sdir / _ATTACHMENTS
+        directory = sdir / ATTACHMENTS
         try:
             names = os.listdir(directory)
         except FileNotFoundError:
@@ -1900,16 +1877,16 @@ class FileSessionStore(StoreBase):
             self._sync_dirs(directory)
 
     def _complete_rewrite(self, sdir: Path) -> None:
-        (sdir / _MANIFEST).unlink(missing_ok=True)
-        shutil.rmtree(sdir / _SEGMENTS, ignore_errors=True)
-        os.replace(sdir / _REWRITE, sdir / _JOURNAL)
+        (sdir / MANIFEST).unlink(missing_ok=True)
+        shutil.rmtree(sdir / SEGMENTS, ignore_errors=True)
+        os.replace(sdir / REWRITE, sdir / JOURNAL)
         self._sync_dirs(sdir)
 
     def _flush(self, session_id: str) -> None:
         # Only "invocation" defers its fsyncs to here: "commit" already synced every
         # commit, and "none" never syncs.
         sdir = self.session_dir(session_id)
-        path = sdir / _JOURNAL
+        path = sdir / JOURNAL
         if self.durability == "invocation" and path.exists():
             # Before the fsync, so the fsync covers it; and only a tail the journal on
             # disk still matches (another process may have rewritten it meanwhile).
@@ -1966,7 +1943,7 @@ class FileSessionStore(StoreBase):
                 if parts and parts[-1] == b"":
                     parts.pop()
                 lines.extend(parts)
-            good, bad, missing = _triage(lines)
+            good, bad, missing = triage(lines)
             if not bad and not missing:
                 return  # damage not attributable to single records: stay strict
             qpath: Path | None = None
@@ -2038,271 +2015,14 @@ class FileSessionStore(StoreBase):
         return validate_message(decoded, "message")
 
 
-def _triage(
-    lines: list[bytes],
-) -> tuple[list[dict[str, Any]], list[tuple[int, str]], list[tuple[int, int]]]:
-    """Sort journal lines into good bodies, provably bad lines and gaps (SPEC §7.1).
-
-    Returns the bodies to keep, ``(line, kind)`` for each line to move, and
-    ``(line, count)`` for each place where ``count`` records are missing; line
-    numbers count from 1.
-
-    A line is good when it hashes to its claimed hash from the previous good hash.
-    When it does not, the lines around it decide, assuming one fault at a time:
-
-    - the next line chains to the hash the line's bytes actually give: only its
-      stored hash was altered and the body is authentic (kept);
-    - its sequence number skips ahead and the next line chains to its stored hash
-      with the following number: the records in between are missing, and the line
-      is as written (kept, the gap reported; see
-      :func:`~perdure.stores.file.journal.records_missing_before`). At the end of the
-      file nothing vouches for it: moved as ``unverifiable``, the gap reported;
-    - the line before it was no record at all (a garbled line) and the next line
-      chains to its stored hash with the following number: the garbled line was its
-      predecessor, so it is as written (kept; at the end of the file, moved as
-      ``unverifiable``);
-    - otherwise its body was altered (``bad_hash``), or it is no record
-      (``bad_line``): moved.
-    """
-    good: list[dict[str, Any]] = []
-    bad: list[tuple[int, str]] = []
-    missing: list[tuple[int, int]] = []
-    prev = GENESIS
-    expected = 0  # the sequence number the next record should carry
-    after_garbage = False  # the previous line was no record
-    for number, line in enumerate(lines, start=1):
-        claimed = journal.peek_hash(line)
-        body_json = b"{" + line[journal.BODY_AT :] if claimed is not None else b""
-        actual = chain_hash(prev, body_json) if claimed is not None else None
-        try:
-            body = json.loads(line) if claimed is not None else None
-        except ValueError:
-            body = None
-        seq = body.get("n") if isinstance(body, dict) else None
-        if type(seq) is not int:
-            seq = None
-        nxt = lines[number] if number < len(lines) else None
-        if claimed is None or not isinstance(body, dict):
-            bad.append((number, "bad_line" if claimed is None else "bad_hash"))
-            if claimed is not None:
-                prev = claimed
-            expected += 1
-            after_garbage = claimed is None
-            continue
-        assert actual is not None
-        nxt_claim = journal.peek_hash(nxt) if nxt is not None else None
-        if actual == claimed or (
-            nxt is not None
-            and nxt_claim is not None
-            and chain_hash(actual, b"{" + nxt[journal.BODY_AT :]) == nxt_claim
-        ):
-            good.append(body)  # intact, or only its stored hash was damaged
-            prev = actual
-            expected = (seq if seq is not None else expected) + 1
-        elif nxt is not None and (gap := journal.records_missing_before(line, expected, nxt)):
-            missing.append((number, gap))
-            good.append(body)
-            prev = claimed
-            expected += gap + 1
-        elif nxt is None and seq is not None and seq > expected:
-            # The last line says records are missing before it, but nothing after it
-            # vouches for its bytes: report the gap, keep the line aside.
-            missing.append((number, seq - expected))
-            bad.append((number, "unverifiable"))
-            prev = claimed
-            expected = seq + 1
-        elif (
-            after_garbage
-            and nxt is not None
-            and journal.records_missing_before(line, expected - 1, nxt) == 1
-        ):
-            # Its successor vouches for it as for a record after a one-record gap,
-            # and the garbled line before it fills that gap.
-            good.append(body)
-            prev = claimed
-            expected += 1
-        else:
-            # After a garbled line, a last line cannot be told from an altered one.
-            unverifiable = after_garbage and nxt is None and seq == expected
-            bad.append((number, "unverifiable" if unverifiable else "bad_hash"))
-            prev = claimed
-            expected += 1
-        after_garbage = False
-    return good, bad, missing
-
-
-def _meta_bytes(session_id: str, created: str, *, head: bool = True) -> bytes:
-    meta: dict[str, Any] = {"format": _META_FORMAT, "session_id": session_id, "created_at": created}
-    if head:
-        meta["head"] = 1  # a head file is kept: one missing is damage
-    meta["sha256"] = _meta_digest(meta)
-    return json.dumps(meta).encode()
-
-
-def _meta_digest(meta: Mapping[str, Any]) -> str:
-    """The sha256 ``meta.json`` carries over its other fields (a flipped date is damage)."""
-    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
-
-
-def _check_meta(meta: Any, session_id: str) -> str:
-    """The creation time of a parsed ``meta.json``; ``ValueError`` when it is damaged.
-
-    Since head files, ``meta.json`` carries a sha256 of its fields; one written
-    before them has neither and is checked by shape alone.
-    """
-    if not isinstance(meta, dict):
-        raise ValueError("not an object")
-    fields = dict(meta)
-    digest = fields.pop("sha256", None)
-    if not set(fields) <= _META_FIELDS:
-        raise ValueError(f"unexpected fields {sorted(set(fields) - _META_FIELDS)}")
-    if digest is not None and digest != _meta_digest(fields):
-        raise ValueError("it does not match its sha256")
-    if digest is None and "head" in fields:
-        raise ValueError("its sha256 is missing")
-    if fields.get("format") != _META_FORMAT or fields.get("session_id") != session_id:
-        raise ValueError("unexpected format or session id")
-    if fields.get("head") not in (None, 1):
-        raise ValueError("unexpected head flag")
-    created = fields.get("created_at")
-    if not isinstance(created, str) or not _TIMESTAMP.fullmatch(created):
-        raise ValueError("created_at is not a UTC timestamp")
-    return created
-
-
-def _head_ends(sdir: Path) -> list[End]:
-    """The ends ``sdir``'s head file names now; none when it is absent or unreadable."""
-    try:
-        head = journal.decode_head((sdir / _HEAD).read_bytes())
-    except FileNotFoundError:
-        return []
-    return head[1] if head is not None else []
-
-
 def _end_of(tail: _Tail) -> End:
     return (tail.next_seq - 1, tail.hash, tail.count)
-
-
-def _create_leftovers(sdir: Path) -> bool:
-    """Whether ``sdir`` holds only what an interrupted :meth:`FileSessionStore.create`
-    leaves: nothing, temp files, or a journal of the one empty record create writes —
-    plus, maybe, checkpoints put under that id while no session had it (a new session
-    starts without them, in every store).
-
-    Only such a directory may be removed by a create or read as no session: anything
-    else (a message, a rewrite, a segment, an attachment, any other file) is data
-    perdure did not write in that create — a session whose ``meta.json`` was lost —
-    and must be reported, never deleted.
-    """
-    try:
-        names = os.listdir(sdir)
-    except FileNotFoundError:
-        return True
-    except NotADirectoryError:
-        return False
-    for name in names:
-        temp = _ATOMIC_TEMP.fullmatch(name)
-        if (temp and temp.group(1) in (_JOURNAL, _META)) or name == "checkpoints":
-            continue
-        if name == _HEAD:
-            if any(seq != 0 for seq, _, _ in _head_ends(sdir)):
-                return False
-            continue
-        if name != _JOURNAL:
-            return False
-        try:
-            scanned = journal.scan((sdir / name).read_bytes())
-        except (JournalDamage, OSError):
-            return False
-        if len(scanned.records) > 1:
-            return False
-        if scanned.records:
-            body = scanned.records[0].body
-            if body.get("t") != "s" or body.get("c") != 0 or body.get("s") != {}:
-                return False
-            if not isinstance(body.get("created"), str):
-                return False
-    return True
-
-
-# atomic_write's temp names (see perdure._runtime.fs): ".<name>.<32 hex>.tmp".
-_ATOMIC_TEMP = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
-# Deleted sessions used to wait inside sessions/ under this name before the trash
-# existed; a crash could leave one there. No id starts with "." (see ids.py).
-_GENESIS_MAX = 1024  # bytes: more than any genesis record's line
-_LEGACY_TRASH = re.compile(r"\.deleted-.+-[0-9a-f]{32}")
-
-
-def _temp_files(sdir: Path) -> list[Path]:
-    """Temp files killed writers left in a session directory and its attachments."""
-    found: list[Path] = []
-    for directory in (sdir, sdir / _ATTACHMENTS):
-        try:
-            names = os.listdir(directory)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        found.extend(
-            directory / name
-            for name in names
-            if _ATOMIC_TEMP.fullmatch(name) or (directory == sdir and name == _REWRITE_TMP)
-        )
-    return sorted(found)
-
-
-def _is_provisional_orphan(sdir: Path) -> bool:
-    """Whether ``sdir`` is a provisional session (see ``FileSessionStore._create``) whose
-    history never came: its journal holds only the genesis record marked provisional,
-    and the directory nothing but that journal, its head, meta.json and temp files."""
-    try:
-        names = set(os.listdir(sdir))
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    names = {name for name in names if not _ATOMIC_TEMP.fullmatch(name)}
-    if not names <= {_META, _JOURNAL, _HEAD} or _META not in names or _JOURNAL not in names:
-        return False
-    try:
-        # A genesis record is a couple of hundred bytes: a longer journal holds a
-        # history, and gc need not read (and verify) it whole to learn so.
-        if (sdir / _JOURNAL).stat().st_size > _GENESIS_MAX:
-            return False
-        scanned = journal.scan((sdir / _JOURNAL).read_bytes())
-    except (JournalDamage, OSError):
-        return False
-    records = scanned.records
-    return len(records) == 1 and records[0].type == "s" and records[0].body.get("provisional") == 1
-
-
-def _is_session_name(name: str) -> bool:
-    """Whether a directory under ``sessions/`` can be a session: its name is a valid id.
-
-    Deleted sessions used to wait inside ``sessions/`` as ``.deleted-<id>-<hex>``; a
-    crash could leave one there, and it is no session (ids never start with ``.``).
-    """
-    try:
-        validate_session_id(name)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_renamed_session(sdir: Path) -> bool:
-    """A session stored under an id this version refuses (over 200 bytes, or hidden):
-    not a deleted session's leftovers, and holding a ``meta.json``."""
-    return not _LEGACY_TRASH.fullmatch(sdir.name) and (sdir / _META).is_file()
-
-
-def _invalid_id(name: str) -> str:
-    try:
-        validate_session_id(name)
-    except ValueError as exc:
-        return f"{exc}; rename the directory {name!r} under sessions/ to a valid id to read it"
-    return ""  # pragma: no cover - only called for invalid names
 
 
 def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
     """What a seal or rewrite changes: each volume file's inode, size and mtime."""
     identity: list[tuple[int, int, int] | None] = []
-    for name in (_MANIFEST, _JOURNAL, _REWRITE, _SEGMENTS):
+    for name in (MANIFEST, JOURNAL, REWRITE, SEGMENTS):
         try:
             st = os.stat(sdir / name)
         except FileNotFoundError:
