@@ -156,6 +156,7 @@ from perdure.stores.file.leftovers import (
 )
 from perdure.stores.file.quarantine import SessionRecoveryReport as SessionRecoveryReport
 from perdure.stores.file.quarantine import triage
+from perdure.stores.file.tail import Encoded, Tail, encode_records, end_of, last_line, read_tail
 from perdure.types import (
     Message,
     decode_bytes_values,
@@ -171,7 +172,6 @@ Recovery = Literal["strict", "quarantine"]
 # these words has its quotes escaped and never matches.
 _ATTACHMENT_REF = re.compile(b'"' + ATTACHMENT_MARKER.encode() + b'":"([0-9a-f]{64})"')
 _MANIFEST_FORMAT = "perdure-manifest/1"
-_TAIL_READ = 8 * 1024
 _MIN_WINDOW = 8 * 1024
 _INLINE_MAX = 256 * 1024  # bytes an append may copy into the page cache on the loop
 # A lock-free read that a concurrent seal or rewrite disturbed is retried this many
@@ -241,21 +241,6 @@ class _Share:
         if self.messages <= 0 or self.wanted >= self.messages:
             return size
         return min(size, size * self.wanted * 5 // (self.messages * 4) + _MIN_WINDOW)
-
-
-@dataclass
-class _Tail:
-    """Cached end of a session's active journal (valid while inode and size match)."""
-
-    ino: int
-    size: int
-    hash: str
-    next_seq: int
-    count: int
-    records: int
-    """Records in the active journal."""
-    last: tuple[Any, ...] = ()
-    """The last message as this store wrote it (and redacted it), stored form; () unknown."""
 
 
 class FileSessionStore(StoreBase):
@@ -331,7 +316,7 @@ class FileSessionStore(StoreBase):
         """Checkpoints beside each session (``<session dir>/checkpoints/``), deleted with it."""
         self.attachment_threshold = attachment_threshold
         self._locks = LockTable(self.root / ".locks")
-        self._tails: dict[str, _Tail] = {}
+        self._tails: dict[str, Tail] = {}
         # The writer-lock hold (LockTable.hold_id) under which each cached tail was
         # last written or checked: while it lasts nobody else can change the journal.
         self._tail_holds: dict[str, int | None] = {}
@@ -340,7 +325,7 @@ class FileSessionStore(StoreBase):
         self._paths: dict[str, tuple[str, str, str]] = {}
         # The newest tail known durable (fsynced, or written under durability="none")
         # in a turn that holds the writer lock: its head is written when the turn ends.
-        self._durable: dict[str, _Tail] = {}
+        self._durable: dict[str, Tail] = {}
         self._writer = StoreThread("perdure-file-store")
         # Held while the journal cache (_tails, _fds) or a session's files change.
         self._guard = threading.RLock()
@@ -444,7 +429,7 @@ class FileSessionStore(StoreBase):
         tail = self._durable.pop(session_id, None)
         if tail is None:
             return
-        fd = self._write_head_slot(self.session_dir(session_id), [_end_of(tail)])
+        fd = self._write_head_slot(self.session_dir(session_id), [end_of(tail)])
         if fd is None:
             return
         try:
@@ -712,7 +697,7 @@ class FileSessionStore(StoreBase):
             self._read_all(session_id, sdir, 0, check_head=False)  # nothing else is wrong
             self._forget(session_id)
             tail = self._writable_tail(session_id, sdir, check_head=False)
-            self._write_head(sdir, [_end_of(tail)])
+            self._write_head(sdir, [end_of(tail)])
             self._forget(session_id)
             return (recorded[-1][2] if recorded else None), tail.count
 
@@ -846,8 +831,8 @@ class FileSessionStore(StoreBase):
         path = volume.journal
         count, updated, last_seq, last_hash = volume.first_count, None, volume.first_seq - 1, None
         if path is not None and path.exists():
-            data = _read_tail(path)
-            line = _last_line(data, volume.prev_hash)
+            data = read_tail(path)
+            line = last_line(data, volume.prev_hash)
             if line is not None:
                 try:
                     body = journal.peek_body(line)
@@ -1409,7 +1394,7 @@ class FileSessionStore(StoreBase):
                     request.messages,
                     request.agent_state,
                     request.redactions,
-                    old_end=_end_of(tail),
+                    old_end=end_of(tail),
                 )
             if plan.compare_last:
                 self._check_extends(session_id, sdir, request.messages, tail)
@@ -1431,14 +1416,14 @@ class FileSessionStore(StoreBase):
                 if turn:
                     self._durable[session_id] = new_tail  # the turn's end records it
                 else:
-                    self._write_head(sdir, [_end_of(new_tail)])  # a turn of its own
+                    self._write_head(sdir, [end_of(new_tail)])  # a turn of its own
             if self._seal_due(new_tail):
                 self._seal(session_id, sdir, new_tail)
             return CommitResult(new_tail.hash, new_tail.count)
 
     def _append_inline(
         self, request: CommitRequest
-    ) -> tuple[CommitResult, asyncio.Future[None] | None, bool, _Tail | None] | None:
+    ) -> tuple[CommitResult, asyncio.Future[None] | None, bool, Tail | None] | None:
         """The common append, done on the caller's thread; None when it needs the writer.
 
         A turn's appends go to an open journal whose tail is cached and verified, under
@@ -1469,7 +1454,7 @@ class FileSessionStore(StoreBase):
                 return None
             if not bodies:
                 return CommitResult(tail.hash, tail.count), None, False, None
-            encoded = _encode_records(tail, bodies)
+            encoded = encode_records(tail, bodies)
             if len(encoded[0]) > _INLINE_MAX:
                 return None  # a page-cache copy of this size belongs off the loop
             fd, new_tail, _ = self._write_records(session_id, None, tail, bodies, encoded)
@@ -1486,7 +1471,7 @@ class FileSessionStore(StoreBase):
             self._guard.release()
 
     def _check_extends(
-        self, session_id: str, sdir: Path | None, messages: Sequence[Message], tail: _Tail
+        self, session_id: str, sdir: Path | None, messages: Sequence[Message], tail: Tail
     ) -> None:
         """A commit without ``expected_tail`` must extend the history (``check_extends``).
 
@@ -1558,12 +1543,12 @@ class FileSessionStore(StoreBase):
         self,
         session_id: str,
         sdir: Path | None,
-        tail: _Tail,
+        tail: Tail,
         bodies: builtins.list[dict[str, Any]],
-        encoded: _Encoded | None = None,
-    ) -> tuple[int, _Tail, bool]:
+        encoded: Encoded | None = None,
+    ) -> tuple[int, Tail, bool]:
         """Append records to the active journal (no fsync): its fd, new tail, new file?"""
-        data, prev, seq = encoded or _encode_records(tail, bodies)
+        data, prev, seq = encoded or encode_records(tail, bodies)
         cached = self._fds.get(session_id)
         if cached is not None and tail.size and cached[0] == tail.ino:
             ino, fd = cached
@@ -1580,21 +1565,12 @@ class FileSessionStore(StoreBase):
         except BaseException:
             self._forget(session_id)  # the next commit re-reads the tail from disk
             raise
-        count = bodies[-1]["c"]
-        last = tail.last if count == tail.count else ()
-        for body in bodies:  # what a commit without expected_tail compares (_commit)
-            if body["t"] == "m" and body["c"] == count:
-                last = (body["m"],)
-            elif body["t"] == "r" and body["i"] == count - 1 and last:
-                last = (*last, body["m"])
-        new_tail = _Tail(
-            ino, tail.size + len(data), prev, seq, count, tail.records + len(bodies), last
-        )
+        new_tail = tail.after(ino, len(data), prev, seq, bodies)
         self._tails[session_id] = new_tail
         self._tail_holds[session_id] = self._locks.hold_id(session_id)
         return fd, new_tail, new_file
 
-    def _seal_due(self, tail: _Tail) -> bool:
+    def _seal_due(self, tail: Tail) -> bool:
         seg = self.segmentation
         return seg.enabled and (tail.records >= seg.max_records or tail.size >= seg.max_bytes)
 
@@ -1627,7 +1603,7 @@ class FileSessionStore(StoreBase):
                 self._forget(session_id)
         self._writer.shutdown()
 
-    def _writable_tail(self, session_id: str, sdir: Path, *, check_head: bool = True) -> _Tail:
+    def _writable_tail(self, session_id: str, sdir: Path, *, check_head: bool = True) -> Tail:
         """The verified end of the active journal; finishes interrupted work first.
 
         Called with the writer lock held, so it may repair: finish a pending
@@ -1656,7 +1632,7 @@ class FileSessionStore(StoreBase):
                     volume.prev_hash if volume.segments and seq == volume.first_seq - 1 else None
                 ),
             )
-            tail = _Tail(0, 0, volume.prev_hash, volume.first_seq, volume.first_count, 0)
+            tail = Tail(0, 0, volume.prev_hash, volume.first_seq, volume.first_count, 0)
         else:
             data = path.read_bytes()
             scanned = self._scan_bytes(
@@ -1682,7 +1658,7 @@ class FileSessionStore(StoreBase):
             records = scanned.records
             last = records[-1] if records else None
             size = path.stat().st_size
-            tail = _Tail(
+            tail = Tail(
                 st.st_ino,
                 size,
                 scanned.last_hash,
@@ -1694,7 +1670,7 @@ class FileSessionStore(StoreBase):
         self._tail_holds[session_id] = self._locks.hold_id(session_id)
         return tail
 
-    def _cached_tail(self, session_id: str) -> _Tail | None:
+    def _cached_tail(self, session_id: str) -> Tail | None:
         """The cached tail while the journal on disk is still the one it describes.
 
         Under the writer-lock hold it was cached or checked in, it is (every change
@@ -1745,7 +1721,7 @@ class FileSessionStore(StoreBase):
             self._sync_dirs(sdir, sdir / SEGMENTS)
             self._forget(session_id)
 
-    def _seal(self, session_id: str, sdir: Path, tail: _Tail) -> None:
+    def _seal(self, session_id: str, sdir: Path, tail: Tail) -> None:
         """Turn the active journal into the next sealed segment (manifest first)."""
         volume = self._volume(session_id, sdir)
         path = sdir / JOURNAL
@@ -1904,7 +1880,7 @@ class FileSessionStore(StoreBase):
                 self._locks.for_write(session_id),
             ):
                 if self._cached_tail(session_id) is written:
-                    self._write_head(sdir, [_end_of(written)])
+                    self._write_head(sdir, [end_of(written)])
 
     def _sync_dirs(self, *dirs: Path) -> None:
         if self.durability != "none":
@@ -2015,10 +1991,6 @@ class FileSessionStore(StoreBase):
         return validate_message(decoded, "message")
 
 
-def _end_of(tail: _Tail) -> End:
-    return (tail.next_seq - 1, tail.hash, tail.count)
-
-
 def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
     """What a seal or rewrite changes: each volume file's inode, size and mtime."""
     identity: list[tuple[int, int, int] | None] = []
@@ -2030,52 +2002,6 @@ def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
         else:
             identity.append((st.st_ino, st.st_size, st.st_mtime_ns))
     return tuple(identity)
-
-
-_Encoded = tuple[bytes, str, int]  # journal lines, last hash, next sequence number
-
-
-def _encode_records(tail: _Tail, bodies: Sequence[dict[str, Any]]) -> _Encoded:
-    """The journal lines of ``bodies``, chained on from ``tail``."""
-    chunks: list[bytes] = []
-    prev, seq = tail.hash, tail.next_seq
-    for body in bodies:
-        line, prev = journal.encode_record(prev, {"n": seq, **body})
-        chunks.append(line)
-        seq += 1
-    return b"".join(chunks), prev, seq
-
-
-def _read_tail(path: Path) -> bytes:
-    """The end of ``path``, long enough to hold its last complete line."""
-    with path.open("rb") as handle:
-        size = handle.seek(0, os.SEEK_END)
-        chunk = _TAIL_READ
-        while True:
-            handle.seek(max(0, size - chunk))
-            data = handle.read()
-            if chunk >= size or data.count(b"\n") >= 2:
-                return data
-            chunk *= 4
-
-
-def _last_line(data: bytes, prev_hash: str) -> bytes | None:
-    """The last complete record line in ``data`` (a file's end, as :func:`_read_tail`
-    reads it), or ``None`` when there is none; ``prev_hash`` is what the file's first
-    record chains to.
-
-    A last record that lost its newline counts (see :func:`journal.complete_tail`),
-    so the count a listing shows is the count a full read finds.
-    """
-    cut = data.rfind(b"\n")
-    before = data[journal.last_line_start(data[: cut + 1]) : cut] if cut >= 0 else None
-    fragment = data[cut + 1 :]
-    if fragment:
-        prev = prev_hash if before is None else journal.peek_hash(before)
-        complete = journal.complete_tail(fragment, prev) if prev is not None else None
-        if complete is not None:
-            return complete[0]
-    return before
 
 
 def _fsync_file(path: Path) -> None:
