@@ -234,6 +234,12 @@ def check_list_args(limit: Any, after: Any) -> None:
         validate_session_id(after, "after")
 
 
+def check_get_args(session_id: Any, offset: Any) -> None:
+    """Raise ``TypeError``/``ValueError`` naming a bad argument of ``get``."""
+    validate_session_id(session_id)
+    check_offset(offset)
+
+
 def check_offset(offset: Any, name: str = "offset") -> None:
     """Raise ``TypeError``/``ValueError`` naming a bad ``offset`` (an int >= 0)."""
     if isinstance(offset, bool) or not isinstance(offset, int):

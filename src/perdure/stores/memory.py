@@ -100,8 +100,7 @@ class MemorySessionStore(StoreBase):
         Raises:
             SessionNotFoundError: no such session.
         """
-        validate_session_id(session_id)
-        rules.check_offset(offset)
+        rules.check_get_args(session_id, offset)
         with self._guard:
             entry = self._entry(session_id)
             start = min(offset, len(entry.bodies))

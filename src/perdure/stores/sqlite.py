@@ -128,9 +128,9 @@ from perdure.session.rules import (
     blob_hash,
     chain_hash,
     check_extends,
+    check_get_args,
     check_list_args,
     check_max_checkpoints,
-    check_offset,
     decode_message,
     decode_state,
     encode_message,
@@ -532,8 +532,7 @@ class SQLiteSessionStore(StoreBase):
             SessionNotFoundError: no such session.
             SessionCorruptedError: a row read is damaged (the error names it).
         """
-        validate_session_id(session_id)
-        check_offset(offset)
+        check_get_args(session_id, offset)
         return await asyncio.to_thread(self._get, session_id, offset)
 
     async def list(

@@ -118,9 +118,9 @@ from perdure.session.rules import (
     CommitPlan,
     CommitRequest,
     check_extends,
+    check_get_args,
     check_list_args,
     check_max_checkpoints,
-    check_offset,
     looks_like_message,
     plan_commit,
     utc_now,
@@ -349,8 +349,7 @@ class FileSessionStore(StoreBase):
         hash its manifest records). Damage in what is not read is not seen here;
         :func:`~perdure.session.verify_store` reads everything.
         """
-        validate_session_id(session_id)
-        check_offset(offset)
+        check_get_args(session_id, offset)
         return await asyncio.to_thread(self._get, session_id, offset)
 
     async def list(
@@ -1077,7 +1076,7 @@ class FileSessionStore(StoreBase):
         """``get`` from ``offset`` > 0, reading only the end of the volume.
 
         Files are read newest first, each backwards from its end (see
-        :meth:`_window_scan`), until the records hold message ``offset`` and an agent
+        :meth:`_journal_window`), until the records hold message ``offset`` and an agent
         state: a Session writes its state with every turn, so that is the last few
         kilobytes; a state written long before the window costs the read back to it.
         An older file is read only when every newer one was read whole, so the
@@ -1314,23 +1313,6 @@ class FileSessionStore(StoreBase):
         in the window can have been altered. With ``want_state`` the window also
         reaches back to the file's latest agent state record, if it has one.
         """
-        scanned = self._window_scan(session_id, path, prev, seq, lo, share, want_state)
-        if anchor is not None and (scanned.torn or scanned.last_hash != anchor):
-            raise self._corrupted(
-                session_id, path, "broken_chain", scanned.end, "segment does not match the manifest"
-            )
-        return scanned.records
-
-    def _window_scan(
-        self,
-        session_id: str,
-        path: Path,
-        prev: str,
-        seq: int,
-        lo: int,
-        share: _Share,
-        want_state: bool = False,
-    ) -> journal.Scan:
         try:
             size = path.stat().st_size
         except FileNotFoundError:
@@ -1342,7 +1324,8 @@ class FileSessionStore(StoreBase):
                 handle.seek(start)
                 data = handle.read(size - start)
                 if start == 0:
-                    return self._scan_bytes(session_id, path, data, prev, seq, 0)
+                    scanned = self._scan_bytes(session_id, path, data, prev, seq, 0)
+                    break
                 # The chunk starts mid-line: skip to the first whole line, the anchor.
                 skip = data.find(b"\n") + 1
                 cut = data.find(b"\n", skip)
@@ -1365,8 +1348,13 @@ class FileSessionStore(StoreBase):
                 if int(body["c"]) <= lo and (
                     not want_state or any(record.type == "s" for record in scanned.records)
                 ):
-                    return scanned
+                    break
                 chunk *= 4
+        if anchor is not None and (scanned.torn or scanned.last_hash != anchor):
+            raise self._corrupted(
+                session_id, path, "broken_chain", scanned.end, "segment does not match the manifest"
+            )
+        return scanned.records
 
     def _scan_bytes(
         self, session_id: str, path: Path, data: bytes, prev: str, seq: int, base: int
