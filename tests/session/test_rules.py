@@ -20,11 +20,13 @@ from perdure.checkpoints.storage import StorageCheckpointStore
 from perdure.checkpoints.store import FileCheckpointStore, MemoryCheckpointStore
 from perdure.errors import SessionConflictError
 from perdure.session import SessionStore
+from perdure.session.paging import page_of, page_read_range
 from perdure.session.rules import (
     ZERO_HASH,
     CommitRequest,
     chain_hash,
     check_extends,
+    check_get_args,
     check_max_checkpoints,
     commit_request,
     evicted_checkpoints,
@@ -383,3 +385,58 @@ def test_memory_file_and_sqlite_do_what_the_rules_say(
 
     with tempfile.TemporaryDirectory() as root:
         asyncio.run(run(Path(root)))
+
+
+# ---------------------------------------------------------------- paging
+
+
+def tool_pair(i: int) -> list[dict[str, Any]]:
+    use = {"toolUse": {"toolUseId": f"t{i}", "name": "f", "input": {}}}
+    result = {"toolResult": {"toolUseId": f"t{i}", "status": "success", "content": []}}
+    return [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+
+
+@given(
+    shape=st.lists(st.booleans(), max_size=12),
+    offset=st.integers(0, 30),
+    limit=st.integers(0, 8),
+)
+def test_a_page_cut_from_its_read_window_never_splits_a_tool_pair(
+    shape: list[bool], offset: int, limit: int
+) -> None:
+    history: list[Any] = []
+    for i, pair in enumerate(shape):
+        history.extend(tool_pair(i) if pair else [msg(f"m{i}")])
+    total = len(history)
+    lo, hi = page_read_range(total, offset, limit)
+    page = page_of(total, offset, limit, lo, history[lo:hi])
+    assert page.messages == history[page.offset : page.next_offset]
+    assert page.total == total
+    assert page.offset <= min(offset, total) <= page.next_offset
+    if not limit:  # an empty page is asked for: it is empty where it was asked
+        assert (page.offset, page.messages) == (min(offset, total), [])
+        return
+    assert page.next_offset >= min(offset + limit, total)
+    for at in (page.offset, page.next_offset):  # no pair straddles either boundary
+        if 0 < at < total:
+            assert not (
+                "toolUse" in history[at - 1]["content"][0]
+                and "toolResult" in history[at]["content"][0]
+            )
+
+
+@pytest.mark.parametrize(
+    ("session_id", "offset", "error", "names"),
+    [
+        ("s", -1, ValueError, "offset"),
+        ("s", True, TypeError, "offset"),
+        ("", 0, ValueError, "session_id"),
+    ],
+)
+def test_get_arguments_are_checked_alike(
+    session_id: str, offset: Any, error: type[Exception], names: str
+) -> None:
+    with pytest.raises(error, match=names):
+        check_get_args(session_id, offset)
+    with pytest.raises(error, match=names):
+        asyncio.run(MemorySessionStore().get(session_id, offset=offset))

@@ -133,8 +133,8 @@ class MemorySessionStore(StoreBase):
     async def _apply_commit(self, request: rules.CommitRequest) -> CommitResult:
         """Store a checked commit, planned by the rules; applied entirely or not at all.
 
-        Same semantics as :meth:`SQLiteSessionStore.commit
-        <perdure.stores.sqlite.SQLiteSessionStore.commit>`.
+        Everything is encoded before anything changes, so a commit that fails leaves
+        the session as it was (as one SQLite transaction would).
         """
         session_id, messages, agent_state = (
             request.session_id,
