@@ -99,8 +99,8 @@ def exit_code(pid: int) -> int:
 def set_created_at(sdir: Path, created_at: str) -> None:
     """Make a file-store session look created at ``created_at``, as a store writes it
     (``meta.json`` carries a sha256 of its fields, so it is rewritten whole)."""
-    from perdure.stores.file import store as file_store
+    from perdure.stores.file.layout import meta_bytes
 
     meta = json.loads((sdir / "meta.json").read_bytes())
-    data = file_store._meta_bytes(meta["session_id"], created_at, head="head" in meta)
+    data = meta_bytes(meta["session_id"], created_at, head="head" in meta)
     (sdir / "meta.json").write_bytes(data)

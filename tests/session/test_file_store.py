@@ -32,6 +32,7 @@ from perdure.session import (
     read_history_page,
 )
 from perdure.stores.file import journal as journal_module
+from perdure.stores.file import layout
 from perdure.stores.file import store as file_store_module
 from perdure.stores.file.journal import GENESIS, chain_hash
 from perdure.stores.memory import MemorySessionStore
@@ -1140,7 +1141,7 @@ def test_a_half_written_first_head_of_an_old_session_is_no_damage(tmp_path: Path
     (sdir / "head").write_bytes(b"")
     assert run(FileSessionStore(tmp_path / "data").get("s")).messages == history
     # once meta.json says a head is kept, an unreadable one is damage
-    (sdir / "meta.json").write_bytes(file_store_module._meta_bytes("s", meta["created_at"]))
+    (sdir / "meta.json").write_bytes(layout.meta_bytes("s", meta["created_at"]))
     with pytest.raises(SessionCorruptedError, match="head file is unreadable"):
         run(FileSessionStore(tmp_path / "data").get("s"))
 

@@ -31,11 +31,11 @@ from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     check_checkpoint_id,
-    check_max_checkpoints,
     checkpoint_damage_kind,
 )
 from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
+from perdure.session.rules import check_max_checkpoints, evicted_checkpoints
 from perdure.session.ulid import is_ulid
 from perdure.storage import Storage, validate_key
 
@@ -103,7 +103,7 @@ class StorageCheckpointStore:
         await self.storage.write(base + meta.checkpoint_id, data)
         if self.max_checkpoints is not None:
             ids = await self._ids(meta.session_id)
-            for stale in ids[: max(0, len(ids) - self.max_checkpoints)]:
+            for stale in evicted_checkpoints(ids, self.max_checkpoints):
                 await self.storage.delete(base + stale)
 
     async def get(self, session_id: str, checkpoint_id: str) -> CheckpointRecord:

@@ -52,7 +52,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from perdure._runtime.fs import atomic_write
 from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
-from perdure.session.rules import utc_now
+from perdure.session.rules import check_max_checkpoints, evicted_checkpoints, utc_now
 from perdure.session.ulid import MonotonicUlid, is_ulid
 from perdure.types import Message, decode_bytes_values, encode_bytes_values, validate_message
 from perdure.types.json import compact_json_bytes
@@ -426,16 +426,6 @@ def now_iso() -> str:
     return utc_now()
 
 
-def check_max_checkpoints(max_checkpoints: int | None) -> int | None:
-    if max_checkpoints is not None and (
-        isinstance(max_checkpoints, bool)
-        or not isinstance(max_checkpoints, int)
-        or max_checkpoints < 1
-    ):
-        raise ValueError(f"max_checkpoints must be None or an int >= 1, got {max_checkpoints!r}")
-    return max_checkpoints
-
-
 class FileCheckpointStore:
     """Checkpoints as JSON files, ``<dir>/<session_id>/<checkpoint_id>.json``.
 
@@ -475,8 +465,7 @@ class FileCheckpointStore:
         check_checkpoint_id(record.meta.checkpoint_id)
         atomic_write(directory / f"{record.meta.checkpoint_id}.json", record.to_json_bytes())
         if self.max_checkpoints is not None:
-            ids = self._ids(directory)
-            for stale in ids[: max(0, len(ids) - self.max_checkpoints)]:
+            for stale in evicted_checkpoints(self._ids(directory), self.max_checkpoints):
                 (directory / f"{stale}.json").unlink(missing_ok=True)
 
     async def get(self, session_id: str, checkpoint_id: str) -> CheckpointRecord:
@@ -586,9 +575,8 @@ class MemoryCheckpointStore:
         with self._guard:
             session = self._data.setdefault(record.meta.session_id, {})
             session[record.meta.checkpoint_id] = data
-            if self.max_checkpoints is not None:
-                for stale in sorted(session)[: max(0, len(session) - self.max_checkpoints)]:
-                    del session[stale]
+            for stale in evicted_checkpoints(list(session), self.max_checkpoints):
+                del session[stale]
 
     async def get(self, session_id: str, checkpoint_id: str) -> CheckpointRecord:
         """A copy of one checkpoint."""

@@ -9,18 +9,17 @@ result always sits in the message right after its call, one step is enough.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from perdure.session.rules import check_offset
+from perdure.session.store import HistoryPage
 from perdure.types import Message
 
 
 def check_page_args(offset: int, limit: int) -> None:
     """Raise ``ValueError``/``TypeError`` naming a bad ``offset`` or ``limit``."""
-    for name, value in (("offset", offset), ("limit", limit)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
+    check_offset(offset)
+    check_offset(limit, "limit")
 
 
 def page_read_range(total: int, offset: int, limit: int) -> tuple[int, int]:
@@ -48,6 +47,15 @@ def page_bounds(
     if start < end < total and _asks_for_tools(message_at(end - 1)):
         end += 1
     return start, end
+
+
+def page_of(total: int, offset: int, limit: int, lo: int, window: Sequence[Message]) -> HistoryPage:
+    """The aligned page asked as ``offset``/``limit`` of ``total`` messages.
+
+    ``window`` holds the messages ``lo..hi-1`` that :func:`page_read_range` named.
+    """
+    start, end = page_bounds(total, offset, limit, lambda i: window[i - lo])
+    return HistoryPage(list(window[start - lo : end - lo]), start, end, total)
 
 
 def _opens_with_results(message: Message) -> bool:

@@ -1,14 +1,26 @@
-"""Row encoding shared by the SQLite and memory session stores: pure, no I/O.
+"""The rules every session store follows, written once: pure, no I/O (SPEC §7).
 
-A message is stored as compact JSON text (``bytes`` values and marker-shaped dicts
-encoded by :func:`~perdure.types.encode_bytes_values`) and comes back through
-:func:`decode_message`, which checks its shape. SQLite rows are hash-chained:
-``hash = sha256(prev_hash + body)`` truncated to 32 hex digits, the first row
-chaining to :data:`ZERO_HASH` — so a changed body, a changed hash or a missing row
-is detected by hashing what was read, without re-serialising anything.
+Stores only move bytes or rows; what a commit may do, what it appends, whether it
+conflicts, how a row is hashed and encoded, and which checkpoints retention evicts
+are decided here, the same way for every store:
 
-The argument checks here are the ones both stores run before touching anything, so
-both reject the same misuse with the same ``TypeError``/``ValueError``.
+- **Commit planning**: :func:`commit_request` checks a commit's arguments (a bool
+  is no redaction index, an index must name a message of the committed history);
+  :func:`plan_commit` decides, from the stored count and tail, whether the commit
+  conflicts and which messages are new; :func:`check_extends` is the rule for a
+  commit without ``expected_tail``; :func:`writes_anything` whether it changes the
+  session at all.
+- **Chain hashing**: ``hash = sha256(prev_hash + body)`` truncated to 32 hex digits,
+  the first record or row chaining to :data:`ZERO_HASH`. The file journal hashes a
+  record's JSON bytes, SQLite a row's JSON text: the same function of the same
+  bytes (:func:`chain_hash`), so a changed body, hash or a missing row is detected by
+  hashing what was read, without re-serialising anything.
+- **Encoding**: a message is stored as compact JSON text (``bytes`` values and
+  marker-shaped dicts encoded by :func:`~perdure.types.encode_bytes_values`) and
+  comes back through :func:`decode_message`, which checks its shape.
+- **Argument checks** for ``list``, ``get`` and ``commit``, so every store rejects
+  the same misuse with the same ``TypeError``/``ValueError``.
+- **Retention**: :func:`check_max_checkpoints` and :func:`evicted_checkpoints`.
 """
 
 from __future__ import annotations
@@ -17,8 +29,8 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, cast
 
 from perdure.errors import SessionConflictError
 from perdure.session.ids import validate_session_id
@@ -33,7 +45,7 @@ from perdure.types import (
 from perdure.types.json import encodes_as_utf8, may_hold_encoded
 
 ZERO_HASH = "0" * 32
-"""The hash row 0 chains to."""
+"""The hash the first record (journal) or row (SQLite) of a history chains to."""
 
 HASH_LEN = 32
 
@@ -74,14 +86,21 @@ def new_tail(writes: int) -> str:
     return f"{writes}-{secrets.token_hex(8)}"
 
 
-def chain_hash(prev_hash: str, body: str) -> str:
-    """The hash of a row whose stored text is ``body``, chained to ``prev_hash``."""
-    return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()[:HASH_LEN]
+def chain_hash(prev_hash: str, body: str | bytes) -> str:
+    """The hash of a record or row stored as ``body``, chained to ``prev_hash``.
+
+    ``sha256(prev_hash + body)`` over the ASCII hash and the UTF-8 body, truncated
+    to :data:`HASH_LEN` hex digits. The file journal passes a record's JSON bytes
+    (from its ``{``), SQLite a row's JSON text: the same bytes hash the same.
+    """
+    if isinstance(body, str):
+        return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()[:HASH_LEN]
+    return hashlib.sha256(prev_hash.encode("ascii") + body).hexdigest()[:HASH_LEN]
 
 
 def text_hash(text: str) -> str:
     """The hash of a stored text that is not part of the message chain (agent state)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:HASH_LEN]
+    return blob_hash(text.encode("utf-8"))
 
 
 def blob_hash(data: bytes) -> str:
@@ -215,26 +234,58 @@ def check_list_args(limit: Any, after: Any) -> None:
         validate_session_id(after, "after")
 
 
-def check_offset(offset: Any) -> None:
-    """Raise ``ValueError``/``TypeError`` naming a bad ``offset``."""
+def check_get_args(session_id: Any, offset: Any) -> None:
+    """Raise ``TypeError``/``ValueError`` naming a bad argument of ``get``."""
+    validate_session_id(session_id)
+    check_offset(offset)
+
+
+def check_offset(offset: Any, name: str = "offset") -> None:
+    """Raise ``TypeError``/``ValueError`` naming a bad ``offset`` (an int >= 0)."""
     if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int, got {type(offset).__name__}")
+        raise TypeError(f"{name} must be an int, got {type(offset).__name__}")
     if offset < 0:
-        raise ValueError(f"offset must be >= 0, got {offset}")
+        raise ValueError(f"{name} must be >= 0, got {offset}")
 
 
-def check_commit_args(
+class CommitRequest(NamedTuple):
+    """A commit's arguments, checked by :func:`commit_request` (one is made per commit).
+
+    ``redactions`` holds ``(index, replacement)`` pairs sorted by index, every index
+    naming a message of ``messages``; replacements are not encoded yet (each store
+    encodes them in its own stored form).
+    """
+
+    session_id: str
+    messages: Sequence[Message]
+    agent_state: Mapping[str, Any] | None
+    rewritten: bool
+    expected_tail: str | None
+    redactions: Sequence[tuple[int, Message]]
+
+
+_NO_REDACTIONS: tuple[tuple[int, Message], ...] = ()
+
+
+def commit_request(
+    session_id: Any,
     messages: Any,
     agent_state: Any,
     rewritten: Any,
     expected_tail: Any,
     redactions: Any,
-) -> None:
-    """Raise ``TypeError``/``ValueError`` naming a bad argument of ``commit``.
+) -> CommitRequest:
+    """Check the arguments of ``commit`` and return them as a :class:`CommitRequest`.
 
     Message contents are checked while they are encoded, since only the messages
-    past the stored count are written.
+    past the stored count are written (an agent validated them already).
+
+    Raises:
+        TypeError: an argument of the wrong type (the message names it).
+        ValueError: a malformed session id, too many messages, or a redaction index
+            that names no message of ``messages`` (a bool is no index).
     """
+    validate_session_id(session_id)
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise TypeError(f"messages must be a sequence of messages, got {type(messages).__name__}")
     if len(messages) > MAX_MESSAGES:
@@ -245,8 +296,83 @@ def check_commit_args(
         raise TypeError(f"rewritten must be a bool, got {type(rewritten).__name__}")
     if expected_tail is not None and not isinstance(expected_tail, str):
         raise TypeError(f"expected_tail must be a str or None, got {type(expected_tail).__name__}")
-    if redactions is not None and not isinstance(redactions, Mapping):
+    if redactions is None or (isinstance(redactions, Mapping) and not redactions):
+        checked = _NO_REDACTIONS
+    elif isinstance(redactions, Mapping):
+        checked = check_redactions(redactions, len(messages), session_id)
+    else:
         raise TypeError(f"redactions must be a mapping or None, got {type(redactions).__name__}")
+    return CommitRequest(session_id, messages, agent_state, rewritten, expected_tail, checked)
+
+
+def check_redactions(
+    redactions: Mapping[Any, Message], count: int, session_id: str
+) -> tuple[tuple[int, Message], ...]:
+    """The ``(index, replacement)`` pairs of ``redactions``, sorted, for ``count`` messages.
+
+    Raises:
+        ValueError: a key that is not an int (a bool is refused: ``True`` is no
+            message index) or names no message of the ``count`` committed.
+    """
+    for index in redactions:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+            raise ValueError(
+                f"redaction index {index!r} names no message of session {session_id!r} "
+                f"(it holds {count} after this commit)"
+            )
+    return tuple(sorted(redactions.items()))
+
+
+class CommitPlan(NamedTuple):
+    """What a commit writes, as :func:`plan_commit` decided it.
+
+    Attributes:
+        start: index of the first message to write (``0`` for a rewrite); the
+            messages from there on are new.
+        compare_last: the commit must extend the stored history; the store passes
+            its last stored message to :func:`check_extends` before writing.
+    """
+
+    start: int
+    compare_last: bool
+
+
+def plan_commit(request: CommitRequest, stored: int, stored_tail: str) -> CommitPlan:
+    """Decide a commit against the stored history: conflict, or what is new (SPEC §7).
+
+    ``stored`` is the number of messages stored, ``stored_tail`` the token the
+    store reports as the session's tail.
+
+    Raises:
+        SessionConflictError: ``expected_tail`` is not ``stored_tail``, or the
+            history is shorter than the stored one without ``rewritten``.
+    """
+    session_id = request.session_id
+    expected_tail = request.expected_tail
+    if expected_tail is not None and expected_tail != stored_tail:
+        raise SessionConflictError(
+            f"session {session_id!r} changed since this writer last saw it "
+            "(another writer committed); reopen the session to continue",
+            details={"expected_tail": expected_tail, "stored_tail": stored_tail},
+        )
+    if request.rewritten:
+        return CommitPlan(0, False)
+    if len(request.messages) < stored:
+        raise SessionConflictError(
+            f"session {session_id!r} holds {stored} messages but the commit has "
+            f"{len(request.messages)}; a shorter history needs rewritten=True"
+        )
+    return CommitPlan(stored, expected_tail is None and stored > 0)
+
+
+def writes_anything(request: CommitRequest, plan: CommitPlan) -> bool:
+    """Whether the commit changes the session (else it returns the stored tail)."""
+    return bool(
+        request.rewritten
+        or plan.start < len(request.messages)
+        or request.redactions
+        or request.agent_state is not None
+    )
 
 
 def check_extends(
@@ -289,22 +415,43 @@ def check_extends(
         )
 
 
-def encode_redactions(
-    redactions: Mapping[int, Message] | None, count: int, session_id: str
-) -> dict[int, str]:
-    """Stored texts of ``redactions``, keyed by index, checked against ``count`` messages.
+def encode_redactions(redactions: Iterable[tuple[int, Message]]) -> dict[int, str]:
+    """Stored texts of checked redactions (:attr:`CommitRequest.redactions`), by index.
 
     Raises:
-        ValueError: an index that names no message, or a replacement that cannot be
-            stored.
+        ValueError: a replacement that cannot be stored.
         TypeError: a replacement that is not a message.
     """
-    texts: dict[int, str] = {}
-    for index, replacement in (redactions or {}).items():
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
-            raise ValueError(
-                f"redaction index {index!r} names no message of session {session_id!r} "
-                f"(it holds {count} after this commit)"
-            )
-        texts[index] = encode_message(replacement, f"redactions[{index}]")
-    return texts
+    return {
+        index: encode_message(replacement, f"redactions[{index}]")
+        for index, replacement in redactions
+    }
+
+
+# ---------------------------------------------------------------- retention
+
+
+def check_max_checkpoints(max_checkpoints: Any) -> int | None:
+    """``max_checkpoints`` checked: ``None`` (keep all) or an int >= 1.
+
+    Raises:
+        ValueError: anything else (a bool is refused).
+    """
+    if max_checkpoints is not None and (
+        isinstance(max_checkpoints, bool)
+        or not isinstance(max_checkpoints, int)
+        or max_checkpoints < 1
+    ):
+        raise ValueError(f"max_checkpoints must be None or an int >= 1, got {max_checkpoints!r}")
+    return max_checkpoints
+
+
+def evicted_checkpoints(ids: Sequence[str], max_checkpoints: int | None) -> list[str]:
+    """The checkpoint ids retention evicts: past ``max_checkpoints``, the oldest.
+
+    ``ids`` are one session's checkpoint ids; ids are ULIDs, so sorted order is age
+    order whatever the trigger. ``None`` keeps everything.
+    """
+    if max_checkpoints is None or len(ids) <= max_checkpoints:
+        return []
+    return sorted(ids)[: len(ids) - max_checkpoints]

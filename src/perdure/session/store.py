@@ -24,6 +24,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from perdure.session.rules import CommitRequest, commit_request
 from perdure.types import Message
 
 
@@ -178,6 +179,43 @@ class SessionStore(Protocol):
             SessionLockedError: another writer holds it; never waits.
         """
         ...
+
+
+class StoreBase:
+    """What perdure's stores share: ``commit``'s arguments checked once, by the rules.
+
+    ``commit`` checks its arguments with :func:`~perdure.session.rules.commit_request`
+    (the same ``TypeError``/``ValueError`` in every store) and hands them to
+    :meth:`_apply_commit`, which a store implements: it plans the commit against
+    what it stores (:func:`~perdure.session.rules.plan_commit`) and moves the bytes.
+    """
+
+    async def commit(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        agent_state: Mapping[str, Any] | None = None,
+        rewritten: bool = False,
+        expected_tail: str | None = None,
+        redactions: Mapping[int, Message] | None = None,
+    ) -> CommitResult:
+        """Persist the history ``messages``, as :meth:`SessionStore.commit` says.
+
+        Raises:
+            TypeError, ValueError: a malformed argument or message, one that cannot
+                be stored, or a redaction index that names no message.
+            SessionNotFoundError, SessionConflictError, SessionLockedError: as
+                :meth:`SessionStore.commit` says.
+        """
+        request = commit_request(
+            session_id, messages, agent_state, rewritten, expected_tail, redactions
+        )
+        return await self._apply_commit(request)
+
+    async def _apply_commit(self, request: CommitRequest) -> CommitResult:
+        """Store a checked commit (see :meth:`commit`)."""
+        raise NotImplementedError
 
 
 @runtime_checkable

@@ -21,32 +21,17 @@ nothing blocks on I/O). Writer locks exclude holders inside this process only.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from threading import Lock
-from typing import Any
 
 from perdure.checkpoints.store import MemoryCheckpointStore
 from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
+from perdure.session import rules
 from perdure.session._locks import LockTable
 from perdure.session.ids import validate_session_id
-from perdure.session.paging import check_page_args, page_bounds, page_read_range
-from perdure.session.rules import (
-    DecodeError,
-    check_commit_args,
-    check_extends,
-    check_list_args,
-    check_offset,
-    decode_message,
-    decode_state,
-    encode_message,
-    encode_redactions,
-    encode_state,
-    new_tail,
-    utc_now,
-)
-from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
+from perdure.session.paging import check_page_args, page_of, page_read_range
+from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
 from perdure.types import Message
 
 __all__ = ["MemorySessionStore"]
@@ -66,7 +51,7 @@ class _Entry:
         return SessionMeta(session_id, self.created_at, self.updated_at, len(self.bodies))
 
 
-class MemorySessionStore:
+class MemorySessionStore(StoreBase):
     """Sessions in memory with the semantics of the persistent stores (see the module).
 
     Args:
@@ -99,8 +84,8 @@ class MemorySessionStore:
             with self._locks.for_write(session_id), self._guard:
                 entry = self._sessions.get(session_id)
                 if entry is None:
-                    now = utc_now()
-                    entry = self._sessions[session_id] = _Entry(now, now, new_tail(0))
+                    now = rules.utc_now()
+                    entry = self._sessions[session_id] = _Entry(now, now, rules.new_tail(0))
                     # Leftovers put before the session existed do not belong to it.
                     self.checkpoints.drop_session(session_id)
                     return entry.meta(session_id)
@@ -115,8 +100,7 @@ class MemorySessionStore:
         Raises:
             SessionNotFoundError: no such session.
         """
-        validate_session_id(session_id)
-        check_offset(offset)
+        rules.check_get_args(session_id, offset)
         with self._guard:
             entry = self._entry(session_id)
             start = min(offset, len(entry.bodies))
@@ -128,7 +112,7 @@ class MemorySessionStore:
             meta=meta,
             messages=[self._decode(session_id, start + i, text) for i, text in enumerate(texts)],
             offset=start,
-            agent_state=decode_state(state),
+            agent_state=rules.decode_state(state),
             tail=tail,
         )
 
@@ -140,72 +124,45 @@ class MemorySessionStore:
         Raises:
             ValueError: a bad ``limit`` or ``after``.
         """
-        check_list_args(limit, after)
+        rules.check_list_args(limit, after)
         with self._guard:
             ids = sorted(i for i in self._sessions if after is None or i > after)
             ids = ids if limit is None else ids[:limit]
             return [self._sessions[i].meta(i) for i in ids]
 
-    async def commit(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        agent_state: Mapping[str, Any] | None = None,
-        rewritten: bool = False,
-        expected_tail: str | None = None,
-        redactions: Mapping[int, Message] | None = None,
-    ) -> CommitResult:
-        """Store the whole history ``messages``: append what is new, or rewrite it.
+    async def _apply_commit(self, request: rules.CommitRequest) -> CommitResult:
+        """Store a checked commit, planned by the rules; applied entirely or not at all.
 
-        Same semantics as :meth:`SQLiteSessionStore.commit
-        <perdure.stores.sqlite.SQLiteSessionStore.commit>`; applied entirely
-        or not at all.
-
-        Raises:
-            SessionNotFoundError: no such session.
-            SessionConflictError: ``expected_tail`` is not the stored tail, the
-                history is shorter than the stored one without ``rewritten``, or,
-                without ``expected_tail``, it diverges from the stored one
-                (:func:`~perdure.session.rules.check_extends`).
-            SessionLockedError: another writer holds the session's lock.
-            TypeError, ValueError: a malformed argument or message, one that cannot
-                be stored as JSON, or a redaction index that names no message.
+        Everything is encoded before anything changes, so a commit that fails leaves
+        the session as it was (as one SQLite transaction would).
         """
-        validate_session_id(session_id)
-        check_commit_args(messages, agent_state, rewritten, expected_tail, redactions)
-        state_text = None if agent_state is None else encode_state(agent_state)
-        redaction_texts = encode_redactions(redactions, len(messages), session_id)
+        session_id, messages, agent_state = (
+            request.session_id,
+            request.messages,
+            request.agent_state,
+        )
+        state_text = None if agent_state is None else rules.encode_state(agent_state)
+        redaction_texts = rules.encode_redactions(request.redactions)
         with self._locks.for_write(session_id), self._guard:
             entry = self._entry(session_id)
-            if expected_tail is not None and expected_tail != entry.tail:
-                raise SessionConflictError(
-                    f"session {session_id!r} changed since this writer last saw it "
-                    "(another writer committed); reopen the session to continue",
-                    details={"expected_tail": expected_tail, "stored_tail": entry.tail},
-                )
             stored = len(entry.bodies)
-            if not rewritten and len(messages) < stored:
-                raise SessionConflictError(
-                    f"session {session_id!r} holds {stored} messages but the commit has "
-                    f"{len(messages)}; a shorter history needs rewritten=True"
-                )
-            if expected_tail is None and not rewritten and stored:
+            plan = rules.plan_commit(request, stored, entry.tail)
+            if plan.compare_last:
                 last = [entry.bodies[stored - 1], entry.redacted.get(stored - 1)]
-                check_extends(
+                rules.check_extends(
                     session_id,
                     messages,
                     stored,
                     [self._decode(session_id, stored - 1, t) for t in last if t is not None],
                 )
-            start = 0 if rewritten else stored
             new = [
-                encode_message(messages[i], f"messages[{i}]") for i in range(start, len(messages))
+                rules.encode_message(messages[i], f"messages[{i}]")
+                for i in range(plan.start, len(messages))
             ]
-            if not (rewritten or new or redaction_texts or state_text is not None):
+            if not rules.writes_anything(request, plan):
                 return CommitResult(entry.tail, stored)
             # Everything is encoded: from here on nothing can fail half-way.
-            if rewritten:
+            if request.rewritten:
                 entry.bodies = new
                 entry.redacted = {}
             else:
@@ -214,8 +171,8 @@ class MemorySessionStore:
             if state_text is not None:
                 entry.state = state_text
             entry.writes += 1
-            entry.tail = new_tail(entry.writes)
-            entry.updated_at = utc_now()
+            entry.tail = rules.new_tail(entry.writes)
+            entry.updated_at = rules.utc_now()
             return CommitResult(entry.tail, len(entry.bodies))
 
     async def delete(self, session_id: str) -> None:
@@ -252,8 +209,7 @@ class MemorySessionStore:
             lo, hi = page_read_range(total, offset, limit)
             texts = [entry.redacted.get(i, entry.bodies[i]) for i in range(lo, hi)]
         window = [self._decode(session_id, lo + i, text) for i, text in enumerate(texts)]
-        start, end = page_bounds(total, offset, limit, lambda i: window[i - lo])
-        return HistoryPage(window[start - lo : end - lo], start, end, total)
+        return page_of(total, offset, limit, lo, window)
 
     def _entry(self, session_id: str) -> _Entry:
         entry = self._sessions.get(session_id)
@@ -264,8 +220,8 @@ class MemorySessionStore:
     @staticmethod
     def _decode(session_id: str, index: int, text: str) -> Message:
         try:
-            return decode_message(text)
-        except DecodeError as exc:  # only a bug could store such text; say so loudly
+            return rules.decode_message(text)
+        except rules.DecodeError as exc:  # only a bug could store such text; say so loudly
             raise SessionCorruptedError(
                 f"session {session_id!r}: message {index}: {exc}",
                 details={"session_id": session_id, "kind": "bad_payload", "row": index},

@@ -97,7 +97,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -110,7 +110,6 @@ from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     check_checkpoint_id,
-    check_max_checkpoints,
 )
 from perdure.errors import (
     CheckpointNotFoundError,
@@ -121,26 +120,29 @@ from perdure.errors import (
 )
 from perdure.session._locks import LockTable
 from perdure.session.ids import validate_session_id
-from perdure.session.paging import check_page_args, page_bounds, page_read_range
+from perdure.session.paging import check_page_args, page_of, page_read_range
 from perdure.session.rules import (
     ZERO_HASH,
+    CommitRequest,
     DecodeError,
     blob_hash,
     chain_hash,
-    check_commit_args,
     check_extends,
+    check_get_args,
     check_list_args,
-    check_offset,
+    check_max_checkpoints,
     decode_message,
     decode_state,
     encode_message,
     encode_redactions,
     encode_state,
+    evicted_checkpoints,
     new_tail,
+    plan_commit,
     text_hash,
     utc_now,
 )
-from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
+from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
 from perdure.stores.file.store import SessionRecoveryReport
 from perdure.types import Message
 
@@ -268,13 +270,10 @@ class _Head(NamedTuple):
 
 
 class _Commit(NamedTuple):
-    """A commit's arguments, checked and encoded (states and redactions as text)."""
+    """A checked commit with its state and redactions encoded (as text)."""
 
-    session_id: str
-    messages: Sequence[Message]
+    request: CommitRequest
     state_text: str | None
-    rewritten: bool
-    expected_tail: str | None
     redaction_texts: dict[int, str]
 
 
@@ -442,7 +441,7 @@ class _RepairPlan:
         return "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass")
 
 
-class SQLiteSessionStore:
+class SQLiteSessionStore(StoreBase):
     """Sessions in one SQLite database file (see the module docstring).
 
     Args:
@@ -533,8 +532,7 @@ class SQLiteSessionStore:
             SessionNotFoundError: no such session.
             SessionCorruptedError: a row read is damaged (the error names it).
         """
-        validate_session_id(session_id)
-        check_offset(offset)
+        check_get_args(session_id, offset)
         return await asyncio.to_thread(self._get, session_id, offset)
 
     async def list(
@@ -549,47 +547,23 @@ class SQLiteSessionStore:
         check_list_args(limit, after)
         return await asyncio.to_thread(self._list, limit, after)
 
-    async def commit(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        agent_state: Mapping[str, Any] | None = None,
-        rewritten: bool = False,
-        expected_tail: str | None = None,
-        redactions: Mapping[int, Message] | None = None,
-    ) -> CommitResult:
-        """Persist the whole history ``messages``: append what is new, or rewrite it.
+    async def _apply_commit(self, request: CommitRequest) -> CommitResult:
+        """Persist a checked commit: append what is new, or rewrite the history.
 
-        Appends ``messages[message_count:]``. The stored prefix is not compared;
-        without ``expected_tail`` the last stored message must equal
-        ``messages[message_count - 1]`` (:func:`~perdure.session.rules.check_extends`:
-        a writer that diverged gets ``SessionConflictError``). With ``rewritten=True``
-        replaces the whole history (and drops its redactions). ``agent_state``
-        replaces the stored state; ``redactions`` maps indexes to replacements that
-        reads return from now on (the originals stay in the database). All of it is
-        one transaction: after return it is stored (durably with
+        The rules plan it (:func:`~perdure.session.rules.plan_commit`): the stored
+        prefix is not compared; without ``expected_tail`` the last stored message
+        must equal ``messages[message_count - 1]``. A rewrite replaces the whole
+        history (and drops its redactions); ``agent_state`` replaces the stored
+        state; redactions are kept beside the originals. All of it is one
+        transaction: after return it is stored (durably with
         ``durability="commit"``); after a crash or an error it is stored entirely or
-        not at all. The tail token changes when
-        anything was written; a commit with nothing to write returns the current one.
-
-        Raises:
-            SessionNotFoundError: no such session.
-            SessionConflictError: ``expected_tail`` is not the stored tail, the
-                history is shorter than the stored one without ``rewritten``, or,
-                without ``expected_tail``, it diverges from the stored one.
-            SessionLockedError: another writer holds the session's lock.
-            TypeError, ValueError: a malformed argument or message, one that cannot
-                be stored as JSON, or a redaction index that names no message.
+        not at all. The tail token changes when anything was written; a commit with
+        nothing to write returns the current one.
         """
-        validate_session_id(session_id)
-        check_commit_args(messages, agent_state, rewritten, expected_tail, redactions)
+        agent_state = request.agent_state
         state_text = None if agent_state is None else encode_state(agent_state)
-        redaction_texts = encode_redactions(redactions, len(messages), session_id)
-        commit = _Commit(
-            session_id, messages, state_text, rewritten, expected_tail, redaction_texts
-        )
-        if self.durability == "none" and not rewritten:
+        commit = _Commit(request, state_text, encode_redactions(request.redactions))
+        if self.durability == "none" and not request.rewritten:
             done = self._append_here(commit)
             if done is not None:
                 return done
@@ -1037,8 +1011,7 @@ class SQLiteSessionStore:
             prev = self._prev_hash(conn, session_id, head, lo)
             rows = conn.execute(_SELECT_ROWS, (head.base + lo, head.base + hi)).fetchall()
         window = self._verify(session_id, head, rows, lo, prev, hi)
-        start, end = page_bounds(head.total, offset, limit, lambda i: window[i - lo])
-        return HistoryPage(window[start - lo : end - lo], start, end, head.total)
+        return page_of(head.total, offset, limit, lo, window)
 
     def _list(self, limit: int | None, after: str | None) -> builtins.list[SessionMeta]:
         bounds = ("" if after is None else after, -1 if limit is None else limit)
@@ -1107,7 +1080,7 @@ class SQLiteSessionStore:
         return self._checked_head(session_id, existing).meta(session_id)
 
     def _commit(self, commit: _Commit) -> CommitResult:
-        session_id = commit.session_id
+        session_id = commit.request.session_id
         with self._locks.for_write(session_id), self._use(self._writer) as conn:
             remembered = self._heads.pop(session_id, None)  # kept again once committed
             with self._write_transaction(conn):
@@ -1138,7 +1111,7 @@ class SQLiteSessionStore:
                 or self._wal_backlog >= _BACKLOG_FOLDS * self._fold_pages
             ):
                 return None
-            session_id = commit.session_id
+            session_id = commit.request.session_id
             with self._locks.for_write(session_id):
                 try:
                     if not self._begin_write(conn, wait=False):
@@ -1268,23 +1241,14 @@ class SQLiteSessionStore:
         row this store last wrote, used instead of reading it when it was written
         under the writer-lock hold still in force.
         """
-        session_id, messages, state_text, rewritten, expected_tail, redaction_texts = commit
+        request, state_text, redaction_texts = commit
+        session_id, messages, rewritten = request.session_id, request.messages, request.rewritten
         if remembered is not None and remembered[0] == self._locks.hold_id(session_id):
             head = remembered[1]
         else:
             head = self._head(conn, session_id)
-        if expected_tail is not None and expected_tail != head.tail:
-            raise SessionConflictError(
-                f"session {session_id!r} changed since this writer last saw it "
-                "(another writer committed); reopen the session to continue",
-                details={"expected_tail": expected_tail, "stored_tail": head.tail},
-            )
-        if not rewritten and len(messages) < head.total:
-            raise SessionConflictError(
-                f"session {session_id!r} holds {head.total} messages but the commit has "
-                f"{len(messages)}; a shorter history needs rewritten=True"
-            )
-        if expected_tail is None and not rewritten and head.total:
+        plan = plan_commit(request, head.total, head.tail)
+        if plan.compare_last:
             stored_last = self._last_stored(conn, session_id, head)
             check_extends(session_id, messages, head.total, stored_last)
         wrote = False
@@ -1294,16 +1258,14 @@ class SQLiteSessionStore:
                 "DELETE FROM perdure_messages WHERE key >= ? AND key < ?",
                 (head.base, head.base + _KEY_SPAN),
             )
-        if rewritten or len(messages) > head.total:
+        if rewritten or len(messages) > plan.start:
             chain = _Chain(head.base, ZERO_HASH if rewritten else head.head)
             try:
-                if len(messages) == head.total + 1 and not rewritten:
+                if len(messages) == plan.start + 1 and not rewritten:
                     # One row (a turn's append): no generator, no executemany set-up.
-                    conn.execute(_INSERT_ROW, chain.row(messages, head.total))
+                    conn.execute(_INSERT_ROW, chain.row(messages, plan.start))
                 else:
-                    conn.executemany(
-                        _INSERT_ROW, chain.rows(messages, 0 if rewritten else head.total)
-                    )
+                    conn.executemany(_INSERT_ROW, chain.rows(messages, plan.start))
             except sqlite3.IntegrityError:
                 # A row already stands where the session's recorded count says the
                 # next one goes: the count is damaged, not perdure's SQL.
@@ -1402,12 +1364,20 @@ class SQLiteSessionStore:
                 ),
             )
             if self.max_checkpoints is not None:
-                # Evict the (max+1)-th newest and everything older.
-                conn.execute(
-                    "DELETE FROM perdure_checkpoints WHERE session_id = ? AND checkpoint_id <= "
-                    "(SELECT checkpoint_id FROM perdure_checkpoints WHERE session_id = ? "
-                    "ORDER BY checkpoint_id DESC LIMIT 1 OFFSET ?)",
-                    (meta.session_id, meta.session_id, self.max_checkpoints),
+                ids = [
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT checkpoint_id FROM perdure_checkpoints "
+                        "WHERE session_id = ? AND typeof(checkpoint_id) = 'text'",
+                        (meta.session_id,),
+                    )
+                ]
+                conn.executemany(
+                    "DELETE FROM perdure_checkpoints WHERE session_id = ? AND checkpoint_id = ?",
+                    [
+                        (meta.session_id, stale)
+                        for stale in evicted_checkpoints(ids, self.max_checkpoints)
+                    ],
                 )
 
     def _checkpoint_get(self, session_id: str, checkpoint_id: str) -> CheckpointRecord:

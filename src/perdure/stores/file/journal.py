@@ -27,10 +27,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from perdure.session.rules import HASH_LEN as HASH_LEN
+from perdure.session.rules import ZERO_HASH
+from perdure.session.rules import chain_hash as chain_hash
 from perdure.types.json import compact_json_bytes
 
-GENESIS = "0" * 32
-HASH_LEN = 32
+GENESIS = ZERO_HASH
+"""The hash the first record of a session chains to."""
 _PREFIX = b'{"h":"'
 # One encoder for every record: json.dumps with options builds a new one per call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -72,11 +75,6 @@ class JournalDamage(Exception):
         self.offset = offset
         self.seq = seq
         self.detail = detail
-
-
-def chain_hash(prev_hash: str, body_json: bytes) -> str:
-    """The hash of a record whose compact JSON body (starting with ``{``) is ``body_json``."""
-    return hashlib.sha256(prev_hash.encode("ascii") + body_json).hexdigest()[:HASH_LEN]
 
 
 def encode_record(prev_hash: str, body: dict[str, Any]) -> tuple[bytes, str]:
@@ -199,8 +197,7 @@ def _verify_line(line: bytes, prev: str, offset: int) -> str:
     if line[:6] != _PREFIX or line[BODY_AT - 2 : BODY_AT] != b'",' or len(line) <= BODY_AT:
         raise JournalDamage("bad_line", offset, None, "not a journal record")
     stored = line[6 : 6 + HASH_LEN].decode("ascii", "replace")
-    digest = hashlib.sha256(prev.encode("ascii") + b"{" + line[BODY_AT:]).hexdigest()
-    if digest[:HASH_LEN] != stored:
+    if chain_hash(prev, b"{" + line[BODY_AT:]) != stored:
         raise JournalDamage(
             "bad_hash", offset, None, "record hash does not match its bytes and chain"
         )

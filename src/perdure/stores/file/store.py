@@ -89,7 +89,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,17 +113,50 @@ from perdure.session.attachments import (
     is_valid_digest,
 )
 from perdure.session.ids import validate_session_id
-from perdure.session.paging import check_page_args, page_bounds, page_read_range
+from perdure.session.paging import check_page_args, page_of, page_read_range
 from perdure.session.rules import (
-    check_commit_args,
+    CommitPlan,
+    CommitRequest,
     check_extends,
+    check_get_args,
     check_list_args,
+    check_max_checkpoints,
     looks_like_message,
+    plan_commit,
     utc_now,
 )
-from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord
+from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
 from perdure.stores.file import journal
 from perdure.stores.file.journal import GENESIS, End, JournalDamage, Record
+from perdure.stores.file.layout import (
+    ATTACHMENTS,
+    HEAD,
+    JOURNAL,
+    MANIFEST,
+    META,
+    REWRITE,
+    REWRITE_TMP,
+    SEGMENTS,
+    TRASH,
+    check_meta,
+    head_ends,
+    meta_bytes,
+)
+from perdure.stores.file.leftovers import (
+    LEGACY_TRASH,
+    create_leftovers,
+    invalid_id,
+    is_provisional_orphan,
+    is_renamed_session,
+    is_session_name,
+    temp_files,
+)
+from perdure.stores.file.leftovers import (
+    StoreLeftovers as StoreLeftovers,
+)
+from perdure.stores.file.quarantine import SessionRecoveryReport as SessionRecoveryReport
+from perdure.stores.file.quarantine import triage
+from perdure.stores.file.tail import Encoded, Tail, encode_records, end_of, last_line, read_tail
 from perdure.types import (
     Message,
     decode_bytes_values,
@@ -135,23 +168,10 @@ from perdure.types import (
 Durability = Literal["commit", "invocation", "none"]
 Recovery = Literal["strict", "quarantine"]
 
-_META = "meta.json"
-_HEAD = "head"  # where the journal ends, kept outside it (see journal.encode_head_slot)
-_JOURNAL = "journal.jsonl"
-_MANIFEST = "manifest.json"
-_REWRITE = "rewrite.jsonl"
-_REWRITE_TMP = "rewrite.jsonl.tmp"
-_SEGMENTS = "segments"
-_ATTACHMENTS = "attachments"
-_TRASH = ".trash"  # under the store root: deleted sessions on their way out
 # How a journal line names an attachment (compact JSON): text that merely contains
 # these words has its quotes escaped and never matches.
 _ATTACHMENT_REF = re.compile(b'"' + ATTACHMENT_MARKER.encode() + b'":"([0-9a-f]{64})"')
 _MANIFEST_FORMAT = "perdure-manifest/1"
-_META_FORMAT = "perdure-session/1"
-_META_FIELDS = frozenset({"format", "session_id", "created_at", "head"})
-_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z")
-_TAIL_READ = 8 * 1024
 _MIN_WINDOW = 8 * 1024
 _INLINE_MAX = 256 * 1024  # bytes an append may copy into the page cache on the loop
 # A lock-free read that a concurrent seal or rewrite disturbed is retried this many
@@ -173,44 +193,6 @@ class Segmentation:
     def __post_init__(self) -> None:
         if self.max_bytes < 1 or self.max_records < 1:
             raise ValueError("segmentation max_bytes and max_records must be >= 1")
-
-
-@dataclass(frozen=True)
-class StoreLeftovers:
-    """What killed writers left in a file store (see ``collect_leftovers``)."""
-
-    temp_files: tuple[str, ...]
-    """Paths of temp files of interrupted writes."""
-    orphans: tuple[str, ...]
-    """Ids of provisional sessions whose history never came (a fork killed halfway)."""
-    locked: tuple[str, ...]
-    """Ids of sessions with leftovers, left alone because a writer holds them."""
-
-
-@dataclass(frozen=True)
-class SessionRecoveryReport:
-    """What quarantine recovery found in a session: counts and positions, no content.
-
-    Line numbers count from 1 across the session's files in order (sealed segments
-    first, then the active journal), as they were before the repair.
-    """
-
-    session_id: str
-    quarantined: int
-    positions: tuple[int, ...]
-    """Line numbers of the moved records."""
-    kinds: tuple[str, ...]
-    """Why each was moved: ``bad_line`` (no record), ``bad_hash`` (its bytes were
-    altered) or ``unverifiable`` (it follows missing records and nothing after it
-    vouches for it)."""
-    quarantine_path: str | None
-    """The file the records were moved to; ``None`` when none was moved."""
-    gaps: tuple[tuple[int, int], ...] = ()
-    """``(line, count)``: ``count`` records were missing from the files just before
-    that line (lines deleted by hand, say), as the line's sequence number and the
-    record after it prove (at the end of a file, as its number alone says; that line
-    is then moved as ``unverifiable``). Nothing can bring them back; the records
-    around the gap are kept and chained anew."""
 
 
 @dataclass
@@ -261,22 +243,7 @@ class _Share:
         return min(size, size * self.wanted * 5 // (self.messages * 4) + _MIN_WINDOW)
 
 
-@dataclass
-class _Tail:
-    """Cached end of a session's active journal (valid while inode and size match)."""
-
-    ino: int
-    size: int
-    hash: str
-    next_seq: int
-    count: int
-    records: int
-    """Records in the active journal."""
-    last: tuple[Any, ...] = ()
-    """The last message as this store wrote it (and redacted it), stored form; () unknown."""
-
-
-class FileSessionStore:
+class FileSessionStore(StoreBase):
     """Sessions stored as hash-chained journals under ``dir`` (see the module docstring).
 
     Args:
@@ -321,14 +288,7 @@ class FileSessionStore:
             raise TypeError(
                 f"segmentation must be a Segmentation, None or False, got {segmentation!r}"
             )
-        if max_checkpoints is not None and (
-            isinstance(max_checkpoints, bool)
-            or not isinstance(max_checkpoints, int)
-            or max_checkpoints < 1
-        ):
-            raise ValueError(
-                f"max_checkpoints must be None or an int >= 1, got {max_checkpoints!r}"
-            )
+        check_max_checkpoints(max_checkpoints)
         if (
             isinstance(attachment_threshold, bool)
             or not isinstance(attachment_threshold, int)
@@ -356,7 +316,7 @@ class FileSessionStore:
         """Checkpoints beside each session (``<session dir>/checkpoints/``), deleted with it."""
         self.attachment_threshold = attachment_threshold
         self._locks = LockTable(self.root / ".locks")
-        self._tails: dict[str, _Tail] = {}
+        self._tails: dict[str, Tail] = {}
         # The writer-lock hold (LockTable.hold_id) under which each cached tail was
         # last written or checked: while it lasts nobody else can change the journal.
         self._tail_holds: dict[str, int | None] = {}
@@ -365,7 +325,7 @@ class FileSessionStore:
         self._paths: dict[str, tuple[str, str, str]] = {}
         # The newest tail known durable (fsynced, or written under durability="none")
         # in a turn that holds the writer lock: its head is written when the turn ends.
-        self._durable: dict[str, _Tail] = {}
+        self._durable: dict[str, Tail] = {}
         self._writer = StoreThread("perdure-file-store")
         # Held while the journal cache (_tails, _fds) or a session's files change.
         self._guard = threading.RLock()
@@ -389,8 +349,7 @@ class FileSessionStore:
         hash its manifest records). Damage in what is not read is not seen here;
         :func:`~perdure.session.verify_store` reads everything.
         """
-        validate_session_id(session_id)
-        check_page_args(offset, 0)
+        check_get_args(session_id, offset)
         return await asyncio.to_thread(self._get, session_id, offset)
 
     async def list(
@@ -404,26 +363,14 @@ class FileSessionStore:
         check_list_args(limit, after)
         return await asyncio.to_thread(self._list, limit, after)
 
-    async def commit(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        agent_state: Mapping[str, Any] | None = None,
-        rewritten: bool = False,
-        expected_tail: str | None = None,
-        redactions: Mapping[int, Message] | None = None,
-    ) -> CommitResult:
+    async def _apply_commit(self, request: CommitRequest) -> CommitResult:
         """Append what is new (or rewrite everything). See :class:`SessionStore`."""
-        validate_session_id(session_id)
-        check_commit_args(messages, agent_state, rewritten, expected_tail, redactions)
         loop = asyncio.get_running_loop()
-        if not rewritten:
-            inline = self._append_inline(
-                session_id, messages, agent_state, expected_tail, redactions
-            )
+        if not request.rewritten:
+            inline = self._append_inline(request)
             if inline is not None:
                 result, synced, seal_due, written = inline
+                session_id = request.session_id
                 if synced is not None:
                     try:
                         await synced
@@ -438,18 +385,7 @@ class FileSessionStore:
                         self._write_executor(), self._seal_if_due, session_id
                     )
                 return result
-        return await loop.run_in_executor(
-            self._write_executor(),
-            functools.partial(
-                self._commit,
-                session_id,
-                messages,
-                agent_state,
-                rewritten,
-                expected_tail,
-                redactions,
-            ),
-        )
+        return await loop.run_in_executor(self._write_executor(), self._commit, request)
 
     async def delete(self, session_id: str) -> None:
         """Delete the session directory (idempotent; refuses while another writer holds it)."""
@@ -492,7 +428,7 @@ class FileSessionStore:
         tail = self._durable.pop(session_id, None)
         if tail is None:
             return
-        fd = self._write_head_slot(self.session_dir(session_id), [_end_of(tail)])
+        fd = self._write_head_slot(self.session_dir(session_id), [end_of(tail)])
         if fd is None:
             return
         try:
@@ -527,12 +463,12 @@ class FileSessionStore:
         # provisional session nobody holds is what a killed operation left (gc).
         provisional = self._locks.is_held(session_id)
         with self._guard, self._locks.for_write(session_id):
-            if (sdir / _META).exists():
+            if (sdir / META).exists():
                 if exist_ok:
                     return self._meta(session_id)
                 raise SessionConflictError(f"session {session_id!r} already exists")
             if sdir.exists():
-                if not _create_leftovers(sdir):
+                if not create_leftovers(sdir):
                     raise self._meta_missing(session_id, sdir)
                 # What an interrupted create of ours left (no meta.json: it was never
                 # created, nothing of it was acknowledged): start clean.
@@ -551,7 +487,7 @@ class FileSessionStore:
                 genesis["provisional"] = 1
             line, first = journal.encode_record(GENESIS, genesis)
             durable = self.durability != "none"
-            atomic_write(sdir / _JOURNAL, line, durable=durable)
+            atomic_write(sdir / JOURNAL, line, durable=durable)
             fd = self._write_head_slot(sdir, [(0, first, 0)])
             if fd is not None:
                 try:
@@ -562,7 +498,7 @@ class FileSessionStore:
             if durable:  # the head's entry before meta.json's, which says it exists
                 fsync_dir(sdir)
             # meta.json last: it makes the session exist.
-            atomic_write(sdir / _META, _meta_bytes(session_id, created), durable=durable)
+            atomic_write(sdir / META, meta_bytes(session_id, created), durable=durable)
             if durable:
                 fsync_dir(sdir.parent)
             self._forget(session_id)
@@ -577,8 +513,8 @@ class FileSessionStore:
         ids = sorted(
             p.name
             for p in base.iterdir()
-            if (_is_session_name(p.name) or _is_renamed_session(p))
-            and ((p / _META).is_file() or (p.is_dir() and not _create_leftovers(p)))
+            if (is_session_name(p.name) or is_renamed_session(p))
+            and ((p / META).is_file() or (p.is_dir() and not create_leftovers(p)))
         )
         if after is not None:
             ids = [i for i in ids if i > after]
@@ -586,10 +522,10 @@ class FileSessionStore:
             ids = ids[:limit]
         metas: builtins.list[SessionMeta] = []
         for sid in ids:
-            if not _is_session_name(sid):
+            if not is_session_name(sid):
                 # Stored by a version that allowed this id: listed, never hidden,
                 # though no read can name it until its directory is renamed.
-                metas.append(SessionMeta(sid, "", "", 0, damaged=_invalid_id(sid)))
+                metas.append(SessionMeta(sid, "", "", 0, damaged=invalid_id(sid)))
                 continue
             try:
                 metas.append(self._meta(sid))
@@ -624,16 +560,16 @@ class FileSessionStore:
                 directory that holds data.
         """
         try:
-            raw = (sdir / _META).read_bytes()
+            raw = (sdir / META).read_bytes()
         except FileNotFoundError:
-            if sdir.is_dir() and not _create_leftovers(sdir):
+            if sdir.is_dir() and not create_leftovers(sdir):
                 raise self._meta_missing(session_id, sdir) from None
             raise SessionNotFoundError(f"session {session_id!r} not found in {self.root}") from None
         try:
-            created = _check_meta(json.loads(raw), session_id)
+            created = check_meta(json.loads(raw), session_id)
         except ValueError as exc:
             raise self._corrupted(
-                session_id, sdir / _META, "bad_payload", 0, f"meta.json is unreadable: {exc}"
+                session_id, sdir / META, "bad_payload", 0, f"meta.json is unreadable: {exc}"
             ) from None
         return created
 
@@ -645,7 +581,7 @@ class FileSessionStore:
             SessionCorruptedError: the head file is unreadable, or missing from a
                 session created with one (``meta.json`` says so).
         """
-        path = sdir / _HEAD
+        path = sdir / HEAD
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -665,7 +601,7 @@ class FileSessionStore:
 
     def _head_required(self, sdir: Path) -> bool:
         try:
-            return bool(json.loads((sdir / _META).read_bytes()).get("head"))
+            return bool(json.loads((sdir / META).read_bytes()).get("head"))
         except (OSError, ValueError, AttributeError):
             return False  # _read_meta reports a bad meta.json
 
@@ -685,7 +621,7 @@ class FileSessionStore:
             seq, _, count = missing
             raise self._corrupted(
                 session_id,
-                sdir / _JOURNAL,
+                sdir / JOURNAL,
                 "truncated",
                 0,
                 f"the journal ends at record {last_seq} but record {seq} ({count} messages) "
@@ -698,7 +634,7 @@ class FileSessionStore:
         Called under the writer lock, so no one else writes the head meanwhile.
         Returns ``None`` when the session directory is gone (deleted meanwhile).
         """
-        path = sdir / _HEAD
+        path = sdir / HEAD
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except FileNotFoundError:
@@ -753,14 +689,14 @@ class FileSessionStore:
                 self._read_all(session_id, sdir, 0)
                 return None
             except SessionCorruptedError as exc:
-                head_damage = Path(str(exc.details.get("file"))).name == _HEAD
+                head_damage = Path(str(exc.details.get("file"))).name == HEAD
                 if exc.details.get("kind") != "truncated" and not head_damage:
                     raise
-            recorded = _head_ends(sdir)
+            recorded = head_ends(sdir)
             self._read_all(session_id, sdir, 0, check_head=False)  # nothing else is wrong
             self._forget(session_id)
             tail = self._writable_tail(session_id, sdir, check_head=False)
-            self._write_head(sdir, [_end_of(tail)])
+            self._write_head(sdir, [end_of(tail)])
             self._forget(session_id)
             return (recorded[-1][2] if recorded else None), tail.count
 
@@ -791,14 +727,14 @@ class FileSessionStore:
             return StoreLeftovers((), (), ())
         for sdir in sorted(base.iterdir()):
             sid = sdir.name
-            if _LEGACY_TRASH.fullmatch(sid) and sdir.is_dir():
+            if LEGACY_TRASH.fullmatch(sid) and sdir.is_dir():
                 temps.append(str(sdir))  # a deleted session's remains: nobody writes there
                 if not dry_run:
                     shutil.rmtree(sdir, ignore_errors=True)
                 continue
-            if not _is_session_name(sid) or not sdir.is_dir():
+            if not is_session_name(sid) or not sdir.is_dir():
                 continue
-            if not _temp_files(sdir) and not _is_provisional_orphan(sdir):
+            if not temp_files(sdir) and not is_provisional_orphan(sdir):
                 continue
             try:
                 self._locks.acquire(sid)  # never reuses a hold: a turn may be running here
@@ -807,7 +743,7 @@ class FileSessionStore:
                 continue
             try:
                 with self._guard:
-                    found, orphan = _temp_files(sdir), _is_provisional_orphan(sdir)
+                    found, orphan = temp_files(sdir), is_provisional_orphan(sdir)
                     temps.extend(str(path) for path in found)
                     if orphan:
                         orphans.append(sid)
@@ -826,7 +762,7 @@ class FileSessionStore:
     def _meta_missing(self, session_id: str, sdir: Path) -> SessionCorruptedError:
         return self._corrupted(
             session_id,
-            sdir / _META,
+            sdir / META,
             "bad_payload",
             0,
             "meta.json is missing but the session directory holds data "
@@ -864,7 +800,7 @@ class FileSessionStore:
             first = volume.segment_paths[0] if volume.segment_paths else volume.journal
             if first is None or not first.exists():
                 raise self._corrupted(
-                    session_id, sdir / _JOURNAL, "bad_line", 0, "no journal to rebuild meta.json"
+                    session_id, sdir / JOURNAL, "bad_line", 0, "no journal to rebuild meta.json"
                 )
             with first.open("rb") as handle:
                 line = handle.readline()
@@ -876,8 +812,8 @@ class FileSessionStore:
                     session_id, first, "bad_payload", 0, "the first record holds no creation time"
                 )
             atomic_write(
-                sdir / _META,
-                _meta_bytes(session_id, created, head=(sdir / _HEAD).exists()),
+                sdir / META,
+                meta_bytes(session_id, created, head=(sdir / HEAD).exists()),
                 durable=self.durability != "none",
             )
             self._forget(session_id)
@@ -894,8 +830,8 @@ class FileSessionStore:
         path = volume.journal
         count, updated, last_seq, last_hash = volume.first_count, None, volume.first_seq - 1, None
         if path is not None and path.exists():
-            data = _read_tail(path)
-            line = _last_line(data, volume.prev_hash)
+            data = read_tail(path)
+            line = last_line(data, volume.prev_hash)
             if line is not None:
                 try:
                     body = journal.peek_body(line)
@@ -919,7 +855,7 @@ class FileSessionStore:
                 return
             # Out of sessions/ in one rename, so a list() never meets a half-deleted
             # directory; what a crash leaves in the trash is emptied by the next delete.
-            trash = self.root / _TRASH
+            trash = self.root / TRASH
             trash.mkdir(exist_ok=True)
             os.replace(sdir, trash / uuid.uuid4().hex)
             if self.durability != "none":
@@ -933,10 +869,10 @@ class FileSessionStore:
 
     def _volume(self, session_id: str, sdir: Path) -> _Volume:
         """Locate a session's files, honouring an unfinished rewrite or seal."""
-        if (sdir / _REWRITE).exists():
-            return _Volume([], [], sdir / _REWRITE, GENESIS, 0, 0, rewrite_pending=True)
+        if (sdir / REWRITE).exists():
+            return _Volume([], [], sdir / REWRITE, GENESIS, 0, 0, rewrite_pending=True)
         segments: builtins.list[_Segment] = []
-        manifest_path = sdir / _MANIFEST
+        manifest_path = sdir / MANIFEST
         if manifest_path.exists():
             try:
                 manifest = json.loads(manifest_path.read_bytes())
@@ -947,13 +883,13 @@ class FileSessionStore:
                 raise self._corrupted(
                     session_id, manifest_path, "bad_payload", 0, f"manifest is unreadable: {exc}"
                 ) from None
-        segment_dir = sdir / _SEGMENTS
+        segment_dir = sdir / SEGMENTS
         paths = [segment_dir / seg.file for seg in segments]
-        journal_path: Path | None = sdir / _JOURNAL
+        journal_path: Path | None = sdir / JOURNAL
         seal_pending = False
         if segments and not paths[-1].exists():
             # Sealed in the manifest but not yet renamed: the journal is that segment.
-            paths[-1] = sdir / _JOURNAL
+            paths[-1] = sdir / JOURNAL
             journal_path = None
             seal_pending = True
         if not segments:
@@ -1140,7 +1076,7 @@ class FileSessionStore:
         """``get`` from ``offset`` > 0, reading only the end of the volume.
 
         Files are read newest first, each backwards from its end (see
-        :meth:`_window_scan`), until the records hold message ``offset`` and an agent
+        :meth:`_journal_window`), until the records hold message ``offset`` and an agent
         state: a Session writes its state with every turn, so that is the last few
         kilobytes; a state written long before the window costs the read back to it.
         An older file is read only when every newer one was read whole, so the
@@ -1255,7 +1191,7 @@ class FileSessionStore:
             raise self._record_damage(session_id, sdir, record, f"bad message: {exc}") from None
 
     def _load_attachment(self, session_id: str, sdir: Path, digest: str, size: int) -> bytes:
-        path = sdir / _ATTACHMENTS / digest
+        path = sdir / ATTACHMENTS / digest
         if not is_valid_digest(digest):
             raise self._corrupted(
                 session_id, path, "bad_payload", 0, "attachment reference is malformed"
@@ -1286,8 +1222,7 @@ class FileSessionStore:
         window: dict[int, Message] = {}
         if hi > lo:
             window = self._read_range(session_id, sdir, volume, lo, hi, total)
-        start, end = page_bounds(total, offset, limit, window.__getitem__)
-        return HistoryPage([window[i] for i in range(start, end)], start, end, total)
+        return page_of(total, offset, limit, lo, [window[i] for i in range(lo, hi)])
 
     def _read_range(
         self,
@@ -1378,23 +1313,6 @@ class FileSessionStore:
         in the window can have been altered. With ``want_state`` the window also
         reaches back to the file's latest agent state record, if it has one.
         """
-        scanned = self._window_scan(session_id, path, prev, seq, lo, share, want_state)
-        if anchor is not None and (scanned.torn or scanned.last_hash != anchor):
-            raise self._corrupted(
-                session_id, path, "broken_chain", scanned.end, "segment does not match the manifest"
-            )
-        return scanned.records
-
-    def _window_scan(
-        self,
-        session_id: str,
-        path: Path,
-        prev: str,
-        seq: int,
-        lo: int,
-        share: _Share,
-        want_state: bool = False,
-    ) -> journal.Scan:
         try:
             size = path.stat().st_size
         except FileNotFoundError:
@@ -1406,7 +1324,8 @@ class FileSessionStore:
                 handle.seek(start)
                 data = handle.read(size - start)
                 if start == 0:
-                    return self._scan_bytes(session_id, path, data, prev, seq, 0)
+                    scanned = self._scan_bytes(session_id, path, data, prev, seq, 0)
+                    break
                 # The chunk starts mid-line: skip to the first whole line, the anchor.
                 skip = data.find(b"\n") + 1
                 cut = data.find(b"\n", skip)
@@ -1429,8 +1348,13 @@ class FileSessionStore:
                 if int(body["c"]) <= lo and (
                     not want_state or any(record.type == "s" for record in scanned.records)
                 ):
-                    return scanned
+                    break
                 chunk *= 4
+        if anchor is not None and (scanned.torn or scanned.last_hash != anchor):
+            raise self._corrupted(
+                session_id, path, "broken_chain", scanned.end, "segment does not match the manifest"
+            )
+        return scanned.records
 
     def _scan_bytes(
         self, session_id: str, path: Path, data: bytes, prev: str, seq: int, base: int
@@ -1444,28 +1368,26 @@ class FileSessionStore:
 
     # ------------------------------------------------------------------ writing
 
-    def _commit(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        agent_state: Mapping[str, Any] | None,
-        rewritten: bool,
-        expected_tail: str | None,
-        redactions: Mapping[int, Message] | None,
-    ) -> CommitResult:
+    def _commit(self, request: CommitRequest) -> CommitResult:
+        session_id = request.session_id
         sdir = self.session_dir(session_id)
         turn = self._locks.is_held(session_id)  # else this commit takes the lock alone
         with self._guard, self._locks.for_write(session_id):
             tail = self._writable_tail(session_id, sdir)
-            self._check_tail(session_id, tail, expected_tail)
-            if rewritten:
+            plan = plan_commit(request, tail.count, tail.hash)
+            if request.rewritten:
                 return self._rewrite(
-                    session_id, sdir, messages, agent_state, redactions, old_end=_end_of(tail)
+                    session_id,
+                    sdir,
+                    request.messages,
+                    request.agent_state,
+                    request.redactions,
+                    old_end=end_of(tail),
                 )
-            if expected_tail is None and tail.count:
-                self._check_extends(session_id, sdir, messages, tail)
+            if plan.compare_last:
+                self._check_extends(session_id, sdir, request.messages, tail)
             found: dict[str, bytes] = {}
-            bodies = self._bodies(session_id, tail, messages, agent_state, redactions, found)
+            bodies = self._bodies(request, plan, found)
             if not bodies:
                 return CommitResult(tail.hash, tail.count)
             self._write_attachments(sdir, found)
@@ -1482,19 +1404,14 @@ class FileSessionStore:
                 if turn:
                     self._durable[session_id] = new_tail  # the turn's end records it
                 else:
-                    self._write_head(sdir, [_end_of(new_tail)])  # a turn of its own
+                    self._write_head(sdir, [end_of(new_tail)])  # a turn of its own
             if self._seal_due(new_tail):
                 self._seal(session_id, sdir, new_tail)
             return CommitResult(new_tail.hash, new_tail.count)
 
     def _append_inline(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        agent_state: Mapping[str, Any] | None,
-        expected_tail: str | None,
-        redactions: Mapping[int, Message] | None,
-    ) -> tuple[CommitResult, asyncio.Future[None] | None, bool, _Tail | None] | None:
+        self, request: CommitRequest
+    ) -> tuple[CommitResult, asyncio.Future[None] | None, bool, Tail | None] | None:
         """The common append, done on the caller's thread; None when it needs the writer.
 
         A turn's appends go to an open journal whose tail is cached and verified, under
@@ -1506,6 +1423,7 @@ class FileSessionStore:
         take, a writer busy with this store — returns None and goes to the writer
         thread whole.
         """
+        session_id = request.session_id
         if not self._locks.is_held(session_id) or not self._guard.acquire(blocking=False):
             return None
         try:
@@ -1513,18 +1431,18 @@ class FileSessionStore:
             open_journal = self._fds.get(session_id)
             if tail is None or open_journal is None or open_journal[0] != tail.ino:
                 return None
-            self._check_tail(session_id, tail, expected_tail)
-            if expected_tail is None and tail.count:
+            plan = plan_commit(request, tail.count, tail.hash)
+            if plan.compare_last:
                 if not tail.last:
                     return None  # the last stored message must be read from disk
-                self._check_extends(session_id, None, messages, tail)
+                self._check_extends(session_id, None, request.messages, tail)
             found: dict[str, bytes] = {}
-            bodies = self._bodies(session_id, tail, messages, agent_state, redactions, found)
+            bodies = self._bodies(request, plan, found)
             if found:
                 return None
             if not bodies:
                 return CommitResult(tail.hash, tail.count), None, False, None
-            encoded = _encode_records(tail, bodies)
+            encoded = encode_records(tail, bodies)
             if len(encoded[0]) > _INLINE_MAX:
                 return None  # a page-cache copy of this size belongs off the loop
             fd, new_tail, _ = self._write_records(session_id, None, tail, bodies, encoded)
@@ -1541,7 +1459,7 @@ class FileSessionStore:
             self._guard.release()
 
     def _check_extends(
-        self, session_id: str, sdir: Path | None, messages: Sequence[Message], tail: _Tail
+        self, session_id: str, sdir: Path | None, messages: Sequence[Message], tail: Tail
     ) -> None:
         """A commit without ``expected_tail`` must extend the history (``check_extends``).
 
@@ -1565,45 +1483,21 @@ class FileSessionStore:
         seen = self._read_range(session_id, sdir, volume, count - 1, count, count, originals)
         check_extends(session_id, messages, count, [seen[count - 1], originals[count - 1]])
 
-    def _check_tail(self, session_id: str, tail: _Tail, expected_tail: str | None) -> None:
-        if expected_tail is not None and expected_tail != tail.hash:
-            raise SessionConflictError(
-                f"session {session_id!r} changed since this writer last saw it "
-                "(another writer committed); reopen the session to continue",
-                details={"expected_tail": expected_tail, "stored_tail": tail.hash},
-            )
-
     def _bodies(
-        self,
-        session_id: str,
-        tail: _Tail,
-        messages: Sequence[Message],
-        agent_state: Mapping[str, Any] | None,
-        redactions: Mapping[int, Message] | None,
-        found: dict[str, bytes],
+        self, request: CommitRequest, plan: CommitPlan, found: dict[str, bytes]
     ) -> builtins.list[dict[str, Any]]:
         """The record bodies an append writes (attachments it needs land in ``found``)."""
-        if len(messages) < tail.count:
-            raise SessionConflictError(
-                f"session {session_id!r} holds {tail.count} messages but the commit has "
-                f"{len(messages)}; a shorter history needs rewritten=True"
-            )
-        for index in redactions or {}:
-            if not isinstance(index, int) or not 0 <= index < len(messages):
-                raise ValueError(
-                    f"redaction index {index!r} names no message of session {session_id!r}"
-                )
         bodies: builtins.list[dict[str, Any]] = []
-        count = tail.count
-        for message in messages[tail.count :]:
+        count = plan.start
+        for message in request.messages[plan.start :]:
             encoded = self._encode_message(message, found, f"messages[{count}]")
             count += 1
             bodies.append({"c": count, "t": "m", "m": encoded})
-        for index, replacement in sorted((redactions or {}).items()):
+        for index, replacement in request.redactions:
             encoded = self._encode_message(replacement, found, f"redactions[{index}]")
             bodies.append({"c": count, "t": "r", "i": index, "m": encoded})
-        if agent_state is not None:
-            bodies.append({"c": count, "t": "s", "s": self._encode_state(agent_state)})
+        if request.agent_state is not None:
+            bodies.append({"c": count, "t": "s", "s": self._encode_state(request.agent_state)})
         return bodies
 
     def _encode_message(self, message: Message, found: dict[str, bytes], where: str) -> Any:
@@ -1626,7 +1520,7 @@ class FileSessionStore:
     def _write_attachments(self, sdir: Path, found: dict[str, bytes]) -> None:
         if not found:
             return
-        directory = sdir / _ATTACHMENTS
+        directory = sdir / ATTACHMENTS
         directory.mkdir(exist_ok=True)
         for digest, data in found.items():
             path = directory / digest
@@ -1637,19 +1531,19 @@ class FileSessionStore:
         self,
         session_id: str,
         sdir: Path | None,
-        tail: _Tail,
+        tail: Tail,
         bodies: builtins.list[dict[str, Any]],
-        encoded: _Encoded | None = None,
-    ) -> tuple[int, _Tail, bool]:
+        encoded: Encoded | None = None,
+    ) -> tuple[int, Tail, bool]:
         """Append records to the active journal (no fsync): its fd, new tail, new file?"""
-        data, prev, seq = encoded or _encode_records(tail, bodies)
+        data, prev, seq = encoded or encode_records(tail, bodies)
         cached = self._fds.get(session_id)
         if cached is not None and tail.size and cached[0] == tail.ino:
             ino, fd = cached
             new_file = False
         else:
             self._forget(session_id)
-            path = (sdir or self.session_dir(session_id)) / _JOURNAL
+            path = (sdir or self.session_dir(session_id)) / JOURNAL
             new_file = tail.size == 0 and not path.exists()
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             ino = os.fstat(fd).st_ino
@@ -1659,21 +1553,12 @@ class FileSessionStore:
         except BaseException:
             self._forget(session_id)  # the next commit re-reads the tail from disk
             raise
-        count = bodies[-1]["c"]
-        last = tail.last if count == tail.count else ()
-        for body in bodies:  # what a commit without expected_tail compares (_commit)
-            if body["t"] == "m" and body["c"] == count:
-                last = (body["m"],)
-            elif body["t"] == "r" and body["i"] == count - 1 and last:
-                last = (*last, body["m"])
-        new_tail = _Tail(
-            ino, tail.size + len(data), prev, seq, count, tail.records + len(bodies), last
-        )
+        new_tail = tail.after(ino, len(data), prev, seq, bodies)
         self._tails[session_id] = new_tail
         self._tail_holds[session_id] = self._locks.hold_id(session_id)
         return fd, new_tail, new_file
 
-    def _seal_due(self, tail: _Tail) -> bool:
+    def _seal_due(self, tail: Tail) -> bool:
         seg = self.segmentation
         return seg.enabled and (tail.records >= seg.max_records or tail.size >= seg.max_bytes)
 
@@ -1706,7 +1591,7 @@ class FileSessionStore:
                 self._forget(session_id)
         self._writer.shutdown()
 
-    def _writable_tail(self, session_id: str, sdir: Path, *, check_head: bool = True) -> _Tail:
+    def _writable_tail(self, session_id: str, sdir: Path, *, check_head: bool = True) -> Tail:
         """The verified end of the active journal; finishes interrupted work first.
 
         Called with the writer lock held, so it may repair: finish a pending
@@ -1716,7 +1601,7 @@ class FileSessionStore:
         cached = self._cached_tail(session_id)
         if cached is not None:
             return cached
-        path = sdir / _JOURNAL
+        path = sdir / JOURNAL
         self._read_meta(session_id, sdir)
         self._finish_pending(session_id, sdir)
         ends = self._read_ends(session_id, sdir) if check_head else None
@@ -1735,7 +1620,7 @@ class FileSessionStore:
                     volume.prev_hash if volume.segments and seq == volume.first_seq - 1 else None
                 ),
             )
-            tail = _Tail(0, 0, volume.prev_hash, volume.first_seq, volume.first_count, 0)
+            tail = Tail(0, 0, volume.prev_hash, volume.first_seq, volume.first_count, 0)
         else:
             data = path.read_bytes()
             scanned = self._scan_bytes(
@@ -1761,7 +1646,7 @@ class FileSessionStore:
             records = scanned.records
             last = records[-1] if records else None
             size = path.stat().st_size
-            tail = _Tail(
+            tail = Tail(
                 st.st_ino,
                 size,
                 scanned.last_hash,
@@ -1773,7 +1658,7 @@ class FileSessionStore:
         self._tail_holds[session_id] = self._locks.hold_id(session_id)
         return tail
 
-    def _cached_tail(self, session_id: str) -> _Tail | None:
+    def _cached_tail(self, session_id: str) -> Tail | None:
         """The cached tail while the journal on disk is still the one it describes.
 
         Under the writer-lock hold it was cached or checked in, it is (every change
@@ -1792,9 +1677,9 @@ class FileSessionStore:
         if paths is None:
             sdir = self.session_dir(session_id)
             paths = self._paths[session_id] = (
-                str(sdir / _JOURNAL),
-                str(sdir / _REWRITE),
-                str(sdir / _META),
+                str(sdir / JOURNAL),
+                str(sdir / REWRITE),
+                str(sdir / META),
             )
         journal_path, rewrite_path, meta_path = paths
         try:
@@ -1811,23 +1696,23 @@ class FileSessionStore:
         return cached
 
     def _finish_pending(self, session_id: str, sdir: Path) -> None:
-        (sdir / _REWRITE_TMP).unlink(missing_ok=True)  # an uncommitted rewrite: roll back
-        if (sdir / _REWRITE).exists():
+        (sdir / REWRITE_TMP).unlink(missing_ok=True)  # an uncommitted rewrite: roll back
+        if (sdir / REWRITE).exists():
             self._complete_rewrite(sdir)
             self._forget(session_id)
             return
         volume = self._volume(session_id, sdir)
         if volume.seal_pending:
             seg = volume.segments[-1]
-            (sdir / _SEGMENTS).mkdir(exist_ok=True)
-            os.replace(sdir / _JOURNAL, sdir / _SEGMENTS / seg.file)
-            self._sync_dirs(sdir, sdir / _SEGMENTS)
+            (sdir / SEGMENTS).mkdir(exist_ok=True)
+            os.replace(sdir / JOURNAL, sdir / SEGMENTS / seg.file)
+            self._sync_dirs(sdir, sdir / SEGMENTS)
             self._forget(session_id)
 
-    def _seal(self, session_id: str, sdir: Path, tail: _Tail) -> None:
+    def _seal(self, session_id: str, sdir: Path, tail: Tail) -> None:
         """Turn the active journal into the next sealed segment (manifest first)."""
         volume = self._volume(session_id, sdir)
-        path = sdir / _JOURNAL
+        path = sdir / JOURNAL
         if self.durability != "commit":
             _fsync_file(path)
         data = path.read_bytes()
@@ -1851,11 +1736,11 @@ class FileSessionStore:
             "segments": [s.to_json() for s in [*volume.segments, entry]],
         }
         atomic_write(
-            sdir / _MANIFEST, json.dumps(manifest).encode(), durable=self.durability != "none"
+            sdir / MANIFEST, json.dumps(manifest).encode(), durable=self.durability != "none"
         )
-        (sdir / _SEGMENTS).mkdir(exist_ok=True)
-        os.replace(path, sdir / _SEGMENTS / entry.file)
-        self._sync_dirs(sdir, sdir / _SEGMENTS)
+        (sdir / SEGMENTS).mkdir(exist_ok=True)
+        os.replace(path, sdir / SEGMENTS / entry.file)
+        self._sync_dirs(sdir, sdir / SEGMENTS)
         self._forget(session_id)
 
     def _rewrite(
@@ -1864,7 +1749,7 @@ class FileSessionStore:
         sdir: Path,
         messages: Sequence[Message],
         agent_state: Mapping[str, Any] | None,
-        redactions: Mapping[int, Message] | None,
+        redactions: Iterable[tuple[int, Message]],
         previous_state: dict[str, Any] | None = None,
         *,
         collect: bool = True,
@@ -1886,11 +1771,7 @@ class FileSessionStore:
             encoded = self._encode_message(message, found, f"messages[{count}]")
             count += 1
             bodies.append({"c": count, "t": "m", "m": encoded})
-        for index, replacement in sorted((redactions or {}).items()):
-            if not isinstance(index, int) or not 0 <= index < count:
-                raise ValueError(
-                    f"redaction index {index!r} names no message of session {session_id!r}"
-                )
+        for index, replacement in redactions:  # checked: each names one of the messages
             encoded = self._encode_message(replacement, found, f"redactions[{index}]")
             bodies.append({"c": count, "t": "r", "i": index, "m": encoded})
         if agent_state is None:
@@ -1908,7 +1789,7 @@ class FileSessionStore:
             lines.append(line)
         volume = b"".join(lines)
         durable = self.durability != "none"
-        tmp = sdir / _REWRITE_TMP
+        tmp = sdir / REWRITE_TMP
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             append_all(fd, volume)
@@ -1922,12 +1803,12 @@ class FileSessionStore:
             # The old volume's exact end, durable before the head names it (only the
             # active journal may hold unsynced records: sealed segments were synced).
             if durable:
-                _fsync_file(sdir / _JOURNAL)
+                _fsync_file(sdir / JOURNAL)
             before = [old_end]
         else:
-            before = _head_ends(sdir)[-2:]  # quarantine: the old volume is damaged anyway
+            before = head_ends(sdir)[-2:]  # quarantine: the old volume is damaged anyway
         self._write_head(sdir, [*before, new_end])
-        os.replace(tmp, sdir / _REWRITE)  # the commit point
+        os.replace(tmp, sdir / REWRITE)  # the commit point
         if durable:
             fsync_dir(sdir)
         self._complete_rewrite(sdir)
@@ -1944,7 +1825,7 @@ class FileSessionStore:
         A reader still on the old volume that misses one retries on the new volume
         (see :meth:`_lock_free`). Files that are not digests are left alone.
         """
-        directory = sdir / _ATTACHMENTS
+        directory = sdir / ATTACHMENTS
         try:
             names = os.listdir(directory)
         except FileNotFoundError:
@@ -1960,16 +1841,16 @@ class FileSessionStore:
             self._sync_dirs(directory)
 
     def _complete_rewrite(self, sdir: Path) -> None:
-        (sdir / _MANIFEST).unlink(missing_ok=True)
-        shutil.rmtree(sdir / _SEGMENTS, ignore_errors=True)
-        os.replace(sdir / _REWRITE, sdir / _JOURNAL)
+        (sdir / MANIFEST).unlink(missing_ok=True)
+        shutil.rmtree(sdir / SEGMENTS, ignore_errors=True)
+        os.replace(sdir / REWRITE, sdir / JOURNAL)
         self._sync_dirs(sdir)
 
     def _flush(self, session_id: str) -> None:
         # Only "invocation" defers its fsyncs to here: "commit" already synced every
         # commit, and "none" never syncs.
         sdir = self.session_dir(session_id)
-        path = sdir / _JOURNAL
+        path = sdir / JOURNAL
         if self.durability == "invocation" and path.exists():
             # Before the fsync, so the fsync covers it; and only a tail the journal on
             # disk still matches (another process may have rewritten it meanwhile).
@@ -1987,7 +1868,7 @@ class FileSessionStore:
                 self._locks.for_write(session_id),
             ):
                 if self._cached_tail(session_id) is written:
-                    self._write_head(sdir, [_end_of(written)])
+                    self._write_head(sdir, [end_of(written)])
 
     def _sync_dirs(self, *dirs: Path) -> None:
         if self.durability != "none":
@@ -2026,7 +1907,7 @@ class FileSessionStore:
                 if parts and parts[-1] == b"":
                     parts.pop()
                 lines.extend(parts)
-            good, bad, missing = _triage(lines)
+            good, bad, missing = triage(lines)
             if not bad and not missing:
                 return  # damage not attributable to single records: stay strict
             qpath: Path | None = None
@@ -2046,7 +1927,13 @@ class FileSessionStore:
             messages, state, redacted = self._replay_loose(session_id, sdir, good)
             # Quarantined records may name attachments: keep them for whoever inspects.
             self._rewrite(
-                session_id, sdir, messages, state, redacted, previous_state=state, collect=False
+                session_id,
+                sdir,
+                messages,
+                state,
+                sorted(redacted.items()),
+                previous_state=state,
+                collect=False,
             )
             if self.on_recovery is not None:
                 self.on_recovery(report)
@@ -2092,271 +1979,10 @@ class FileSessionStore:
         return validate_message(decoded, "message")
 
 
-def _triage(
-    lines: list[bytes],
-) -> tuple[list[dict[str, Any]], list[tuple[int, str]], list[tuple[int, int]]]:
-    """Sort journal lines into good bodies, provably bad lines and gaps (SPEC §7.1).
-
-    Returns the bodies to keep, ``(line, kind)`` for each line to move, and
-    ``(line, count)`` for each place where ``count`` records are missing; line
-    numbers count from 1.
-
-    A line is good when it hashes to its claimed hash from the previous good hash.
-    When it does not, the lines around it decide, assuming one fault at a time:
-
-    - the next line chains to the hash the line's bytes actually give: only its
-      stored hash was altered and the body is authentic (kept);
-    - its sequence number skips ahead and the next line chains to its stored hash
-      with the following number: the records in between are missing, and the line
-      is as written (kept, the gap reported; see
-      :func:`~perdure.stores.file.journal.records_missing_before`). At the end of the
-      file nothing vouches for it: moved as ``unverifiable``, the gap reported;
-    - the line before it was no record at all (a garbled line) and the next line
-      chains to its stored hash with the following number: the garbled line was its
-      predecessor, so it is as written (kept; at the end of the file, moved as
-      ``unverifiable``);
-    - otherwise its body was altered (``bad_hash``), or it is no record
-      (``bad_line``): moved.
-    """
-    good: list[dict[str, Any]] = []
-    bad: list[tuple[int, str]] = []
-    missing: list[tuple[int, int]] = []
-    prev = GENESIS
-    expected = 0  # the sequence number the next record should carry
-    after_garbage = False  # the previous line was no record
-    for number, line in enumerate(lines, start=1):
-        claimed = journal.peek_hash(line)
-        body_json = b"{" + line[journal.BODY_AT :] if claimed is not None else b""
-        actual = journal.chain_hash(prev, body_json) if claimed is not None else None
-        try:
-            body = json.loads(line) if claimed is not None else None
-        except ValueError:
-            body = None
-        seq = body.get("n") if isinstance(body, dict) else None
-        if type(seq) is not int:
-            seq = None
-        nxt = lines[number] if number < len(lines) else None
-        if claimed is None or not isinstance(body, dict):
-            bad.append((number, "bad_line" if claimed is None else "bad_hash"))
-            if claimed is not None:
-                prev = claimed
-            expected += 1
-            after_garbage = claimed is None
-            continue
-        assert actual is not None
-        nxt_claim = journal.peek_hash(nxt) if nxt is not None else None
-        if actual == claimed or (
-            nxt is not None
-            and nxt_claim is not None
-            and journal.chain_hash(actual, b"{" + nxt[journal.BODY_AT :]) == nxt_claim
-        ):
-            good.append(body)  # intact, or only its stored hash was damaged
-            prev = actual
-            expected = (seq if seq is not None else expected) + 1
-        elif nxt is not None and (gap := journal.records_missing_before(line, expected, nxt)):
-            missing.append((number, gap))
-            good.append(body)
-            prev = claimed
-            expected += gap + 1
-        elif nxt is None and seq is not None and seq > expected:
-            # The last line says records are missing before it, but nothing after it
-            # vouches for its bytes: report the gap, keep the line aside.
-            missing.append((number, seq - expected))
-            bad.append((number, "unverifiable"))
-            prev = claimed
-            expected = seq + 1
-        elif (
-            after_garbage
-            and nxt is not None
-            and journal.records_missing_before(line, expected - 1, nxt) == 1
-        ):
-            # Its successor vouches for it as for a record after a one-record gap,
-            # and the garbled line before it fills that gap.
-            good.append(body)
-            prev = claimed
-            expected += 1
-        else:
-            # After a garbled line, a last line cannot be told from an altered one.
-            unverifiable = after_garbage and nxt is None and seq == expected
-            bad.append((number, "unverifiable" if unverifiable else "bad_hash"))
-            prev = claimed
-            expected += 1
-        after_garbage = False
-    return good, bad, missing
-
-
-def _meta_bytes(session_id: str, created: str, *, head: bool = True) -> bytes:
-    meta: dict[str, Any] = {"format": _META_FORMAT, "session_id": session_id, "created_at": created}
-    if head:
-        meta["head"] = 1  # a head file is kept: one missing is damage
-    meta["sha256"] = _meta_digest(meta)
-    return json.dumps(meta).encode()
-
-
-def _meta_digest(meta: Mapping[str, Any]) -> str:
-    """The sha256 ``meta.json`` carries over its other fields (a flipped date is damage)."""
-    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
-
-
-def _check_meta(meta: Any, session_id: str) -> str:
-    """The creation time of a parsed ``meta.json``; ``ValueError`` when it is damaged.
-
-    Since head files, ``meta.json`` carries a sha256 of its fields; one written
-    before them has neither and is checked by shape alone.
-    """
-    if not isinstance(meta, dict):
-        raise ValueError("not an object")
-    fields = dict(meta)
-    digest = fields.pop("sha256", None)
-    if not set(fields) <= _META_FIELDS:
-        raise ValueError(f"unexpected fields {sorted(set(fields) - _META_FIELDS)}")
-    if digest is not None and digest != _meta_digest(fields):
-        raise ValueError("it does not match its sha256")
-    if digest is None and "head" in fields:
-        raise ValueError("its sha256 is missing")
-    if fields.get("format") != _META_FORMAT or fields.get("session_id") != session_id:
-        raise ValueError("unexpected format or session id")
-    if fields.get("head") not in (None, 1):
-        raise ValueError("unexpected head flag")
-    created = fields.get("created_at")
-    if not isinstance(created, str) or not _TIMESTAMP.fullmatch(created):
-        raise ValueError("created_at is not a UTC timestamp")
-    return created
-
-
-def _head_ends(sdir: Path) -> list[End]:
-    """The ends ``sdir``'s head file names now; none when it is absent or unreadable."""
-    try:
-        head = journal.decode_head((sdir / _HEAD).read_bytes())
-    except FileNotFoundError:
-        return []
-    return head[1] if head is not None else []
-
-
-def _end_of(tail: _Tail) -> End:
-    return (tail.next_seq - 1, tail.hash, tail.count)
-
-
-def _create_leftovers(sdir: Path) -> bool:
-    """Whether ``sdir`` holds only what an interrupted :meth:`FileSessionStore.create`
-    leaves: nothing, temp files, or a journal of the one empty record create writes —
-    plus, maybe, checkpoints put under that id while no session had it (a new session
-    starts without them, in every store).
-
-    Only such a directory may be removed by a create or read as no session: anything
-    else (a message, a rewrite, a segment, an attachment, any other file) is data
-    perdure did not write in that create — a session whose ``meta.json`` was lost —
-    and must be reported, never deleted.
-    """
-    try:
-        names = os.listdir(sdir)
-    except FileNotFoundError:
-        return True
-    except NotADirectoryError:
-        return False
-    for name in names:
-        temp = _ATOMIC_TEMP.fullmatch(name)
-        if (temp and temp.group(1) in (_JOURNAL, _META)) or name == "checkpoints":
-            continue
-        if name == _HEAD:
-            if any(seq != 0 for seq, _, _ in _head_ends(sdir)):
-                return False
-            continue
-        if name != _JOURNAL:
-            return False
-        try:
-            scanned = journal.scan((sdir / name).read_bytes())
-        except (JournalDamage, OSError):
-            return False
-        if len(scanned.records) > 1:
-            return False
-        if scanned.records:
-            body = scanned.records[0].body
-            if body.get("t") != "s" or body.get("c") != 0 or body.get("s") != {}:
-                return False
-            if not isinstance(body.get("created"), str):
-                return False
-    return True
-
-
-# atomic_write's temp names (see perdure._runtime.fs): ".<name>.<32 hex>.tmp".
-_ATOMIC_TEMP = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
-# Deleted sessions used to wait inside sessions/ under this name before the trash
-# existed; a crash could leave one there. No id starts with "." (see ids.py).
-_GENESIS_MAX = 1024  # bytes: more than any genesis record's line
-_LEGACY_TRASH = re.compile(r"\.deleted-.+-[0-9a-f]{32}")
-
-
-def _temp_files(sdir: Path) -> list[Path]:
-    """Temp files killed writers left in a session directory and its attachments."""
-    found: list[Path] = []
-    for directory in (sdir, sdir / _ATTACHMENTS):
-        try:
-            names = os.listdir(directory)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        found.extend(
-            directory / name
-            for name in names
-            if _ATOMIC_TEMP.fullmatch(name) or (directory == sdir and name == _REWRITE_TMP)
-        )
-    return sorted(found)
-
-
-def _is_provisional_orphan(sdir: Path) -> bool:
-    """Whether ``sdir`` is a provisional session (see ``FileSessionStore._create``) whose
-    history never came: its journal holds only the genesis record marked provisional,
-    and the directory nothing but that journal, its head, meta.json and temp files."""
-    try:
-        names = set(os.listdir(sdir))
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    names = {name for name in names if not _ATOMIC_TEMP.fullmatch(name)}
-    if not names <= {_META, _JOURNAL, _HEAD} or _META not in names or _JOURNAL not in names:
-        return False
-    try:
-        # A genesis record is a couple of hundred bytes: a longer journal holds a
-        # history, and gc need not read (and verify) it whole to learn so.
-        if (sdir / _JOURNAL).stat().st_size > _GENESIS_MAX:
-            return False
-        scanned = journal.scan((sdir / _JOURNAL).read_bytes())
-    except (JournalDamage, OSError):
-        return False
-    records = scanned.records
-    return len(records) == 1 and records[0].type == "s" and records[0].body.get("provisional") == 1
-
-
-def _is_session_name(name: str) -> bool:
-    """Whether a directory under ``sessions/`` can be a session: its name is a valid id.
-
-    Deleted sessions used to wait inside ``sessions/`` as ``.deleted-<id>-<hex>``; a
-    crash could leave one there, and it is no session (ids never start with ``.``).
-    """
-    try:
-        validate_session_id(name)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_renamed_session(sdir: Path) -> bool:
-    """A session stored under an id this version refuses (over 200 bytes, or hidden):
-    not a deleted session's leftovers, and holding a ``meta.json``."""
-    return not _LEGACY_TRASH.fullmatch(sdir.name) and (sdir / _META).is_file()
-
-
-def _invalid_id(name: str) -> str:
-    try:
-        validate_session_id(name)
-    except ValueError as exc:
-        return f"{exc}; rename the directory {name!r} under sessions/ to a valid id to read it"
-    return ""  # pragma: no cover - only called for invalid names
-
-
 def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
     """What a seal or rewrite changes: each volume file's inode, size and mtime."""
     identity: list[tuple[int, int, int] | None] = []
-    for name in (_MANIFEST, _JOURNAL, _REWRITE, _SEGMENTS):
+    for name in (MANIFEST, JOURNAL, REWRITE, SEGMENTS):
         try:
             st = os.stat(sdir / name)
         except FileNotFoundError:
@@ -2364,52 +1990,6 @@ def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
         else:
             identity.append((st.st_ino, st.st_size, st.st_mtime_ns))
     return tuple(identity)
-
-
-_Encoded = tuple[bytes, str, int]  # journal lines, last hash, next sequence number
-
-
-def _encode_records(tail: _Tail, bodies: Sequence[dict[str, Any]]) -> _Encoded:
-    """The journal lines of ``bodies``, chained on from ``tail``."""
-    chunks: list[bytes] = []
-    prev, seq = tail.hash, tail.next_seq
-    for body in bodies:
-        line, prev = journal.encode_record(prev, {"n": seq, **body})
-        chunks.append(line)
-        seq += 1
-    return b"".join(chunks), prev, seq
-
-
-def _read_tail(path: Path) -> bytes:
-    """The end of ``path``, long enough to hold its last complete line."""
-    with path.open("rb") as handle:
-        size = handle.seek(0, os.SEEK_END)
-        chunk = _TAIL_READ
-        while True:
-            handle.seek(max(0, size - chunk))
-            data = handle.read()
-            if chunk >= size or data.count(b"\n") >= 2:
-                return data
-            chunk *= 4
-
-
-def _last_line(data: bytes, prev_hash: str) -> bytes | None:
-    """The last complete record line in ``data`` (a file's end, as :func:`_read_tail`
-    reads it), or ``None`` when there is none; ``prev_hash`` is what the file's first
-    record chains to.
-
-    A last record that lost its newline counts (see :func:`journal.complete_tail`),
-    so the count a listing shows is the count a full read finds.
-    """
-    cut = data.rfind(b"\n")
-    before = data[journal.last_line_start(data[: cut + 1]) : cut] if cut >= 0 else None
-    fragment = data[cut + 1 :]
-    if fragment:
-        prev = prev_hash if before is None else journal.peek_hash(before)
-        complete = journal.complete_tail(fragment, prev) if prev is not None else None
-        if complete is not None:
-            return complete[0]
-    return before
 
 
 def _fsync_file(path: Path) -> None:

@@ -1,0 +1,442 @@
+"""The rules every session store follows (perdure.session.rules), tested alone and
+against the stores: what the rules decide is what the file, SQLite and memory
+stores do."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from perdure.checkpoints.storage import StorageCheckpointStore
+from perdure.checkpoints.store import FileCheckpointStore, MemoryCheckpointStore
+from perdure.errors import SessionConflictError
+from perdure.session import SessionStore
+from perdure.session.paging import page_of, page_read_range
+from perdure.session.rules import (
+    ZERO_HASH,
+    CommitRequest,
+    chain_hash,
+    check_extends,
+    check_get_args,
+    check_max_checkpoints,
+    commit_request,
+    evicted_checkpoints,
+    plan_commit,
+    writes_anything,
+)
+from perdure.storage import MemoryStorage
+from perdure.stores.file import journal
+from perdure.stores.file.store import FileSessionStore
+from perdure.stores.memory import MemorySessionStore
+from perdure.stores.sqlite import SQLiteSessionStore
+
+KINDS = ("file", "sqlite", "memory")
+
+
+def msg(text: str, role: str = "user") -> dict[str, Any]:
+    return {"role": role, "content": [{"text": text}]}
+
+
+def request(
+    messages: Sequence[Any],
+    *,
+    rewritten: bool = False,
+    expected_tail: str | None = None,
+    redactions: Mapping[Any, Any] | None = None,
+    agent_state: Mapping[str, Any] | None = None,
+) -> CommitRequest:
+    return commit_request("s", messages, agent_state, rewritten, expected_tail, redactions)
+
+
+def make(kind: str, root: Path) -> SessionStore:
+    if kind == "file":
+        return FileSessionStore(root / "files")
+    if kind == "sqlite":
+        return SQLiteSessionStore(root / "sessions.db")
+    return MemorySessionStore()
+
+
+def close(store: SessionStore) -> None:
+    if isinstance(store, (FileSessionStore, SQLiteSessionStore)):
+        store.close()
+
+
+# ---------------------------------------------------------------- commit arguments
+
+
+@pytest.mark.parametrize("key", [True, False])
+def test_a_bool_is_no_redaction_index(key: bool) -> None:
+    with pytest.raises(ValueError, match=f"redaction index {key!r} names no message"):
+        request([msg("a"), msg("b")], redactions={key: msg("x")})
+
+
+@pytest.mark.parametrize("key", [-1, 2, "0", 1.0, None])
+def test_a_redaction_index_must_name_a_committed_message(key: Any) -> None:
+    with pytest.raises(ValueError, match=r"names no message of session 's' \(it holds 2"):
+        request([msg("a"), msg("b")], redactions={key: msg("x")})
+
+
+def test_redactions_come_back_sorted_by_index() -> None:
+    checked = request([msg("a"), msg("b"), msg("c")], redactions={2: msg("z"), 0: msg("y")})
+    assert [index for index, _ in checked.redactions] == [0, 2]
+    assert request([msg("a")], redactions={}).redactions == ()
+    assert request([msg("a")]).redactions == ()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "names"),
+    [
+        (("s", "text", None, False, None, None), TypeError, "messages"),
+        (("s", [], [], False, None, None), TypeError, "agent_state"),
+        (("s", [], None, 1, None, None), TypeError, "rewritten"),
+        (("s", [], None, False, 7, None), TypeError, "expected_tail"),
+        (("s", [], None, False, None, [(0, {})]), TypeError, "redactions"),
+        (("a/b", [], None, False, None, None), ValueError, "session"),
+    ],
+)
+def test_commit_request_names_the_bad_argument(
+    arguments: tuple[Any, ...], error: type[Exception], names: str
+) -> None:
+    with pytest.raises(error, match=names):
+        commit_request(*arguments)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_every_store_refuses_a_bool_redaction_index(kind: str, tmp_path: Path) -> None:
+    """FileSessionStore once took ``{True: …}`` as index 1 and redacted message 1."""
+    store = make(kind, tmp_path)
+    try:
+        await store.create("s")
+        history = [msg("a"), msg("b", "assistant")]
+        with pytest.raises(ValueError, match="redaction index True names no message"):
+            await store.commit("s", history, redactions={True: msg("secret")})
+        await store.commit("s", history)
+        with pytest.raises(ValueError, match="redaction index True names no message"):
+            await store.commit("s", history, redactions={True: msg("secret")})
+        with pytest.raises(ValueError, match="redaction index True names no message"):
+            await store.commit("s", history, rewritten=True, redactions={True: msg("secret")})
+        assert (await store.get("s")).messages == history  # nothing redacted, nothing written
+    finally:
+        close(store)
+
+
+# ---------------------------------------------------------------- planning
+
+histories = st.lists(st.sampled_from("abcd"), max_size=6).map(lambda t: [msg(x) for x in t])
+
+
+@given(stored=histories, new=histories)
+def test_a_commit_of_stored_plus_new_appends_exactly_new(
+    stored: list[dict[str, Any]], new: list[dict[str, Any]]
+) -> None:
+    commit = request(stored + new)
+    plan = plan_commit(commit, len(stored), "tail")
+    assert commit.messages[plan.start :] == new
+    assert plan.compare_last == bool(stored)
+    check_extends("s", commit.messages, len(stored), stored[-1:])  # no conflict
+    assert writes_anything(commit, plan) == bool(new)
+
+
+@given(stored=histories.filter(bool), new=histories, other=st.sampled_from("wxyz"))
+def test_a_commit_that_diverges_at_the_stored_end_conflicts(
+    stored: list[dict[str, Any]], new: list[dict[str, Any]], other: str
+) -> None:
+    diverged = [*stored[:-1], msg(other), *new]
+    plan = plan_commit(request(diverged), len(stored), "tail")
+    assert plan.compare_last
+    with pytest.raises(SessionConflictError, match=f"different message at index {len(stored) - 1}"):
+        check_extends("s", diverged, len(stored), stored[-1:])
+
+
+@given(stored=histories.filter(bool), data=st.data())
+def test_a_shorter_history_conflicts_unless_rewritten(
+    stored: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    shorter = stored[: data.draw(st.integers(0, len(stored) - 1))]
+    with pytest.raises(SessionConflictError, match="a shorter history needs rewritten=True"):
+        plan_commit(request(shorter), len(stored), "tail")
+    plan = plan_commit(request(shorter, rewritten=True), len(stored), "tail")
+    assert (plan.start, plan.compare_last) == (0, False)
+
+
+@given(stored=histories, tail=st.text(max_size=8), expected=st.text(max_size=8))
+def test_expected_tail_decides_alone(
+    stored: list[dict[str, Any]], tail: str, expected: str
+) -> None:
+    commit = request([*stored, msg("n")], expected_tail=expected)
+    if expected != tail:
+        with pytest.raises(SessionConflictError, match="changed since this writer last saw it"):
+            plan_commit(commit, len(stored), tail)
+    else:
+        plan = plan_commit(commit, len(stored), tail)
+        assert (plan.start, plan.compare_last) == (len(stored), False)
+
+
+def test_the_last_stored_message_as_redacted_also_extends() -> None:
+    stored = [msg("a"), msg("secret")]
+    check_extends("s", [msg("a"), msg("[redacted]"), msg("c")], 2, [stored[1], msg("[redacted]")])
+
+
+# ---------------------------------------------------------------- chain hashing
+
+
+@given(prev=st.text("0123456789abcdef", min_size=32, max_size=32), body=st.text())
+def test_one_chain_hash_for_text_and_bytes(prev: str, body: str) -> None:
+    try:
+        data = body.encode("utf-8")
+    except UnicodeEncodeError:
+        return  # a lone surrogate: never a stored body (encoders escape it)
+    expected = hashlib.sha256((prev + body).encode("utf-8")).hexdigest()[:32]
+    assert chain_hash(prev, body) == chain_hash(prev, data) == expected
+
+
+@given(
+    bodies=st.lists(
+        st.dictionaries(st.sampled_from("tmsi"), st.text(max_size=5) | st.integers(), min_size=1),
+        max_size=4,
+    )
+)
+def test_the_journal_chains_records_with_the_same_hash(bodies: list[dict[str, Any]]) -> None:
+    prev = journal.GENESIS
+    assert prev == ZERO_HASH
+    for body in bodies:
+        line, digest = journal.encode_record(prev, body)
+        assert digest == chain_hash(prev, b"{" + line[journal.BODY_AT :].rstrip(b"\n"))
+        assert json.loads(line)["h"] == digest
+        prev = digest
+
+
+async def test_sqlite_rows_chain_with_the_same_hash(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = SQLiteSessionStore(tmp_path / "db")
+    try:
+        await store.create("s")
+        await store.commit("s", [msg("a"), msg("b")])
+    finally:
+        store.close()
+    with sqlite3.connect(tmp_path / "db") as conn:
+        rows = conn.execute("SELECT body, hash FROM perdure_messages ORDER BY key").fetchall()
+    conn.close()
+    prev = ZERO_HASH
+    for body, stored in rows:
+        assert stored == chain_hash(prev, body) == chain_hash(prev, body.encode())
+        prev = stored
+
+
+# ---------------------------------------------------------------- retention
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, False, 1.5, "3"])
+def test_max_checkpoints_is_none_or_a_positive_int(bad: Any) -> None:
+    with pytest.raises(ValueError, match="max_checkpoints must be None or an int >= 1"):
+        check_max_checkpoints(bad)
+    for store in (
+        lambda: MemoryCheckpointStore(max_checkpoints=bad),
+        lambda: FileCheckpointStore("unused", max_checkpoints=bad),
+        lambda: StorageCheckpointStore(MemoryStorage(), max_checkpoints=bad),
+        lambda: MemorySessionStore(max_checkpoints=bad),
+        lambda: FileSessionStore("unused", max_checkpoints=bad),
+        lambda: SQLiteSessionStore("unused.db", max_checkpoints=bad),
+    ):
+        with pytest.raises(ValueError, match="max_checkpoints must be None or an int >= 1"):
+            store()
+    assert check_max_checkpoints(None) is None
+    assert check_max_checkpoints(3) == 3
+
+
+@given(
+    ids=st.lists(
+        st.text("0123456789ABCDEFGHJKMNPQRSTVWXYZ", min_size=26, max_size=26), unique=True
+    ),
+    keep=st.none() | st.integers(1, 8),
+)
+def test_retention_evicts_the_oldest_past_the_limit(ids: list[str], keep: int | None) -> None:
+    evicted = evicted_checkpoints(ids, keep)
+    if keep is None:
+        assert evicted == []
+        return
+    kept = sorted(set(ids) - set(evicted))
+    assert len(kept) == min(keep, len(ids))
+    assert all(old < new for old in evicted for new in kept)
+
+
+# ---------------------------------------------------------------- the stores agree
+
+
+def model_outcome(
+    stored: list[Any], redacted: dict[int, Any], tail_ok: bool | None, commit: dict[str, Any]
+) -> tuple[str, Any]:
+    """What the rules say a commit does to a session holding ``stored``/``redacted``."""
+    try:
+        checked = commit_request(
+            "s",
+            commit["messages"],
+            None,
+            commit["rewritten"],
+            None if tail_ok is None else ("T" if tail_ok else "stale"),
+            commit["redactions"],
+        )
+        plan = plan_commit(checked, len(stored), "T")
+        if plan.compare_last:
+            last = [
+                stored[-1],
+                *([redacted[len(stored) - 1]] if len(stored) - 1 in redacted else []),
+            ]
+            check_extends("s", checked.messages, len(stored), last)
+    except (ValueError, TypeError, SessionConflictError) as exc:
+        return type(exc).__name__, str(exc)
+    after = (
+        dict(checked.redactions) if checked.rewritten else {**redacted, **dict(checked.redactions)}
+    )
+    # The stored prefix is kept as it is (not compared): only what is new is written.
+    history = (
+        list(checked.messages)
+        if checked.rewritten
+        else stored + list(checked.messages[plan.start :])
+    )
+    view = [after.get(i, m) for i, m in enumerate(history)]
+    return "ok", view
+
+
+commits = st.fixed_dictionaries(
+    {
+        "shape": st.sampled_from(["extend", "diverge", "shorter", "same"]),
+        "new": histories,
+        "rewritten": st.booleans(),
+        "tail": st.sampled_from([None, True, False]),
+        "redactions": st.none()
+        | st.dictionaries(
+            st.integers(-1, 8) | st.booleans(), st.just(msg("[redacted]")), max_size=2
+        ),
+    }
+)
+
+
+def commit_of(stored: list[Any], spec: dict[str, Any]) -> dict[str, Any]:
+    shape = spec["shape"]
+    if shape == "extend":
+        messages = stored + spec["new"]
+    elif shape == "diverge":
+        messages = [*stored[:-1], msg("other"), *spec["new"]]
+    elif shape == "shorter":
+        messages = stored[: max(0, len(stored) - 1)]
+    else:
+        messages = list(stored)
+    return {
+        "messages": messages,
+        "rewritten": spec["rewritten"],
+        "redactions": spec["redactions"],
+        "tail": spec["tail"],
+    }
+
+
+async def store_outcome(
+    store: SessionStore, first: list[Any], first_redactions: dict[int, Any], commit: dict[str, Any]
+) -> tuple[str, Any]:
+    await store.create("s")
+    result = await store.commit("s", first, redactions=first_redactions or None)
+    tail = {None: None, True: result.tail, False: "stale-tail"}[commit["tail"]]
+    try:
+        await store.commit(
+            "s",
+            commit["messages"],
+            rewritten=commit["rewritten"],
+            expected_tail=tail,
+            redactions=commit["redactions"],
+        )
+    except (ValueError, TypeError, SessionConflictError) as exc:
+        outcome: tuple[str, Any] = (type(exc).__name__, str(exc))
+    else:
+        outcome = ("ok", (await store.get("s")).messages)
+    if outcome[0] != "ok":  # a refused commit wrote nothing
+        view = [first_redactions.get(i, m) for i, m in enumerate(first)]
+        assert (await store.get("s")).messages == view
+    return outcome
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stored=histories, redact_last=st.booleans(), spec=commits)
+def test_memory_file_and_sqlite_do_what_the_rules_say(
+    stored: list[Any], redact_last: bool, spec: dict[str, Any]
+) -> None:
+    first_redactions = {len(stored) - 1: msg("[redacted]")} if redact_last and stored else {}
+    commit = commit_of(stored, spec)
+    expected = model_outcome(stored, first_redactions, commit["tail"], commit)
+
+    async def run(root: Path) -> None:
+        for kind in KINDS:
+            store = make(kind, root / kind)
+            try:
+                assert await store_outcome(store, stored, first_redactions, commit) == expected, (
+                    kind
+                )
+            finally:
+                close(store)
+
+    with tempfile.TemporaryDirectory() as root:
+        asyncio.run(run(Path(root)))
+
+
+# ---------------------------------------------------------------- paging
+
+
+def tool_pair(i: int) -> list[dict[str, Any]]:
+    use = {"toolUse": {"toolUseId": f"t{i}", "name": "f", "input": {}}}
+    result = {"toolResult": {"toolUseId": f"t{i}", "status": "success", "content": []}}
+    return [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+
+
+@given(
+    shape=st.lists(st.booleans(), max_size=12),
+    offset=st.integers(0, 30),
+    limit=st.integers(0, 8),
+)
+def test_a_page_cut_from_its_read_window_never_splits_a_tool_pair(
+    shape: list[bool], offset: int, limit: int
+) -> None:
+    history: list[Any] = []
+    for i, pair in enumerate(shape):
+        history.extend(tool_pair(i) if pair else [msg(f"m{i}")])
+    total = len(history)
+    lo, hi = page_read_range(total, offset, limit)
+    page = page_of(total, offset, limit, lo, history[lo:hi])
+    assert page.messages == history[page.offset : page.next_offset]
+    assert page.total == total
+    assert page.offset <= min(offset, total) <= page.next_offset
+    if not limit:  # an empty page is asked for: it is empty where it was asked
+        assert (page.offset, page.messages) == (min(offset, total), [])
+        return
+    assert page.next_offset >= min(offset + limit, total)
+    for at in (page.offset, page.next_offset):  # no pair straddles either boundary
+        if 0 < at < total:
+            assert not (
+                "toolUse" in history[at - 1]["content"][0]
+                and "toolResult" in history[at]["content"][0]
+            )
+
+
+@pytest.mark.parametrize(
+    ("session_id", "offset", "error", "names"),
+    [
+        ("s", -1, ValueError, "offset"),
+        ("s", True, TypeError, "offset"),
+        ("", 0, ValueError, "session_id"),
+    ],
+)
+def test_get_arguments_are_checked_alike(
+    session_id: str, offset: Any, error: type[Exception], names: str
+) -> None:
+    with pytest.raises(error, match=names):
+        check_get_args(session_id, offset)
+    with pytest.raises(error, match=names):
+        asyncio.run(MemorySessionStore().get(session_id, offset=offset))
