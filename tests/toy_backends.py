@@ -8,15 +8,21 @@ conformance suites on them (docs/testing.md shows both files).
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from perdure.errors import SessionConflictError, SessionLockedError, SessionNotFoundError
-from perdure.session import CommitResult, SessionMeta, SessionRecord, validate_session_id
+from perdure.session import (
+    CommitResult,
+    SessionMeta,
+    SessionRecord,
+    StoreBase,
+    validate_session_id,
+)
 from perdure.session.rules import (
-    check_commit_args,
+    CommitRequest,
     check_extends,
     check_list_args,
     check_offset,
@@ -26,10 +32,11 @@ from perdure.session.rules import (
     encode_redactions,
     encode_state,
     new_tail,
+    plan_commit,
     utc_now,
+    writes_anything,
 )
 from perdure.storage.keys import check_data, validate_key, validate_list_args
-from perdure.types import Message
 
 
 @dataclass
@@ -43,7 +50,7 @@ class _Session:
     state: str = "{}"
 
 
-class DictSessionStore:
+class DictSessionStore(StoreBase):
     """Sessions in ``data``, a dict shared by every instance opened over it.
 
     Writer locks live in ``data`` too, so two instances exclude each other as two
@@ -92,38 +99,30 @@ class DictSessionStore:
             ids = sorted(i for i in self._sessions if after is None or i > after)
             return [self._meta(i) for i in ids[:limit]]
 
-    async def commit(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        agent_state: Mapping[str, Any] | None = None,
-        rewritten: bool = False,
-        expected_tail: str | None = None,
-        redactions: Mapping[int, Message] | None = None,
-    ) -> CommitResult:
-        validate_session_id(session_id)
-        check_commit_args(messages, agent_state, rewritten, expected_tail, redactions)
-        state = None if agent_state is None else encode_state(agent_state)
-        redacted = encode_redactions(redactions, len(messages), session_id)
+    async def _apply_commit(self, request: CommitRequest) -> CommitResult:
+        # StoreBase.commit checked the arguments; the rules decide, the dict stores.
+        state = None if request.agent_state is None else encode_state(request.agent_state)
+        redacted = encode_redactions(request.redactions)
         with self._guard:
-            self._check_lock(session_id)
-            entry = self._entry(session_id)
+            self._check_lock(request.session_id)
+            entry = self._entry(request.session_id)
             stored = len(entry.bodies)
-            if expected_tail is not None and expected_tail != entry.tail:
-                raise SessionConflictError(f"session {session_id!r} changed since it was read")
-            if not rewritten and len(messages) < stored:
-                raise SessionConflictError("a shorter history needs rewritten=True")
-            if expected_tail is None and not rewritten and stored:
+            plan = plan_commit(request, stored, entry.tail)
+            if plan.compare_last:
                 last = [entry.bodies[-1], entry.redacted.get(stored - 1)]
-                check_extends(session_id, messages, stored, [decode_message(t) for t in last if t])
-            start = 0 if rewritten else stored
+                check_extends(
+                    request.session_id,
+                    request.messages,
+                    stored,
+                    [decode_message(t) for t in last if t],
+                )
             new = [
-                encode_message(messages[i], f"messages[{i}]") for i in range(start, len(messages))
+                encode_message(request.messages[i], f"messages[{i}]")
+                for i in range(plan.start, len(request.messages))
             ]
-            if not (rewritten or new or redacted or state is not None):
+            if not writes_anything(request, plan):
                 return CommitResult(entry.tail, stored)  # nothing new: the tail stays
-            if rewritten:
+            if request.rewritten:
                 entry.bodies, entry.redacted = new, {}
             else:
                 entry.bodies.extend(new)

@@ -52,6 +52,7 @@ if _typing.TYPE_CHECKING:
     from perdure.session.store import SessionMeta as SessionMeta
     from perdure.session.store import SessionRecord as SessionRecord
     from perdure.session.store import SessionStore as SessionStore
+    from perdure.session.store import StoreBase as StoreBase
     from perdure.session.store import SupportsFlush as SupportsFlush
     from perdure.session.store import SupportsHistoryPage as SupportsHistoryPage
     from perdure.session.urls import open_store as open_store
@@ -91,6 +92,7 @@ _EXPORTS: dict[str, str] = {
     "SessionRecord": "perdure.session.store",
     "SessionRecoveryReport": "perdure.stores.file.store",
     "SessionStore": "perdure.session.store",
+    "StoreBase": "perdure.session.store",
     "SnapshotSessionManager": "perdure.snapshots.manager",
     "SnapshotTrigger": "perdure.snapshots.manager",
     "StorageCheckpointStore": "perdure.checkpoints.storage",

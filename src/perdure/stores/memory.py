@@ -25,9 +25,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from threading import Lock
 
+import perdure.session.rules as rules
 from perdure.checkpoints.store import MemoryCheckpointStore
 from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
-from perdure.session import rules
 from perdure.session._locks import LockTable
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_of, page_read_range
