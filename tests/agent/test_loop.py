@@ -267,11 +267,46 @@ async def test_second_invocation_while_running_raises_turn_running() -> None:
     assert not agent.turn_running
 
 
-async def test_sync_call_inside_running_loop_names_async_twin() -> None:
+async def test_sync_call_inside_running_loop_runs_on_perdures_loop() -> None:
+    # A notebook cell or a web handler: the call blocks this thread only (SPEC §7).
     agent = Agent(model=ScriptedModel(["x"]))
-    with pytest.raises(RuntimeError, match=r"invoke_async"):
-        agent("hi")
-    assert agent.messages == []
+    assert str(agent("hi")) == "x"
+    assert [m["content"][0]["text"] for m in agent.messages] == ["hi", "x"]
+
+
+def test_sync_call_on_perdures_own_loop_thread_names_async_twin() -> None:
+    # From a tool of a running agent the sync call would wait for itself.
+    inner = Agent(model=ScriptedModel(["never"]))
+    errors: list[str] = []
+
+    @tool
+    async def nested() -> str:
+        """Call another agent synchronously (an async tool runs on perdure's loop)."""
+        try:
+            inner("hi")
+        except RuntimeError as exc:
+            errors.append(str(exc))
+        return "done"
+
+    outer = Agent(model=ScriptedModel([tool_call("n1", "nested"), "ok"]), tools=[nested])
+    assert str(outer("go")) == "ok"
+    assert len(errors) == 1
+    assert "invoke_async" in errors[0]
+    assert inner.messages == []
+
+
+def test_sync_call_from_a_sync_tool_works() -> None:
+    # A sync tool runs in a worker thread, which runs no loop: nothing to refuse.
+    inner = Agent(model=ScriptedModel(["inner answer"]))
+
+    @tool
+    def nested() -> str:
+        """Call another agent synchronously."""
+        return str(inner("hi"))
+
+    outer = Agent(model=ScriptedModel([tool_call("n1", "nested"), "ok"]), tools=[nested])
+    assert str(outer("go")) == "ok"
+    assert [m["content"][0]["text"] for m in inner.messages] == ["hi", "inner answer"]
 
 
 def test_sync_calls_share_one_long_lived_loop() -> None:

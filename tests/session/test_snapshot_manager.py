@@ -673,8 +673,8 @@ async def test_redaction_arguments_are_checked() -> None:
             {"role": "robot", "content": []},  # type: ignore[typeddict-item]
             make_agent(None, messages=[text(0)]),
         )
-    with pytest.raises(RuntimeError, match="redact_latest_message_async"):
-        manager.redact_latest_message(text(0), make_agent(None, messages=[text(0)]))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no messages"):  # the sync face checks them too
+        manager.redact_latest_message(text(0), make_agent(None))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------- seed 003 sync faces
@@ -691,12 +691,13 @@ def test_initialize_sync_agent_and_append_message(blob_storage: RecordingStorage
     assert restored.messages == agent.messages
 
 
-async def test_sync_faces_refuse_a_running_loop() -> None:
+async def test_sync_faces_work_inside_a_running_loop() -> None:
+    # They run on perdure's loop, blocking only this thread (SPEC §7).
     manager = SnapshotSessionManager("s", storage=MemoryStorage())
-    with pytest.raises(RuntimeError, match="save_snapshot"):
-        manager.sync_agent(make_agent(None))
-    with pytest.raises(RuntimeError, match="restore_snapshot"):
-        manager.initialize(make_agent(None))
+    manager.sync_agent(make_agent(None, messages=[text(0), text(1)]))
+    restored = make_agent(None)
+    manager.initialize(restored)
+    assert restored.messages == [text(0), text(1)]
 
 
 # ------------------------------------------------------------- corruption

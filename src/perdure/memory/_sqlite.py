@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import sqlite3
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +23,7 @@ from perdure._runtime.sqlite import (
     sqlite_fault,
     sqlite_fault_text,
 )
+from perdure._runtime.threads import PerProcess, ProcessLock
 from perdure.memory.errors import MemoryStoreError
 
 T = TypeVar("T")
@@ -47,9 +47,23 @@ class SQLiteConnection:
         self._schema = schema
         self._what = what
         self._synchronous = synchronous
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
+        self._lock = ProcessLock()
+        # This process's connection: a child made by fork() opens its own file
+        # connection, leaving the parent's alone (SQLite forbids using it there;
+        # closing it could disturb the parent's locks). An in-memory database exists
+        # only in the connection, so a child goes on with its copy of it.
+        self._conns: PerProcess[sqlite3.Connection | None] = PerProcess(
+            lambda: None, carry=(lambda conn: conn) if str(path) == ":memory:" else None
+        )
         self._closed = False
+
+    @property
+    def _conn(self) -> sqlite3.Connection | None:
+        return self._conns.value
+
+    @_conn.setter
+    def _conn(self, conn: sqlite3.Connection | None) -> None:
+        self._conns.value = conn
 
     def _open(self) -> sqlite3.Connection:
         if self._closed:

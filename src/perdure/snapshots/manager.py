@@ -48,13 +48,13 @@ import asyncio
 import contextlib
 import copy
 import logging
-import threading
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from perdure._runtime.loop import run_sync
+from perdure._runtime.threads import ProcessLock
 from perdure.agent import Agent, Snapshot, SnapshotField
 from perdure.errors import SnapshotError, TurnRunningError
 from perdure.hooks import (
@@ -163,7 +163,7 @@ def _check_agent(agent: Any) -> Agent:
 
 
 @contextlib.asynccontextmanager
-async def _hold(lock: threading.Lock) -> AsyncIterator[None]:
+async def _hold(lock: ProcessLock) -> AsyncIterator[None]:
     """Hold a thread lock from async code without blocking the event loop.
 
     A ``threading.Lock`` (not an ``asyncio.Lock``) so that callers on different
@@ -249,7 +249,7 @@ class SnapshotSessionManager:
                 f"got {type(storage).__name__}"
             )
         self.storage: Storage = storage
-        self._lock = threading.Lock()
+        self._lock = ProcessLock()
         self._slots: dict[str, _Slot] = {}
         self._initialized: weakref.WeakSet[Agent] = weakref.WeakSet()
 

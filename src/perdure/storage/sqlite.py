@@ -22,12 +22,12 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
+from perdure._runtime.threads import PerProcess, ProcessLock
 from perdure.errors import (
     SessionCorruptedError,
     SessionLockedError,
@@ -110,9 +110,20 @@ class SQLiteStorage:
             raise ValueError(f"timeout must be a number >= 0, got {timeout!r}")
         self.path = Path(path).absolute()
         self.timeout = float(timeout)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
+        self._lock = ProcessLock()
+        # This process's connection: a child made by fork() opens its own, leaving
+        # the parent's alone (SQLite forbids using it there; closing it could disturb
+        # the parent's locks).
+        self._conns: PerProcess[sqlite3.Connection | None] = PerProcess(lambda: None)
         self._closed = False
+
+    @property
+    def _conn(self) -> sqlite3.Connection | None:
+        return self._conns.value
+
+    @_conn.setter
+    def _conn(self, conn: sqlite3.Connection | None) -> None:
+        self._conns.value = conn
 
     def __repr__(self) -> str:
         return f"SQLiteStorage({str(self.path)!r})"
