@@ -205,7 +205,9 @@ def test_prompt_none_without_history_is_rejected() -> None:
 
 def test_bad_constructor_arguments_are_named() -> None:
     with pytest.raises(TypeError, match="model"):
-        Agent(model="not a model")  # type: ignore[arg-type]
+        Agent(model=42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="model spec 'not a model' is malformed"):
+        Agent(model="not a model")
     with pytest.raises(ValueError, match="agent_id"):
         Agent(model=ScriptedModel([]), agent_id="a/b")
     with pytest.raises(ValueError, match="max_cycles"):
