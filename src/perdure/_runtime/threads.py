@@ -43,9 +43,10 @@ T = TypeVar("T")
 OwnerT = TypeVar("OwnerT")
 
 _generation = 0
-# Guards the creation of per-process values; made again in each child, since a
-# thread of the parent may have held it at the moment of the fork.
-_guard = threading.Lock()
+# Guards the creation of per-process values (reentrant: one value's initial() may
+# read another's); made again in each child, since a thread of the parent may have
+# held it at the moment of the fork.
+_guard = threading.RLock()
 # What children inherited: kept alive, never used nor finalised (see the docstring).
 _inherited: list[object] = []
 # (owner, callback) pairs run in a child right after fork(), while the owner lives.
@@ -59,7 +60,7 @@ def fork_generation() -> int:
 
 def _after_fork_in_child() -> None:
     global _generation, _guard
-    _guard = threading.Lock()
+    _guard = threading.RLock()
     alive = []
     for owner_ref, callback in _fork_callbacks:
         owner = owner_ref()
@@ -99,7 +100,7 @@ class PerProcess(Generic[T]):
 
     Args:
         initial: makes the value; runs under a process-wide lock, so it must be
-            quick and do no I/O (open connections later, on use).
+            quick and must not block (open connections later, on use).
         carry: what a child makes of the value it inherited (e.g. an in-memory
             database that only exists in that copy); by default it is not used.
     """

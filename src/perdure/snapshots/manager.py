@@ -469,7 +469,7 @@ class SnapshotSessionManager:
         """Sync face of :meth:`redact_latest_message_async` (seed 003's signature).
 
         Raises:
-            RuntimeError: called inside a running event loop (await
+            RuntimeError: called on perdure's own event-loop thread (await
                 ``redact_latest_message_async`` instead).
         """
         run_sync(
@@ -484,7 +484,7 @@ class SnapshotSessionManager:
         immutable snapshot with a logged warning; else the agent is left as it is.
 
         Raises:
-            RuntimeError: called inside a running event loop (await
+            RuntimeError: called on perdure's own event-loop thread (await
                 ``restore_snapshot(agent)`` instead).
             TurnRunningError: the agent is running a turn.
             SessionCorruptedError: the snapshot to restore is damaged.
@@ -500,7 +500,7 @@ class SnapshotSessionManager:
         """Save ``agent`` to ``snapshot_latest`` now (sync; seed 003).
 
         Raises:
-            RuntimeError: called inside a running event loop (await
+            RuntimeError: called on perdure's own event-loop thread (await
                 ``save_snapshot(agent, is_latest=True)`` instead).
         """
         run_sync(
