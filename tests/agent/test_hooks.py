@@ -241,13 +241,24 @@ class _RestoringProvider:
         event.agent.messages.append({"role": "assistant", "content": [{"text": "ok"}]})
 
 
-async def test_async_init_runs_at_construction_even_inside_a_loop() -> None:
+async def test_async_init_inside_a_loop_waits_for_initialize() -> None:
+    # The constructor does no I/O inside a running loop (SPEC §7).
     provider = _RestoringProvider()
     agent = Agent(model=ScriptedModel(["fresh"]), hooks=[provider])
+    assert provider.seen == []
+    await agent.initialize()
     assert provider.seen == ["init"]
     assert len(agent.messages) == 2
     await agent.invoke_async("new")
     assert provider.seen == ["init"]  # once
+    assert [m["content"][0]["text"] for m in agent.messages] == ["restored", "ok", "new", "fresh"]
+
+
+async def test_async_init_inside_a_loop_runs_before_the_first_call() -> None:
+    provider = _RestoringProvider()
+    agent = Agent(model=ScriptedModel(["fresh"]), hooks=[provider])
+    await agent.invoke_async("new")
+    assert provider.seen == ["init"]
     assert [m["content"][0]["text"] for m in agent.messages] == ["restored", "ok", "new", "fresh"]
 
 

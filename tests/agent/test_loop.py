@@ -205,7 +205,9 @@ def test_prompt_none_without_history_is_rejected() -> None:
 
 def test_bad_constructor_arguments_are_named() -> None:
     with pytest.raises(TypeError, match="model"):
-        Agent(model="not a model")  # type: ignore[arg-type]
+        Agent(model=42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="model spec 'not a model' is malformed"):
+        Agent(model="not a model")
     with pytest.raises(ValueError, match="agent_id"):
         Agent(model=ScriptedModel([]), agent_id="a/b")
     with pytest.raises(ValueError, match="max_cycles"):
@@ -267,11 +269,46 @@ async def test_second_invocation_while_running_raises_turn_running() -> None:
     assert not agent.turn_running
 
 
-async def test_sync_call_inside_running_loop_names_async_twin() -> None:
+async def test_sync_call_inside_running_loop_runs_on_perdures_loop() -> None:
+    # A notebook cell or a web handler: the call blocks this thread only (SPEC §7).
     agent = Agent(model=ScriptedModel(["x"]))
-    with pytest.raises(RuntimeError, match=r"invoke_async"):
-        agent("hi")
-    assert agent.messages == []
+    assert str(agent("hi")) == "x"
+    assert [m["content"][0]["text"] for m in agent.messages] == ["hi", "x"]
+
+
+def test_sync_call_on_perdures_own_loop_thread_names_async_twin() -> None:
+    # From a tool of a running agent the sync call would wait for itself.
+    inner = Agent(model=ScriptedModel(["never"]))
+    errors: list[str] = []
+
+    @tool
+    async def nested() -> str:
+        """Call another agent synchronously (an async tool runs on perdure's loop)."""
+        try:
+            inner("hi")
+        except RuntimeError as exc:
+            errors.append(str(exc))
+        return "done"
+
+    outer = Agent(model=ScriptedModel([tool_call("n1", "nested"), "ok"]), tools=[nested])
+    assert str(outer("go")) == "ok"
+    assert len(errors) == 1
+    assert "invoke_async" in errors[0]
+    assert inner.messages == []
+
+
+def test_sync_call_from_a_sync_tool_works() -> None:
+    # A sync tool runs in a worker thread, which runs no loop: nothing to refuse.
+    inner = Agent(model=ScriptedModel(["inner answer"]))
+
+    @tool
+    def nested() -> str:
+        """Call another agent synchronously."""
+        return str(inner("hi"))
+
+    outer = Agent(model=ScriptedModel([tool_call("n1", "nested"), "ok"]), tools=[nested])
+    assert str(outer("go")) == "ok"
+    assert [m["content"][0]["text"] for m in inner.messages] == ["hi", "inner answer"]
 
 
 def test_sync_calls_share_one_long_lived_loop() -> None:

@@ -21,7 +21,12 @@ from hypothesis import strategies as st
 
 from helpers import exit_code, fork_child, tool_call
 from perdure import Agent, tool
-from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
+from perdure.errors import (
+    SessionConflictError,
+    SessionCorruptedError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
 from perdure.maintenance import verify_store
 from perdure.models import ScriptedModel
 from perdure.session import (
@@ -1041,15 +1046,15 @@ def test_a_forked_child_commits_through_its_own_writer_thread(tmp_path: Path) ->
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_child_forked_during_a_turn_sees_the_parents_appends(tmp_path: Path) -> None:
     # Within a writer-lock hold the store trusts the journal's end it remembers. A
-    # child forked during the hold (here by a worker thread, as a tool could) shares
-    # the lock with its parent, so it must not: a stale append from it is a
-    # conflict, never a second record chained to the same place.
+    # child forked during the hold (here by a worker thread, as a tool could) does
+    # not share its parent's hold: it is locked out like any other process, so its
+    # stale append is refused, never a second record chained to the same place.
     store = filled(tmp_path, 2, durability="none")
     ready, go = os.pipe()
 
     def child(before: str) -> None:
         os.read(ready, 1)  # the parent has appended
-        with pytest.raises(SessionConflictError):
+        with pytest.raises(SessionLockedError):
             run(store.commit("s", conversation(4, "child"), expected_tail=before))
 
     async def turn() -> int:

@@ -298,7 +298,9 @@ async def test_session_in_an_async_app(store: SessionStore) -> None:
     await agent.invoke_async("hello")
     resumed_session = await Session.open(store, "async-s", must_exist=True)
     resumed = Agent(model=ScriptedModel(["again"]), session_manager=resumed_session)
-    assert len(resumed.messages) == 2  # restored at construction, even inside a loop
+    assert resumed.messages == []  # inside a loop the constructor does no I/O (SPEC §7)
+    await resumed.initialize()
+    assert len(resumed.messages) == 2
     await resumed.invoke_async("more")
     assert [m["content"][0]["text"] for m in resumed.messages] == ["hello", "hi", "more", "again"]
     with pytest.raises(SessionNotFoundError):

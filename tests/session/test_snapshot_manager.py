@@ -196,12 +196,14 @@ def test_everything_a_snapshot_holds_is_restored(blob_storage: RecordingStorage)
     assert again.system_prompt is None  # not part of the "session" preset
 
 
-async def test_an_agent_built_inside_a_running_loop_is_restored_at_once(
+async def test_an_agent_built_inside_a_running_loop_is_restored_by_initialize(
     blob_storage: RecordingStorage,
 ) -> None:
     first = make_agent(SnapshotSessionManager("s", storage=blob_storage), ["a1"])
     await first.invoke_async("q1")
     second = make_agent(SnapshotSessionManager("s", storage=blob_storage))
+    assert second.messages == []  # inside a loop the constructor does no I/O (SPEC §7)
+    await second.initialize()
     assert second.messages == first.messages
 
 
@@ -500,6 +502,7 @@ async def test_a_resumed_writer_goes_on_incrementally(blob_storage: RecordingSto
     await SnapshotSessionManager("s", storage=blob_storage).save_snapshot(agent, is_latest=True)
     manager = SnapshotSessionManager("s", storage=blob_storage)
     resumed = make_agent(manager)
+    await resumed.initialize()
     assert len(resumed.messages) == 2000
     blob_storage.writes.clear()
     resumed.messages.append(text(2000))  # type: ignore[arg-type]
@@ -673,8 +676,8 @@ async def test_redaction_arguments_are_checked() -> None:
             {"role": "robot", "content": []},  # type: ignore[typeddict-item]
             make_agent(None, messages=[text(0)]),
         )
-    with pytest.raises(RuntimeError, match="redact_latest_message_async"):
-        manager.redact_latest_message(text(0), make_agent(None, messages=[text(0)]))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no messages"):  # the sync face checks them too
+        manager.redact_latest_message(text(0), make_agent(None))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------- seed 003 sync faces
@@ -691,12 +694,13 @@ def test_initialize_sync_agent_and_append_message(blob_storage: RecordingStorage
     assert restored.messages == agent.messages
 
 
-async def test_sync_faces_refuse_a_running_loop() -> None:
+async def test_sync_faces_work_inside_a_running_loop() -> None:
+    # They run on perdure's loop, blocking only this thread (SPEC §7).
     manager = SnapshotSessionManager("s", storage=MemoryStorage())
-    with pytest.raises(RuntimeError, match="save_snapshot"):
-        manager.sync_agent(make_agent(None))
-    with pytest.raises(RuntimeError, match="restore_snapshot"):
-        manager.initialize(make_agent(None))
+    manager.sync_agent(make_agent(None, messages=[text(0), text(1)]))
+    restored = make_agent(None)
+    manager.initialize(restored)
+    assert restored.messages == [text(0), text(1)]
 
 
 # ------------------------------------------------------------- corruption
@@ -727,7 +731,7 @@ async def test_a_damaged_latest_raises_and_leaves_the_agent_alone(
     assert info.value.code == "session_store_corrupted"
     assert agent.messages == [text(99)]
     with pytest.raises(SessionCorruptedError):
-        make_agent(SnapshotSessionManager("s", storage=blob_storage))
+        await make_agent(SnapshotSessionManager("s", storage=blob_storage)).initialize()
 
 
 def _three_snapshots_then_latest(storage: Storage) -> Agent:

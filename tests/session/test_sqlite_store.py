@@ -1170,8 +1170,10 @@ def test_a_child_forked_during_a_background_fold_does_not_wait_for_it(
     messages = history(2)
 
     def child() -> None:
-        for n in range(len(messages) + 1, len(messages) + 6):  # past a fold
-            asyncio.run(store.commit("s", history(n)))
+        # Another session: the child does not share its parent's hold of "s".
+        asyncio.run(store.create("t"))
+        for n in range(1, 6):  # past a fold
+            asyncio.run(store.commit("t", history(n)))
 
     async def turn() -> int:
         await store.create("s")
@@ -1190,5 +1192,6 @@ def test_a_child_forked_during_a_background_fold_does_not_wait_for_it(
     assert code == 0, "the child waited for its parent's fold"
     store.close()
     reopened = SQLiteSessionStore(path)
-    assert asyncio.run(reopened.get("s")).messages == history(12)
+    assert asyncio.run(reopened.get("s")).messages == history(7)
+    assert asyncio.run(reopened.get("t")).messages == history(5)
     reopened.close()

@@ -39,6 +39,8 @@ import threading
 import weakref
 from concurrent.futures import Executor
 
+from perdure._runtime.threads import PerProcess
+
 __all__ = ["kernel_fsync_available", "start_fsync"]
 
 _IOCB_CMD_FSYNC = 2
@@ -107,7 +109,6 @@ class _Aio:
         libc = ctypes.CDLL(None, use_errno=True)
         self._syscall = libc.syscall
         self._syscall.restype = ctypes.c_long
-        self.pid = os.getpid()
         self._ctx = ctypes.c_ulong(0)
         if self._call(self._setup, _MAX_EVENTS, ctypes.byref(self._ctx)) != 0:
             raise _errno_error("io_setup")
@@ -224,27 +225,20 @@ def _errno_error(call: str) -> OSError:
     return OSError(number, f"{call}: {os.strerror(number)}")
 
 
-_state_lock = threading.Lock()
-_aio: _Aio | None = None
-_unavailable_in: int | None = None  # the pid in which the AIO context could not be made
+def _make_context() -> _Aio | None:
+    try:
+        return _Aio()
+    except (OSError, AttributeError):
+        return None
+
+
+# AIO contexts are per process: a child made by fork() sets up its own on first use
+# (the kernel does not carry the parent's over), with its own eventfds.
+_aio: PerProcess[_Aio | None] = PerProcess(_make_context)
 
 
 def _context() -> _Aio | None:
-    global _aio, _unavailable_in
-    aio = _aio
-    pid = os.getpid()
-    if aio is not None and aio.pid == pid:
-        return aio
-    with _state_lock:
-        if _unavailable_in == pid:
-            return None
-        if _aio is None or _aio.pid != pid:  # first use, or a forked child: AIO is per process
-            try:
-                _aio = _Aio()
-            except (OSError, AttributeError):
-                _unavailable_in = pid
-                return None
-        return _aio
+    return _aio.value
 
 
 def kernel_fsync_available() -> bool:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import copy
 import inspect
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from perdure._runtime.loop import is_runner_thread, run_blocking, run_sync
+from perdure._runtime.loop import in_running_loop, run_blocking, run_sync
 from perdure.agent.checkpoint import Checkpoint
 from perdure.agent.conversation import ConversationManager, SlidingWindowConversationManager
 from perdure.agent.event_loop import LoopStart, pending_tool_uses, placeholder_results, run_loop
@@ -27,7 +29,7 @@ from perdure.hooks import (
     MessageAddedEvent,
     MiddlewareRegistry,
 )
-from perdure.models import Model
+from perdure.models import Model, from_string
 from perdure.state import AgentState
 from perdure.tools import AgentTool, ToolRegistry
 from perdure.types import (
@@ -47,7 +49,10 @@ class Agent:
     """An LLM agent: a model, tools, and a loop whose state can be persisted.
 
     Args:
-        model: the :class:`~perdure.models.Model` the loop calls.
+        model: the :class:`~perdure.models.Model` the loop calls, or a spec such as
+            ``"openai:gpt-4o-mini"``, ``"anthropic:MODEL"`` or ``"scripted"`` that
+            :func:`~perdure.models.from_string` builds one from (an unknown provider
+            raises ``ValueError``, a missing SDK ``ImportError`` naming the extra).
         tools: tools (``@tool`` functions, :class:`~perdure.tools.AgentTool`
             objects, or plain annotated functions).
         system_prompt: the system prompt sent with every model call.
@@ -68,11 +73,18 @@ class Agent:
 
     One turn at a time: a second invocation while one runs raises
     :class:`~perdure.errors.TurnRunningError`.
+
+    Built where no event loop runs, the agent is ready when the constructor returns:
+    a session manager has restored it, or raised ``SessionNotFoundError`` /
+    ``SessionCorruptedError`` / ``DecryptionError`` from the constructor. Built inside
+    a running loop, the constructor does no I/O: the restore runs at
+    ``await agent.initialize()`` or the first invocation, which raise those errors
+    (``await Agent.create(...)`` does both in one step).
     """
 
     def __init__(
         self,
-        model: Model,
+        model: Model | str,
         tools: Iterable[AgentTool | Callable[..., Any]] = (),
         system_prompt: str | None = None,
         messages: Sequence[Message] | None = None,
@@ -88,6 +100,8 @@ class Agent:
         max_cycles: int = 50,
         name: str | None = None,
     ) -> None:
+        if isinstance(model, str):
+            model = from_string(model)  # the adapter's SDK is imported only now
         if not callable(getattr(model, "stream", None)):
             raise TypeError(
                 f"model must implement the Model protocol (a stream method), got {model!r}"
@@ -139,6 +153,11 @@ class Agent:
         self._cancel = threading.Event()
         self._pending_init: list[Callable[[], Awaitable[None]]] = []
         self._initializing = False
+        # initialize() runs once at a time, from any loop or thread: the others wait.
+        self._init_guard = threading.Lock()
+        self._init_running: concurrent.futures.Future[None] | None = None
+        self._init_task: asyncio.Task[Any] | None = None
+        self._init_error: Exception | None = None
 
         for provider in hooks:
             self.hooks.add_hook(provider)
@@ -156,9 +175,13 @@ class Agent:
         Runs on perdure's single long-lived event loop. After the invocation, a
         memory manager's background extraction is flushed.
 
+        Called inside a running event loop (a notebook cell, a web handler), it
+        still works, blocking that loop until it returns; a warning logged once
+        names ``agent.invoke_async``.
+
         Raises:
-            RuntimeError: called from inside a running event loop (use
-                ``await agent.invoke_async(...)``).
+            RuntimeError: called on perdure's own event-loop thread (from an async
+                tool or hook of a running agent): use ``await agent.invoke_async(...)``.
             TurnRunningError: another invocation of this agent is running.
         """
         return run_sync(self._invoke_and_flush(prompt), async_name="agent.invoke_async(prompt)")
@@ -508,27 +531,76 @@ class Agent:
             await self.hooks.invoke(event)
 
         self._pending_init.append(initialize)
-        if not is_runner_thread():
-            # Finish now (on perdure's loop), so agent.messages is right at once, even
-            # when built inside an async app. Only on perdure's own loop thread (an
-            # agent built inside a tool) must it wait for initialize() or the first call.
+        if not in_running_loop():
+            # No loop runs here: finish now (on perdure's loop), so agent.messages is
+            # right at once and a session's errors surface in the constructor. Inside
+            # a running loop (an async app, a notebook, a tool of another agent) the
+            # constructor does no I/O: the work waits for initialize() or the first call.
             run_blocking(self.initialize())
+
+    @classmethod
+    async def create(cls, *args: Any, **kwargs: Any) -> Agent:
+        """Build an agent and finish its initialisation without blocking the loop.
+
+        Takes the constructor's arguments. The async twin of ``Agent(...)`` outside
+        a loop: a session's restore runs now, and its errors are raised here.
+
+        Raises:
+            SessionNotFoundError, SessionCorruptedError, DecryptionError: the
+                session manager could not restore the agent.
+        """
+        agent = cls(*args, **kwargs)
+        await agent.initialize()
+        return agent
 
     async def initialize(self) -> None:
         """Finish initialisation that needs the event loop (idempotent).
 
-        An agent normally finishes initialising in its constructor. Built on perdure's
-        own event-loop thread (inside a tool of another agent), its async work — a
-        session restoring the history, async plugins — waits until the first
-        invocation, or until this is awaited.
+        That is a session manager restoring the history, and async plugins. Built
+        where no event loop runs, an agent finishes in its constructor. Built inside
+        a running loop, it does no I/O there: the work runs when this is awaited, or
+        at the start of the first invocation, whichever comes first, and a call made
+        meanwhile from elsewhere waits for it. Nothing is committed before it ends.
+
+        Raises:
+            SessionNotFoundError, SessionCorruptedError, DecryptionError: the
+                session manager could not restore the agent. Initialisation that
+                failed fails again, with the same error, on every later call and
+                invocation (the agent is unusable: build another). A cancelled one
+                starts again where it stopped.
         """
+        while True:
+            with self._init_guard:
+                if self._init_error is not None:
+                    raise self._init_error
+                if not self._pending_init:
+                    return
+                running = self._init_running
+                if running is None:
+                    running = self._init_running = concurrent.futures.Future()
+                    mine = True
+                else:
+                    mine = False
+            if mine:
+                break
+            if asyncio.current_task() is self._init_task:
+                return  # called by a step of the initialisation itself
+            await asyncio.wrap_future(running)  # then look again: done, failed or cancelled
         self._initializing = True
+        self._init_task = asyncio.current_task()
         try:
             while self._pending_init:
-                step = self._pending_init.pop(0)
-                await step()
+                await self._pending_init[0]()
+                self._pending_init.pop(0)
+        except Exception as exc:
+            self._init_error = exc
+            raise
         finally:
             self._initializing = False
+            self._init_task = None
+            with self._init_guard:
+                self._init_running = None
+            running.set_result(None)
 
 
 def _check_id(value: Any, argument: str) -> None:

@@ -43,13 +43,13 @@ import builtins
 import hashlib
 import json
 import os
-import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from perdure._runtime.fs import atomic_write
+from perdure._runtime.threads import ProcessLock
 from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
 from perdure.session.rules import check_max_checkpoints, evicted_checkpoints, utc_now
@@ -395,7 +395,7 @@ class _IdMaker:
 
     def __init__(self) -> None:
         self._makers: dict[str, MonotonicUlid] = {}
-        self._guard = threading.Lock()
+        self._guard = ProcessLock()
 
     def new(self, session_id: str, existing: builtins.list[str]) -> str:
         with self._guard:
@@ -565,7 +565,7 @@ class MemoryCheckpointStore:
     def __init__(self, *, max_checkpoints: int | None = None) -> None:
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
         self._data: dict[str, dict[str, bytes]] = {}
-        self._guard = threading.Lock()
+        self._guard = ProcessLock()
 
     async def put(self, record: CheckpointRecord) -> None:
         """Store a copy of ``record`` and apply retention."""

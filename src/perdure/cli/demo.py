@@ -252,6 +252,7 @@ async def run_worker(data_dir: Path, out: TextIO, *, color: bool | None) -> None
     store = FileSessionStore(data_dir / "store")
     session = await Session.open(store, SESSION_ID)
     agent = build_agent(session)
+    await agent.initialize()  # inside a loop the constructor does not restore
     saved = agent.state.get("demo") or {}
     pauses = int(saved.get("pauses", 0))
     checkpoint = saved.get("checkpoint")

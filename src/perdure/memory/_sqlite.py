@@ -1,7 +1,7 @@
 """One SQLite connection used from worker threads, with driver errors translated.
 
 Blocking SQLite work runs in ``asyncio.to_thread`` so it never blocks an event
-loop; a ``threading.Lock`` (not an asyncio primitive, which would bind to one loop)
+loop; a thread lock (not an asyncio primitive, which would bind to one loop)
 serialises use of the connection, so the owning object may be awaited from any
 event loop and any thread.
 
@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteErrors, translate, write_transaction
+from perdure._runtime.threads import PerProcess, ProcessLock
 from perdure.memory.errors import MemoryStoreError, MemoryStoreLockedError
 
 __all__ = ["BUSY_TIMEOUT_MS", "SQLiteConnection", "stored_json", "write_transaction"]
@@ -56,9 +56,23 @@ class SQLiteConnection:
         self._schema = schema
         self._what = what
         self._synchronous = synchronous
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
+        self._lock = ProcessLock()
+        # This process's connection: a child made by fork() opens its own file
+        # connection, leaving the parent's alone (SQLite forbids using it there;
+        # closing it could disturb the parent's locks). An in-memory database exists
+        # only in the connection, so a child goes on with its copy of it.
+        self._conns: PerProcess[sqlite3.Connection | None] = PerProcess(
+            lambda: None, carry=(lambda conn: conn) if str(path) == ":memory:" else None
+        )
         self._closed = False
+
+    @property
+    def _conn(self) -> sqlite3.Connection | None:
+        return self._conns.value
+
+    @_conn.setter
+    def _conn(self, conn: sqlite3.Connection | None) -> None:
+        self._conns.value = conn
 
     def _open(self) -> sqlite3.Connection:
         if self._closed:

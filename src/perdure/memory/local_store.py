@@ -17,13 +17,13 @@ import json
 import math
 import re
 import sqlite3
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perdure._runtime.threads import ProcessLock
 from perdure.memory._sqlite import SQLiteConnection, stored_json, write_transaction
 from perdure.memory.embedder import Embedder
 from perdure.memory.entry import MemoryEntry
@@ -213,7 +213,7 @@ class LocalMemoryStore(MemoryStore):
         self._db = SQLiteConnection(path, _SCHEMA, "memory store")
         self._writes = 0  # bumped by this store's own writes (data_version misses them)
         self._vectors: _VectorIndex | None = None
-        self._vectors_lock = threading.Lock()
+        self._vectors_lock = ProcessLock()
 
     # ------------------------------------------------------------------ protocol
 

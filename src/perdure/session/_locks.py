@@ -18,6 +18,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+from perdure._runtime.threads import PerProcess, on_fork_in_child
 from perdure.errors import SessionLockedError
 
 
@@ -31,50 +32,63 @@ class LockTable:
 
     def __init__(self, directory: Path | None = None) -> None:
         self._directory = directory
-        self._guard = threading.Lock()
-        self._held: dict[str, int | None] = {}  # session id -> lock fd (None: in-process)
-        # session id -> (the holding process, the current hold's number)
-        self._hold_ids: dict[str, tuple[int, int]] = {}
+        # What this process holds: a child made by fork() holds none of its parent's
+        # locks (an flock it inherited stays its parent's, and is closed there).
+        self._here: PerProcess[_Held] = PerProcess(_Held)
+        # Shared by parent and child: a number given in one is never given in the
+        # other's later holds, so a value remembered under a parent's hold is never
+        # trusted under a child's.
         self._numbers = itertools.count(1)
+        on_fork_in_child(self, LockTable._close_inherited)
 
     def is_held(self, session_id: str) -> bool:
-        """True when this store instance holds ``session_id``'s lock."""
-        with self._guard:
-            return session_id in self._held
+        """True when this store instance holds ``session_id``'s lock in this process."""
+        here = self._here.value
+        with here.guard:
+            return session_id in here.held
 
     def hold_id(self, session_id: str) -> int | None:
         """A number for the current hold of ``session_id``'s lock (None: not held).
 
         Every acquisition gets a new number, so a value remembered under one hold is
         known to be unchanged by anyone else while the number stays the same. In a
-        child made by fork() while the lock was held it is None: parent and child
-        then share the lock, and neither may trust what it remembered.
+        child made by fork() it is None until the child takes the lock itself.
         """
-        hold = self._hold_ids.get(session_id)
-        if hold is None or hold[0] != os.getpid():
-            return None
-        return hold[1]
+        return self._here.value.hold_ids.get(session_id)
 
     def acquire(self, session_id: str) -> None:
         """Take the lock or raise ``SessionLockedError`` at once."""
-        with self._guard:
-            if session_id in self._held:
+        here = self._here.value
+        with here.guard:
+            if session_id in here.held:
                 raise SessionLockedError(
                     f"session {session_id!r} is locked by another writer in this process"
                 )
             fd = self._flock(session_id) if self._directory is not None else None
-            self._held[session_id] = fd
-            self._hold_ids[session_id] = (os.getpid(), next(self._numbers))
+            here.held[session_id] = fd
+            here.hold_ids[session_id] = next(self._numbers)
 
     def release(self, session_id: str) -> None:
         """Release the lock (a lock not held is fine)."""
-        with self._guard:
-            fd = self._held.pop(session_id, None)
-            self._hold_ids.pop(session_id, None)
+        here = self._here.value
+        with here.guard:
+            fd = here.held.pop(session_id, None)
+            here.hold_ids.pop(session_id, None)
         if fd is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+    def _close_inherited(self) -> None:
+        """In a child made by fork(): close the parent's lock files, never unlocking them.
+
+        The parent's locks stay the parent's (an unlock here would release them for
+        it too); the child must only not keep them alive after the parent is gone.
+        """
+        for fd in self._here.value.held.values():
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def _flock(self, session_id: str) -> int:
         assert self._directory is not None
@@ -104,7 +118,7 @@ class LockTable:
 
     def for_write(self, session_id: str) -> contextlib.AbstractContextManager[None]:
         """Around one write: reuse a held lock, else take it for the write only."""
-        if session_id in self._held:  # a turn's appends: no generator to set up
+        if session_id in self._here.value.held:  # a turn's appends: no generator to set up
             return _REUSED
         return self._for_one_write(session_id)
 
@@ -115,6 +129,15 @@ class LockTable:
             yield
         finally:
             self.release(session_id)
+
+
+class _Held:
+    """The locks one process holds through one table."""
+
+    def __init__(self) -> None:
+        self.guard = threading.Lock()
+        self.held: dict[str, int | None] = {}  # session id -> lock fd (None: in-process)
+        self.hold_ids: dict[str, int] = {}  # session id -> the current hold's number
 
 
 _REUSED: contextlib.AbstractContextManager[None] = contextlib.nullcontext()

@@ -26,7 +26,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from perdure._runtime.loop import in_running_loop, is_runner_thread, run_blocking
+from perdure._runtime.loop import in_running_loop, run_blocking
 from perdure.agent.conversation.pairing import repair_tool_pairs, tail_repairs
 from perdure.agent.conversation.summarize import (
     SummaryError,
@@ -197,14 +197,21 @@ class Session:
     def resume(cls, store: SessionStore, session_id: str) -> Session:
         """Open a session that must exist.
 
+        Where no event loop runs, the session is read here (on perdure's loop) and
+        its errors are raised here. Inside a running loop nothing is read (that would
+        block the loop): the read waits for the agent's restore, and the errors are
+        raised by ``await agent.initialize()``, ``await Agent.create(...)`` or the
+        agent's first call — as ``Agent(session_manager=…)`` raises them (SPEC §7).
+        ``await Session.open(store, session_id, must_exist=True)`` reads it at once
+        from async code.
+
         Raises:
-            SessionNotFoundError: no session ``session_id`` (raised here when called
-                outside a running event loop, else when the agent initialises).
+            SessionNotFoundError: no session ``session_id``.
             SessionCorruptedError: the stored session is damaged.
         """
         session = cls(store, session_id)
         session._must_exist = True
-        if not in_running_loop() and not is_runner_thread():
+        if not in_running_loop():
             run_blocking(session._load())
         return session
 
@@ -236,12 +243,14 @@ class Session:
         agent = event.agent
         if self._agent is not None and self._agent is not agent:
             raise ValueError(f"session {self.session_id!r} already persists another agent")
-        self._agent = agent
         if self._record is None:
             await self._load()
         assert self._record is not None
         await self._restore(agent, self._record)
         self._record = None  # the agent holds it now; do not keep a second copy
+        # Attached only now: no save() or checkpoint commits the agent's (still empty)
+        # state over the stored one while the restore runs.
+        self._agent = agent
 
     async def _on_before_invocation(self, event: BeforeInvocationEvent) -> None:
         stack = contextlib.AsyncExitStack()

@@ -48,13 +48,13 @@ import asyncio
 import contextlib
 import copy
 import logging
-import threading
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from perdure._runtime.loop import run_sync
+from perdure._runtime.threads import ProcessLock
 from perdure.agent import Agent, Snapshot, SnapshotField
 from perdure.errors import SnapshotError, TurnRunningError
 from perdure.hooks import (
@@ -159,7 +159,7 @@ def _check_agent(agent: Any) -> Agent:
 
 
 @contextlib.asynccontextmanager
-async def _hold(lock: threading.Lock) -> AsyncIterator[None]:
+async def _hold(lock: ProcessLock) -> AsyncIterator[None]:
     """Hold a thread lock from async code without blocking the event loop.
 
     A ``threading.Lock`` (not an ``asyncio.Lock``) so that callers on different
@@ -255,7 +255,7 @@ class SnapshotSessionManager:
                 f"got {type(storage).__name__}"
             )
         self.storage: Storage = storage
-        self._lock = threading.Lock()
+        self._lock = ProcessLock()
         self._slots: dict[str, _Slot] = {}
         self._initialized: weakref.WeakSet[Agent] = weakref.WeakSet()
 
@@ -475,7 +475,7 @@ class SnapshotSessionManager:
         """Sync face of :meth:`redact_latest_message_async` (seed 003's signature).
 
         Raises:
-            RuntimeError: called inside a running event loop (await
+            RuntimeError: called on perdure's own event-loop thread (await
                 ``redact_latest_message_async`` instead).
         """
         run_sync(
@@ -490,7 +490,7 @@ class SnapshotSessionManager:
         immutable snapshot with a logged warning; else the agent is left as it is.
 
         Raises:
-            RuntimeError: called inside a running event loop (await
+            RuntimeError: called on perdure's own event-loop thread (await
                 ``restore_snapshot(agent)`` instead).
             TurnRunningError: the agent is running a turn.
             SessionCorruptedError: the snapshot to restore is damaged.
@@ -506,7 +506,7 @@ class SnapshotSessionManager:
         """Save ``agent`` to ``snapshot_latest`` now (sync; seed 003).
 
         Raises:
-            RuntimeError: called inside a running event loop (await
+            RuntimeError: called on perdure's own event-loop thread (await
                 ``save_snapshot(agent, is_latest=True)`` instead).
         """
         run_sync(

@@ -4,7 +4,7 @@ The database holds ``perdure_blobs(key TEXT PRIMARY KEY, data BLOB)`` and
 ``PRAGMA user_version = 1``. It runs in WAL mode with ``synchronous=FULL`` (a write
 that returned survives power loss) and a busy timeout, so several processes can share
 the file: readers never block, writers queue. Within one ``SQLiteStorage`` a single
-connection, guarded by a ``threading.Lock``, serves every call from a worker thread
+connection per process, guarded by a lock, serves every call from a worker thread
 (``asyncio.to_thread``): no coroutine binds to an event loop.
 
 ``sqlite3`` errors never leave this module; they are sorted by perdure's one
@@ -23,12 +23,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteErrors, transaction, translate
+from perdure._runtime.threads import PerProcess, ProcessLock
 from perdure.errors import SessionCorruptedError, StorageError, StorageLockedError
 from perdure.storage.keys import check_data, validate_key, validate_list_args
 
@@ -82,9 +82,20 @@ class SQLiteStorage:
             raise ValueError(f"timeout must be a number >= 0, got {timeout!r}")
         self.path = Path(path).absolute()
         self.timeout = float(timeout)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
+        self._lock = ProcessLock()
+        # This process's connection: a child made by fork() opens its own, leaving
+        # the parent's alone (SQLite forbids using it there; closing it could disturb
+        # the parent's locks).
+        self._conns: PerProcess[sqlite3.Connection | None] = PerProcess(lambda: None)
         self._closed = False
+
+    @property
+    def _conn(self) -> sqlite3.Connection | None:
+        return self._conns.value
+
+    @_conn.setter
+    def _conn(self, conn: sqlite3.Connection | None) -> None:
+        self._conns.value = conn
 
     def __repr__(self) -> str:
         return f"SQLiteStorage({str(self.path)!r})"

@@ -95,7 +95,6 @@ import json
 import logging
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -105,7 +104,7 @@ from typing import Any, Literal, NamedTuple
 from perdure._runtime.fs import atomic_write
 from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
 from perdure._runtime.sqlite_wal import wal_damage
-from perdure._runtime.threads import StoreThread
+from perdure._runtime.threads import PerProcess, ProcessLock, StoreThread
 from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
@@ -278,18 +277,26 @@ class _Commit(NamedTuple):
 
 
 class _Slot:
-    """One connection, used by one thread at a time, in the process that opened it."""
+    """One connection, used by one thread at a time, in the process that opened it.
+
+    A child made by fork() starts with no connection and a free lock: SQLite must
+    not use the parent's connection there, and closing it could disturb the
+    parent's locks, so the child leaves it alone (kept alive, untouched) and opens
+    its own.
+    """
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.conn: sqlite3.Connection | None = None
-        self.pid = 0
+        self.lock = ProcessLock()
+        self._conn: PerProcess[sqlite3.Connection | None] = PerProcess(lambda: None)
 
+    @property
+    def conn(self) -> sqlite3.Connection | None:
+        """This process's connection (None until it opens one)."""
+        return self._conn.value
 
-# Connections inherited through fork(): SQLite must not use them in the child, and
-# closing them there could disturb the parent's locks, so the child keeps them alive
-# untouched and opens its own.
-_INHERITED: list[sqlite3.Connection] = []
+    @conn.setter
+    def conn(self, conn: sqlite3.Connection | None) -> None:
+        self._conn.value = conn
 
 
 class _Chain:
@@ -494,8 +501,9 @@ class SQLiteSessionStore(StoreBase):
         self._wal_pages = 0
         self._wal_backlog = 0
         self._fold_pages = _WAL_FOLD_PAGES[durability]
-        # The background fold last started, with the process that started it.
-        self._folding: tuple[int, concurrent.futures.Future[None]] | None = None
+        # The background fold this process last started (a child made by fork()
+        # inherits its parent's, which runs there only: it would wait for ever).
+        self._folding: PerProcess[concurrent.futures.Future[None] | None] = PerProcess(lambda: None)
         self._folder = StoreThread("perdure-sqlite-fold")
         # The session row as this store last wrote it, by session id, with the number
         # of the writer-lock hold it was written under (guarded by the writer slot):
@@ -624,9 +632,7 @@ class SQLiteSessionStore(StoreBase):
         for slot in (self._writer, self._reader):
             with slot.lock:
                 conn, slot.conn = slot.conn, None
-                if conn is not None and slot.pid != os.getpid():
-                    _INHERITED.append(conn)
-                elif conn is not None:
+                if conn is not None:
                     with contextlib.suppress(sqlite3.Error):
                         conn.close()
 
@@ -635,12 +641,9 @@ class SQLiteSessionStore(StoreBase):
     @contextlib.contextmanager
     def _use(self, slot: _Slot) -> Iterator[sqlite3.Connection]:
         with slot.lock, self._translate():
-            if slot.conn is not None and slot.pid != os.getpid():
-                _INHERITED.append(slot.conn)
-                slot.conn = None
             if slot.conn is None:
                 other = self._reader if slot is self._writer else self._writer
-                first = other.conn is None or other.pid != os.getpid()
+                first = other.conn is None
                 if first:
                     self._check_set_aside()
                 conn = self._connect(writer=slot is self._writer)
@@ -655,7 +658,6 @@ class SQLiteSessionStore(StoreBase):
                         conn.close()
                         raise
                 slot.conn = conn
-                slot.pid = os.getpid()
             yield slot.conn
 
     def _connect(self, *, writer: bool) -> sqlite3.Connection:
@@ -1105,11 +1107,7 @@ class SQLiteSessionStore(StoreBase):
             return None
         try:
             conn = slot.conn
-            if (
-                conn is None
-                or slot.pid != os.getpid()
-                or self._wal_backlog >= _BACKLOG_FOLDS * self._fold_pages
-            ):
+            if conn is None or self._wal_backlog >= _BACKLOG_FOLDS * self._fold_pages:
                 return None
             session_id = commit.request.session_id
             with self._locks.for_write(session_id):
@@ -1129,7 +1127,7 @@ class SQLiteSessionStore(StoreBase):
                     # The append is committed: nothing here may fail it.
                     with contextlib.suppress(RuntimeError):  # close() shut the folder down
                         started = self._folder.executor().submit(self._fold_behind)
-                        self._folding = (os.getpid(), started)
+                        self._folding.value = started
                 return result
         finally:
             slot.lock.release()
@@ -1208,15 +1206,11 @@ class SQLiteSessionStore(StoreBase):
         self._checkpoint_wal(conn)
 
     def _fold_in_flight(self) -> concurrent.futures.Future[None] | None:
-        """The background fold still running in this process, if any.
-
-        (A child made by fork() inherits the future of one that runs in its parent
-        only: it would wait for it for ever.)
-        """
-        folding = self._folding
-        if folding is None or folding[0] != os.getpid() or folding[1].done():
+        """The background fold still running in this process, if any."""
+        folding = self._folding.value
+        if folding is None or folding.done():
             return None
-        return folding[1]
+        return folding
 
     def _fold_behind(self) -> None:
         """A fold on the reader connection, in the background, while appends go on."""

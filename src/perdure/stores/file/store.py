@@ -86,7 +86,6 @@ import logging
 import os
 import re
 import shutil
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -97,7 +96,7 @@ from typing import Any, Literal, TypeVar, cast
 
 from perdure._runtime.fs import append_all, atomic_write, fsync_dir
 from perdure._runtime.fsync import start_fsync
-from perdure._runtime.threads import StoreThread
+from perdure._runtime.threads import ProcessLock, StoreThread
 from perdure.checkpoints.store import FileCheckpointStore
 from perdure.errors import (
     SessionConflictError,
@@ -327,8 +326,9 @@ class FileSessionStore(StoreBase):
         # in a turn that holds the writer lock: its head is written when the turn ends.
         self._durable: dict[str, Tail] = {}
         self._writer = StoreThread("perdure-file-store")
-        # Held while the journal cache (_tails, _fds) or a session's files change.
-        self._guard = threading.RLock()
+        # Held while the journal cache (_tails, _fds) or a session's files change
+        # (free in a child made by fork(), whatever the parent's threads held).
+        self._guard = ProcessLock(reentrant=True)
 
     def __repr__(self) -> str:
         return f"FileSessionStore({str(self.root)!r}, durability={self.durability!r})"
