@@ -8,9 +8,9 @@ session names (:class:`Session`, the stores, :func:`open_store`,
 :mod:`perdure.session` does.
 """
 
-import importlib as _importlib
 import typing as _typing
 
+from perdure._runtime.lazy import lazy_exports as _lazy_exports
 from perdure.agent import (
     Agent,
     AgentResult,
@@ -80,14 +80,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> _typing.Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'perdure' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = _lazy_exports(__name__, _LAZY)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import typing as _typing
 
+from perdure._runtime.lazy import lazy_exports as _lazy_exports
 from perdure.models.model import Model
 from perdure.models.registry import from_string
 from perdure.models.scripted import ScriptedModel, ScriptedResponse
@@ -50,16 +51,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> _typing.Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'perdure.models' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = _lazy_exports(__name__, _LAZY)

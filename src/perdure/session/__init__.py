@@ -20,8 +20,9 @@ every backend). The map of the layer:
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
+
+from perdure._runtime.lazy import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
     from perdure.checkpoints.export import EXPORT_FORMAT as EXPORT_FORMAT
@@ -113,14 +114,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> _typing.Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'perdure.session' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
