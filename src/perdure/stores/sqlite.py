@@ -76,7 +76,7 @@ Guarantees:
   of later frames that is no damage.
 - **Repair**: :meth:`SQLiteSessionStore.quarantine` keeps a damaged session's
   verifiable prefix of rows and moves the rest to a quarantine file.
-- sqlite3 exceptions never leak, sorted by :func:`perdure._runtime.sqlite.sqlite_fault`
+- sqlite3 exceptions never leak, sorted by :func:`perdure._runtime.sqlite.translate`
   (one rule for every SQLite user in perdure): busy/locked → ``SessionLockedError``;
   a damaged file, text that is not UTF-8, not a database, or a schema that is not
   ours (checked on connect) → ``SessionCorruptedError``; a statement SQLite refuses
@@ -103,7 +103,13 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from perdure._runtime.fs import atomic_write
-from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
+from perdure._runtime.sqlite import (
+    DRIVER_ERRORS,
+    SQLiteErrors,
+    sqlite_fault,
+    transaction,
+    translate,
+)
 from perdure._runtime.sqlite_wal import wal_damage
 from perdure._runtime.threads import StoreThread
 from perdure.checkpoints.store import (
@@ -151,6 +157,19 @@ __all__ = ["Durability", "SQLiteCheckpointStore", "SQLiteSessionStore"]
 Durability = Literal["commit", "none"]
 
 _log = logging.getLogger(__name__)
+
+
+def _environment_error(message: str, *, details: dict[str, Any] | None = None) -> OSError:
+    """The store's error for an environment failure: an ``OSError``, as it always was
+    (the message names the file and SQLite's error; ``details`` are not kept)."""
+    del details
+    return OSError(message)
+
+
+_ERRORS = SQLiteErrors(
+    busy=SessionLockedError, damage=SessionCorruptedError, failure=_environment_error
+)
+"""This store's error for each fault of a driver error."""
 
 _KEY_BITS = 32
 _KEY_SPAN = 1 << _KEY_BITS
@@ -307,28 +326,6 @@ class _Chain:
         body = encode_message(messages[index], f"messages[{index}]")
         self.head = chain_hash(self.head, body)
         return self.base + index, body, self.head
-
-
-@contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection, begin: str | None) -> Iterator[None]:
-    """Run the block in one transaction: committed on success, rolled back on any error.
-
-    ``begin`` starts it (None: the caller already began it).
-    """
-    if begin is not None:
-        conn.execute(begin)
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        raise
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    return sqlite_fault(exc) == "busy"
 
 
 def _fsync_path(path: Path, *, directory: bool = False) -> None:
@@ -684,7 +681,7 @@ class SQLiteSessionStore(StoreBase):
             }
             self._check_schema(conn, names)
             if not _TABLES.issubset(names):
-                with _transaction(conn, "BEGIN IMMEDIATE"):
+                with transaction(conn, "BEGIN IMMEDIATE"):
                     for statement in _SCHEMA:
                         conn.execute(statement)
                 if durable:  # a new database file: make its name durable too
@@ -803,21 +800,9 @@ class SQLiteSessionStore(StoreBase):
             raise self._translated(exc) from exc
 
     def _translated(self, exc: sqlite3.Error | UnicodeDecodeError) -> Exception:
-        fault = sqlite_fault(exc)
-        name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
-        text = sqlite_fault_text(exc)
-        details = {"file": str(self.path), "sqlite_error": name}
-        if fault == "busy":
-            return SessionLockedError(
-                f"SQLite session store {self.path} stayed locked by another connection "
-                f"for more than {self.busy_timeout:g} s: {text}",
-                details=details,
-            )
-        if fault == "damage":
-            return self._bad_database(text, sqlite_error=name)
-        if fault == "bug":
-            return SQLiteBugError(f"SQLite session store {self.path}: perdure's SQL failed: {text}")
-        return OSError(f"SQLite session store {self.path} failed: {text}")
+        return translate(
+            exc, _ERRORS, what="SQLite session store", path=self.path, timeout=self.busy_timeout
+        )
 
     def _bad_database(self, detail: str, **details: Any) -> SessionCorruptedError:
         """The whole database is damaged, or is not a perdure session database."""
@@ -967,7 +952,7 @@ class SQLiteSessionStore(StoreBase):
         return messages
 
     def _get(self, session_id: str, offset: int) -> SessionRecord:
-        with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
+        with self._use(self._reader) as conn, transaction(conn, "BEGIN"):
             head = self._head(conn, session_id)
             start = min(offset, head.total)
             prev = self._prev_hash(conn, session_id, head, start)
@@ -1005,7 +990,7 @@ class SQLiteSessionStore(StoreBase):
             raise damaged(str(exc)) from None
 
     def _history_page(self, session_id: str, offset: int, limit: int) -> HistoryPage:
-        with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
+        with self._use(self._reader) as conn, transaction(conn, "BEGIN"):
             head = self._head(conn, session_id)
             lo, hi = page_read_range(head.total, offset, limit)
             prev = self._prev_hash(conn, session_id, head, lo)
@@ -1015,7 +1000,7 @@ class SQLiteSessionStore(StoreBase):
 
     def _list(self, limit: int | None, after: str | None) -> builtins.list[SessionMeta]:
         bounds = ("" if after is None else after, -1 if limit is None else limit)
-        with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
+        with self._use(self._reader) as conn, transaction(conn, "BEGIN"):
             rows = conn.execute(
                 "SELECT id, created_at, updated_at, message_count FROM perdure_sessions "
                 "WHERE id > ? ORDER BY id LIMIT ?",
@@ -1118,7 +1103,7 @@ class SQLiteSessionStore(StoreBase):
                         return None
                     changes = conn.total_changes
                     remembered = self._heads.pop(session_id, None)
-                    with _transaction(conn, None):
+                    with transaction(conn, None):
                         result, head = self._write_messages(conn, commit, remembered)
                 except DRIVER_ERRORS as exc:  # as _translate does, without its generator
                     raise self._translated(exc) from exc
@@ -1143,7 +1128,7 @@ class SQLiteSessionStore(StoreBase):
         """
         self._begin_write(conn, wait=True)
         changes = conn.total_changes
-        with _transaction(conn, None):
+        with transaction(conn, None):
             yield
         self._count_wal(conn.total_changes - changes)
         if (
@@ -1165,7 +1150,7 @@ class SQLiteSessionStore(StoreBase):
                 conn.execute("BEGIN IMMEDIATE")
                 return True
             except sqlite3.OperationalError as exc:
-                if not _is_busy(exc):
+                if sqlite_fault(exc) != "busy":
                     raise
                 if not wait:
                     return False
@@ -1498,7 +1483,7 @@ class SQLiteSessionStore(StoreBase):
         self, session_id: str, target: Path, dry_run: bool
     ) -> SessionRecoveryReport | None:
         if dry_run:
-            with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
+            with self._use(self._reader) as conn, transaction(conn, "BEGIN"):
                 plan = self._repair_plan(conn, session_id)
             return None if plan is None else plan.report(session_id, "")
         with (
