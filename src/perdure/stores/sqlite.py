@@ -74,6 +74,14 @@ Guarantees:
   crash during it. Only a store with ``durability="commit"`` checks: with
   ``"none"`` SQLite syncs the WAL rarely, and a power cut may leave a hole in front
   of later frames that is no damage.
+- **A new database is made whole**: written aside (tables and perdure's
+  ``application_id`` in the header), synced, then linked to the path, so a crash
+  while it is made leaves only a temporary file and the next open makes it again.
+  The file at the path is therefore never empty: one cut to 0 bytes (with or
+  without its ``-wal``) raises ``SessionCorruptedError`` (kind ``bad_database``)
+  instead of opening as a new, empty database whose sessions read as not found,
+  and so does a database marked as perdure's whose tables are all gone. Another
+  application's database gets perdure's tables beside its own.
 - **Repair**: :meth:`SQLiteSessionStore.quarantine` keeps a damaged session's
   verifiable prefix of rows and moves the rest to a quarantine file.
 - sqlite3 exceptions never leak, sorted by :func:`perdure._runtime.sqlite.translate`
@@ -91,10 +99,12 @@ import base64
 import builtins
 import concurrent.futures
 import contextlib
+import errno
 import json
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -233,6 +243,11 @@ _SCHEMA = (
         PRIMARY KEY (session_id, checkpoint_id)
     )""",
 )
+# The database header's application_id ("prdr") marks a file perdure made or took:
+# perdure's tables missing from such a file are damage, not a new database.
+_APPLICATION_ID = 0x70726472
+# What os.link raises on a file system without hard links.
+_NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV})
 # A database made before checkpoints existed lacks the last table: the schema
 # statements (all IF NOT EXISTS) then add it on first connect.
 _TABLES = frozenset(
@@ -661,8 +676,15 @@ class SQLiteSessionStore(StoreBase):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for directory in reversed(created) if durable else ():
             _fsync_path(directory.parent, directory=True)
+        self._check_file(durable)
+        # mode=rw: SQLite never creates the file in place (it would be empty until
+        # its first commit); a new database is made whole by _create_database.
         conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+            f"{self.path.absolute().as_uri()}?mode=rw",
+            uri=True,
+            timeout=self.busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
         )
         try:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -680,12 +702,18 @@ class SQLiteSessionStore(StoreBase):
                 for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             }
             self._check_schema(conn, names)
-            if not _TABLES.issubset(names):
+            claimed = conn.execute("PRAGMA application_id").fetchone()[0]
+            if claimed == _APPLICATION_ID and not _TABLES & names:
+                raise self._bad_database("perdure's tables are gone from its own database")
+            # Another application's database gets perdure's tables beside its own (and
+            # perdure's mark if it has none); one made before the mark existed gets it
+            # from its first writer.
+            if not _TABLES.issubset(names) or (writer and claimed == 0):
                 with transaction(conn, "BEGIN IMMEDIATE"):
                     for statement in _SCHEMA:
                         conn.execute(statement)
-                if durable:  # a new database file: make its name durable too
-                    _fsync_path(self.path.parent, directory=True)
+                    if claimed == 0:
+                        conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
             if writer:
                 # The writer never sleeps in SQLite's busy handler: _begin_write waits
                 # in a thread, and an append on the event loop goes to one instead.
@@ -694,6 +722,65 @@ class SQLiteSessionStore(StoreBase):
             conn.close()
             raise
         return conn
+
+    def _check_file(self, durable: bool) -> None:
+        """Create a missing database; refuse one cut to nothing.
+
+        A new database is written aside, whole (tables and perdure's
+        ``application_id``), synced, then linked into place: the file at the path is
+        never a half-made database, and a crash while it is made leaves only a
+        temporary file beside it, which the next open ignores. So an empty file at
+        the path (SQLite would take it for a new, empty database, and every session
+        it held would read as not found) is damage.
+        """
+        try:
+            found = self.path.stat()
+        except FileNotFoundError:
+            self._create_database(durable)
+            return
+        if stat.S_ISREG(found.st_mode) and found.st_size == 0:
+            raise self._bad_database(
+                "the file is empty (0 bytes), but perdure never leaves its database "
+                "empty: it was cut, and the sessions it held are lost; restore it from a "
+                "backup, or move it aside to start a new, empty database"
+            )
+
+    def _create_database(self, durable: bool) -> None:
+        """Make a new database aside and link it to the path (see :meth:`_check_file`).
+
+        ``os.link`` never replaces a file: when another process made the database
+        first, its file is kept and this one dropped.
+        """
+        temp = self.path.with_name(f".{self.path.name}.new-{os.getpid()}-{os.urandom(4).hex()}")
+        try:
+            conn = sqlite3.connect(temp, isolation_level=None)
+            try:
+                with transaction(conn, "BEGIN IMMEDIATE"):
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
+                conn.execute("PRAGMA journal_mode = WAL")
+            finally:
+                conn.close()
+            _fsync_path(temp)
+            try:
+                os.link(temp, self.path)
+            except FileExistsError:
+                return
+            except OSError as exc:
+                if exc.errno not in _NO_LINKS:
+                    raise
+                # A file system without hard links: a rename, which would replace a
+                # database another process made in between (a narrow window).
+                if self.path.exists():
+                    return
+                os.replace(temp, self.path)
+            if durable:
+                _fsync_path(self.path.parent, directory=True)
+        finally:
+            for leftover in ("", "-journal", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(f"{temp}{leftover}").unlink()
 
     def _check_wal(self, conn: sqlite3.Connection) -> None:
         """Refuse a ``-wal`` whose damage SQLite took for its end (see ``_sqlite_wal``).
