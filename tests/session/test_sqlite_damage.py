@@ -801,3 +801,39 @@ def test_another_applications_database_gets_perdures_tables_beside_its_own(
     assert application_id(path) == 7  # another application's mark is left alone
     names = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
     assert {"app_things", "perdure_sessions"} <= names
+
+
+RACE_TO_CREATE = """
+import asyncio, os, sys, time
+from perdure.stores.sqlite import SQLiteSessionStore
+
+while not os.path.exists(sys.argv[2]):  # all start together
+    time.sleep(0.001)
+
+async def main():
+    store = SQLiteSessionStore(sys.argv[1])
+    await store.create(sys.argv[3])
+    store.close()
+
+asyncio.run(main())
+"""
+
+
+def test_processes_racing_to_make_the_database_share_one(tmp_path: Path) -> None:
+    path, go = tmp_path / "s.db", tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    names = [f"p{i}" for i in range(4)]
+    children = [
+        subprocess.Popen([sys.executable, "-c", RACE_TO_CREATE, str(path), str(go), name], env=env)
+        for name in names
+    ]
+    go.touch()
+    assert [child.wait(timeout=60) for child in children] == [0] * len(names)
+
+    async def main() -> None:
+        store = SQLiteSessionStore(path)
+        assert sorted(m.session_id for m in await store.list()) == names
+        store.close()
+
+    asyncio.run(main())
+    assert not [p.name for p in tmp_path.iterdir() if ".new-" in p.name]
