@@ -44,16 +44,6 @@ class TestFileStoreCorruption(CorruptionSuite):
 class TestSQLiteStoreCorruption(CorruptionSuite):
     flips_per_file = 60
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="a database file cut to nothing opens as a new, empty database: the "
-        "session reads as not found (SessionNotFoundError), not as corrupted",
-    )
-    def test_a_file_cut_to_nothing_is_reported(
-        self, corruption_target: CorruptionTarget, tmp_path_factory: pytest.TempPathFactory
-    ) -> None:
-        super().test_a_file_cut_to_nothing_is_reported(corruption_target, tmp_path_factory)
-
     @pytest.fixture
     def corruption_target(self, tmp_path: Path) -> CorruptionTarget:
         root = tmp_path / "db"

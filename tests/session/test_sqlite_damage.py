@@ -609,3 +609,231 @@ def test_a_row_past_the_recorded_count_is_damage_not_a_bug(tmp_path: Path) -> No
             asyncio.run(store.commit("s", [*messages[:2], messages[0]]))
     finally:
         store.close()
+
+
+# ------------------------------------------------------------ a database cut to nothing
+
+APPLICATION_ID = 0x70726472  # "prdr", perdure's mark in the database header
+
+
+def application_id(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("PRAGMA application_id").fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("wal", ["without", "with"])
+def test_a_database_cut_to_nothing_is_damage_not_an_empty_store(tmp_path: Path, wal: str) -> None:
+    path = tmp_path / "s.db"
+    kept_wal = b""
+
+    async def seed() -> None:
+        nonlocal kept_wal
+        store = SQLiteSessionStore(path)
+        await store.create("s")
+        await store.commit("s", history("s"), agent_state=state("s"))
+        # The commits, before close folds them into the database.
+        kept_wal = await asyncio.to_thread(Path(f"{path}-wal").read_bytes)
+        store.close()
+
+    asyncio.run(seed())
+    assert kept_wal
+    path.write_bytes(b"")
+    if wal == "with":
+        Path(f"{path}-wal").write_bytes(kept_wal)
+
+    async def read() -> list[SessionCorruptedError]:
+        store = SQLiteSessionStore(path)
+        errors = []
+        try:
+            for call in (store.list, lambda: store.get("s"), lambda: store.create("t")):
+                with pytest.raises(SessionCorruptedError) as info:
+                    await call()
+                errors.append(info.value)
+        finally:
+            store.close()
+        return errors
+
+    for error in asyncio.run(read()):
+        assert error.code == "session_store_corrupted"
+        assert error.details["kind"] == "bad_database"
+        assert error.details["file"] == str(path)
+        assert str(path) in error.message
+        assert "empty (0 bytes)" in error.message
+        assert "move it aside" in error.message
+    # Nothing was written over the damage: no new database, the WAL left as it was.
+    assert path.read_bytes() == b""
+    if wal == "with":
+        assert Path(f"{path}-wal").read_bytes() == kept_wal
+    assert asyncio.run(verify(path)) == "damage"  # reported, not a crash
+
+
+def test_a_new_database_is_made_whole_with_perdures_mark(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "s.db"
+
+    async def main() -> None:
+        store = SQLiteSessionStore(path)
+        assert await store.list() == []
+        await store.create("s")
+        await store.commit("s", history("s"), agent_state=state("s"))
+        store.close()
+        again = SQLiteSessionStore(path)
+        record = await again.get("s")
+        again.close()
+        assert (record.messages, record.agent_state) == (history("s"), state("s"))
+
+    asyncio.run(main())
+    assert application_id(path) == APPLICATION_ID
+    assert not [p.name for p in path.parent.iterdir() if ".new-" in p.name]  # no temp left
+
+
+CRASH_WHILE_CREATING = """
+import asyncio, os, signal, sys
+from perdure.stores.sqlite import SQLiteSessionStore
+
+def die(*args, **kwargs):  # the process dies where the new database is linked in
+    os.kill(os.getpid(), signal.SIGKILL)
+
+os.link = die
+asyncio.run(SQLiteSessionStore(sys.argv[1]).list())
+"""
+
+
+def test_a_crash_while_a_database_is_made_does_not_block_the_next_open(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", CRASH_WHILE_CREATING, str(path)], env=env, timeout=60
+    )
+    assert done.returncode == -signal.SIGKILL
+    assert not path.exists()
+    assert [p for p in tmp_path.iterdir() if ".new-" in p.name]  # the half-made one
+
+    async def main() -> None:
+        store = SQLiteSessionStore(path)
+        assert await store.list() == []
+        await store.create("s")
+        await store.commit("s", history("s"))
+        assert (await store.get("s")).messages == history("s")
+        store.close()
+
+    asyncio.run(main())
+    assert application_id(path) == APPLICATION_ID
+
+
+def test_an_empty_database_with_a_header_but_no_tables_yet_opens_as_new(tmp_path: Path) -> None:
+    # What a crash of an older perdure left while it made the database in place.
+    path = tmp_path / "s.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.close()
+    assert path.stat().st_size > 0
+
+    async def main() -> None:
+        store = SQLiteSessionStore(path)
+        assert await store.list() == []
+        await store.create("s")
+        assert [m.session_id for m in await store.list()] == ["s"]
+        store.close()
+
+    asyncio.run(main())
+
+
+def test_a_database_made_before_the_mark_opens_and_gets_it(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    seed_sessions(path)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA application_id = 0")  # as databases made before the mark
+    conn.commit()
+    conn.close()
+
+    async def main() -> None:
+        store = SQLiteSessionStore(path)
+        assert (await store.get(SESSIONS[0])).messages == history(SESSIONS[0])
+        await store.create("new")  # the first writer marks it
+        store.close()
+
+    asyncio.run(main())
+    assert application_id(path) == APPLICATION_ID
+
+
+def test_perdures_tables_all_gone_from_its_database_is_damage(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    seed_sessions(path)
+    conn = sqlite3.connect(path)
+    for table in ("perdure_sessions", "perdure_states", "perdure_messages", "perdure_checkpoints"):
+        conn.execute(f"DROP TABLE {table}")
+    conn.commit()
+    conn.close()
+
+    async def main() -> None:
+        store = SQLiteSessionStore(path)
+        with pytest.raises(SessionCorruptedError, match="tables are gone") as info:
+            await store.list()
+        store.close()
+        assert info.value.details["kind"] == "bad_database"
+
+    asyncio.run(main())
+    tables = sqlite3.connect(path).execute("SELECT name FROM sqlite_master").fetchall()
+    assert tables == [("sqlite_sequence",)]  # nothing was created over the damage
+
+
+def test_another_applications_database_gets_perdures_tables_beside_its_own(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "app.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA application_id = 7")
+    conn.execute("CREATE TABLE app_things (x)")
+    conn.commit()
+    conn.close()
+
+    async def main() -> None:
+        store = SQLiteSessionStore(path)
+        await store.create("s")
+        await store.commit("s", history("s"))
+        assert (await store.get("s")).messages == history("s")
+        store.close()
+
+    asyncio.run(main())
+    assert application_id(path) == 7  # another application's mark is left alone
+    names = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
+    assert {"app_things", "perdure_sessions"} <= names
+
+
+RACE_TO_CREATE = """
+import asyncio, os, sys, time
+from perdure.stores.sqlite import SQLiteSessionStore
+
+while not os.path.exists(sys.argv[2]):  # all start together
+    time.sleep(0.001)
+
+async def main():
+    store = SQLiteSessionStore(sys.argv[1])
+    await store.create(sys.argv[3])
+    store.close()
+
+asyncio.run(main())
+"""
+
+
+def test_processes_racing_to_make_the_database_share_one(tmp_path: Path) -> None:
+    path, go = tmp_path / "s.db", tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    names = [f"p{i}" for i in range(4)]
+    children = [
+        subprocess.Popen([sys.executable, "-c", RACE_TO_CREATE, str(path), str(go), name], env=env)
+        for name in names
+    ]
+    go.touch()
+    assert [child.wait(timeout=60) for child in children] == [0] * len(names)
+
+    async def main() -> None:
+        store = SQLiteSessionStore(path)
+        assert sorted(m.session_id for m in await store.list()) == names
+        store.close()
+
+    asyncio.run(main())
+    assert not [p.name for p in tmp_path.iterdir() if ".new-" in p.name]

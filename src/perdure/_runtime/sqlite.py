@@ -242,13 +242,15 @@ def rollback(conn: sqlite3.Connection) -> None:
 
 
 @contextlib.contextmanager
-def transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
+def transaction(conn: sqlite3.Connection, begin: str | None = "BEGIN IMMEDIATE") -> Iterator[None]:
     """``begin`` … ``COMMIT``; anything raised inside (or by the commit) rolls back.
 
     ``BEGIN IMMEDIATE`` takes the write lock first, so the transaction never fails
-    half-way on a lock another writer took after it began.
+    half-way on a lock another writer took after it began. ``begin=None``: the
+    caller began the transaction itself (retrying a busy ``BEGIN``, say).
     """
-    conn.execute(begin)
+    if begin is not None:
+        conn.execute(begin)
     try:
         yield
         conn.execute("COMMIT")

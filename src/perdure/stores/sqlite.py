@@ -74,9 +74,17 @@ Guarantees:
   crash during it. Only a store with ``durability="commit"`` checks: with
   ``"none"`` SQLite syncs the WAL rarely, and a power cut may leave a hole in front
   of later frames that is no damage.
+- **A new database is made whole**: written aside (tables and perdure's
+  ``application_id`` in the header), synced, then linked to the path, so a crash
+  while it is made leaves only a temporary file and the next open makes it again.
+  The file at the path is therefore never empty: one cut to 0 bytes (with or
+  without its ``-wal``) raises ``SessionCorruptedError`` (kind ``bad_database``)
+  instead of opening as a new, empty database whose sessions read as not found,
+  and so does a database marked as perdure's whose tables are all gone. Another
+  application's database gets perdure's tables beside its own.
 - **Repair**: :meth:`SQLiteSessionStore.quarantine` keeps a damaged session's
   verifiable prefix of rows and moves the rest to a quarantine file.
-- sqlite3 exceptions never leak, sorted by :func:`perdure._runtime.sqlite.sqlite_fault`
+- sqlite3 exceptions never leak, sorted by :func:`perdure._runtime.sqlite.translate`
   (one rule for every SQLite user in perdure): busy/locked → ``SessionLockedError``;
   a damaged file, text that is not UTF-8, not a database, or a schema that is not
   ours (checked on connect) → ``SessionCorruptedError``; a statement SQLite refuses
@@ -91,10 +99,12 @@ import base64
 import builtins
 import concurrent.futures
 import contextlib
+import errno
 import json
 import logging
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -102,7 +112,13 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from perdure._runtime.fs import atomic_write
-from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteBugError, sqlite_fault, sqlite_fault_text
+from perdure._runtime.sqlite import (
+    DRIVER_ERRORS,
+    SQLiteErrors,
+    sqlite_fault,
+    transaction,
+    translate,
+)
 from perdure._runtime.sqlite_wal import wal_damage
 from perdure._runtime.threads import PerProcess, ProcessLock, StoreThread
 from perdure.checkpoints.store import (
@@ -150,6 +166,19 @@ __all__ = ["Durability", "SQLiteCheckpointStore", "SQLiteSessionStore"]
 Durability = Literal["commit", "none"]
 
 _log = logging.getLogger(__name__)
+
+
+def _environment_error(message: str, *, details: dict[str, Any] | None = None) -> OSError:
+    """The store's error for an environment failure: an ``OSError``, as it always was
+    (the message names the file and SQLite's error; ``details`` are not kept)."""
+    del details
+    return OSError(message)
+
+
+_ERRORS = SQLiteErrors(
+    busy=SessionLockedError, damage=SessionCorruptedError, failure=_environment_error
+)
+"""This store's error for each fault of a driver error."""
 
 _KEY_BITS = 32
 _KEY_SPAN = 1 << _KEY_BITS
@@ -213,6 +242,11 @@ _SCHEMA = (
         PRIMARY KEY (session_id, checkpoint_id)
     )""",
 )
+# The database header's application_id ("prdr") marks a file perdure made or took:
+# perdure's tables missing from such a file are damage, not a new database.
+_APPLICATION_ID = 0x70726472
+# What os.link raises on a file system without hard links.
+_NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV})
 # A database made before checkpoints existed lacks the last table: the schema
 # statements (all IF NOT EXISTS) then add it on first connect.
 _TABLES = frozenset(
@@ -314,28 +348,6 @@ class _Chain:
         body = encode_message(messages[index], f"messages[{index}]")
         self.head = chain_hash(self.head, body)
         return self.base + index, body, self.head
-
-
-@contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection, begin: str | None) -> Iterator[None]:
-    """Run the block in one transaction: committed on success, rolled back on any error.
-
-    ``begin`` starts it (None: the caller already began it).
-    """
-    if begin is not None:
-        conn.execute(begin)
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        raise
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    return sqlite_fault(exc) == "busy"
 
 
 def _fsync_path(path: Path, *, directory: bool = False) -> None:
@@ -666,8 +678,15 @@ class SQLiteSessionStore(StoreBase):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for directory in reversed(created) if durable else ():
             _fsync_path(directory.parent, directory=True)
+        self._check_file(durable)
+        # mode=rw: SQLite never creates the file in place (it would be empty until
+        # its first commit); a new database is made whole by _create_database.
         conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+            f"{self.path.absolute().as_uri()}?mode=rw",
+            uri=True,
+            timeout=self.busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
         )
         try:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -685,12 +704,18 @@ class SQLiteSessionStore(StoreBase):
                 for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             }
             self._check_schema(conn, names)
-            if not _TABLES.issubset(names):
-                with _transaction(conn, "BEGIN IMMEDIATE"):
+            claimed = conn.execute("PRAGMA application_id").fetchone()[0]
+            if claimed == _APPLICATION_ID and not _TABLES & names:
+                raise self._bad_database("perdure's tables are gone from its own database")
+            # Another application's database gets perdure's tables beside its own (and
+            # perdure's mark if it has none); one made before the mark existed gets it
+            # from its first writer.
+            if not _TABLES.issubset(names) or (writer and claimed == 0):
+                with transaction(conn, "BEGIN IMMEDIATE"):
                     for statement in _SCHEMA:
                         conn.execute(statement)
-                if durable:  # a new database file: make its name durable too
-                    _fsync_path(self.path.parent, directory=True)
+                    if claimed == 0:
+                        conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
             if writer:
                 # The writer never sleeps in SQLite's busy handler: _begin_write waits
                 # in a thread, and an append on the event loop goes to one instead.
@@ -699,6 +724,65 @@ class SQLiteSessionStore(StoreBase):
             conn.close()
             raise
         return conn
+
+    def _check_file(self, durable: bool) -> None:
+        """Create a missing database; refuse one cut to nothing.
+
+        A new database is written aside, whole (tables and perdure's
+        ``application_id``), synced, then linked into place: the file at the path is
+        never a half-made database, and a crash while it is made leaves only a
+        temporary file beside it, which the next open ignores. So an empty file at
+        the path (SQLite would take it for a new, empty database, and every session
+        it held would read as not found) is damage.
+        """
+        try:
+            found = self.path.stat()
+        except FileNotFoundError:
+            self._create_database(durable)
+            return
+        if stat.S_ISREG(found.st_mode) and found.st_size == 0:
+            raise self._bad_database(
+                "the file is empty (0 bytes), but perdure never leaves its database "
+                "empty: it was cut, and the sessions it held are lost; restore it from a "
+                "backup, or move it aside to start a new, empty database"
+            )
+
+    def _create_database(self, durable: bool) -> None:
+        """Make a new database aside and link it to the path (see :meth:`_check_file`).
+
+        ``os.link`` never replaces a file: when another process made the database
+        first, its file is kept and this one dropped.
+        """
+        temp = self.path.with_name(f".{self.path.name}.new-{os.getpid()}-{os.urandom(4).hex()}")
+        try:
+            conn = sqlite3.connect(temp, isolation_level=None)
+            try:
+                with transaction(conn, "BEGIN IMMEDIATE"):
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
+                conn.execute("PRAGMA journal_mode = WAL")
+            finally:
+                conn.close()
+            _fsync_path(temp)
+            try:
+                os.link(temp, self.path)
+            except FileExistsError:
+                return
+            except OSError as exc:
+                if exc.errno not in _NO_LINKS:
+                    raise
+                # A file system without hard links: a rename, which would replace a
+                # database another process made in between (a narrow window).
+                if self.path.exists():
+                    return
+                os.replace(temp, self.path)
+            if durable:
+                _fsync_path(self.path.parent, directory=True)
+        finally:
+            for leftover in ("", "-journal", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(f"{temp}{leftover}").unlink()
 
     def _check_wal(self, conn: sqlite3.Connection) -> None:
         """Refuse a ``-wal`` whose damage SQLite took for its end (see ``_sqlite_wal``).
@@ -805,21 +889,9 @@ class SQLiteSessionStore(StoreBase):
             raise self._translated(exc) from exc
 
     def _translated(self, exc: sqlite3.Error | UnicodeDecodeError) -> Exception:
-        fault = sqlite_fault(exc)
-        name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
-        text = sqlite_fault_text(exc)
-        details = {"file": str(self.path), "sqlite_error": name}
-        if fault == "busy":
-            return SessionLockedError(
-                f"SQLite session store {self.path} stayed locked by another connection "
-                f"for more than {self.busy_timeout:g} s: {text}",
-                details=details,
-            )
-        if fault == "damage":
-            return self._bad_database(text, sqlite_error=name)
-        if fault == "bug":
-            return SQLiteBugError(f"SQLite session store {self.path}: perdure's SQL failed: {text}")
-        return OSError(f"SQLite session store {self.path} failed: {text}")
+        return translate(
+            exc, _ERRORS, what="SQLite session store", path=self.path, timeout=self.busy_timeout
+        )
 
     def _bad_database(self, detail: str, **details: Any) -> SessionCorruptedError:
         """The whole database is damaged, or is not a perdure session database."""
@@ -969,7 +1041,7 @@ class SQLiteSessionStore(StoreBase):
         return messages
 
     def _get(self, session_id: str, offset: int) -> SessionRecord:
-        with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
+        with self._use(self._reader) as conn, transaction(conn, "BEGIN"):
             head = self._head(conn, session_id)
             start = min(offset, head.total)
             prev = self._prev_hash(conn, session_id, head, start)
@@ -1007,7 +1079,7 @@ class SQLiteSessionStore(StoreBase):
             raise damaged(str(exc)) from None
 
     def _history_page(self, session_id: str, offset: int, limit: int) -> HistoryPage:
-        with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
+        with self._use(self._reader) as conn, transaction(conn, "BEGIN"):
             head = self._head(conn, session_id)
             lo, hi = page_read_range(head.total, offset, limit)
             prev = self._prev_hash(conn, session_id, head, lo)
@@ -1017,7 +1089,7 @@ class SQLiteSessionStore(StoreBase):
 
     def _list(self, limit: int | None, after: str | None) -> builtins.list[SessionMeta]:
         bounds = ("" if after is None else after, -1 if limit is None else limit)
-        with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
+        with self._use(self._reader) as conn, transaction(conn, "BEGIN"):
             rows = conn.execute(
                 "SELECT id, created_at, updated_at, message_count FROM perdure_sessions "
                 "WHERE id > ? ORDER BY id LIMIT ?",
@@ -1116,7 +1188,7 @@ class SQLiteSessionStore(StoreBase):
                         return None
                     changes = conn.total_changes
                     remembered = self._heads.pop(session_id, None)
-                    with _transaction(conn, None):
+                    with transaction(conn, None):
                         result, head = self._write_messages(conn, commit, remembered)
                 except DRIVER_ERRORS as exc:  # as _translate does, without its generator
                     raise self._translated(exc) from exc
@@ -1141,7 +1213,7 @@ class SQLiteSessionStore(StoreBase):
         """
         self._begin_write(conn, wait=True)
         changes = conn.total_changes
-        with _transaction(conn, None):
+        with transaction(conn, None):
             yield
         self._count_wal(conn.total_changes - changes)
         if (
@@ -1163,7 +1235,7 @@ class SQLiteSessionStore(StoreBase):
                 conn.execute("BEGIN IMMEDIATE")
                 return True
             except sqlite3.OperationalError as exc:
-                if not _is_busy(exc):
+                if sqlite_fault(exc) != "busy":
                     raise
                 if not wait:
                     return False
@@ -1492,7 +1564,7 @@ class SQLiteSessionStore(StoreBase):
         self, session_id: str, target: Path, dry_run: bool
     ) -> SessionRecoveryReport | None:
         if dry_run:
-            with self._use(self._reader) as conn, _transaction(conn, "BEGIN"):
+            with self._use(self._reader) as conn, transaction(conn, "BEGIN"):
                 plan = self._repair_plan(conn, session_id)
             return None if plan is None else plan.report(session_id, "")
         with (
