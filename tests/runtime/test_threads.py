@@ -27,9 +27,14 @@ def test_a_lock_a_parent_thread_holds_at_the_fork_is_free_in_the_child() -> None
     holder.start()
     assert held.wait(10)
     assert not lock.acquire(blocking=False)
+    assert lock.locked()
+    assert reentrant.locked()
 
     def child() -> None:
+        assert not lock.locked()
+        assert not reentrant.locked()
         assert lock.acquire(timeout=1)
+        assert lock.locked()
         with reentrant, reentrant:
             pass
 
@@ -38,6 +43,8 @@ def test_a_lock_a_parent_thread_holds_at_the_fork_is_free_in_the_child() -> None
     finally:
         release.set()
         holder.join()
+    assert not lock.locked()
+    assert not reentrant.locked()
     assert lock.acquire(blocking=False)  # the parent's lock is its own again
     lock.release()
 
@@ -76,3 +83,23 @@ def test_a_store_thread_runs_work_in_a_child() -> None:
     assert exit_code(fork_child(child, timeout=10)) == 0
     assert worker.executor() is parent_executor
     worker.shutdown()
+
+
+def test_a_child_forked_while_a_parent_thread_runs_a_turn_runs_its_own() -> None:
+    """An agent's turn lock is the parent thread's alone: a forked child may take a turn."""
+    from perdure import Agent
+    from perdure.errors import TurnRunningError
+    from perdure.models import ScriptedModel
+
+    agent = Agent(model=ScriptedModel(["parent", "child"]))
+    assert agent._turn_lock.acquire(blocking=False)  # as a turn in another thread holds it
+    try:
+        with pytest.raises(TurnRunningError):
+            agent("in the parent")
+
+        def child() -> None:
+            assert str(agent("in the child")) == "parent"
+
+        assert exit_code(fork_child(child, timeout=30)) == 0
+    finally:
+        agent._turn_lock.release()

@@ -42,6 +42,7 @@ __all__ = [
 T = TypeVar("T")
 OwnerT = TypeVar("OwnerT")
 
+_LOCK = type(threading.Lock())
 _generation = 0
 # Guards the creation of per-process values (reentrant: one value's initial() may
 # read another's); made again in each child, since a thread of the parent may have
@@ -170,6 +171,16 @@ class ProcessLock:
     def release(self) -> None:
         """Release the lock."""
         self._locks.value.release()
+
+    def locked(self) -> bool:
+        """Whether the lock is held (in this process)."""
+        lock = self._locks.value
+        if isinstance(lock, _LOCK):
+            return lock.locked()
+        if lock.acquire(blocking=False):  # an RLock has no locked() before 3.14
+            lock.release()
+            return False
+        return True
 
     def __enter__(self) -> bool:
         return self._locks.value.acquire()

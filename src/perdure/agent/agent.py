@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from typing import Any
 
 from perdure._runtime.loop import in_running_loop, run_blocking, run_sync
+from perdure._runtime.threads import ProcessLock
 from perdure.agent.checkpoint import Checkpoint
 from perdure.agent.conversation import ConversationManager, SlidingWindowConversationManager
 from perdure.agent.event_loop import LoopStart, pending_tool_uses, placeholder_results, run_loop
@@ -149,12 +150,12 @@ class Agent:
         self.memory_manager = memory_manager
         self.plugins: list[Plugin] = list(plugins)
 
-        self._turn_lock = threading.Lock()
+        self._turn_lock = ProcessLock()
         self._cancel = threading.Event()
         self._pending_init: list[Callable[[], Awaitable[None]]] = []
         self._initializing = False
         # initialize() runs once at a time, from any loop or thread: the others wait.
-        self._init_guard = threading.Lock()
+        self._init_guard = ProcessLock()
         self._init_running: concurrent.futures.Future[None] | None = None
         self._init_task: asyncio.Task[Any] | None = None
         self._init_error: Exception | None = None

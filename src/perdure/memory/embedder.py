@@ -8,9 +8,10 @@ only when it first embeds something.
 from __future__ import annotations
 
 import importlib
-import threading
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
+
+from perdure._runtime.threads import ProcessLock
 
 __all__ = ["Embedder", "MiniLMEmbedder"]
 
@@ -56,7 +57,7 @@ class MiniLMEmbedder:
         self.device = device
         self.batch_size = batch_size
         self._model: Any = None
-        self._lock = threading.Lock()
+        self._lock = ProcessLock()
 
     def _load(self) -> Any:
         with self._lock:

@@ -8,12 +8,12 @@ here, and the next process to open the outbox extracts it again (at least once).
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perdure._runtime.threads import ProcessLock
 from perdure.memory._sqlite import SQLiteConnection, stored_json, write_transaction
 from perdure.types import Message, decode_bytes_values, encode_bytes_values
 from perdure.types.json import compact_json_bytes
@@ -50,7 +50,7 @@ class ExtractionOutbox:
         self.path = path
         self.channel = channel
         self._db = SQLiteConnection(path, _SCHEMA, "extraction outbox")
-        self._claims_lock = threading.Lock()
+        self._claims_lock = ProcessLock()
         self._claimed: set[int] = set()
 
     async def append(self, message: Message) -> int:

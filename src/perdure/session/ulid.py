@@ -13,9 +13,10 @@ id sorts after them too.
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 from collections.abc import Callable
+
+from perdure._runtime.threads import ProcessLock
 
 __all__ = [
     "ULID_ALPHABET",
@@ -101,7 +102,7 @@ class MonotonicUlid:
     ) -> None:
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._random_bits = random_bits or secrets.randbits
-        self._lock = threading.Lock()
+        self._lock = ProcessLock()
         self._last: tuple[int, int] | None = None
 
     def observe(self, ulid: str) -> None:

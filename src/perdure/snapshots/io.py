@@ -20,11 +20,11 @@ import asyncio
 import contextlib
 import copy
 import gc
-import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from perdure._runtime.threads import ProcessLock
 from perdure.errors import SessionCorruptedError
 from perdure.snapshots.format import (
     Manifest,
@@ -55,7 +55,7 @@ _CONCURRENCY = 16
 _PAGE = 1000
 
 
-_gc_lock = threading.Lock()
+_gc_lock = ProcessLock()
 _gc_pauses = 0
 _gc_was_enabled = False
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import bisect
-import threading
 
+from perdure._runtime.threads import ProcessLock
 from perdure.storage.keys import check_data, validate_key, validate_list_args
 
 __all__ = ["MemoryStorage"]
@@ -13,12 +13,13 @@ __all__ = ["MemoryStorage"]
 class MemoryStorage:
     """Keep blobs in process memory; nothing survives the process.
 
-    Thread-safe and loop-agnostic (a ``threading.Lock``, no I/O). ``write`` is atomic
-    for readers in this process. Useful in tests of code that takes a ``Storage``.
+    Thread-safe and loop-agnostic (a thread lock, free again in a forked child; no
+    I/O). ``write`` is atomic for readers in this process. Useful in tests of code
+    that takes a ``Storage``.
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = ProcessLock()
         self._blobs: dict[str, bytes] = {}
         self._sorted: list[str] = []
 
