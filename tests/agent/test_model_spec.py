@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 
 import pytest
 
@@ -26,9 +26,22 @@ def test_a_spec_without_a_model_name_is_refused() -> None:
         Agent(model="openai:")
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("openai") is not None, reason="the openai SDK is installed"
-)
-def test_a_missing_sdk_names_the_extra() -> None:
+def test_a_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As if the SDK were not installed: a None entry makes `import openai` fail.
+    for name in [m for m in sys.modules if m == "openai" or m.startswith("openai.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "openai", None)
+    monkeypatch.delitem(sys.modules, "perdure.models.openai", raising=False)
     with pytest.raises(ImportError, match=r"perdure\[openai\]"):
         Agent(model="openai:gpt-4o-mini")
+
+
+def test_a_model_by_provider_string_uses_the_installed_sdk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("openai")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # built only; nothing is sent
+    from perdure.models.openai import OpenAIModel
+
+    agent = Agent(model="openai:gpt-4o-mini")
+    assert isinstance(agent.model, OpenAIModel)
