@@ -215,17 +215,17 @@ def test_sqlite_storage_reopens_its_connection_in_a_forked_child(tmp_path: Path)
 
     storage = SQLiteStorage(tmp_path / "blobs.db")
     asyncio.run(storage.write("a", b"parent"))
-    parent_conn = storage._conn
+    parent_conn = storage._slot.conn
 
     def child() -> None:
-        assert storage._conn is None  # the parent's is left alone
+        assert storage._slot.conn is None  # the parent's is left alone
         asyncio.run(storage.write("b", b"child"))
         assert asyncio.run(storage.read("a")) == b"parent"
-        assert storage._conn is not None
-        assert storage._conn is not parent_conn
+        assert storage._slot.conn is not None
+        assert storage._slot.conn is not parent_conn
 
     assert exit_code(fork_child(_traced(child), timeout=TIMEOUT)) == 0
-    assert storage._conn is parent_conn  # the parent's connection goes on
+    assert storage._slot.conn is parent_conn  # the parent's connection goes on
     assert asyncio.run(storage.list("")) == ["a", "b"]
     storage.close()
 
@@ -237,13 +237,13 @@ def test_a_memory_store_goes_on_in_a_forked_child(where: str, tmp_path: Path) ->
     path = tmp_path / "memory.db" if where == "file" else ":memory:"
     store = LocalMemoryStore(path, namespace="u1")
     asyncio.run(store.add("the parent likes green tea"))
-    parent_conn = store._db._conn
+    parent_conn = store._db._slot.conn
 
     def child() -> None:
         # A file is reopened; an in-memory database lives only in the connection,
         # so the child goes on with its own copy of it.
         asyncio.run(store.add("the child likes coffee"))
-        assert (store._db._conn is parent_conn) == (where == "memory")
+        assert (store._db._slot.conn is parent_conn) == (where == "memory")
         found = asyncio.run(store.search("tea coffee", limit=5))
         assert sorted(e.content for e in found) == [
             "the child likes coffee",

@@ -41,6 +41,8 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
+from perdure._runtime.threads import PerProcess, ProcessLock
+
 __all__ = [
     "DRIVER_ERRORS",
     "ErrorFactory",
@@ -263,3 +265,32 @@ def write_transaction(conn: sqlite3.Connection, work: Callable[[], T]) -> T:
     """Run ``work`` inside :func:`transaction` and return what it returns."""
     with transaction(conn):
         return work()
+
+
+class ConnectionSlot:
+    """One SQLite connection, used by one thread at a time, in the process that opened it.
+
+    ``lock`` serialises use of ``conn`` (a thread lock, not an asyncio one, so any
+    loop and thread may use it). A child made by fork() starts with no connection
+    and a free lock: SQLite must not use the parent's connection there, and closing
+    it could disturb the parent's locks, so the child leaves it alone (kept alive,
+    untouched) and opens its own. With ``carry=True`` (an in-memory database, which
+    exists only in its connection) the child goes on with its copy instead.
+    """
+
+    __slots__ = ("_conn", "lock")
+
+    def __init__(self, *, carry: bool = False) -> None:
+        self.lock = ProcessLock()
+        self._conn: PerProcess[sqlite3.Connection | None] = PerProcess(
+            lambda: None, carry=(lambda conn: conn) if carry else None
+        )
+
+    @property
+    def conn(self) -> sqlite3.Connection | None:
+        """This process's connection (None until it opens one)."""
+        return self._conn.value
+
+    @conn.setter
+    def conn(self, conn: sqlite3.Connection | None) -> None:
+        self._conn.value = conn

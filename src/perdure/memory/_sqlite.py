@@ -23,8 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteErrors, translate, write_transaction
-from perdure._runtime.threads import PerProcess, ProcessLock
+from perdure._runtime.sqlite import (
+    DRIVER_ERRORS,
+    ConnectionSlot,
+    SQLiteErrors,
+    translate,
+    write_transaction,
+)
 from perdure.memory.errors import MemoryStoreError, MemoryStoreLockedError
 
 __all__ = ["BUSY_TIMEOUT_MS", "SQLiteConnection", "stored_json", "write_transaction"]
@@ -56,28 +61,15 @@ class SQLiteConnection:
         self._schema = schema
         self._what = what
         self._synchronous = synchronous
-        self._lock = ProcessLock()
-        # This process's connection: a child made by fork() opens its own file
-        # connection, leaving the parent's alone (SQLite forbids using it there;
-        # closing it could disturb the parent's locks). An in-memory database exists
-        # only in the connection, so a child goes on with its copy of it.
-        self._conns: PerProcess[sqlite3.Connection | None] = PerProcess(
-            lambda: None, carry=(lambda conn: conn) if str(path) == ":memory:" else None
-        )
+        # This process's connection and its lock; a child made by fork() opens its
+        # own, except of an in-memory database, which exists only in the connection.
+        self._slot = ConnectionSlot(carry=str(path) == ":memory:")
         self._closed = False
-
-    @property
-    def _conn(self) -> sqlite3.Connection | None:
-        return self._conns.value
-
-    @_conn.setter
-    def _conn(self, conn: sqlite3.Connection | None) -> None:
-        self._conns.value = conn
 
     def _open(self) -> sqlite3.Connection:
         if self._closed:
             raise MemoryStoreError(f"{self._what} {str(self.path)!r} is closed")
-        if self._conn is None:
+        if self._slot.conn is None:
             if str(self.path) != ":memory:":
                 try:
                     Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -105,16 +97,16 @@ class SQLiteConnection:
             except BaseException:
                 conn.close()
                 raise
-            self._conn = conn
-        return self._conn
+            self._slot.conn = conn
+        return self._slot.conn
 
     def run_sync(self, work: Callable[[sqlite3.Connection], T], doing: str) -> T:
         """Run ``work(connection)`` under the lock; sqlite3 errors become MemoryStoreError."""
-        with self._lock:
+        with self._slot.lock:
             try:
                 return work(self._open())
             except DRIVER_ERRORS as exc:
-                raise self._translated(exc, doing, self._conn) from exc
+                raise self._translated(exc, doing, self._slot.conn) from exc
 
     def _translated(
         self,
@@ -140,13 +132,13 @@ class SQLiteConnection:
 
     def close(self) -> None:
         """Close the connection; later use raises MemoryStoreError. Idempotent."""
-        with self._lock:
+        with self._slot.lock:
             self._closed = True
-            if self._conn is not None:
+            if self._slot.conn is not None:
                 try:
-                    self._conn.close()
+                    self._slot.conn.close()
                 finally:
-                    self._conn = None
+                    self._slot.conn = None
 
 
 def stored_json(text: Any, what: str) -> Any:

@@ -27,8 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from perdure._runtime.sqlite import DRIVER_ERRORS, SQLiteErrors, transaction, translate
-from perdure._runtime.threads import PerProcess, ProcessLock
+from perdure._runtime.sqlite import (
+    DRIVER_ERRORS,
+    ConnectionSlot,
+    SQLiteErrors,
+    transaction,
+    translate,
+)
 from perdure.errors import SessionCorruptedError, StorageError, StorageLockedError
 from perdure.storage.keys import check_data, validate_key, validate_list_args
 
@@ -82,20 +87,8 @@ class SQLiteStorage:
             raise ValueError(f"timeout must be a number >= 0, got {timeout!r}")
         self.path = Path(path).absolute()
         self.timeout = float(timeout)
-        self._lock = ProcessLock()
-        # This process's connection: a child made by fork() opens its own, leaving
-        # the parent's alone (SQLite forbids using it there; closing it could disturb
-        # the parent's locks).
-        self._conns: PerProcess[sqlite3.Connection | None] = PerProcess(lambda: None)
+        self._slot = ConnectionSlot()  # this process's connection and its lock
         self._closed = False
-
-    @property
-    def _conn(self) -> sqlite3.Connection | None:
-        return self._conns.value
-
-    @_conn.setter
-    def _conn(self, conn: sqlite3.Connection | None) -> None:
-        self._conns.value = conn
 
     def __repr__(self) -> str:
         return f"SQLiteStorage({str(self.path)!r})"
@@ -105,8 +98,8 @@ class SQLiteStorage:
     def _connect(self) -> sqlite3.Connection:
         if self._closed:
             raise StorageError(f"SQLiteStorage {str(self.path)!r} is closed")
-        if self._conn is not None:
-            return self._conn
+        if self._slot.conn is not None:
+            return self._slot.conn
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(
             self.path,
@@ -137,7 +130,7 @@ class SQLiteStorage:
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
+        self._slot.conn = conn
         return conn
 
     def _damaged(self, detail: str) -> SessionCorruptedError:
@@ -150,7 +143,7 @@ class SQLiteStorage:
         return translate(exc, _ERRORS, what="SQLite storage", path=self.path, timeout=self.timeout)
 
     def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        with self._lock:
+        with self._slot.lock:
             try:
                 return work(self._connect())
             except (*DRIVER_ERRORS, OSError) as exc:
@@ -161,10 +154,10 @@ class SQLiteStorage:
 
     def close(self) -> None:
         """Close the connection; later calls raise ``StorageError``. Idempotent."""
-        with self._lock:
+        with self._slot.lock:
             self._closed = True
-            if self._conn is not None:
-                conn, self._conn = self._conn, None
+            if self._slot.conn is not None:
+                conn, self._slot.conn = self._slot.conn, None
                 try:
                     conn.close()
                 except sqlite3.Error as exc:

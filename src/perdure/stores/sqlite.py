@@ -114,13 +114,14 @@ from typing import Any, Literal, NamedTuple
 from perdure._runtime.fs import atomic_write
 from perdure._runtime.sqlite import (
     DRIVER_ERRORS,
+    ConnectionSlot,
     SQLiteErrors,
     sqlite_fault,
     transaction,
     translate,
 )
 from perdure._runtime.sqlite_wal import wal_damage
-from perdure._runtime.threads import PerProcess, ProcessLock, StoreThread
+from perdure._runtime.threads import PerProcess, StoreThread
 from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
@@ -310,29 +311,6 @@ class _Commit(NamedTuple):
     redaction_texts: dict[int, str]
 
 
-class _Slot:
-    """One connection, used by one thread at a time, in the process that opened it.
-
-    A child made by fork() starts with no connection and a free lock: SQLite must
-    not use the parent's connection there, and closing it could disturb the
-    parent's locks, so the child leaves it alone (kept alive, untouched) and opens
-    its own.
-    """
-
-    def __init__(self) -> None:
-        self.lock = ProcessLock()
-        self._conn: PerProcess[sqlite3.Connection | None] = PerProcess(lambda: None)
-
-    @property
-    def conn(self) -> sqlite3.Connection | None:
-        """This process's connection (None until it opens one)."""
-        return self._conn.value
-
-    @conn.setter
-    def conn(self, conn: sqlite3.Connection | None) -> None:
-        self._conn.value = conn
-
-
 class _Chain:
     """Encodes messages into chained rows, lazily (inside the write transaction)."""
 
@@ -506,8 +484,8 @@ class SQLiteSessionStore(StoreBase):
         self.busy_timeout = float(busy_timeout)
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
         self._locks = LockTable(Path(str(path) + ".locks"))
-        self._writer = _Slot()
-        self._reader = _Slot()
+        self._writer = ConnectionSlot()
+        self._reader = ConnectionSlot()
         # WAL pages written since the last fold began, and since the writer last
         # folded (both guarded by the writer slot); see _count_wal.
         self._wal_pages = 0
@@ -651,7 +629,7 @@ class SQLiteSessionStore(StoreBase):
     # ------------------------------------------------------------------ connections
 
     @contextlib.contextmanager
-    def _use(self, slot: _Slot) -> Iterator[sqlite3.Connection]:
+    def _use(self, slot: ConnectionSlot) -> Iterator[sqlite3.Connection]:
         with slot.lock, self._translate():
             if slot.conn is None:
                 other = self._reader if slot is self._writer else self._writer
