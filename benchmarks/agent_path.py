@@ -17,6 +17,8 @@ and through the sync ``agent(...)``:
 - "x fsync" = added / (the fsyncs the design needs per message x the floor): one per
   message with ``durability="commit"``, one per turn (half a floor per message) with
   ``"invocation"``; ``"none"`` needs none (its added cost is the session layer's CPU).
+  The file store also fsyncs its head file once per turn (the end of log of issue 9),
+  which issue 16 allows on top of these.
 
 The floors are measured in the same run, one step between every two turns of every
 row, so a noisy neighbour slows floor and agent alike: append + fsync of a message
@@ -310,8 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         print(cells)
     print()
     print(
-        "x fsync = added / (fsyncs the design needs per message x that store's floor): "
-        "one fsync per message with durability='commit', one per turn with 'invocation'."
+        "x fsync = added / (fsyncs per message x that store's floor), for a design of one "
+        "fsync per message\n  (durability='commit') or one per turn ('invocation'). The "
+        "file store also fsyncs its head file once\n  per turn (issue 9's end of log), "
+        "which issue 16 allows on top: 1.5 floors a message with 'commit'."
     )
     print(f"sync/async, bare turn: {bare['sync'] / bare['async']:.2f}x")
     for kind, ms in resume.items():
