@@ -322,6 +322,8 @@ class _Slot:
     def __init__(self) -> None:
         self.lock = ProcessLock()
         self._conn: PerProcess[sqlite3.Connection | None] = PerProcess(lambda: None)
+        # The connection under which the WAL's directory entry was last fsynced.
+        self.wal_named_under: sqlite3.Connection | None = None
 
     @property
     def conn(self) -> sqlite3.Connection | None:
@@ -1670,9 +1672,18 @@ class SQLiteSessionStore(StoreBase):
         # it drops every POSIX lock this process holds on it, SQLite's included, and
         # another process's last connection would then fold and delete the WAL under
         # our feet. Its pages need no sync here: a fold syncs the database itself.
+        # The WAL's directory entry needs one fsync, not one per flush: while this
+        # connection is open the WAL is never deleted (only the last connection to
+        # close deletes it, and SQLite's checkpoints truncate it in place), so the
+        # entry synced once under it stays the WAL's. A new connection (after close,
+        # in a forked child) syncs it again.
+        wal = Path(f"{self.path}-wal")
         with self._use(self._writer) as conn, self._write_transaction(conn):
-            _fsync_path(Path(f"{self.path}-wal"))
-            _fsync_path(self.path.parent, directory=True)
+            _fsync_path(wal)
+            if self._writer.wal_named_under is not conn:
+                _fsync_path(self.path.parent, directory=True)
+                if wal.exists():
+                    self._writer.wal_named_under = conn
 
 
 class SQLiteCheckpointStore:
