@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -74,6 +75,43 @@ async def test_records_every_request_as_deep_copies() -> None:
             "system_prompt": "sys",
         }
     ]
+
+
+async def test_record_none_plays_the_same_script_and_keeps_no_copy() -> None:
+    recording, silent = ScriptedModel(["a", "b"]), ScriptedModel(["a", "b"], record="none")
+    for _ in range(2):
+        assert [repr(e) for e in await play(recording)] == [repr(e) for e in await play(silent)]
+    assert len(recording.requests) == 2
+    assert silent.requests == []
+    assert silent.calls == recording.calls == 2
+    with pytest.raises(ModelError, match=r"ScriptedModel ran out of responses: call 3"):
+        await play(silent)  # the count is right without a record
+
+
+async def test_input_tokens_follow_the_whole_request_as_it_grows_and_changes() -> None:
+    # Kept incrementally across calls (a long run is not quadratic in the model), the
+    # estimate is still the JSON of the whole request / 4, whatever the request.
+    model = ScriptedModel(["ok"] * 6, record="none")
+    history: list[Message] = []
+
+    def expected() -> int:
+        return max(1, len(json.dumps(history, default=str)) // 4)
+
+    for i in range(3):
+        history.append({"role": "user", "content": [{"text": f"question {i} " * (i + 1)}]})
+        assert (await play(model, list(history)))[-1].usage["inputTokens"] == expected()
+        history.append({"role": "assistant", "content": [{"text": "ok"}]})
+    history[-1] = {"role": "assistant", "content": [{"text": "redacted, and longer " * 9}]}
+    assert (await play(model, list(history)))[-1].usage["inputTokens"] == expected()
+    history[:] = [{"role": "user", "content": [{"text": "a summary " * 40}]}]  # compacted
+    assert (await play(model, list(history)))[-1].usage["inputTokens"] == expected()
+    history.clear()
+    assert (await play(model, []))[-1].usage["inputTokens"] == 1
+
+
+def test_record_must_be_copy_or_none() -> None:
+    with pytest.raises(ValueError, match="record must be 'copy' or 'none'"):
+        ScriptedModel([], record="lazy")  # type: ignore[arg-type]
 
 
 async def test_running_out_and_bad_responses_are_clear_errors() -> None:

@@ -1135,6 +1135,36 @@ def test_a_flush_never_records_an_end_another_process_rewrote_away(tmp_path: Pat
     assert run(scenario()) == 1
 
 
+def test_an_invocation_turn_records_its_flushed_end_in_the_head(tmp_path: Path) -> None:
+    """With durability="invocation" the flush at a turn's end fsyncs the journal (on
+    the open descriptor, no hop to a thread) and the head then names that end: every
+    turn, including one that follows a flush outside any turn."""
+    store = FileSessionStore(tmp_path / "data", durability="invocation")
+    sdir = store.session_dir("s")
+
+    async def turn(history: list[Message], count: int) -> None:
+        async with store.writer_lock("s"):
+            for _ in range(count):
+                history.append(conversation(len(history) + 1)[-1])
+                await store.commit("s", history)
+            await store.flush("s")
+
+    async def scenario() -> None:
+        await store.create("s")
+        history: list[Message] = []
+        for count in (2, 3, 1):
+            await turn(history, count)
+            assert [end[2] for end in layout.head_ends(sdir)][-1] == len(history)
+        history.append(conversation(len(history) + 1)[-1])
+        await store.commit("s", history)  # outside a turn: a head of its own
+        await store.flush("s")
+        await turn(history, 2)
+        assert [end[2] for end in layout.head_ends(sdir)][-1] == len(history)
+        assert (await FileSessionStore(tmp_path / "data").get("s")).messages == history
+
+    run(scenario())
+
+
 def test_a_half_written_first_head_of_an_old_session_is_no_damage(tmp_path: Path) -> None:
     """A session from before head files gets its first head file at its next turn;
     a crash may leave that file empty. It was not required yet: no damage."""

@@ -94,6 +94,19 @@ def test_restore_order_state_internal_state_manager_offset_messages(store: Sessi
     assert resumed.model_state == {"cursor": "c1"}
 
 
+def test_model_state_changed_in_place_is_persisted_by_each_turn(store: SessionStore) -> None:
+    # The session compares the model state with a copy of what it stored: a change
+    # deep inside it, in place, is still a change.
+    agent = agent_on(Session(store, "s"), ["a1", "a2", "a3"])
+    agent.model_state["cursor"] = {"pages": [1]}
+    agent("q1")
+    for page in (2, 3):
+        agent.model_state["cursor"]["pages"].append(page)
+        agent("q")
+        resumed = agent_on(Session.resume(store, "s"), [])
+        assert resumed.model_state == {"cursor": {"pages": list(range(1, page + 1))}}
+
+
 def test_state_changed_between_turns_needs_save(store: SessionStore) -> None:
     session = Session(store, "s")
     agent = agent_on(session, ["ok"])

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import textwrap
@@ -1109,16 +1110,52 @@ async def test_flush_keeps_sqlites_locks_so_no_other_process_deletes_the_wal(
     await store.create("s")
     await store.commit("s", history(1))
     await store.flush("s")
+    wal_inode = (await asyncio.to_thread(os.stat, f"{path}-wal")).st_ino
     other = (
         "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
         "c.execute('SELECT count(*) FROM perdure_sessions').fetchall(); c.close()"
     )
     await asyncio.to_thread(subprocess.run, [sys.executable, "-c", other, str(path)], check=True)
     assert await asyncio.to_thread(Path(f"{path}-wal").exists)
+    # The same file: the directory entry flush synced once still names the WAL.
+    assert (await asyncio.to_thread(os.stat, f"{path}-wal")).st_ino == wal_inode
     await store.commit("s", history(5))
     reader = SQLiteSessionStore(path)
     assert (await reader.get("s")).messages == history(5)
     reader.close()
+    store.close()
+
+
+def test_flush_syncs_the_wals_directory_entry_once_per_connection(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every flush fsyncs the WAL; its directory entry only after the connection that
+    # keeps it alive was opened (a WAL is deleted only when its last connection closes).
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    store = SQLiteSessionStore(path, durability="none")
+
+    async def turns(count: int) -> None:
+        for _ in range(count):
+            stored = (await store.get("s")).meta.message_count
+            await store.commit("s", history(stored + 1))
+            await store.flush("s")
+
+    asyncio.run(store.create("s"))
+    monkeypatch.setattr(os, "fsync", fsync)
+    asyncio.run(turns(3))
+    assert synced.count("dir") == 1
+    assert synced.count("file") >= 3  # the WAL, at every flush
+    store.close()  # the WAL is folded and deleted: the next connection makes a new one
+    synced.clear()
+    asyncio.run(turns(2))
+    assert synced.count("dir") == 1
+    assert asyncio.run(store.get("s")).messages == history(5)
     store.close()
 
 

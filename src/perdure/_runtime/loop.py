@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
-import contextlib
 import logging
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from perdure._runtime.threads import PerProcess
 
@@ -130,18 +128,66 @@ def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on perdure's loop and wait, even if this thread runs another loop.
 
     Must not be called from perdure's own loop thread (it would wait on itself).
+
+    The hand-off is the lightest there is: one wake-up of the loop (its self-pipe),
+    the coroutine run in a task that records its outcome and releases a plain lock
+    as its last step, and the caller woken by that lock. (``run_coroutine_threadsafe``
+    adds a loop iteration for the task's done-callbacks and a condition variable:
+    on a bare agent turn, that was as much again as the turn itself.)
     """
     loop = _get_loop()
     if is_runner_thread():
         coro.close()
         raise RuntimeError("run_blocking called from perdure's own event loop thread")
-    future = asyncio.run_coroutine_threadsafe(coro, loop)
+    call: _Call[T] = _Call(coro)
     try:
-        return future.result()
+        loop.call_soon_threadsafe(call.start, loop)
+        call.done.acquire()
     except BaseException:
         # KeyboardInterrupt (or any escape) while waiting: stop the coroutine too.
-        if not future.done():
-            future.cancel()
-            with contextlib.suppress(concurrent.futures.CancelledError, Exception):
-                future.result(timeout=5)
+        try:
+            loop.call_soon_threadsafe(call.cancel)
+        except RuntimeError:  # the loop is closed: nothing runs there any more
+            coro.close()
+        else:
+            call.done.acquire(timeout=5)
         raise
+    return call.result()
+
+
+class _Call(Generic[T]):
+    """One coroutine handed to perdure's loop by a blocked thread, and its outcome."""
+
+    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
+        self.coro = coro
+        self.done = threading.Lock()
+        self.done.acquire()  # released once the outcome is set
+        self.task: asyncio.Task[None] | None = None
+        self.value: T | None = None
+        self.error: BaseException | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.task = loop.create_task(self.run())
+
+    def cancel(self) -> None:
+        # Scheduled after start() by the same thread, when start() was scheduled at
+        # all: the loop runs them in order, so no task here means it never will be.
+        if self.task is not None:
+            self.task.cancel()
+        else:
+            self.coro.close()
+            self.done.release()
+
+    async def run(self) -> None:
+        try:
+            self.value = await self.coro
+        except BaseException as exc:  # handed to the waiting thread, raised there
+            self.error = exc
+        finally:
+            self.done.release()
+
+    def result(self) -> T:
+        if self.error is not None:
+            error, self.error = self.error, None  # no cycle through the traceback
+            raise error
+        return cast(T, self.value)  # run() set a value (None is one) or an error

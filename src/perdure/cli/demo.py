@@ -216,7 +216,7 @@ def scripted_model() -> ScriptedModel:
             return SUMMARY  # a compaction asks for a summary of the transcript
         return script[sum(1 for m in messages if m["role"] == "assistant")]
 
-    return ScriptedModel([respond] * len(script) * 2)
+    return ScriptedModel([respond] * len(script) * 2, record="none")
 
 
 FOLLOW_UP = "Can you add gift wrapping?"

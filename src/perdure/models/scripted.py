@@ -7,7 +7,7 @@ import copy
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from perdure.errors import ModelError
 from perdure.models.stream import ModelResponse, ModelStreamEvent, TextDelta, ToolUseDelta
@@ -19,7 +19,45 @@ ScriptedResponse: TypeAlias = (
 
 
 def _estimate_tokens(obj: Any) -> int:
-    return max(1, len(json.dumps(obj, default=str)) // 4)
+    return max(1, _json_chars(obj) // 4)
+
+
+def _json_chars(obj: Any) -> int:
+    return len(json.dumps(obj, default=str))
+
+
+class _RequestSize:
+    """The JSON size of the request messages, kept across calls.
+
+    A turn's request is the previous one plus the messages added since, so only those
+    are encoded: a long run is not quadratic in the model. A request that does not
+    start with the previous one (the same first message, the previous last message at
+    the same place) is measured again from scratch.
+    """
+
+    def __init__(self) -> None:
+        self._first: Message | None = None
+        self._last: Message | None = None
+        self._count = 0
+        self._chars = 0
+
+    def chars(self, messages: Sequence[Message]) -> int:
+        """``len(json.dumps(list(messages), default=str))``, in time linear in what is new."""
+        count = len(messages)
+        extends = (
+            0 < self._count <= count
+            and messages[0] is self._first
+            and messages[self._count - 1] is self._last
+        )
+        if not extends:
+            self._count, self._chars = 0, 0
+        # A list's JSON is "[" + its items joined by ", " + "]".
+        for message in messages[self._count :]:
+            self._chars += _json_chars(message)
+        self._count = count
+        self._first = messages[0] if count else None
+        self._last = messages[-1] if count else None
+        return 2 + self._chars + 2 * max(0, count - 1)
 
 
 class ScriptedModel:
@@ -35,18 +73,33 @@ class ScriptedModel:
     - an exception instance: raised by the call (to script a model failure);
     - a callable: receives the request messages and returns any of the above.
 
-    Every request is recorded in :attr:`requests` as ``{"messages", "tool_specs",
-    "system_prompt"}`` (deep copies). When the script runs out, the call raises
+    With ``record="copy"`` (the default) every request is recorded in
+    :attr:`requests` as ``{"messages", "tool_specs", "system_prompt"}`` (deep copies,
+    so a test sees each request as it was sent). That costs a copy of the whole
+    history per call, quadratic over a long run: benchmarks and demos pass
+    ``record="none"``, which records nothing (:attr:`requests` stays empty;
+    :attr:`calls` still counts the calls). When the script runs out, the call raises
     :class:`~perdure.errors.ModelError` naming ``ScriptedModel``.
     """
 
-    def __init__(self, responses: Iterable[ScriptedResponse] = (), *, delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        responses: Iterable[ScriptedResponse] = (),
+        *,
+        delay: float = 0.0,
+        record: Literal["copy", "none"] = "copy",
+    ) -> None:
         if isinstance(responses, str | dict):
             raise TypeError("responses must be a list of responses, not a single response")
+        if record not in ("copy", "none"):
+            raise ValueError(f"record must be 'copy' or 'none', got {record!r}")
         self._responses: list[ScriptedResponse] = list(responses)
         self._index = 0
         self.delay = delay
+        self.record: Literal["copy", "none"] = record
         self.requests: list[dict[str, Any]] = []
+        self.calls = 0
+        self._request_size = _RequestSize()
 
     @property
     def remaining(self) -> int:
@@ -65,16 +118,18 @@ class ScriptedModel:
         system_prompt: str | None,
     ) -> AsyncIterator[ModelStreamEvent]:
         """Yield the next scripted response as text deltas and a final response."""
-        self.requests.append(
-            {
-                "messages": copy.deepcopy(messages),
-                "tool_specs": copy.deepcopy(tool_specs),
-                "system_prompt": system_prompt,
-            }
-        )
+        self.calls += 1
+        if self.record == "copy":
+            self.requests.append(
+                {
+                    "messages": copy.deepcopy(messages),
+                    "tool_specs": copy.deepcopy(tool_specs),
+                    "system_prompt": system_prompt,
+                }
+            )
         if self._index >= len(self._responses):
             raise ModelError(
-                f"ScriptedModel ran out of responses: call {len(self.requests)} but only "
+                f"ScriptedModel ran out of responses: call {self.calls} but only "
                 f"{len(self._responses)} responses were scripted"
             )
         item = self._responses[self._index]
@@ -106,7 +161,7 @@ class ScriptedModel:
             )
         has_tool_use = any("toolUse" in block for block in message["content"])
         usage: Usage = {
-            "inputTokens": _estimate_tokens(list(messages)),
+            "inputTokens": max(1, self._request_size.chars(messages) // 4),
             "outputTokens": _estimate_tokens(message),
             "totalTokens": 0,
         }

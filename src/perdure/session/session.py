@@ -188,7 +188,12 @@ class Session:
         self._tail: str | None = None
         self._lock_stack: contextlib.AsyncExitStack | None = None
         self._holding = False
+        # What the store holds of the agent's state: its versions and manager state,
+        # and a copy of the model state (taken only when it changes: compared, not
+        # copied, at every commit).
         self._synced: tuple[Any, ...] | None = None
+        self._synced_model_state: dict[str, Any] | None = None
+        self._flush = store.flush if isinstance(store, SupportsFlush) else None
 
     def __repr__(self) -> str:
         return f"Session({self.store!r}, {self.session_id!r})"
@@ -265,8 +270,8 @@ class Session:
         try:
             if not isinstance(event.exception, SessionConflictError | SessionLockedError):
                 await self._commit(event.agent, state_only=True)
-            if isinstance(self.store, SupportsFlush):
-                await self.store.flush(self.session_id)
+            if self._flush is not None:
+                await self._flush(self.session_id)
         finally:
             stack, self._lock_stack = self._lock_stack, None
             self._holding = False
@@ -548,7 +553,7 @@ class Session:
             raise
         agent.messages[:] = folded
         self._tail = result.tail
-        self._synced = self._state_key(agent)
+        self._mark_synced(agent)
         compaction = CompactResult(
             "compacted", None, new_compaction_id(), (0, offset + end), pre_id
         )
@@ -693,7 +698,7 @@ class Session:
             before = record.messages[at - 1] if 1 <= at <= len(record.messages) else None
             if at >= 1 and not tail_repairs(before, kept):
                 agent.messages = [*(prepend or []), *kept]
-                self._synced = self._state_key(agent)
+                self._mark_synced(agent)
                 return
             # The window needs a repair (written back over the whole history), or the
             # manager restored an offset the window does not reach: read everything.
@@ -711,7 +716,7 @@ class Session:
             self._tail = result.tail
         offset = min(offset, len(repaired))
         agent.messages = [*(prepend or []), *repaired[offset:]]
-        self._synced = self._state_key(agent)
+        self._mark_synced(agent)
 
     def _restore_state(self, agent: Agent, saved: dict[str, Any]) -> list[Message] | None:
         """Put the stored agent state, internal state and manager state into ``agent``.
@@ -738,7 +743,8 @@ class Session:
         redactions: dict[int, Message] | None = None,
     ) -> None:
         key = self._state_key(agent)
-        state = _agent_state(agent) if key != self._synced else None
+        model_changed = agent.model_state != self._synced_model_state
+        state = _agent_state(agent) if model_changed or key != self._synced else None
         offset = agent.conversation_manager.removed_message_count
         history = _History(offset, agent.messages)
         if state_only and state is None and not redactions:
@@ -752,16 +758,22 @@ class Session:
         )
         self._tail = result.tail
         self._synced = key
+        if model_changed:
+            self._synced_model_state = copy.deepcopy(agent.model_state)
+
+    def _mark_synced(self, agent: Agent) -> None:
+        """Record that the store holds the agent's state as it is now."""
+        self._synced = self._state_key(agent)
+        self._synced_model_state = copy.deepcopy(agent.model_state)
 
     @staticmethod
     def _state_key(agent: Agent) -> tuple[Any, ...]:
-        """What decides whether the persisted state is stale (versions, then values)."""
+        """What decides, with the model state, whether the persisted state is stale."""
         return (
             id(agent.state),
             agent.state.version,
             id(agent.interrupt_state),
             agent.interrupt_state.version,
-            copy.deepcopy(agent.model_state),
             agent.conversation_manager.get_state(),
         )
 

@@ -485,6 +485,8 @@ class SQLiteSessionStore(StoreBase):
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
         self._locks = LockTable(Path(str(path) + ".locks"))
         self._writer = ConnectionSlot()
+        # The writer connection under which the WAL's directory entry was last fsynced.
+        self._wal_named_under: sqlite3.Connection | None = None
         self._reader = ConnectionSlot()
         # WAL pages written since the last fold began, and since the writer last
         # folded (both guarded by the writer slot); see _count_wal.
@@ -1648,9 +1650,18 @@ class SQLiteSessionStore(StoreBase):
         # it drops every POSIX lock this process holds on it, SQLite's included, and
         # another process's last connection would then fold and delete the WAL under
         # our feet. Its pages need no sync here: a fold syncs the database itself.
+        # The WAL's directory entry needs one fsync, not one per flush: while this
+        # connection is open the WAL is never deleted (only the last connection to
+        # close deletes it, and SQLite's checkpoints truncate it in place), so the
+        # entry synced once under it stays the WAL's. A new connection (after close,
+        # in a forked child) syncs it again.
+        wal = Path(f"{self.path}-wal")
         with self._use(self._writer) as conn, self._write_transaction(conn):
-            _fsync_path(Path(f"{self.path}-wal"))
-            _fsync_path(self.path.parent, directory=True)
+            _fsync_path(wal)
+            if self._wal_named_under is not conn:
+                _fsync_path(self.path.parent, directory=True)
+                if wal.exists():
+                    self._wal_named_under = conn
 
 
 class SQLiteCheckpointStore:

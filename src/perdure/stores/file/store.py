@@ -446,8 +446,48 @@ class FileSessionStore(StoreBase):
     async def flush(self, session_id: str) -> None:
         """Make buffered commits durable (``durability="invocation"``; else a no-op)."""
         validate_session_id(session_id)
-        if self.durability == "invocation":
-            await asyncio.to_thread(self._flush, session_id)
+        if self.durability != "invocation":
+            return
+        started = self._start_flush_inline(session_id)
+        if started is not None:
+            synced, written = started
+            try:
+                await synced
+            except OSError:
+                with self._guard:
+                    self._forget(session_id)  # the next commit re-reads the tail
+                raise
+            if self._locks.is_held(session_id):
+                self._durable[session_id] = written  # the turn's end records it
+                return
+        await asyncio.to_thread(self._flush, session_id)
+
+    def _start_flush_inline(self, session_id: str) -> tuple[asyncio.Future[None], Tail] | None:
+        """Start the fsync of a turn's journal on the caller's thread; None: use the writer.
+
+        The common flush, at the end of a turn that appended under the writer lock it
+        still holds: the journal is open and its tail cached under this hold, so the
+        fsync is started on the open descriptor
+        (:func:`~perdure._runtime.fsync.start_fsync`) with no hop to a thread, as a
+        commit's is with ``durability="commit"``. The tail is taken before the fsync
+        starts, so the fsync covers it.
+        """
+        hold = self._locks.hold_id(session_id)
+        if hold is None or not self._guard.acquire(blocking=False):
+            return None
+        try:
+            written = self._tails.get(session_id)
+            open_journal = self._fds.get(session_id)
+            if (
+                written is None
+                or self._tail_holds.get(session_id) != hold
+                or open_journal is None
+                or open_journal[0] != written.ino
+            ):
+                return None
+            return start_fsync(open_journal[1], self._write_executor()), written
+        finally:
+            self._guard.release()
 
     def session_dir(self, session_id: str) -> Path:
         """The directory holding ``session_id``."""
