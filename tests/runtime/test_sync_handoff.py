@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 
 import pytest
 
@@ -56,4 +57,39 @@ def test_an_interrupt_while_waiting_cancels_the_coroutine() -> None:
     with pytest.raises(KeyboardInterrupt):
         run_blocking(forever())
     assert stopped.is_set()  # cancelled before the call returned
+    assert run_blocking(answer()) == 42
+
+
+def test_an_interrupt_before_the_coroutine_started_closes_it_at_once() -> None:
+    """The loop is busy when the call arrives: the interrupt lands before the first step."""
+    from perdure._runtime.loop import _get_loop
+
+    ran = threading.Event()
+
+    async def never_started() -> None:
+        ran.set()
+
+    main = threading.get_ident()
+    loop = _get_loop()
+    busy = threading.Event()
+
+    def hold_the_loop() -> None:
+        busy.set()
+        time.sleep(0.5)  # start() and cancel() queue up behind this
+
+    loop.call_soon_threadsafe(hold_the_loop)
+    assert busy.wait(5)
+
+    def interrupt() -> None:
+        time.sleep(0.1)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    began = time.monotonic()
+    coro = never_started()
+    with pytest.raises(KeyboardInterrupt):
+        run_blocking(coro)
+    assert time.monotonic() - began < 2  # not the 5 s fallback wait
+    assert not ran.is_set()
+    assert coro.cr_frame is None  # closed: no "never awaited" warning later
     assert run_blocking(answer()) == 42

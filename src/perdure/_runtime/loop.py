@@ -165,6 +165,7 @@ class _Call(Generic[T]):
         self.task: asyncio.Task[None] | None = None
         self.value: T | None = None
         self.error: BaseException | None = None
+        self.finished = False  # the outcome is set (touched on the loop's thread only)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.task = loop.create_task(self.run())
@@ -172,11 +173,22 @@ class _Call(Generic[T]):
     def cancel(self) -> None:
         # Scheduled after start() by the same thread, when start() was scheduled at
         # all: the loop runs them in order, so no task here means it never will be.
-        if self.task is not None:
-            self.task.cancel()
-        else:
+        if self.task is None:
+            self._never_ran()
+            return
+        self.task.cancel()
+        # A task cancelled before its first step never enters run(): its finally
+        # would not release the caller, nor would the coroutine be closed.
+        self.task.add_done_callback(lambda _task: self._never_ran())
+
+    def _never_ran(self) -> None:
+        if not self.finished:
             self.coro.close()
-            self.done.release()
+            self._finish()
+
+    def _finish(self) -> None:
+        self.finished = True
+        self.done.release()
 
     async def run(self) -> None:
         try:
@@ -184,7 +196,7 @@ class _Call(Generic[T]):
         except BaseException as exc:  # handed to the waiting thread, raised there
             self.error = exc
         finally:
-            self.done.release()
+            self._finish()
 
     def result(self) -> T:
         if self.error is not None:
