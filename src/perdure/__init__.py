@@ -6,6 +6,19 @@ Importing ``perdure`` never imports an optional dependency, and it stays cheap: 
 session names (:class:`Session`, the stores, :func:`open_store`,
 :class:`SnapshotSessionManager`) load their layer on first use, as
 :mod:`perdure.session` does.
+
+The map (SPEC §1; imports only point down, ``tests/test_layers.py`` holds it):
+
+- ``_runtime`` (layer 0): the one event loop behind the sync calls, fork handling,
+  the store writer thread, the fsync strategies, the SQLite error translation.
+- ``types``, ``errors``, ``state``, ``storage`` (byte blobs), ``models``, ``tools``,
+  ``hooks``, ``agent`` (the loop), ``injection``, ``memory``.
+- ``session``: :class:`Session`, the ``SessionStore`` protocol and the rules every
+  store obeys (``perdure.session.rules``); ``stores``: the backends, I/O only (the
+  file store with its journal format, SQLite, memory); ``checkpoints``: the
+  checkpoint stores; ``snapshots``: :class:`SnapshotSessionManager`;
+  ``maintenance``: verify, repair, gc; ``migrate``: from Strands.
+- ``cli`` and ``testing`` (the conformance suites every backend inherits).
 """
 
 import typing as _typing
