@@ -33,9 +33,15 @@ resume a session of ``--resume-size`` messages (default 10,000) through
 ``Agent(session_manager=Session.resume(store, id))`` with the whole history kept
 (best of 3, in this process).
 
+A last row drives a :class:`~perdure.SnapshotSessionManager` with
+``save_latest_on="message"`` on a ``LocalFileStorage``, against the file floor, and
+below the table the time for an agent to come back from a snapshot of 1,000 and of
+``--resume-size`` messages (best of 3).
+
 Targets (issue 16): added <= 1.3x the fsyncs the design needs (file and SQLite, every
 durability that syncs); ``agent(...)`` <= 1.2x ``invoke_async`` for a bare turn;
-resume of 10k with the full history <= 100 ms.
+resume of 10k with the full history <= 100 ms; the snapshot manager's per-message save
+<= 3x the floor, its restore of 1,000 messages <= 25 ms and of 10,000 <= 150 ms.
 
 The peers' full paths (Strands with ``FileSessionManager``, OpenAI Agents with
 ``SQLiteSession``, LangGraph with ``SqliteSaver``) are not measured here: their SDKs
@@ -59,7 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perdure import Agent, NullConversationManager
+from perdure import Agent, LocalFileStorage, NullConversationManager, SnapshotSessionManager
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore
 from perdure.stores.sqlite import SQLiteSessionStore
@@ -144,13 +150,15 @@ class Config:
     """One row: a store (or none) and its durability."""
 
     label: str
-    store: str | None  # "file", "sqlite" or None
+    store: str | None  # "file", "sqlite", "snapshot" (a SnapshotSessionManager) or None
     durability: str = "commit"
 
     @property
     def fsyncs_per_message(self) -> float:
         if self.store is None:
             return 0.0
+        if self.store == "snapshot":
+            return 1.0  # save_latest_on="message": one snapshot write per message
         if self.durability == "commit":
             return 1.0
         if self.durability == "invocation" or self.store == "sqlite":
@@ -167,6 +175,7 @@ CONFIGS = [
     Config("file none", "file", "none"),
     Config("sqlite commit", "sqlite", "commit"),
     Config("sqlite none", "sqlite", "none"),
+    Config("snapshot message", "snapshot", "message"),
 ]
 
 
@@ -174,6 +183,19 @@ def make_store(kind: str, work: Path, durability: str) -> SessionStore:
     if kind == "file":
         return FileSessionStore(work / "file", durability=durability)  # type: ignore[arg-type]
     return SQLiteSessionStore(work / "sessions.db", durability=durability)  # type: ignore[arg-type]
+
+
+def make_manager(config: Config, work: Path) -> tuple[Any, SessionStore | None]:
+    """(the agent's session manager, the store to close) for one row."""
+    if config.store is None:
+        return None, None
+    if config.store == "snapshot":
+        manager = SnapshotSessionManager(
+            "bench", storage=LocalFileStorage(work / "snapshots"), save_latest_on=config.durability
+        )
+        return manager, None
+    store = make_store(config.store, work, config.durability)
+    return Session(store, "bench"), store
 
 
 def close_store(store: SessionStore | None) -> None:
@@ -188,8 +210,7 @@ def agent_kwargs(turns: int) -> dict[str, Any]:
 
 async def run_async(config: Config, turns: int, work: Path, floors: Floors) -> float:
     """Mean seconds per message of ``turns`` turns through ``invoke_async``."""
-    store = make_store(config.store, work, config.durability) if config.store else None
-    session = Session(store, "bench") if store is not None else None
+    session, store = make_manager(config, work)
     agent = await Agent.create(**agent_kwargs(turns), session_manager=session)
     times = []
     for _ in range(turns):
@@ -204,8 +225,7 @@ async def run_async(config: Config, turns: int, work: Path, floors: Floors) -> f
 
 def run_sync(config: Config, turns: int, work: Path, floors: Floors) -> float:
     """Mean seconds per message of ``turns`` turns through ``agent(...)``."""
-    store = make_store(config.store, work, config.durability) if config.store else None
-    session = Session(store, "bench") if store is not None else None
+    session, store = make_manager(config, work)
     agent = Agent(**agent_kwargs(turns), session_manager=session)
     times = []
     for _ in range(turns):
@@ -257,6 +277,31 @@ def measure_resume(kind: str, work: Path, size: int) -> float:
     return best * 1e3
 
 
+def measure_snapshot_restore(work: Path, size: int) -> float:
+    """Best-of-3 milliseconds for an agent to come back from a snapshot of ``size`` messages."""
+    storage = LocalFileStorage(work / "snapshots")
+    writer = SnapshotSessionManager("restore", storage=storage, save_latest_on="trigger")
+    agent = Agent(
+        model=instant_model(0),
+        conversation_manager=NullConversationManager(),
+        messages=[message(i) for i in range(size)],
+        session_manager=writer,
+    )
+    asyncio.run(writer.save_snapshot(agent, is_latest=True))
+    best = float("inf")
+    for _ in range(3):
+        manager = SnapshotSessionManager("restore", storage=LocalFileStorage(work / "snapshots"))
+        start = time.perf_counter()
+        again = Agent(
+            model=instant_model(0),
+            conversation_manager=NullConversationManager(),
+            session_manager=manager,
+        )
+        best = min(best, time.perf_counter() - start)
+        assert len(again.messages) == size
+    return best * 1e3
+
+
 def fresh(base: Path, name: str) -> Path:
     work = base / name
     work.mkdir()
@@ -286,6 +331,11 @@ def main(argv: list[str] | None = None) -> int:
             kind: measure_resume(kind, fresh(base, f"resume-{kind}"), args.resume_size)
             for kind in ("file", "sqlite")
         }
+        snapshot_sizes = sorted({min(1000, args.resume_size), args.resume_size})
+        snapshot_restore = {
+            size: measure_snapshot_restore(fresh(base, f"snapshot-restore-{size}"), size)
+            for size in snapshot_sizes
+        }
     finally:
         floors.close()
         shutil.rmtree(base, ignore_errors=True)
@@ -314,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                 cells += f"{us:>10.0f}{'-':>8}{'-':>9}"
                 continue
             added = (row[face] - bare[face]) * 1e6
-            need = config.fsyncs_per_message * floor[config.store] * 1e6
+            kind = "file" if config.store == "snapshot" else config.store
+            need = config.fsyncs_per_message * floor[kind] * 1e6
             ratio = f"{added / need:.2f}" if need else "-"
             cells += f"{us:>10.0f}{added:>8.0f}{ratio:>9}"
         print(cells)
@@ -324,11 +375,15 @@ def main(argv: list[str] | None = None) -> int:
         "fsync per message\n  (durability='commit') or one per turn ('invocation'). The "
         "file store also fsyncs its head file once\n  per turn (issue 9's end of log), "
         "which issue 16 allows on top: 1.5 floors a message with 'commit'. SQLite's "
-        "'none'\n  syncs its WAL at the end of each turn (its flush): one per turn."
+        "'none'\n  syncs its WAL at the end of each turn (its flush): one per turn. "
+        "'snapshot message' is a SnapshotSessionManager\n  (save_latest_on='message', "
+        "LocalFileStorage) against the file floor; issue 16's target there is 3x."
     )
     print(f"sync/async, bare turn: {bare['sync'] / bare['async']:.2f}x")
     for kind, ms in resume.items():
         print(f"resume {args.resume_size} messages, {kind}, full history kept: {ms:.1f} ms")
+    for size, ms in snapshot_restore.items():
+        print(f"restore {size} messages from a snapshot (SnapshotSessionManager): {ms:.1f} ms")
     return 0
 
 

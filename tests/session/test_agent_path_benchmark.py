@@ -8,7 +8,15 @@ import pytest
 
 from helpers import load_benchmark
 
-ROWS = ["no session", "file commit", "file invocation", "file none", "sqlite commit", "sqlite none"]
+ROWS = [
+    "no session",
+    "file commit",
+    "file invocation",
+    "file none",
+    "sqlite commit",
+    "sqlite none",
+    "snapshot message",
+]
 
 
 def test_the_tiny_benchmark_prints_every_row_and_the_summary(
@@ -24,11 +32,12 @@ def test_the_tiny_benchmark_prints_every_row_and_the_summary(
         assert len(cells) == 7, row  # fsync/msg, then async and sync: us, added, x fsync
         assert float(cells[1]) > 0
         assert float(cells[4]) > 0
-        if label.endswith("commit"):
+        if label.endswith(("commit", "message")):
             assert cells[3] != "-"
             assert cells[6] != "-"
     assert "floors, same run: file append+fsync" in out
     assert "sync/async, bare turn:" in out
     assert "resume 40 messages, file, full history kept:" in out
     assert "resume 40 messages, sqlite, full history kept:" in out
+    assert "restore 40 messages from a snapshot (SnapshotSessionManager):" in out
     assert list(tmp_path.iterdir()) == []  # the benchmark cleans up after itself

@@ -13,7 +13,7 @@ import pytest
 from perdure import Agent, AgentState, NullConversationManager, SlidingWindowConversationManager
 from perdure._runtime.loop import run_blocking
 from perdure.errors import SessionCorruptedError, SnapshotError, TurnRunningError
-from perdure.hooks import BeforeModelCallEvent, HookRegistry
+from perdure.hooks import AfterInvocationEvent, BeforeModelCallEvent, HookRegistry
 from perdure.models import ScriptedModel
 from perdure.snapshots.manager import SnapshotSessionManager
 from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, Storage
@@ -287,10 +287,22 @@ def test_message_strategy_saves_every_message_and_the_invocation(
         seen.append(len(restored.messages))  # the prompt was saved before the model call
         return "answer"
 
-    agent = make_agent(manager, [model_reply])
+    agent = make_agent(manager, [model_reply, "again"])
     agent("question")
     assert seen == [1]
-    assert blob_storage.manifest_writes() == ["default/latest"] * 3  # user, assistant, end
+    # user, assistant; the end-of-invocation save found latest already holding the
+    # agent exactly (only its creation time would change) and wrote nothing
+    assert blob_storage.manifest_writes() == ["default/latest"] * 2
+
+    # Registered after the manager: an After* event runs it first, so the state it
+    # sets changes the agent after the last message, and the end save must write it.
+    agent.hooks.add_callback(AfterInvocationEvent, lambda event: event.agent.state.set("end", 1))
+    agent("more")
+    assert blob_storage.manifest_writes() == ["default/latest"] * 5  # user, assistant, end
+    restored = make_agent(None)
+    asyncio.run(SnapshotSessionManager("s", storage=blob_storage).restore_snapshot(restored))
+    assert restored.state.get("end") == 1
+    assert len(restored.messages) == 4
 
 
 def test_trigger_strategy_saves_only_when_the_trigger_fires(blob_storage: RecordingStorage) -> None:
@@ -970,3 +982,19 @@ def test_marker_shaped_content_round_trips_unchanged(blob_storage: RecordingStor
     fresh = SnapshotSessionManager("s", storage=blob_storage)
     assert run_blocking(fresh.restore_snapshot(immutable, snapshot_id=ids[-1]))
     assert immutable.messages == agent.messages
+
+
+def test_an_unchanged_agent_is_saved_again_after_the_session_was_deleted(
+    blob_storage: RecordingStorage,
+) -> None:
+    """Skipping an unchanged save never skips one whose latest is gone."""
+    manager = SnapshotSessionManager("s", storage=blob_storage, save_latest_on="message")
+    agent = make_agent(manager, ["answer"])
+    agent("question")
+    asyncio.run(manager.save_snapshot(agent, is_latest=True))  # unchanged: nothing written
+    assert blob_storage.manifest_writes() == ["default/latest"] * 2
+    asyncio.run(manager.delete_session())
+    asyncio.run(manager.save_snapshot(agent, is_latest=True))
+    restored = make_agent(None)
+    assert asyncio.run(SnapshotSessionManager("s", storage=blob_storage).restore_snapshot(restored))
+    assert len(restored.messages) == 2

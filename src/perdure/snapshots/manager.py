@@ -129,6 +129,10 @@ class _Slot:
     known: set[str] = field(default_factory=set)
     graph: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     ids_floor_checked: bool = False
+    # The manifest ``latest`` holds, as written by this manager, with its creation
+    # time blanked: a save that would write the same again is skipped (the save at
+    # the end of an invocation usually follows the last message's save unchanged).
+    latest_probe: bytes | None = None
 
     def owner(self) -> Agent | None:
         return None if self.agent is None else self.agent()
@@ -409,6 +413,7 @@ class SnapshotSessionManager:
             finally:
                 for slot in self._slots.values():
                     slot.layout = None
+                    slot.latest_probe = None
                     slot.known.clear()
                     slot.graph.clear()
 
@@ -581,21 +586,32 @@ class SnapshotSessionManager:
             snapshot_id: str | None = _ULIDS.new()
             key = f"{prefix}snapshots/{snapshot_id}"
         else:
-            manifest = manifest_blob(
-                meta,
-                fields_json=fields_json,
-                count=plan.count,
-                skip=plan.layout.skip,
-                parts=plan.top,
-                chain_ref=None,
-                inline=plan.inline,
-            )
+
+            def latest_manifest(created_at: str) -> bytes:
+                return manifest_blob(
+                    {**meta, "created_at": created_at},
+                    fields_json=fields_json,
+                    count=plan.count,
+                    skip=plan.layout.skip,
+                    parts=plan.top,
+                    chain_ref=None,
+                    inline=plan.inline,
+                )
+
+            probe = latest_manifest("")
+            if probe == slot.latest_probe and not any(sha not in slot.known for sha in chunks):
+                slot.layout = plan.layout  # latest already holds exactly this
+                return None, plan.dropped
+            manifest = latest_manifest(captured.created_at)
             snapshot_id = None
             key = f"{prefix}latest"
+        slot.latest_probe = None  # until the write below is done
         new = {sha: blob for sha, blob in chunks.items() if sha not in slot.known}
         await write_chunks(self.storage, prefix, new)
         slot.known.update(new)
         await self.storage.write(key, manifest)
+        if snapshot_id is None:
+            slot.latest_probe = probe
         slot.layout = plan.layout
         return snapshot_id, plan.dropped
 
@@ -629,6 +645,7 @@ class SnapshotSessionManager:
         self._initialized.add(agent)
         slot.layout = loaded.layout
         slot.known.update(loaded.refs)
+        slot.latest_probe = None  # the next save writes latest whole again
         return True
 
     async def _newest_snapshot(self, agent_id: str) -> tuple[str, Manifest | None]:
