@@ -132,7 +132,7 @@ class _Slot:
     # The manifest ``latest`` holds, as written by this manager, with its creation
     # time blanked: a save that would write the same again is skipped (the save at
     # the end of an invocation usually follows the last message's save unchanged).
-    latest_probe: bytes | None = None
+    latest_probe: tuple[Any, ...] | None = None
 
     def owner(self) -> Agent | None:
         return None if self.agent is None else self.agent()
@@ -586,23 +586,30 @@ class SnapshotSessionManager:
             snapshot_id: str | None = _ULIDS.new()
             key = f"{prefix}snapshots/{snapshot_id}"
         else:
-
-            def latest_manifest(created_at: str) -> bytes:
-                return manifest_blob(
-                    {**meta, "created_at": created_at},
-                    fields_json=fields_json,
-                    count=plan.count,
-                    skip=plan.layout.skip,
-                    parts=plan.top,
-                    chain_ref=None,
-                    inline=plan.inline,
-                )
-
-            probe = latest_manifest("")
+            # What latest would hold, but its creation time: equal to what this
+            # manager last wrote there means the write would change nothing else.
+            probe = (
+                fields_json,
+                plan.count,
+                plan.layout.skip,
+                [tuple(part) for part in plan.top],
+                plan.inline,
+                captured.schema_version,
+                captured.scope,
+                encode_json(captured.app_data, "app_data"),
+            )
             if probe == slot.latest_probe and not any(sha not in slot.known for sha in chunks):
                 slot.layout = plan.layout  # latest already holds exactly this
                 return None, plan.dropped
-            manifest = latest_manifest(captured.created_at)
+            manifest = manifest_blob(
+                meta,
+                fields_json=fields_json,
+                count=plan.count,
+                skip=plan.layout.skip,
+                parts=plan.top,
+                chain_ref=None,
+                inline=plan.inline,
+            )
             snapshot_id = None
             key = f"{prefix}latest"
         slot.latest_probe = None  # until the write below is done
