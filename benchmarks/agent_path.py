@@ -54,9 +54,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -71,6 +69,9 @@ from perdure.session import FileSessionStore, Session, SessionStore
 from perdure.stores.sqlite import SQLiteSessionStore
 from perdure.types import Message
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sessions import FileFloor, SQLiteFloor
+
 FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
 QUESTION = "question: " + (FILLER * 4)[:300]
 # As long as the question, in one streamed piece (ScriptedModel streams a text word by
@@ -82,49 +83,6 @@ ANSWER = "answer:" + (FILLER * 4)[:300].replace(" ", "_")
 def instant_model(turns: int) -> ScriptedModel:
     """A model that answers every turn at once (and records nothing: no copy per call)."""
     return ScriptedModel([ANSWER] * turns, record="none")
-
-
-class FileFloor:
-    """The file store's floor, one step at a time: append + fsync to one file."""
-
-    def __init__(self, directory: Path, line: bytes) -> None:
-        self.path = directory / "floor.log"
-        self.line = line
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def once(self) -> float:
-        start = time.perf_counter()
-        os.write(self.fd, self.line)
-        os.fsync(self.fd)
-        return time.perf_counter() - start
-
-    def close(self) -> None:
-        os.close(self.fd)
-        self.path.unlink()
-
-
-class SQLiteFloor:
-    """The SQLite store's floor, one step at a time: one insert per transaction."""
-
-    def __init__(self, directory: Path, body: str) -> None:
-        self.path = directory / "floor.db"
-        self.body = body
-        self.conn = sqlite3.connect(self.path, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
-        self.conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
-
-    def once(self) -> float:
-        start = time.perf_counter()
-        self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.execute("INSERT INTO t (body) VALUES (?)", (self.body,))
-        self.conn.execute("COMMIT")
-        return time.perf_counter() - start
-
-    def close(self) -> None:
-        self.conn.close()
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(self.path) + suffix).unlink(missing_ok=True)
 
 
 @dataclass
