@@ -19,7 +19,6 @@ reports of its format) is the backend's own to test.
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -36,6 +35,7 @@ from perdure.checkpoints.store import (
 )
 from perdure.errors import CheckpointNotFoundError
 from perdure.session.ulid import encode_ulid, ulid_timestamp_ms
+from perdure.testing._support import run_in_threads
 from perdure.types import Message
 
 __all__ = [
@@ -341,20 +341,11 @@ class CheckpointStoreSuite:
 
         # Several threads, each with its own loop, at once.
         results: list[list[str]] = []
-        errors: list[BaseException] = []
 
-        def worker() -> None:
-            try:
-                results.append(in_own_loop(3))
-            except BaseException as exc:  # reported below
-                errors.append(exc)
+        async def worker(_: int) -> None:
+            results.append([(await put_new(store, session)).meta.checkpoint_id for _ in range(3)])
 
-        threads = [threading.Thread(target=worker) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert errors == []
+        assert run_in_threads(worker, 4) == []
         everything = sorted([*first, *(cid for made in results for cid in made)])
         assert ids(await store.list(session)) == everything
 

@@ -41,6 +41,7 @@ import pytest
 
 from perdure.errors import SessionCorruptedError
 from perdure.session.store import SessionMeta, SessionRecord, SessionStore
+from perdure.testing._support import close
 from perdure.testing.messages import text, tool_round, tool_use
 from perdure.types import Message
 
@@ -110,12 +111,6 @@ def damages(files: list[Path], flips_per_file: int, seed: int) -> list[Damage]:
     return found
 
 
-def _close(store: SessionStore) -> None:
-    close = getattr(store, "close", None)
-    if close is not None:
-        close()
-
-
 async def write_precious(store: SessionStore) -> tuple[list[Message], dict[str, Any]]:
     """Write the session the suite damages; return its acknowledged history and state."""
     blob = bytes(range(256)) * 40  # large enough to be stored apart (attachments)
@@ -164,7 +159,7 @@ class CorruptionSuite:
         try:
             return asyncio.run(read())
         finally:
-            _close(store)
+            close(store)
 
     def sweep(
         self,
@@ -177,7 +172,7 @@ class CorruptionSuite:
         try:
             messages, state = asyncio.run(write_precious(store))
         finally:
-            _close(store)
+            close(store)
         files = sorted(p for p in target.root.rglob("*") if p.is_file() and not target.ignore(p))
         assert files, f"the store wrote no files under {target.root}"
         pristine = tmp_path_factory.mktemp("pristine") / "root"

@@ -47,6 +47,7 @@ import pytest
 from perdure.errors import SessionNotFoundError
 from perdure.session.store import SessionRecord, SessionStore
 from perdure.testing._crash_writer import crash_history
+from perdure.testing._support import close
 
 __all__ = ["CrashSuite", "CrashTarget", "crash_history"]
 
@@ -78,9 +79,7 @@ def _read(target: CrashTarget) -> SessionRecord:
     try:
         return asyncio.run(store.get("c"))
     finally:
-        close = getattr(store, "close", None)
-        if close is not None:
-            close()
+        close(store)
 
 
 def _child_env() -> dict[str, str]:

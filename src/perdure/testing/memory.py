@@ -18,7 +18,6 @@ once), a ``name``, bad arguments refused by name, any loop and any thread.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -28,6 +27,7 @@ from hypothesis import strategies as st
 
 from perdure.memory.entry import MemoryEntry
 from perdure.memory.store import MemoryStore, has_method, is_writable, store_name
+from perdure.testing._support import close, run_in_threads
 
 __all__ = ["MemoryStoreFactory", "MemoryStoreSuite"]
 
@@ -41,12 +41,6 @@ _PER_BACKEND = [HealthCheck.function_scoped_fixture, HealthCheck.differing_execu
 def contents(entries: list[MemoryEntry]) -> list[str]:
     """The texts of ``entries``, in order."""
     return [entry.content for entry in entries]
-
-
-def _close(store: MemoryStore) -> None:
-    close = getattr(store, "close", None)
-    if close is not None:
-        close()
 
 
 class MemoryStoreSuite:
@@ -77,7 +71,7 @@ class MemoryStoreSuite:
 
         yield factory
         for store in opened:
-            _close(store)
+            close(store)
 
     @pytest.fixture
     def memory(self, open_memory: MemoryStoreFactory) -> MemoryStore:
@@ -154,7 +148,7 @@ class MemoryStoreSuite:
             pytest.skip("the store keeps nothing past its instance (durable_across_reopen)")
         first = open_memory("alice")
         await self.add(first, "The user prefers dark mode.")
-        _close(first)
+        close(first)
         second = open_memory("alice")
         assert contents(await second.search("dark", limit=1)) == ["The user prefers dark mode."]
 
@@ -182,27 +176,15 @@ class MemoryStoreSuite:
 
             asyncio.run(run())
         finally:
-            _close(store)
+            close(store)
 
     def test_usable_from_any_event_loop_and_thread(self, memory: MemoryStore) -> None:
         asyncio.run(self.add(memory, "made in the main thread"))
-        errors: list[BaseException] = []
 
-        def worker(index: int) -> None:
-            async def run() -> None:
-                await self.add(memory, f"fact number {index}")
-                await asyncio.gather(*(memory.search("fact", limit=3) for _ in range(5)))
+        async def worker(index: int) -> None:
+            await self.add(memory, f"fact number {index}")
+            await asyncio.gather(*(memory.search("fact", limit=3) for _ in range(5)))
 
-            try:
-                asyncio.run(run())
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert errors == []
+        assert run_in_threads(worker, 4) == []
         found = asyncio.run(memory.search("fact number", limit=10))
         assert sorted(contents(found)) == [f"fact number {i}" for i in range(4)]

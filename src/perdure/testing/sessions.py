@@ -36,6 +36,7 @@ from perdure.errors import (
 from perdure.maintenance import verify_store
 from perdure.session.session import read_history_page
 from perdure.session.store import SessionMeta, SessionStore, SupportsHistoryPage
+from perdure.testing._support import close
 from perdure.testing.messages import conversation, text, tool_round, tool_use
 from perdure.types import Message
 
@@ -61,12 +62,6 @@ def nested(depth: int) -> Any:
 # Each backend's subclass runs the same method on its own class (an "executor" to
 # hypothesis): by design, as fsspec's suites do, so that health check does not apply.
 _PER_BACKEND = [HealthCheck.function_scoped_fixture, HealthCheck.differing_executors]
-
-
-def _close(store: SessionStore) -> None:
-    close = getattr(store, "close", None)
-    if close is not None:
-        close()
 
 
 class SessionStoreSuite:
@@ -356,7 +351,7 @@ class SessionStoreSuite:
             await first.commit("s", conversation(6), expected_tail=record.tail)
         assert (await second.get("s")).messages == conversation(6)
         for opened in (first, second):
-            _close(opened)
+            close(opened)
 
     async def test_history_pages_never_split_tool_pairs(self, store: SessionStore) -> None:
         history = [m for i in range(6) for m in tool_round(i)]
@@ -539,12 +534,12 @@ class SessionStoreSuite:
         await first.create("s")
         history = [*tool_round(0), text("user", "é \udc80")]
         await first.commit("s", history, agent_state={"k": b"\x00v"})
-        _close(first)
+        close(first)
         second = store_factory()
         record = await second.get("s")
         assert (record.messages, record.agent_state) == (history, {"k": b"\x00v"})
         assert [m.session_id for m in await second.list()] == ["s"]
-        _close(second)
+        close(second)
 
     async def test_history_page_agrees_with_the_generic_pager(self, store: SessionStore) -> None:
         if not self.supports_history_page:

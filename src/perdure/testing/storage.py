@@ -17,7 +17,6 @@ A backend that keeps its data in one object sets ``durable_across_reopen = False
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Iterator
 from typing import ClassVar
 
@@ -26,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perdure.storage.protocol import Storage
+from perdure.testing._support import close, run_in_threads
 
 __all__ = ["StorageSuite"]
 
@@ -81,12 +81,6 @@ _PER_BACKEND = [
 ]
 
 
-def _close(storage: Storage) -> None:
-    close = getattr(storage, "close", None)
-    if close is not None:
-        close()
-
-
 class StorageSuite:
     """The contract every :class:`~perdure.storage.Storage` keeps (SPEC §6).
 
@@ -111,7 +105,7 @@ class StorageSuite:
 
         yield factory
         for storage in opened:
-            _close(storage)
+            close(storage)
 
     @pytest.fixture
     def storage(self, opened_storage: StorageFactory) -> Storage:
@@ -274,25 +268,13 @@ class StorageSuite:
 
     async def test_usable_from_another_thread_and_event_loop(self, storage: Storage) -> None:
         await storage.write("here", b"1")
-        errors: list[BaseException] = []
 
-        def elsewhere() -> None:
-            async def work() -> None:
-                assert await storage.read("here") == b"1"
-                await storage.write("there", b"2")
-                assert await storage.list("") == ["here", "there"]
+        async def elsewhere(_: int) -> None:
+            assert await storage.read("here") == b"1"
+            await storage.write("there", b"2")
+            assert await storage.list("") == ["here", "there"]
 
-            try:
-                asyncio.run(work())
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=elsewhere) for _ in range(3)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert errors == []
+        assert run_in_threads(elsewhere, 3) == []  # this loop waits, blocked, meanwhile
         assert await storage.read("there") == b"2"
 
     def test_usable_from_plain_asyncio_run_calls(self, storage: Storage) -> None:
