@@ -372,12 +372,7 @@ class FileSessionStore(StoreBase):
                 result, synced, seal_due, written = inline
                 session_id = request.session_id
                 if synced is not None:
-                    try:
-                        await synced
-                    except OSError:
-                        with self._guard:
-                            self._forget(session_id)  # the next commit re-reads the tail
-                        raise
+                    await self._synced(session_id, synced)
                 if written is not None and self.durability != "invocation":
                     self._durable[session_id] = written  # the turn's end records it
                 if seal_due:
@@ -443,6 +438,20 @@ class FileSessionStore(StoreBase):
         check_page_args(offset, limit)
         return await asyncio.to_thread(self._history_page, session_id, offset, limit)
 
+    async def _synced(self, session_id: str, synced: asyncio.Future[None]) -> None:
+        """Wait for a journal fsync started by an append or a flush.
+
+        Raises:
+            OSError: the fsync failed; the cached tail is dropped first, so the next
+                commit reads the journal's end from disk again.
+        """
+        try:
+            await synced
+        except OSError:
+            with self._guard:
+                self._forget(session_id)
+            raise
+
     async def flush(self, session_id: str) -> None:
         """Make buffered commits durable (``durability="invocation"``; else a no-op)."""
         validate_session_id(session_id)
@@ -451,12 +460,7 @@ class FileSessionStore(StoreBase):
         started = self._start_flush_inline(session_id)
         if started is not None:
             synced, written = started
-            try:
-                await synced
-            except OSError:
-                with self._guard:
-                    self._forget(session_id)  # the next commit re-reads the tail
-                raise
+            await self._synced(session_id, synced)
             if self._locks.is_held(session_id):
                 self._durable[session_id] = written  # the turn's end records it
                 return
