@@ -592,8 +592,8 @@ class SnapshotSessionManager:
                 fields_json,
                 plan.count,
                 plan.layout.skip,
-                [tuple(part) for part in plan.top],
-                plan.inline,
+                tuple(plan.top),  # parts are (level, count, sha) tuples already
+                tuple(plan.inline),
                 captured.schema_version,
                 captured.scope,
                 encode_json(captured.app_data, "app_data"),
