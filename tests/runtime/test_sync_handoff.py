@@ -6,6 +6,7 @@ import asyncio
 import signal
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -61,24 +62,22 @@ def test_an_interrupt_while_waiting_cancels_the_coroutine() -> None:
 
 
 def test_an_interrupt_before_the_coroutine_started_closes_it_at_once() -> None:
-    """The loop is busy when the call arrives: the interrupt lands before the first step."""
-    from perdure._runtime.loop import _get_loop
-
+    """The loop is busy with another thread's call when this one is handed over: the
+    interrupt lands before the coroutine's first step."""
     ran = threading.Event()
+    busy = threading.Event()
 
     async def never_started() -> None:
         ran.set()
 
-    main = threading.get_ident()
-    loop = _get_loop()
-    busy = threading.Event()
-
-    def hold_the_loop() -> None:
+    async def hold_the_loop() -> None:
         busy.set()
-        time.sleep(0.5)  # start() and cancel() queue up behind this
+        time.sleep(0.5)  # noqa: ASYNC251 - blocks the loop: start() and cancel() queue up
 
-    loop.call_soon_threadsafe(hold_the_loop)
+    holder = threading.Thread(target=run_blocking, args=(hold_the_loop(),))
+    holder.start()
     assert busy.wait(5)
+    main = threading.get_ident()
 
     def interrupt() -> None:
         time.sleep(0.1)
@@ -92,4 +91,79 @@ def test_an_interrupt_before_the_coroutine_started_closes_it_at_once() -> None:
     assert time.monotonic() - began < 2  # not the 5 s fallback wait
     assert not ran.is_set()
     assert coro.cr_frame is None  # closed: no "never awaited" warning later
+    holder.join(5)
+    assert run_blocking(answer()) == 42
+
+
+async def thread_ident() -> int:
+    await asyncio.sleep(0)
+    return threading.get_ident()
+
+
+def test_a_call_from_a_thread_without_a_loop_runs_on_that_thread() -> None:
+    """No hand-off to another thread: a sync turn costs what the async one does."""
+    assert run_blocking(thread_ident()) == threading.get_ident()
+    seen: list[int] = []
+    worker = threading.Thread(target=lambda: seen.append(run_blocking(thread_ident())))
+    worker.start()
+    worker.join(5)
+    assert seen == [worker.ident]
+
+
+def test_concurrent_calls_share_the_loop_and_none_waits_for_another() -> None:
+    """A second thread's call joins the loop the first one runs; the first returns as
+    soon as its own coroutine is done, while the second's goes on (in a thread)."""
+    loop_of: dict[str, asyncio.AbstractEventLoop] = {}
+    first_in, second_in = threading.Event(), threading.Event()
+    ended: dict[str, float] = {}
+
+    async def first() -> None:
+        loop_of["first"] = asyncio.get_running_loop()
+        first_in.set()
+        for _ in range(500):  # stay on the loop until the second call is in
+            if second_in.is_set():
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+
+    async def second() -> None:
+        loop_of["second"] = asyncio.get_running_loop()
+        second_in.set()
+        await asyncio.sleep(1.5)
+
+    def call(name: str, coro: Any) -> None:
+        run_blocking(coro)
+        ended[name] = time.monotonic()
+
+    began = time.monotonic()
+    a = threading.Thread(target=call, args=("first", first()))
+    a.start()
+    assert first_in.wait(5)
+    b = threading.Thread(target=call, args=("second", second()))
+    b.start()
+    a.join(10)
+    b.join(10)
+    assert loop_of["first"] is loop_of["second"]
+    assert ended["first"] - began < 1.0  # did not wait for the second call's 1.5 s
+    assert ended["second"] - began >= 1.5
+    assert run_blocking(thread_ident()) == threading.get_ident()  # back on the caller
+
+
+def test_ctrl_c_on_the_main_thread_cancels_the_coroutine_at_its_await() -> None:
+    """Run on the caller's thread, a SIGINT cancels the coroutine (its ``finally`` runs
+    at the ``await`` it was in) and the call then raises ``KeyboardInterrupt``."""
+    where: list[str] = []
+
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            where.append("cancelled at the await")
+            raise
+
+    threading.Timer(0.2, signal.pthread_kill, (threading.get_ident(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_blocking(forever())
+    assert where == ["cancelled at the await"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
     assert run_blocking(answer()) == 42

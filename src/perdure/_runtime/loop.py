@@ -1,14 +1,27 @@
 """The one event loop behind perdure's sync entry points.
 
 Sync calls (``agent("...")``, ``Session.resume``, the CLI) run their coroutine on a
-single long-lived event loop in a daemon thread, created on first use. Never a new
-loop or thread per call: async stores and connection pools that bind to a loop stay
-valid across calls.
+single long-lived event loop, created on first use. Never a new loop per call: async
+stores and connection pools that bind to a loop stay valid across calls.
 
-A sync call made inside someone else's running loop (a notebook cell, a web handler)
-runs there too, blocking only the calling thread, and logs once (per process and
-async twin) a warning that names the coroutine to await instead. Only a call made on
-perdure's own loop thread is refused: it would wait for itself.
+Who runs that loop: a sync call from a thread that runs no loop of its own runs it
+itself, on the calling thread, until its coroutine is done (as ``asyncio.Runner``
+does), so a bare ``agent("...")`` turn costs what ``await agent.invoke_async(...)``
+costs, with no thread hand-off. A call that cannot do that — the loop is already
+being run for another call, or the calling thread runs a loop of its own (a
+notebook cell, a web handler) — hands its coroutine to the loop and waits: when no
+thread runs the loop then, a daemon thread is started to run it until the handed-off
+calls are done, and a caller whose own call ends while others' are still running
+hands the loop to such a thread, so it never waits for them. Between calls nothing
+runs the loop: a task left behind by a tool waits for the next call.
+
+A sync call made inside someone else's running loop runs on perdure's loop, blocking
+only the calling thread, and logs once (per process and async twin) a warning that
+names the coroutine to await instead. Only a call made while running perdure's own
+loop (from a tool or a hook of a running agent) is refused: it would wait for itself.
+
+On the main thread, Ctrl-C during a call cancels its coroutine (which sees
+``CancelledError`` at the ``await`` it was in) and then raises ``KeyboardInterrupt``.
 
 The loop belongs to the process that made it: a child made by ``fork()`` (a
 pre-fork server's worker, a ``multiprocessing`` child) starts its own on first use,
@@ -19,7 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
+import signal
 import threading
 from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar, cast
@@ -32,44 +47,90 @@ _log = logging.getLogger(__name__)
 
 
 class _Runner:
-    """perdure's event loop and its thread, in one process."""
+    """perdure's event loop in one process, and who runs it.
+
+    At most one thread runs the loop at a time: a ``driver`` (a caller running it for
+    its own call) or the ``thread`` started for handed-off calls. Both fields, and
+    ``handed``, change under ``lock``; a thread that stops running the loop leaves
+    ``stopping`` set, and the next one to run it first waits for it to be out.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.driver: threading.Thread | None = None
         self.thread: threading.Thread | None = None
+        self.stopping: threading.Thread | None = None
+        self.handed = 0  # handed-off calls not finished yet
         self.warned: set[str] = set()  # async twins named in a warning already
 
-    def get_loop(self) -> asyncio.AbstractEventLoop:
+    def claim(self, may_drive: bool) -> tuple[asyncio.AbstractEventLoop, bool]:
+        """The loop, and whether the caller runs it (else it hands its call off)."""
+        while True:
+            with self.lock:
+                stopping = self.stopping
+                if stopping is None or not stopping.is_alive():
+                    self.stopping = None
+                    if self.loop is None or self.loop.is_closed():
+                        self.loop = asyncio.new_event_loop()
+                    if self.driver is None and self.thread is None and may_drive:
+                        self.driver = threading.current_thread()
+                        return self.loop, True
+                    self.handed += 1
+                    if self.driver is None and self.thread is None:
+                        self._start_thread()
+                    return self.loop, False
+            stopping.join()  # a thread still leaving run_forever(): wait it out
+
+    def _start_thread(self) -> None:
+        """Run the loop in a new daemon thread (under ``lock``, nobody running it)."""
+        assert self.loop is not None
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="perdure-event-loop", daemon=True
+        )
+        self.thread.start()
+
+    def handed_done(self) -> None:
+        """A handed-off call ended (on the loop): the last one stops the loop thread."""
         with self.lock:
-            if self.loop is None or self.loop.is_closed():
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=loop.run_forever, name="perdure-event-loop", daemon=True
-                )
-                thread.start()
-                self.loop, self.thread = loop, thread
-            return self.loop
+            self.handed -= 1
+            if self.handed == 0 and self.thread is threading.current_thread():
+                assert self.loop is not None
+                self.stopping, self.thread = self.thread, None
+                self.loop.stop()
+
+    def release(self) -> None:
+        """The driver's call is done: others' calls still running go on in a thread."""
+        with self.lock:
+            self.driver = None
+            if self.handed > 0:
+                self._start_thread()
+
+    def running_here(self) -> bool:
+        """True when the calling thread is running perdure's loop (in this process)."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return running is self.loop
 
     def shutdown(self) -> None:
         with self.lock:
             loop, thread = self.loop, self.thread
-            self.loop = self.thread = None
-        if loop is None or thread is None:
+            if thread is None and self.driver is None:
+                self.loop = None
+        if loop is None:
             return
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5)
-        if not loop.is_running():
+        if thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
+        if not loop.is_running() and not loop.is_closed():
             loop.close()
 
 
-# A forked child gets a new _Runner; the parent's (a loop whose thread is gone, an
-# epoll instance shared with the parent) is kept alive there but never touched.
+# A forked child gets a new _Runner; the parent's (a loop another thread may have been
+# running, an epoll instance shared with the parent) is kept alive there but never touched.
 _runner: PerProcess[_Runner] = PerProcess(_Runner)
-
-
-def _get_loop() -> asyncio.AbstractEventLoop:
-    return _runner.value.get_loop()
 
 
 @atexit.register
@@ -87,9 +148,8 @@ def in_running_loop() -> bool:
 
 
 def is_runner_thread() -> bool:
-    """True when called on perdure's own event-loop thread (in this process)."""
-    thread = _runner.value.thread
-    return thread is not None and threading.current_thread() is thread
+    """True when the calling thread is running perdure's event loop (in this process)."""
+    return _runner.value.running_here()
 
 
 def run_sync(coro: Coroutine[Any, Any, T], *, async_name: str) -> T:
@@ -100,7 +160,7 @@ def run_sync(coro: Coroutine[Any, Any, T], *, async_name: str) -> T:
     coroutine to await instead) is logged once per process.
 
     Raises:
-        RuntimeError: called on perdure's own event-loop thread (from a tool or a
+        RuntimeError: called while running perdure's own event loop (from a tool or a
             hook of a running agent), where waiting would deadlock; the message
             names ``async_name``.
     """
@@ -127,19 +187,72 @@ def run_sync(coro: Coroutine[Any, Any, T], *, async_name: str) -> T:
 def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on perdure's loop and wait, even if this thread runs another loop.
 
-    Must not be called from perdure's own loop thread (it would wait on itself).
+    Must not be called while running perdure's own loop (it would wait on itself).
+    """
+    runner = _runner.value
+    if runner.running_here():
+        coro.close()
+        raise RuntimeError("run_blocking called from perdure's own event loop thread")
+    loop, drive = runner.claim(may_drive=not in_running_loop())
+    if drive:
+        try:
+            return _drive(loop, coro)
+        finally:
+            runner.release()
+    return _hand_off(runner, loop, coro)
+
+
+def _drive(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    """Run the loop on this thread until ``coro`` is done (``asyncio.Runner``'s way).
+
+    On the main thread, a SIGINT cancels the coroutine, which then raises
+    ``KeyboardInterrupt`` here once it has unwound; a second one interrupts at once.
+    """
+    task = loop.create_task(coro)
+    interrupts = 0
+
+    def on_sigint(signum: int, frame: object) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1 and not task.done():
+            task.cancel()
+            loop.call_soon_threadsafe(lambda: None)  # wake the loop out of its wait
+            return
+        raise KeyboardInterrupt
+
+    previous: Any = None
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    ):
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        try:
+            return loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if interrupts:
+                raise KeyboardInterrupt from None
+            raise
+        except BaseException:
+            if not task.done():  # escaped the loop mid-step: stop the coroutine too
+                task.cancel()
+                with contextlib.suppress(BaseException):  # its outcome: the cancellation
+                    loop.run_until_complete(task)
+            raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _hand_off(runner: _Runner, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    """Hand ``coro`` to whoever runs perdure's loop and wait for its outcome.
 
     The hand-off is the lightest there is: one wake-up of the loop (its self-pipe),
     the coroutine run in a task that records its outcome and releases a plain lock
     as its last step, and the caller woken by that lock. (``run_coroutine_threadsafe``
-    adds a loop iteration for the task's done-callbacks and a condition variable:
-    on a bare agent turn, that was as much again as the turn itself.)
+    adds a loop iteration for the task's done-callbacks and a condition variable.)
     """
-    loop = _get_loop()
-    if is_runner_thread():
-        coro.close()
-        raise RuntimeError("run_blocking called from perdure's own event loop thread")
-    call: _Call[T] = _Call(coro)
+    call: _Call[T] = _Call(coro, runner)
     try:
         loop.call_soon_threadsafe(call.start, loop)
         call.done.acquire()
@@ -149,6 +262,7 @@ def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
             loop.call_soon_threadsafe(call.cancel)
         except RuntimeError:  # the loop is closed: nothing runs there any more
             coro.close()
+            runner.handed_done()
         else:
             call.done.acquire(timeout=5)
         raise
@@ -158,8 +272,9 @@ def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
 class _Call(Generic[T]):
     """One coroutine handed to perdure's loop by a blocked thread, and its outcome."""
 
-    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, T], runner: _Runner) -> None:
         self.coro = coro
+        self.runner = runner
         self.done = threading.Lock()
         self.done.acquire()  # released once the outcome is set
         self.task: asyncio.Task[None] | None = None
@@ -188,6 +303,7 @@ class _Call(Generic[T]):
 
     def _finish(self) -> None:
         self.finished = True
+        self.runner.handed_done()
         self.done.release()
 
     async def run(self) -> None:
