@@ -70,7 +70,7 @@ from perdure.stores.sqlite import SQLiteSessionStore
 from perdure.types import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sessions import FileFloor, SQLiteFloor
+from floors import FileFloor, SQLiteFloor
 
 FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
 QUESTION = "question: " + (FILLER * 4)[:300]
