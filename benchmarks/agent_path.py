@@ -43,10 +43,24 @@ durability that syncs); ``agent(...)`` <= 1.2x ``invoke_async`` for a bare turn;
 resume of 10k with the full history <= 100 ms; the snapshot manager's per-message save
 <= 3x the floor, its restore of 1,000 messages <= 25 ms and of 10,000 <= 150 ms.
 
-The peers' full paths (Strands with ``FileSessionManager``, OpenAI Agents with
-``SQLiteSession``, LangGraph with ``SqliteSaver``) are not measured here: their SDKs
-are not installed in perdure's environment. A later step may add them from an
-optional virtual environment.
+With ``--peers`` a second table sets the peers' full paths beside perdure's durable
+rows, at the same number of turns and the same resume size: a Strands ``Agent`` with
+``FileSessionManager``, an OpenAI Agents ``Runner`` with ``SQLiteSession`` and a
+LangGraph messages graph with ``SqliteSaver`` (``AsyncSqliteSaver`` for ``ainvoke``),
+each driven by a stub subclass of its SDK's model class that answers at once with the
+same text (``benchmarks/peers.py`` says how each is driven and what it measures).
+Their SDKs live in a separate virtual environment, never in perdure's: ``--peers``
+creates it at ``benchmarks/.peers-venv`` (git-ignored; ``--peers-venv PATH`` for
+another place) from the pins in ``benchmarks/peers-requirements.txt`` the first time
+(about a minute), then runs ``peers.py`` in it as a subprocess and reads its JSON
+result (``--peers-json FILE`` reads one written earlier instead). Each column (us per
+message through the async and the sync face, ms to resume ``--resume-size`` messages)
+sets each peer against perdure's row on the same kind of store with
+``durability="commit"`` (one fsync per message: as durable as any peer, or more), as
+the ratio peer / perdure, and a last line says whether perdure is the fastest on
+every column. Issue 16's target: it is.
+
+Example: ``.venv/bin/python benchmarks/agent_path.py --quick --peers``.
 """
 
 from __future__ import annotations
@@ -54,10 +68,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,14 +87,19 @@ from perdure.stores.sqlite import SQLiteSessionStore
 from perdure.types import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sessions import FileFloor, SQLiteFloor
+from floors import FileFloor, SQLiteFloor
 
-FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
-QUESTION = "question: " + (FILLER * 4)[:300]
-# As long as the question, in one streamed piece (ScriptedModel streams a text word by
+# The question and the answer every row and every peer exchanges. The answer is as
+# long as the question, in one streamed piece (ScriptedModel streams a text word by
 # word): each row then measures the turn and its persistence, not the per-delta cost
 # of a stream, which is the same with a session or without.
-ANSWER = "answer:" + (FILLER * 4)[:300].replace(" ", "_")
+from peers import ANSWER, QUESTION
+
+BENCHMARKS = Path(__file__).resolve().parent
+PEERS_SCRIPT = BENCHMARKS / "peers.py"
+PEERS_REQUIREMENTS = BENCHMARKS / "peers-requirements.txt"
+PEERS_VENV = BENCHMARKS / ".peers-venv"
+PEERS_FORMAT = "perdure-peers/1"
 
 
 def instant_model(turns: int) -> ScriptedModel:
@@ -260,6 +282,175 @@ def measure_snapshot_restore(work: Path, size: int) -> float:
     return best * 1e3
 
 
+@dataclass(frozen=True)
+class Peer:
+    """One peer of the second table, and perdure's store it is set against."""
+
+    name: str  # its key in peers.py's result
+    label: str
+    store: str  # perdure's row with durability="commit" on this store: "file" or "sqlite"
+
+
+PEER_ROWS = (
+    Peer("strands", "Strands {version}, FileSessionManager", "file"),
+    Peer("openai", "OpenAI Agents {version}, SQLiteSession", "sqlite"),
+    Peer("langgraph", "LangGraph {version}, SqliteSaver", "sqlite"),
+)
+# (column, its heading, the peer's key in peers.py's result, its format)
+PEER_COLUMNS = (
+    ("async", "async us", "async_us", "{:.0f}"),
+    ("sync", "sync us", "sync_us", "{:.0f}"),
+    ("resume", "resume ms", "resume_ms", "{:.1f}"),
+)
+
+
+def ensure_peers_venv(venv: Path) -> Path:
+    """The peers' interpreter, once ``venv`` holds the pins of ``peers-requirements.txt``.
+
+    Creates the venv and installs the pins the first time (and again when the pins
+    change: the venv keeps a copy of those it was installed with).
+    """
+    python = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
+    stamp = venv / "perdure-peers-requirements.txt"
+    wanted = PEERS_REQUIREMENTS.read_text()
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return python
+    print(f"installing the peers' SDKs in {venv} (once) ...", file=sys.stderr, flush=True)
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    install = [str(python), "-m", "pip", "install", "-q", "-r", str(PEERS_REQUIREMENTS)]
+    subprocess.run(install, check=True)
+    stamp.write_text(wanted)
+    return python
+
+
+def run_peers(python: Path, turns: int, resume_size: int, work: Path) -> Any:
+    """Run ``peers.py`` with ``python`` (the peers' venv) and return its JSON result."""
+    out = work / "peers.json"
+    command = [str(python), str(PEERS_SCRIPT), "--turns", str(turns)]
+    command += ["--resume-size", str(resume_size), "--dir", str(work / "run"), "--out", str(out)]
+    # Nothing of perdure's environment leaks into the peers' interpreter.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"benchmarks/peers.py exited {done.returncode}:\n{done.stderr[-4000:]}")
+    document = json.loads(out.read_text())
+    if any("error" in peer for peer in document.get("peers", {}).values()):
+        print(done.stderr[-4000:], file=sys.stderr)
+    return document
+
+
+def check_peers(document: Any, turns: int, resume_size: int) -> dict[str, Any]:
+    """``document`` if it is a result of ``peers.py`` for these sizes, else ValueError."""
+    if not isinstance(document, dict) or document.get("format") != PEERS_FORMAT:
+        raise ValueError(f"not a result of benchmarks/peers.py (format {PEERS_FORMAT!r})")
+    if (document.get("turns"), document.get("resume_size")) != (turns, resume_size):
+        raise ValueError(
+            f"the peers ran {document.get('turns')} turns and resumed "
+            f"{document.get('resume_size')} messages; this run: {turns} and {resume_size}"
+        )
+    peers = document.get("peers")
+    if not isinstance(peers, dict):
+        raise ValueError("the peers' result has no 'peers' object")
+    for name, peer in peers.items():
+        if not isinstance(peer, dict):
+            raise ValueError(f"peer {name!r}: expected an object, got {peer!r}")
+        if "error" in peer:
+            continue
+        for _, _, key, _ in PEER_COLUMNS:
+            value = peer.get(key)
+            if value is not None and not (isinstance(value, int | float) and value > 0):
+                raise ValueError(f"peer {name!r}: {key} must be a positive number, got {value!r}")
+    return document
+
+
+def perdure_columns(
+    results: dict[str, dict[str, float]], resume: dict[str, float]
+) -> dict[str, dict[str, float]]:
+    """Perdure's figures per store for the peers' table: its ``commit`` rows, in us and ms."""
+    return {
+        kind: {
+            "async": results[f"{kind} commit"]["async"] * 1e6,
+            "sync": results[f"{kind} commit"]["sync"] * 1e6,
+            "resume": resume[kind],
+        }
+        for kind in ("file", "sqlite")
+    }
+
+
+def peers_table(perdure: dict[str, dict[str, float]], document: dict[str, Any]) -> list[str]:
+    """The second table: each peer, each column, and the ratio peer / perdure."""
+    turns, size = document["turns"], document["resume_size"]
+    floors = document.get("floors_us") or {}
+    lines = [
+        f"peers' full paths, {turns} turns a row ({2 * turns} messages): us per message "
+        f"(mean); resume of {size} messages: ms (best of 3)",
+        "floors in the peers' process: "
+        + ", ".join(
+            f"{name} {floors[key]:.0f} us"
+            for key, name in (("file", "file append+fsync"), ("sqlite", "sqlite insert+commit"))
+            if isinstance(floors.get(key), int | float)
+        ),
+    ]
+    width = 40
+    header = f"{'path':<{width}}" + "".join(
+        f"{heading:>11}{'x':>8}" for _, heading, _, _ in PEER_COLUMNS
+    )
+    lines += [header, "-" * len(header)]
+    for kind in ("file", "sqlite"):
+        cells = "".join(
+            f"{fmt.format(perdure[kind][column]):>11}{'':>8}" for column, _, _, fmt in PEER_COLUMNS
+        )
+        lines.append(f"{'perdure ' + kind + ' commit':<{width}}{cells}")
+    ratios: list[tuple[float, str]] = []
+    missing: list[str] = []
+    notes: list[str] = []
+    for peer in PEER_ROWS:
+        result = document["peers"].get(peer.name)
+        name = peer.label.split(" {")[0]
+        if result is None:
+            missing.append(f"{name} not measured")
+            lines.append(f"{name:<{width}}not measured")
+            continue
+        label = peer.label.format(version=result.get("version", "?"))
+        if "error" in result:
+            missing.append(f"{name} failed")
+            lines.append(f"{label:<{width}}failed: {result['error']}"[:200])
+            continue
+        cells = ""
+        for column, _, key, fmt in PEER_COLUMNS:
+            value = result.get(key)
+            if value is None:
+                missing.append(f"{name} {column}")
+                cells += f"{'-':>11}{'-':>8}"
+                continue
+            ratio = value / perdure[peer.store][column]
+            ratios.append((ratio, f"{name} {column}"))
+            cells += f"{fmt.format(value):>11}{ratio:>7.2f}x"
+        lines.append(f"{label:<{width}}{cells}")
+        note = f"{name}: {result.get('note', '')}; resume = {result.get('resume_how', '?')}"
+        notes += textwrap.wrap(note, 100, initial_indent="  ", subsequent_indent="    ")
+    lines.append("")
+    lines.append(
+        "x = peer / perdure's row with durability='commit' on the same kind of store "
+        "(Strands: file; OpenAI Agents,\n  LangGraph: sqlite); above 1: perdure is faster. "
+        "Perdure fsyncs every message (the file store\n  also its head file once a turn; "
+        "SQLite: synchronous=FULL in WAL mode)."
+    )
+    lines.append("durability as each peer ships it, and what its resume runs:")
+    lines += notes
+    slower = [f"{where} ({ratio:.2f}x)" for ratio, where in ratios if ratio <= 1]
+    if missing:
+        verdict = "not established: " + ", ".join(missing)
+    elif slower:
+        verdict = "no: perdure is not faster on " + ", ".join(slower)
+    else:
+        ratio, where = min(ratios)
+        verdict = f"yes (closest: {where}, {ratio:.2f}x)"
+    lines.append(f"perdure fastest on every column: {verdict}")
+    return lines
+
+
 def fresh(base: Path, name: str) -> Path:
     work = base / name
     work.mkdir()
@@ -272,8 +463,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, help="turns a row (default 1000, --quick 200)")
     parser.add_argument("--resume-size", type=int, default=10_000, help="messages to resume")
     parser.add_argument("--dir", help="where to write (default: a temp dir on the current disk)")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="add the peers' table (creates benchmarks/.peers-venv with their SDKs once)",
+    )
+    parser.add_argument("--peers-venv", help="the peers' venv (implies --peers)")
+    parser.add_argument(
+        "--peers-json", help="the peers' result of an earlier peers.py run, instead of running it"
+    )
     args = parser.parse_args(argv)
     turns = args.turns or (200 if args.quick else 1000)
+    peers_document: Any = None
+    peers_python: Path | None = None
+    if args.peers_json:
+        try:
+            peers_document = check_peers(
+                json.loads(Path(args.peers_json).read_text()), turns, args.resume_size
+            )
+        except (OSError, ValueError) as error:
+            parser.error(f"--peers-json {args.peers_json}: {error}")
+    elif args.peers or args.peers_venv:
+        # Before perdure's rows: an install does not run while they are measured.
+        peers_python = ensure_peers_venv(Path(args.peers_venv or PEERS_VENV).resolve())
     base = Path(tempfile.mkdtemp(prefix="perdure-agent-bench-", dir=args.dir or "."))
     line = json.dumps(message(0)).encode() + b"\n"
     floors = Floors(FileFloor(base, line), SQLiteFloor(base, line.decode()))
@@ -294,6 +506,12 @@ def main(argv: list[str] | None = None) -> int:
             size: measure_snapshot_restore(fresh(base, f"snapshot-restore-{size}"), size)
             for size in snapshot_sizes
         }
+        if peers_python is not None:
+            peers_document = check_peers(
+                run_peers(peers_python, turns, args.resume_size, fresh(base, "peers")),
+                turns,
+                args.resume_size,
+            )
     finally:
         floors.close()
         shutil.rmtree(base, ignore_errors=True)
@@ -342,6 +560,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resume {args.resume_size} messages, {kind}, full history kept: {ms:.1f} ms")
     for size, ms in snapshot_restore.items():
         print(f"restore {size} messages from a snapshot (SnapshotSessionManager): {ms:.1f} ms")
+    print()
+    if peers_document is None:
+        print(
+            "peers: not measured. --peers adds Strands, OpenAI Agents and LangGraph beside "
+            "these rows\n  (it installs their SDKs once in benchmarks/.peers-venv; see "
+            "benchmarks/peers.py)."
+        )
+    else:
+        for line in peers_table(perdure_columns(results, resume), peers_document):
+            print(line)
     return 0
 
 

@@ -33,7 +33,6 @@ import json
 import os
 import resource
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,9 @@ from typing import Any
 
 from perdure.session import FileSessionStore, SessionStore, read_history_page
 from perdure.types import Message
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floors import FileFloor, SQLiteFloor
 
 FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
 
@@ -81,49 +83,6 @@ def floor_median(floor: FileFloor | SQLiteFloor, n: int) -> float:
         return statistics.median(floor.once() for _ in range(n))
     finally:
         floor.close()
-
-
-class FileFloor:
-    """The file store's floor, one step at a time: append + fsync to one file."""
-
-    def __init__(self, directory: Path, line: bytes) -> None:
-        self.path = directory / "floor.log"
-        self.line = line
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def once(self) -> float:
-        start = time.perf_counter()
-        os.write(self.fd, self.line)
-        os.fsync(self.fd)
-        return time.perf_counter() - start
-
-    def close(self) -> None:
-        os.close(self.fd)
-        self.path.unlink()
-
-
-class SQLiteFloor:
-    """The SQLite store's floor, one step at a time: one insert per transaction."""
-
-    def __init__(self, directory: Path, body: str) -> None:
-        self.path = directory / "floor.db"
-        self.body = body
-        self.conn = sqlite3.connect(self.path, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
-        self.conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
-
-    def once(self) -> float:
-        start = time.perf_counter()
-        self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.execute("INSERT INTO t (body) VALUES (?)", (self.body,))
-        self.conn.execute("COMMIT")
-        return time.perf_counter() - start
-
-    def close(self) -> None:
-        self.conn.close()
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(self.path) + suffix).unlink(missing_ok=True)
 
 
 WINDOW = 40  # SlidingWindowConversationManager's default window_size

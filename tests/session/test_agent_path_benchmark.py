@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,4 +43,164 @@ def test_the_tiny_benchmark_prints_every_row_and_the_summary(
     assert "resume 40 messages, file, full history kept:" in out
     assert "resume 40 messages, sqlite, full history kept:" in out
     assert "restore 40 messages from a snapshot (SnapshotSessionManager):" in out
+    assert "peers: not measured. --peers adds" in out  # and says how to get them
     assert list(tmp_path.iterdir()) == []  # the benchmark cleans up after itself
+
+
+# perdure's commit rows and resume, as perdure_columns() hands them to the table.
+PERDURE = {
+    "file": {"async": 400.0, "sync": 500.0, "resume": 100.0},
+    "sqlite": {"async": 600.0, "sync": 700.0, "resume": 80.0},
+}
+
+
+def canned_peers(turns: int = 200, resume_size: int = 10_000) -> dict[str, Any]:
+    """A result as benchmarks/peers.py writes it."""
+
+    def peer(version: str, async_us: float, sync_us: float, resume_ms: float) -> dict[str, Any]:
+        return {
+            "version": version,
+            "async_us": async_us,
+            "sync_us": sync_us,
+            "resume_ms": resume_ms,
+            "resume_how": "how it resumes",
+            "durability": {},
+            "note": f"what {version} syncs",
+        }
+
+    return {
+        "format": "perdure-peers/1",
+        "turns": turns,
+        "resume_size": resume_size,
+        "python": "3.11.7",
+        "floors_us": {"file": 200.0, "sqlite": 250.0},
+        "peers": {
+            "strands": peer("1.0.0", 2000.0, 1000.0, 1500.0),
+            "openai": peer("2.0.0", 1200.0, 1400.0, 160.0),
+            "langgraph": peer("3.0.0", 3000.0, 3500.0, 200.0),
+        },
+    }
+
+
+def row(lines: list[str], start: str) -> list[str]:
+    return next(line for line in lines if line.startswith(start))[len(start) :].split()
+
+
+def test_the_peers_table_sets_each_peer_against_perdures_row_on_the_same_store() -> None:
+    bench = load_benchmark("agent_path")
+    lines = bench.peers_table(PERDURE, bench.check_peers(canned_peers(), 200, 10_000))
+    assert row(lines, "perdure file commit") == ["400", "500", "100.0"]
+    assert row(lines, "perdure sqlite commit") == ["600", "700", "80.0"]
+    # Strands against the file store, the two SQLite peers against the SQLite store.
+    assert row(lines, "Strands 1.0.0, FileSessionManager") == [
+        "2000", "5.00x", "1000", "2.00x", "1500.0", "15.00x"
+    ]  # fmt: skip
+    assert row(lines, "OpenAI Agents 2.0.0, SQLiteSession") == [
+        "1200", "2.00x", "1400", "2.00x", "160.0", "2.00x"
+    ]  # fmt: skip
+    assert row(lines, "LangGraph 3.0.0, SqliteSaver") == [
+        "3000", "5.00x", "3500", "5.00x", "200.0", "2.50x"
+    ]  # fmt: skip
+    floors = "floors in the peers' process: file append+fsync 200 us, sqlite insert+commit 250 us"
+    assert floors in lines
+    assert any("what 1.0.0 syncs; resume = how it resumes" in line for line in lines)
+    assert lines[-1] == (
+        "perdure fastest on every column: yes (closest: OpenAI Agents async, 2.00x)"
+    )
+
+
+def test_the_verdict_names_every_column_where_a_peer_is_as_fast_or_faster() -> None:
+    bench = load_benchmark("agent_path")
+    document = canned_peers()
+    document["peers"]["openai"]["resume_ms"] = 40.0
+    document["peers"]["strands"]["sync_us"] = 500.0
+    lines = bench.peers_table(PERDURE, bench.check_peers(document, 200, 10_000))
+    assert row(lines, "OpenAI Agents 2.0.0, SQLiteSession")[-1] == "0.50x"
+    assert lines[-1] == (
+        "perdure fastest on every column: no: perdure is not faster on "
+        "Strands sync (1.00x), OpenAI Agents resume (0.50x)"
+    )
+
+
+def test_a_failed_or_missing_peer_leaves_the_verdict_open() -> None:
+    bench = load_benchmark("agent_path")
+    document = canned_peers()
+    document["peers"]["langgraph"] = {"version": "3.0.0", "error": "ImportError: no langgraph"}
+    del document["peers"]["strands"]
+    lines = bench.peers_table(PERDURE, bench.check_peers(document, 200, 10_000))
+    assert any(
+        line.startswith("LangGraph 3.0.0, SqliteSaver") and "failed: ImportError" in line
+        for line in lines
+    )
+    assert any(line.startswith("Strands") and "not measured" in line for line in lines)
+    assert lines[-1] == (
+        "perdure fastest on every column: not established: Strands not measured, LangGraph failed"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(format="other/1"), "not a result of benchmarks/peers.py"),
+        (lambda d: d.update(turns=1000), "the peers ran 1000 turns"),
+        (lambda d: d.update(peers=[]), "no 'peers' object"),
+        (lambda d: d["peers"]["openai"].update(sync_us="fast"), "sync_us must be a positive"),
+        (lambda d: d["peers"]["openai"].update(resume_ms=0), "resume_ms must be a positive"),
+    ],
+)
+def test_a_result_that_is_not_the_peers_for_this_run_is_refused(change: Any, message: str) -> None:
+    bench = load_benchmark("agent_path")
+    document = copy.deepcopy(canned_peers())
+    change(document)
+    with pytest.raises(ValueError, match=message):
+        bench.check_peers(document, 200, 10_000)
+
+
+def test_the_tiny_benchmark_prints_the_peers_table_from_a_result_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = load_benchmark("agent_path")
+    result = tmp_path / "peers.json"
+    result.write_text(json.dumps(canned_peers(turns=3, resume_size=40)))
+    work = tmp_path / "work"
+    work.mkdir()
+    argv = ["--turns", "3", "--resume-size", "40", "--dir", str(work)]
+    assert bench.main([*argv, "--peers-json", str(result)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "3 turns a row (6 messages), us per message (mean)"
+    assert any(line.startswith("peers' full paths, 3 turns a row (6 messages)") for line in lines)
+    # perdure's commit rows of this run, in the peers' table
+    for kind in ("file", "sqlite"):
+        mine = row(lines, f"{kind} commit")
+        assert row(lines, f"perdure {kind} commit")[:2] == [mine[1], mine[4]]
+    assert len(row(lines, "LangGraph 3.0.0, SqliteSaver")) == 6
+    assert lines[-1].startswith("perdure fastest on every column: ")
+    assert list(work.iterdir()) == []
+    with pytest.raises(SystemExit):
+        bench.main([*argv, "--turns", "4", "--peers-json", str(result)])
+    assert "the peers ran 3 turns and resumed 40 messages; this run: 4 and 40" in (
+        capsys.readouterr().err
+    )
+
+
+def test_the_peers_script_writes_a_result_the_table_reads_even_without_their_sdks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """perdure's environment has none of the peers' SDKs: each peer fails, clearly."""
+    peers = load_benchmark("peers")
+    bench = load_benchmark("agent_path")
+    assert (bench.QUESTION, bench.ANSWER) == (peers.QUESTION, peers.ANSWER)
+    out = tmp_path / "peers.json"
+    argv = ["--turns", "2", "--resume-size", "4", "--dir", str(tmp_path / "run")]
+    assert peers.main([*argv, "--out", str(out)]) == 0
+    document = bench.check_peers(json.loads(out.read_text()), 2, 4)
+    assert set(document["peers"]) == {"strands", "openai", "langgraph"}
+    for name, result in document["peers"].items():
+        if "error" in result:
+            assert result["error"].startswith("ModuleNotFoundError"), (name, result)
+        else:  # an SDK installed here after all: then it measured
+            assert all(result[key] > 0 for key in ("async_us", "sync_us", "resume_ms"))
+    assert list((tmp_path / "run").glob("floor*")) == []  # the floors clean up
+    with pytest.raises(SystemExit):
+        peers.main([*argv, "--out", str(out), "--only", "crewai"])
+    assert "unknown peers ['crewai']" in capsys.readouterr().err
