@@ -336,6 +336,63 @@ def test_repair_property_valid_and_idempotent(history: list[Message]) -> None:
     assert again == repaired
 
 
+def _reference_repair(messages: list[Message]) -> tuple[list[Message], int]:
+    """The plain statement of repair_tool_pairs's rules, one message at a time, with no
+    fast path: the library's version must agree with it on every history."""
+    repaired: list[Message] = []
+    changes = 0
+    for message in messages:
+        previous = repaired[-1] if repaired else None
+        open_ids: list[str] = []
+        if previous is not None and previous["role"] == "assistant":
+            for block in previous["content"]:
+                if "toolUse" in block and block["toolUse"]["toolUseId"] not in open_ids:
+                    open_ids.append(block["toolUse"]["toolUseId"])
+        content: list[Any] = []
+        changed = 0
+        if message["role"] == "user":
+            answered: list[str] = []
+            at = 0
+            for block in message["content"]:
+                if "toolResult" in block:
+                    tid = block["toolResult"]["toolUseId"]
+                    if tid not in open_ids or tid in answered:
+                        changed += 1
+                        continue
+                    answered.append(tid)
+                    content.append(block)
+                    at = len(content)
+                else:
+                    content.append(block)
+            missing = [tid for tid in open_ids if tid not in answered]
+            content[at:at] = [placeholder_tool_result(tid) for tid in missing]
+            changed += len(missing)
+        else:
+            if open_ids:
+                repaired.append(
+                    {"role": "user", "content": [placeholder_tool_result(t) for t in open_ids]}
+                )
+                changes += len(open_ids)
+            content = [block for block in message["content"] if "toolResult" not in block]
+            changed = len(message["content"]) - len(content)
+        if not changed:
+            repaired.append(message)
+        else:
+            changes += changed
+            if content:
+                repaired.append({"role": message["role"], "content": content})
+    return repaired, changes
+
+
+@given(broken_conversations())
+def test_repair_agrees_with_the_plain_statement_of_its_rules(history: list[Message]) -> None:
+    repaired, changes = repair_tool_pairs(history)
+    expected, expected_changes = _reference_repair(history)
+    assert (repaired, changes) == (expected, expected_changes)
+    kept_as_is = {id(m) for m in expected if any(m is h for h in history)}
+    assert {id(m) for m in repaired if any(m is h for h in history)} == kept_as_is
+
+
 @given(conversations())
 def test_repair_property_valid_input_untouched(history: list[Message]) -> None:
     assert repair_tool_pairs(history) == (history, 0)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from perdure.checkpoints.storage import StorageCheckpointStore
 from perdure.checkpoints.store import FileCheckpointStore, MemoryCheckpointStore
 from perdure.errors import SessionConflictError
-from perdure.session import SessionStore
+from perdure.session import SessionStore, rules
 from perdure.session.paging import page_of, page_read_range
 from perdure.session.rules import (
     ZERO_HASH,
@@ -440,3 +440,27 @@ def test_get_arguments_are_checked_alike(
         check_get_args(session_id, offset)
     with pytest.raises(error, match=names):
         asyncio.run(MemorySessionStore().get(session_id, offset=offset))
+
+
+def test_decode_messages_parses_many_texts_at_once_and_refuses_what_is_not_one_each() -> None:
+    """One parse for a whole resume: texts that would join into something else (two
+    values in one text, a value split across two) are refused, never miscounted."""
+    one = b'{"role":"user","content":[{"text":"a"}]}'
+    two = b'{"role":"assistant","content":[{"text":"b"}]}'
+    assert rules.decode_messages([one, two]) == [
+        {"role": "user", "content": [{"text": "a"}]},
+        {"role": "assistant", "content": [{"text": "b"}]},
+    ]
+    assert rules.decode_messages([]) == []
+    assert rules.decode_messages([one + b"," + two]) is None  # two messages in one text
+    assert rules.decode_messages([one[:10], one[10:]]) is None  # one split across two
+    assert rules.decode_messages([one, b'{"role":"system","content":[]}']) is None
+    assert rules.decode_messages([one, b"[1]"]) is None
+    assert rules.decode_messages([b"\xff"]) is None
+    encoded = b'{"role":"user","content":[{"image":{"format":"png","source":{"bytes":'
+    valid = encoded + b'{"__bytes_encoded__":true,"data":"AAE="}}}}]}'
+    assert rules.decode_messages([valid, one]) == [
+        {"role": "user", "content": [{"image": {"format": "png", "source": {"bytes": b"\0\1"}}}]},
+        {"role": "user", "content": [{"text": "a"}]},
+    ]
+    assert rules.decode_messages([encoded + b'{"__bytes_encoded__":true,"data":"!!"}}}}]}']) is None

@@ -193,6 +193,36 @@ def decode_message(text: str) -> Message:
         raise DecodeError(f"not a message: {exc}") from None
 
 
+def decode_messages(texts: Sequence[bytes]) -> list[Message] | None:
+    """The messages stored as ``texts`` (UTF-8 JSON), parsed in one pass.
+
+    One parse of ``[text,text,…]`` instead of one per text: the hot loop of a long
+    resume. Returns ``None`` when any text is not one well-formed message (not JSON,
+    two values, not a message's shape): :func:`decode_message` of each then says
+    which and why. A text that holds the same message with other whitespace between
+    its tokens is that message here and refused there; a store only ever writes the
+    compact form, which its hashes vouch for.
+    """
+    if not texts:
+        return []
+    joined = b"[" + b",".join(texts) + b"]"
+    try:
+        values = json.loads(joined)
+        if len(values) != len(texts):
+            return None
+        if may_hold_encoded(joined):
+            values = [
+                decode_bytes_values(value) if may_hold_encoded(text) else value
+                for value, text in zip(values, texts, strict=True)
+            ]
+    except (ValueError, RecursionError):
+        return None
+    for value in values:
+        if not looks_like_message(value):
+            return None
+    return cast(list[Message], values)
+
+
 def looks_like_message(raw: Any) -> bool:
     """A cheap shape check for a message read back from bytes a hash vouches for.
 

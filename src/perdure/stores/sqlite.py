@@ -148,6 +148,7 @@ from perdure.session.rules import (
     check_list_args,
     check_max_checkpoints,
     decode_message,
+    decode_messages,
     decode_state,
     encode_message,
     encode_redactions,
@@ -262,6 +263,12 @@ _SELECT_ROWS = (
     "SELECT key, body, hash, redacted, redacted_hash FROM perdure_messages "
     "WHERE key >= ? AND key < ? ORDER BY key"
 )
+# The rows a read decodes, their texts as UTF-8 bytes: hashed and parsed as they come
+# (one JSON parse for all of them), with no str made of each and encoded again.
+_SELECT_ROW_BYTES = (
+    "SELECT key, CAST(body AS BLOB), hash, CAST(redacted AS BLOB), redacted_hash "
+    "FROM perdure_messages WHERE key >= ? AND key < ? ORDER BY key"
+)
 _INSERT_ROW = "INSERT INTO perdure_messages (key, body, hash) VALUES (?, ?, ?)"
 _META_COLUMNS = "checkpoint_id, trigger, label, message_count, created_at"
 _DELETE_CHECKPOINTS = "DELETE FROM perdure_checkpoints WHERE session_id = ?"
@@ -373,6 +380,14 @@ def _row_damage(
     except DecodeError:
         return "bad_payload"
     return None
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class _RepairPlan:
@@ -963,14 +978,15 @@ class SQLiteSessionStore(StoreBase):
         self,
         session_id: str,
         head: _Head,
-        rows: builtins.list[tuple[int, str, str, str | None, str | None]],
+        rows: builtins.list[tuple[int, bytes, str, bytes | None, str | None]],
         first: int,
         prev: str,
         end: int,
     ) -> builtins.list[Message]:
-        """Check that ``rows`` are messages ``first..end-1``, chained from ``prev``; decode."""
+        """Check that ``rows`` (``_SELECT_ROW_BYTES``) are messages ``first..end-1``,
+        chained from ``prev``; decode them."""
         base = head.base
-        messages: builtins.list[Message] = []
+        texts: builtins.list[bytes] = []
         index = first
         for key, body, stored, redacted, redacted_hash in rows:
             at = key - base
@@ -981,30 +997,31 @@ class SQLiteSessionStore(StoreBase):
                     session_id, at, "bad_sequence", f"the session holds only {end} messages"
                 )
             if not (
-                isinstance(body, str)
+                isinstance(body, bytes)
                 and isinstance(stored, str)
-                and isinstance(redacted, str | None)
+                and isinstance(redacted, bytes | None)
                 and isinstance(redacted_hash, str | None)
             ):
                 raise self._damage(session_id, at, "bad_payload", "a column has the wrong type")
             if chain_hash(prev, body) != stored:
+                if not _is_utf8(body):  # read as bytes: say what SQLite's str would
+                    raise self._damage(
+                        session_id, at, "bad_payload", "the stored text is not valid UTF-8"
+                    )
                 raise self._damage(
                     session_id,
                     at,
                     "bad_hash",
                     f"stored hash {stored!r} does not match the body chained to the previous row",
                 )
-            text = body
-            if redacted is not None:
+            if redacted is None:
+                texts.append(body)
+            else:
                 if redacted_hash != chain_hash(stored, redacted):
                     raise self._damage(
                         session_id, at, "bad_hash", "the redacted body does not match its hash"
                     )
-                text = redacted
-            try:
-                messages.append(decode_message(text))
-            except DecodeError as exc:
-                raise self._damage(session_id, at, "bad_payload", str(exc)) from None
+                texts.append(redacted)
             prev = stored
             index += 1
         if index != end:
@@ -1018,6 +1035,14 @@ class SQLiteSessionStore(StoreBase):
                 "broken_chain",
                 "the last row's hash is not the session's recorded head",
             )
+        messages = decode_messages(texts)
+        if messages is None:  # one of them is no message: find it, for the report
+            for at, text in enumerate(texts, start=first):
+                try:
+                    decode_message(text.decode("utf-8"))
+                except (DecodeError, UnicodeDecodeError) as exc:
+                    raise self._damage(session_id, at, "bad_payload", str(exc)) from None
+            raise self._damage(session_id, first, "bad_payload", "the rows do not decode")
         return messages
 
     def _get(self, session_id: str, offset: int) -> SessionRecord:
@@ -1025,7 +1050,9 @@ class SQLiteSessionStore(StoreBase):
             head = self._head(conn, session_id)
             start = min(offset, head.total)
             prev = self._prev_hash(conn, session_id, head, start)
-            rows = conn.execute(_SELECT_ROWS, (head.base + start, head.base + _KEY_SPAN)).fetchall()
+            rows = conn.execute(
+                _SELECT_ROW_BYTES, (head.base + start, head.base + _KEY_SPAN)
+            ).fetchall()
             state_row = conn.execute(
                 "SELECT body FROM perdure_states WHERE sid = ?", (head.sid,)
             ).fetchone()
@@ -1063,7 +1090,7 @@ class SQLiteSessionStore(StoreBase):
             head = self._head(conn, session_id)
             lo, hi = page_read_range(head.total, offset, limit)
             prev = self._prev_hash(conn, session_id, head, lo)
-            rows = conn.execute(_SELECT_ROWS, (head.base + lo, head.base + hi)).fetchall()
+            rows = conn.execute(_SELECT_ROW_BYTES, (head.base + lo, head.base + hi)).fetchall()
         window = self._verify(session_id, head, rows, lo, prev, hi)
         return page_of(head.total, offset, limit, lo, window)
 

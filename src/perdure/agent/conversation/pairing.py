@@ -99,7 +99,7 @@ def _tool_use_ids(message: Message) -> list[str]:
     if message["role"] != "assistant":
         return []
     ids = [block["toolUse"]["toolUseId"] for block in message["content"] if "toolUse" in block]
-    return list(dict.fromkeys(ids))
+    return list(dict.fromkeys(ids)) if ids else ids
 
 
 def _repair_user_content(
@@ -147,9 +147,19 @@ def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int]:
     """
     repaired: list[Message] = []
     changes = 0
+    open_ids: list[str] = []  # the toolUse ids of the last message kept
     for message in messages:
-        previous = repaired[-1] if repaired else None
-        open_ids = _tool_use_ids(previous) if previous is not None else []
+        if not open_ids:
+            for block in message["content"]:
+                if "toolResult" in block:
+                    break
+            else:
+                # Nothing to answer and no result to check: kept as it is (the common
+                # case, which a resume of a long history runs once a message).
+                repaired.append(message)
+                if message["role"] == "assistant":
+                    open_ids = _tool_use_ids(message)
+                continue
         if message["role"] == "user":
             # Missing answers are filled in here, so this message is never left empty
             # while a toolUse before it is open.
@@ -169,10 +179,11 @@ def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int]:
             changed = len(message["content"]) - len(content)
         if not changed:
             repaired.append(message)
-            continue
-        changes += changed
-        if content:
-            repaired.append({"role": message["role"], "content": content})
+        else:
+            changes += changed
+            if content:
+                repaired.append({"role": message["role"], "content": content})
+        open_ids = _tool_use_ids(repaired[-1]) if repaired else []
     # Whatever is open in the last message kept is pending: every message after a
     # toolUse either answers it above or is preceded by a placeholder message, so the
     # last kept message is the input's last message or a user message.
