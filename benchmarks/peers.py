@@ -14,22 +14,37 @@ persists it the way it ships by default:
 
 - Strands: ``Agent`` with ``FileSessionManager`` and ``NullConversationManager``;
   ``await agent.invoke_async(...)`` and ``agent(...)``; resume = a new ``Agent`` over
-  the session's directory (it reads every message file).
+  the session's directory (it reads every message file); restart = that, then
+  ``agent(QUESTION)``.
 - OpenAI Agents: ``Runner.run`` / ``Runner.run_sync`` with an ``SQLiteSession`` on a
   file; tracing disabled (its default exporter posts to OpenAI's API). Resume = a new
   ``SQLiteSession`` and ``get_items()``: what ``Runner.run`` reads before every turn
-  (the Runner keeps no history in memory), without running a turn.
+  (the Runner keeps no history in memory), without running a turn and without an
+  ``Agent``; restart = a new ``Agent`` and ``SQLiteSession``, then
+  ``Runner.run_sync(agent, QUESTION, session=session)``.
 - LangGraph: a ``StateGraph(MessagesState)`` whose one node calls the model, compiled
   with ``SqliteSaver`` on a file (``invoke``) and with ``AsyncSqliteSaver`` on a file
   (``ainvoke``, an async node); resume = a new connection, saver and compiled graph,
-  then ``graph.get_state(config)``.
+  then ``graph.get_state(config)`` (no turn); restart = a new connection, saver and
+  compiled graph, then ``graph.invoke({"messages": [HumanMessage(QUESTION)]}, config)``.
+
+"resume" is therefore not the same work for every peer (nor for perdure, whose
+figure builds an agent); "restart" is: from a fresh object graph over the stored
+history, the time to the first answer of one new turn through the sync face, the
+whole history kept, the turn persisted as each peer ships it. Each restart starts
+from a copy (made untimed) of the same stored history, so every repetition sees
+exactly ``--resume-size`` messages before its turn; the clock stops when the answer
+is back (closing the session is not timed), and the messages held afterwards are
+checked (``--resume-size`` + 2).
 
 Per turn it records the mean seconds per message (two messages a turn), and between
 every two turns it steps the same floors as ``agent_path.py`` (``floors.py``), so the
 table can show how loaded the machine was while the peers ran. The 10k history to
 resume is written the cheapest way each SDK's own API allows (one ``Agent`` created
 with the whole history for Strands, one ``add_items`` for OpenAI Agents, one
-``update_state`` for LangGraph); only the resume itself is timed, best of 3.
+``update_state`` for LangGraph); only the resume and the restart are timed, best of 3
+each. The stub model classes are defined once, as an application defines its own at
+import, not in the timed part.
 
 For the footnote it also reports what each peer makes durable: the SQLite
 ``synchronous`` and ``journal_mode`` of the connections the SDK opened, the commits a
@@ -44,9 +59,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib.metadata
 import json
 import os
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -66,7 +83,7 @@ QUESTION = "question: " + (FILLER * 4)[:300]
 # its persistence, not the per-delta cost of a stream.
 ANSWER = "answer:" + (FILLER * 4)[:300].replace(" ", "_")
 
-FORMAT = "perdure-peers/1"
+FORMAT = "perdure-peers/2"
 PEERS = ("strands", "openai", "langgraph")
 DISTRIBUTIONS = {
     "strands": "strands-agents",
@@ -132,6 +149,31 @@ def best_ms(resume: Callable[[], int], size: int) -> float:
     return best * 1e3
 
 
+def best_restart_ms(
+    history: Path, restart: Callable[[Path], Callable[[], int]], size: int
+) -> float:
+    """Best of ``REPEATS`` milliseconds of ``restart``, each on a fresh copy of ``history``.
+
+    ``history`` is a directory holding the stored ``size`` messages; each repetition
+    copies it (untimed) so that every restart starts from the same history, then times
+    ``restart(copy)``: build everything over the copy and answer one turn. ``restart``
+    returns a function, called untimed, that counts the messages held afterwards
+    (``size`` + 2) and closes what it opened.
+    """
+    best = float("inf")
+    for repeat in range(REPEATS):
+        run = history.with_name(f"{history.name}-restart-{repeat}")
+        shutil.copytree(history, run)
+        start = time.perf_counter()
+        held = restart(run)
+        best = min(best, time.perf_counter() - start)
+        count = held()
+        if count != size + 2:
+            raise RuntimeError(f"after restarting over {size} messages and one turn: {count}")
+        shutil.rmtree(run, ignore_errors=True)
+    return best * 1e3
+
+
 def check_count(held: int, turns: int) -> None:
     if held != 2 * turns:
         raise RuntimeError(f"the peer holds {held} messages after {turns} turns")
@@ -182,6 +224,11 @@ def pragmas(conn: sqlite3.Connection) -> dict[str, str]:
 
 
 def strands_model() -> Any:
+    return _strands_model_class()()
+
+
+@functools.cache
+def _strands_model_class() -> type:
     from strands.models import Model
 
     class InstantStrandsModel(Model):  # type: ignore[misc]
@@ -211,7 +258,7 @@ def strands_model() -> Any:
                 }
             }
 
-    return InstantStrandsModel()
+    return InstantStrandsModel
 
 
 def strands_agent(work: Path, session_id: str, messages: list[Any] | None = None) -> Any:
@@ -256,11 +303,20 @@ def strands_peer(turns: int, resume_size: int, work: Path, floors: Floors) -> di
     ]
     strands_agent(work / "resume", "resume", messages=history)  # one file per message
     resume_ms = best_ms(lambda: len(strands_agent(work / "resume", "resume").messages), resume_size)
+
+    def restart(run: Path) -> Callable[[], int]:
+        agent = strands_agent(run, "resume")
+        agent(QUESTION)
+        return lambda: len(agent.messages)
+
+    restart_ms = best_restart_ms(work / "resume", restart, resume_size)
     return {
         "async_us": async_s * 1e6,
         "sync_us": sync_s * 1e6,
         "resume_ms": resume_ms,
-        "resume_how": "new Agent(session_manager=FileSessionManager(...)) over the session",
+        "resume_how": "new Agent(session_manager=FileSessionManager(...)) built (no turn)",
+        "restart_ms": restart_ms,
+        "restart_how": "new Agent(session_manager=FileSessionManager(...)), agent(QUESTION)",
         "durability": {"fsyncs_per_turn": fsyncs},
         "note": (
             "FileSessionManager writes each message to its own JSON file (temp file + "
@@ -274,6 +330,11 @@ def strands_peer(turns: int, resume_size: int, work: Path, floors: Floors) -> di
 
 
 def openai_model() -> Any:
+    return _openai_model_class()()
+
+
+@functools.cache
+def _openai_model_class() -> type:
     from agents.items import ModelResponse
     from agents.models.interface import Model
     from agents.usage import Usage
@@ -296,7 +357,7 @@ def openai_model() -> Any:
         def stream_response(self, *args: Any, **kwargs: Any) -> Any:
             raise NotImplementedError("the benchmark runs Runner.run, not Runner.run_streamed")
 
-    return InstantOpenAIModel()
+    return InstantOpenAIModel
 
 
 def openai_peer(turns: int, resume_size: int, work: Path, floors: Floors) -> dict[str, Any]:
@@ -348,13 +409,14 @@ def openai_peer(turns: int, resume_size: int, work: Path, floors: Floors) -> dic
 
     pair = template[:2]
     history = [pair[i % 2] for i in range(resume_size)]
-    bulk = SQLiteSession("resume", work / "resume.db")
+    (work / "resume").mkdir()
+    bulk = SQLiteSession("resume", work / "resume" / "history.db")
     asyncio.run(bulk.add_items(history))
     bulk.close()
 
     def resume() -> int:
         async def load() -> int:
-            session = SQLiteSession("resume", work / "resume.db")
+            session = SQLiteSession("resume", work / "resume" / "history.db")
             held = len(await session.get_items())
             session.close()
             return held
@@ -362,11 +424,31 @@ def openai_peer(turns: int, resume_size: int, work: Path, floors: Floors) -> dic
         return asyncio.run(load())
 
     resume_ms = best_ms(resume, resume_size)
+
+    def restart(run: Path) -> Callable[[], int]:
+        session = SQLiteSession("resume", run / "history.db")
+        Runner.run_sync(Agent(name="bench", model=openai_model()), QUESTION, session=session)
+
+        def held() -> int:
+            count = len(asyncio.run(session.get_items()))
+            session.close()
+            return count
+
+        return held
+
+    restart_ms = best_restart_ms(work / "resume", restart, resume_size)
     return {
         "async_us": async_s * 1e6,
         "sync_us": sync_s * 1e6,
         "resume_ms": resume_ms,
-        "resume_how": "new SQLiteSession(...).get_items() (what Runner.run reads each turn)",
+        "resume_how": (
+            "new SQLiteSession(...).get_items() only: no Agent, no Runner, no turn "
+            "(what Runner.run reads before each turn)"
+        ),
+        "restart_ms": restart_ms,
+        "restart_how": (
+            "new Agent and SQLiteSession(...), Runner.run_sync(agent, QUESTION, session=session)"
+        ),
         "durability": {**settings, "commits_per_turn": commits},
         "note": (
             f"SQLiteSession: journal_mode={settings['journal_mode']}, "
@@ -379,11 +461,11 @@ def openai_peer(turns: int, resume_size: int, work: Path, floors: Floors) -> dic
 # --- LangGraph -------------------------------------------------------------------------
 
 
-def langgraph_builder(is_async: bool) -> Any:
+@functools.cache
+def _langgraph_model_class() -> type:
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
-    from langgraph.graph import END, START, MessagesState, StateGraph
 
     class InstantChatModel(BaseChatModel):  # type: ignore[misc]
         """A LangChain chat model whose reply is ``ANSWER``, at once."""
@@ -398,7 +480,13 @@ def langgraph_builder(is_async: bool) -> Any:
         async def _agenerate(self, *args: Any, **kwargs: Any) -> Any:
             return ChatResult(generations=[ChatGeneration(message=AIMessage(ANSWER))])
 
-    model = InstantChatModel()
+    return InstantChatModel
+
+
+def langgraph_builder(is_async: bool) -> Any:
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    model = _langgraph_model_class()()
     builder = StateGraph(MessagesState)
     if is_async:
 
@@ -459,24 +547,46 @@ def langgraph_peer(turns: int, resume_size: int, work: Path, floors: Floors) -> 
         HumanMessage(QUESTION) if i % 2 == 0 else AIMessage(ANSWER) for i in range(resume_size)
     ]
     resume_config = {"configurable": {"thread_id": "resume"}}
-    conn = sqlite3.connect(str(work / "resume.db"), check_same_thread=False)
+    (work / "resume").mkdir()
+    conn = sqlite3.connect(str(work / "resume" / "history.db"), check_same_thread=False)
     graph = langgraph_builder(is_async=False).compile(checkpointer=SqliteSaver(conn))
     graph.update_state(resume_config, {"messages": history}, as_node="model")
     conn.close()
 
     def resume() -> int:
-        conn = sqlite3.connect(str(work / "resume.db"), check_same_thread=False)
+        conn = sqlite3.connect(str(work / "resume" / "history.db"), check_same_thread=False)
         graph = langgraph_builder(is_async=False).compile(checkpointer=SqliteSaver(conn))
         held = len(graph.get_state(resume_config).values["messages"])
         conn.close()
         return held
 
     resume_ms = best_ms(resume, resume_size)
+
+    def restart(run: Path) -> Callable[[], int]:
+        conn = sqlite3.connect(str(run / "history.db"), check_same_thread=False)
+        graph = langgraph_builder(is_async=False).compile(checkpointer=SqliteSaver(conn))
+        graph.invoke(question(), resume_config)
+
+        def held() -> int:
+            count = len(graph.get_state(resume_config).values["messages"])
+            conn.close()
+            return count
+
+        return held
+
+    restart_ms = best_restart_ms(work / "resume", restart, resume_size)
     return {
         "async_us": async_s * 1e6,
         "sync_us": sync_s * 1e6,
         "resume_ms": resume_ms,
-        "resume_how": "new SqliteSaver + compiled graph, graph.get_state(config)",
+        "resume_how": (
+            "new connection, SqliteSaver and compiled graph, graph.get_state(config) only (no turn)"
+        ),
+        "restart_ms": restart_ms,
+        "restart_how": (
+            "new connection, SqliteSaver and compiled graph, "
+            'graph.invoke({"messages": [HumanMessage(QUESTION)]}, config)'
+        ),
         "durability": {**settings, "commits_per_turn": commits},
         "note": (
             f"SqliteSaver: journal_mode={settings['journal_mode']}, "
@@ -504,7 +614,8 @@ def main(argv: list[str] | None = None) -> int:
     """Measure the peers and write ``{"format", "turns", "resume_size", "floors_us", "peers"}``.
 
     ``peers`` maps each peer's name to its ``version``, ``async_us``, ``sync_us``
-    (means per message), ``resume_ms``, ``resume_how``, ``durability`` and ``note``, or
+    (means per message), ``resume_ms``, ``resume_how`` (what its resume runs),
+    ``restart_ms``, ``restart_how``, ``durability`` and ``note``, or
     to ``{"version", "error"}`` when that peer failed (the others still run).
     """
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])

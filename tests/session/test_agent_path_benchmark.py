@@ -40,44 +40,57 @@ def test_the_tiny_benchmark_prints_every_row_and_the_summary(
             assert cells[6] != "-"
     assert "floors, same run: file append+fsync" in out
     assert "sync/async, bare turn:" in out
-    assert "resume 40 messages, file, full history kept:" in out
-    assert "resume 40 messages, sqlite, full history kept:" in out
+    for kind in ("file", "sqlite"):
+        resume = next(line for line in lines if line.startswith(f"resume 40 messages, {kind},"))
+        assert resume.endswith("ms (agent built over Session.resume, store already open, no turn)")
+        restart = next(
+            line
+            for line in lines
+            if line.startswith("restart to first answer over 40 messages")
+            and f", {kind}, commit: " in line
+        )
+        assert restart.endswith(" ms (store opened, agent built, one turn answered)")
+        assert float(restart.split(": ")[1].split()[0]) > 0
     assert "restore 40 messages from a snapshot (SnapshotSessionManager):" in out
     assert "peers: not measured. --peers adds" in out  # and says how to get them
     assert list(tmp_path.iterdir()) == []  # the benchmark cleans up after itself
 
 
-# perdure's commit rows and resume, as perdure_columns() hands them to the table.
+# perdure's commit rows, resume and restart, as perdure_columns() hands them to the table.
 PERDURE = {
-    "file": {"async": 400.0, "sync": 500.0, "resume": 100.0},
-    "sqlite": {"async": 600.0, "sync": 700.0, "resume": 80.0},
+    "file": {"async": 400.0, "sync": 500.0, "resume": 100.0, "restart": 120.0},
+    "sqlite": {"async": 600.0, "sync": 700.0, "resume": 80.0, "restart": 90.0},
 }
 
 
 def canned_peers(turns: int = 200, resume_size: int = 10_000) -> dict[str, Any]:
     """A result as benchmarks/peers.py writes it."""
 
-    def peer(version: str, async_us: float, sync_us: float, resume_ms: float) -> dict[str, Any]:
+    def peer(
+        version: str, async_us: float, sync_us: float, resume_ms: float, restart_ms: float
+    ) -> dict[str, Any]:
         return {
             "version": version,
             "async_us": async_us,
             "sync_us": sync_us,
             "resume_ms": resume_ms,
-            "resume_how": "how it resumes",
+            "resume_how": f"how {version} resumes",
+            "restart_ms": restart_ms,
+            "restart_how": f"how {version} restarts",
             "durability": {},
             "note": f"what {version} syncs",
         }
 
     return {
-        "format": "perdure-peers/1",
+        "format": "perdure-peers/2",
         "turns": turns,
         "resume_size": resume_size,
         "python": "3.11.7",
         "floors_us": {"file": 200.0, "sqlite": 250.0},
         "peers": {
-            "strands": peer("1.0.0", 2000.0, 1000.0, 1500.0),
-            "openai": peer("2.0.0", 1200.0, 1400.0, 160.0),
-            "langgraph": peer("3.0.0", 3000.0, 3500.0, 200.0),
+            "strands": peer("1.0.0", 2000.0, 1000.0, 1500.0, 1800.0),
+            "openai": peer("2.0.0", 1200.0, 1400.0, 160.0, 270.0),
+            "langgraph": peer("3.0.0", 3000.0, 3500.0, 200.0, 360.0),
         },
     }
 
@@ -89,24 +102,57 @@ def row(lines: list[str], start: str) -> list[str]:
 def test_the_peers_table_sets_each_peer_against_perdures_row_on_the_same_store() -> None:
     bench = load_benchmark("agent_path")
     lines = bench.peers_table(PERDURE, bench.check_peers(canned_peers(), 200, 10_000))
-    assert row(lines, "perdure file commit") == ["400", "500", "100.0"]
-    assert row(lines, "perdure sqlite commit") == ["600", "700", "80.0"]
+    header = row(lines, "path")
+    assert header == [
+        "async",
+        "us",
+        "x",
+        "sync",
+        "us",
+        "x",
+        "resume",
+        "ms",
+        "x",
+        "restart",
+        "ms",
+        "x",
+    ]
+    assert row(lines, "perdure file commit") == ["400", "500", "100.0", "120.0"]
+    assert row(lines, "perdure sqlite commit") == ["600", "700", "80.0", "90.0"]
     # Strands against the file store, the two SQLite peers against the SQLite store.
     assert row(lines, "Strands 1.0.0, FileSessionManager") == [
-        "2000", "5.00x", "1000", "2.00x", "1500.0", "15.00x"
+        "2000", "5.00x", "1000", "2.00x", "1500.0", "15.00x", "1800.0", "15.00x"
     ]  # fmt: skip
     assert row(lines, "OpenAI Agents 2.0.0, SQLiteSession") == [
-        "1200", "2.00x", "1400", "2.00x", "160.0", "2.00x"
+        "1200", "2.00x", "1400", "2.00x", "160.0", "2.00x", "270.0", "3.00x"
     ]  # fmt: skip
     assert row(lines, "LangGraph 3.0.0, SqliteSaver") == [
-        "3000", "5.00x", "3500", "5.00x", "200.0", "2.50x"
+        "3000", "5.00x", "3500", "5.00x", "200.0", "2.50x", "360.0", "4.00x"
     ]  # fmt: skip
     floors = "floors in the peers' process: file append+fsync 200 us, sqlite insert+commit 250 us"
     assert floors in lines
-    assert any("what 1.0.0 syncs; resume = how it resumes" in line for line in lines)
+    assert "  Strands: what 1.0.0 syncs" in lines
     assert lines[-1] == (
         "perdure fastest on every column: yes (closest: OpenAI Agents async, 2.00x)"
     )
+
+
+def test_the_peers_table_says_what_each_resume_and_each_restart_runs() -> None:
+    """The resume column is not like for like: each system's resume is named; so is its restart."""
+    bench = load_benchmark("agent_path")
+    lines = bench.peers_table(PERDURE, bench.check_peers(canned_peers(), 200, 10_000))
+    text = "\n".join(lines)
+    resume = text.index("resume = reading the 10000 stored messages back; NOT the same work")
+    restart = text.index("restart = to first answer, the same work for each")
+    assert resume < restart
+    resumes = " ".join(text[resume:restart].split())
+    restarts = " ".join(text[restart:].split("\nx = ")[0].split())
+    assert "perdure: Agent(session_manager=Session.resume(store, id)) built" in resumes
+    assert "perdure: store opened (durability='commit')" in restarts
+    assert "agent(QUESTION)" in restarts
+    for version, name in (("1.0.0", "Strands"), ("2.0.0", "OpenAI Agents"), ("3.0.0", "LangGraph")):
+        assert f"{name}: how {version} resumes" in resumes
+        assert f"{name}: how {version} restarts" in restarts
 
 
 def test_the_verdict_names_every_column_where_a_peer_is_as_fast_or_faster() -> None:
@@ -114,12 +160,23 @@ def test_the_verdict_names_every_column_where_a_peer_is_as_fast_or_faster() -> N
     document = canned_peers()
     document["peers"]["openai"]["resume_ms"] = 40.0
     document["peers"]["strands"]["sync_us"] = 500.0
+    document["peers"]["langgraph"]["restart_ms"] = 45.0
     lines = bench.peers_table(PERDURE, bench.check_peers(document, 200, 10_000))
-    assert row(lines, "OpenAI Agents 2.0.0, SQLiteSession")[-1] == "0.50x"
+    assert row(lines, "OpenAI Agents 2.0.0, SQLiteSession")[5] == "0.50x"
+    assert row(lines, "LangGraph 3.0.0, SqliteSaver")[-1] == "0.50x"
     assert lines[-1] == (
         "perdure fastest on every column: no: perdure is not faster on "
-        "Strands sync (1.00x), OpenAI Agents resume (0.50x)"
+        "Strands sync (1.00x), OpenAI Agents resume (0.50x), LangGraph restart (0.50x)"
     )
+
+
+def test_a_peer_without_a_restart_figure_leaves_the_verdict_open() -> None:
+    bench = load_benchmark("agent_path")
+    document = canned_peers()
+    del document["peers"]["openai"]["restart_ms"]
+    lines = bench.peers_table(PERDURE, bench.check_peers(document, 200, 10_000))
+    assert row(lines, "OpenAI Agents 2.0.0, SQLiteSession")[-2:] == ["-", "-"]
+    assert lines[-1] == "perdure fastest on every column: not established: OpenAI Agents restart"
 
 
 def test_a_failed_or_missing_peer_leaves_the_verdict_open() -> None:
@@ -142,10 +199,13 @@ def test_a_failed_or_missing_peer_leaves_the_verdict_open() -> None:
     ("change", "message"),
     [
         (lambda d: d.update(format="other/1"), "not a result of benchmarks/peers.py"),
+        # a result of the peers' script before the restart column existed
+        (lambda d: d.update(format="perdure-peers/1"), "not a result of benchmarks/peers.py"),
         (lambda d: d.update(turns=1000), "the peers ran 1000 turns"),
         (lambda d: d.update(peers=[]), "no 'peers' object"),
         (lambda d: d["peers"]["openai"].update(sync_us="fast"), "sync_us must be a positive"),
         (lambda d: d["peers"]["openai"].update(resume_ms=0), "resume_ms must be a positive"),
+        (lambda d: d["peers"]["strands"].update(restart_ms=-1), "restart_ms must be a positive"),
     ],
 )
 def test_a_result_that_is_not_the_peers_for_this_run_is_refused(change: Any, message: str) -> None:
@@ -169,11 +229,13 @@ def test_the_tiny_benchmark_prints_the_peers_table_from_a_result_file(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "3 turns a row (6 messages), us per message (mean)"
     assert any(line.startswith("peers' full paths, 3 turns a row (6 messages)") for line in lines)
-    # perdure's commit rows of this run, in the peers' table
+    # perdure's commit rows, resume and restart of this run, in the peers' table
     for kind in ("file", "sqlite"):
         mine = row(lines, f"{kind} commit")
-        assert row(lines, f"perdure {kind} commit")[:2] == [mine[1], mine[4]]
-    assert len(row(lines, "LangGraph 3.0.0, SqliteSaver")) == 6
+        resume = row(lines, f"resume 40 messages, {kind}, full history kept:")[0]
+        restart = row(lines, f"restart to first answer over 40 messages, {kind}, commit:")[0]
+        assert row(lines, f"perdure {kind} commit") == [mine[1], mine[4], resume, restart]
+    assert len(row(lines, "LangGraph 3.0.0, SqliteSaver")) == 8
     assert lines[-1].startswith("perdure fastest on every column: ")
     assert list(work.iterdir()) == []
     with pytest.raises(SystemExit):
@@ -199,7 +261,8 @@ def test_the_peers_script_writes_a_result_the_table_reads_even_without_their_sdk
         if "error" in result:
             assert result["error"].startswith("ModuleNotFoundError"), (name, result)
         else:  # an SDK installed here after all: then it measured
-            assert all(result[key] > 0 for key in ("async_us", "sync_us", "resume_ms"))
+            keys = ("async_us", "sync_us", "resume_ms", "restart_ms")
+            assert all(result[key] > 0 for key in keys)
     assert list((tmp_path / "run").glob("floor*")) == []  # the floors clean up
     with pytest.raises(SystemExit):
         peers.main([*argv, "--out", str(out), "--only", "crewai"])
