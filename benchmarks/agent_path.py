@@ -4,7 +4,8 @@ Run: ``.venv/bin/python benchmarks/agent_path.py [--quick] [--turns N] [--resume
 
 One run prints one table. Each row drives an :class:`~perdure.Agent` through N
 user/assistant turns (default 1,000; ``--quick`` 200) with a model that answers at
-once (a :class:`~perdure.models.ScriptedModel` that records nothing) and
+once (a :class:`~perdure.models.ScriptedModel` of ready answers that records nothing
+and reads nothing of the request: no per-call work, as the peers' stubs) and
 :class:`~perdure.NullConversationManager`, so the whole history is kept, and reports
 the cost per message (two messages a turn), through ``await agent.invoke_async(...)``
 and through the sync ``agent(...)``:
@@ -98,7 +99,7 @@ from pathlib import Path
 from typing import Any
 
 from perdure import Agent, LocalFileStorage, NullConversationManager, SnapshotSessionManager
-from perdure.models import ScriptedModel
+from perdure.models import ModelResponse, ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore
 from perdure.stores.sqlite import SQLiteSessionStore
 from perdure.types import Message
@@ -108,8 +109,8 @@ from floors import FileFloor, SQLiteFloor
 
 # The question and the answer every row and every peer exchanges. The answer is as
 # long as the question, in one streamed piece (ScriptedModel streams a text word by
-# word): each row then measures the turn and its persistence, not the per-delta cost
-# of a stream, which is the same with a session or without.
+# word; the answer has no space): each row then measures the turn and its persistence,
+# not the per-delta cost of a stream, which is the same with a session or without.
 from peers import ANSWER, QUESTION
 
 BENCHMARKS = Path(__file__).resolve().parent
@@ -121,8 +122,25 @@ SESSION_ID = "resume"
 
 
 def instant_model(turns: int) -> ScriptedModel:
-    """A model that answers every turn at once (and records nothing: no copy per call)."""
-    return ScriptedModel([ANSWER] * turns, record="none")
+    """A model that answers every turn at once, doing no work per call, as the peers' stubs.
+
+    Each answer is a ready :class:`~perdure.models.ModelResponse` (zero usage, as the
+    Strands stub reports), which ScriptedModel returns as it is. Given a text instead,
+    ScriptedModel estimates the request's input tokens from its JSON size: cheap turn
+    after turn (it encodes only what is new), but the first call after a resume
+    encodes the whole history — 50 to 130 ms at 10k messages, a cost of the test model
+    that no real model and no peer's stub has. It records nothing (no copy per call).
+    """
+    return ScriptedModel(
+        [
+            ModelResponse(
+                message={"role": "assistant", "content": [{"text": ANSWER}]},
+                stop_reason="end_turn",
+            )
+            for _ in range(turns)
+        ],
+        record="none",
+    )
 
 
 @dataclass

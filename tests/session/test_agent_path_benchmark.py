@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from pathlib import Path
@@ -54,6 +55,36 @@ def test_the_tiny_benchmark_prints_every_row_and_the_summary(
     assert "restore 40 messages from a snapshot (SnapshotSessionManager):" in out
     assert "peers: not measured. --peers adds" in out  # and says how to get them
     assert list(tmp_path.iterdir()) == []  # the benchmark cleans up after itself
+
+
+class UnreadableHistory(list[Any]):
+    """A request whose messages must not be looked at: any read past len() fails."""
+
+    def __getitem__(self, index: Any) -> Any:
+        raise AssertionError("the instant model read the request's messages")
+
+    def __iter__(self) -> Any:
+        raise AssertionError("the instant model read the request's messages")
+
+
+def test_the_instant_model_answers_without_reading_the_history() -> None:
+    """Like the peers' stubs, it does no work that grows with the history (a token
+    estimate over the whole request would add ~100 ms to the first turn after a resume)."""
+    bench = load_benchmark("agent_path")
+    model = bench.instant_model(2)
+
+    async def answer() -> list[Any]:
+        history = UnreadableHistory([{"role": "user", "content": [{"text": "q"}]}] * 3)
+        return [event async for event in model.stream(history, tool_specs=[], system_prompt=None)]
+
+    for _ in range(2):
+        events = asyncio.run(answer())
+        response = events[-1]
+        assert response.message == {"role": "assistant", "content": [{"text": bench.ANSWER}]}
+        assert response.stop_reason == "end_turn"
+        assert "".join(event.text for event in events[:-1]) == bench.ANSWER
+    assert model.remaining == 0
+    assert model.requests == []
 
 
 # perdure's commit rows, resume and restart, as perdure_columns() hands them to the table.
