@@ -57,10 +57,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar
 
-import psycopg
-import psycopg_pool
-from psycopg import pq
-from psycopg.conninfo import conninfo_to_dict
+try:
+    import psycopg
+    import psycopg_pool
+    from psycopg import pq
+    from psycopg.conninfo import conninfo_to_dict
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        f"perdure's PostgreSQL backends need psycopg 3 and psycopg_pool ({exc}): "
+        "pip install 'perdure[postgres]'"
+    ) from exc
 
 from perdure._runtime.sqlite import ErrorFactory
 from perdure._runtime.threads import PerProcess, ProcessLock
