@@ -92,3 +92,11 @@ def schema_fixture() -> Iterator[str]:
         yield schema
     finally:
         drop_schema(schema)
+
+
+def store_url(request: pytest.FixtureRequest) -> str:
+    """A ``postgresql://`` store URL over a fresh schema, dropped after the test."""
+    require_server()
+    schema = new_schema_name()
+    request.addfinalizer(lambda: drop_schema(schema))
+    return f"{DSN}?schema={schema}"

@@ -254,7 +254,7 @@ class PostgresCheckpointStore:
 
     def _damage(self, session_id: str, checkpoint_id: str, detail: str) -> SessionCorruptedError:
         return SessionCorruptedError(
-            f"session {session_id!r} in {self.db.where} is damaged: checkpoint "
+            f"session {session_id!r} is damaged ({self.db.where}): checkpoint "
             f"{checkpoint_id}: {detail}",
             details={
                 "session_id": session_id,

@@ -256,8 +256,8 @@ class LeaseKeeper:
         left = details.get("expires_in")
         when = f"; its lease expires in {left:.1f} s unless renewed" if left is not None else ""
         return SessionLockedError(
-            f"session {session_id!r} in {self._db.where} is locked by another writer "
-            f"(another process or machine holds its writer lease{when})",
+            f"session {session_id!r} is locked by another writer: another process or "
+            f"machine holds its writer lease{when} ({self._db.where})",
             details=details,
         )
 

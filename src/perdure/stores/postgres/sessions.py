@@ -413,7 +413,7 @@ class PostgresSessionStore(StoreBase):
 
     def _damage(self, session_id: str, row: int, kind: str, detail: str) -> SessionCorruptedError:
         return SessionCorruptedError(
-            f"session {session_id!r} in {self.db.where} is damaged: message row {row}: {detail}",
+            f"session {session_id!r} is damaged ({self.db.where}): message row {row}: {detail}",
             details={
                 "session_id": session_id,
                 "server": self.db.server,
@@ -426,7 +426,7 @@ class PostgresSessionStore(StoreBase):
     def _not_found(self, session_id: str, expired: bool) -> SessionNotFoundError:
         if expired:
             return SessionNotFoundError(
-                f"session {session_id!r} in {self.db.where} expired: it was not used for "
+                f"session {session_id!r} expired ({self.db.where}): it was not used for "
                 f"{self.ttl:g} s (ttl)",
                 details={"session_id": session_id, "reason": "expired"},
             )
@@ -447,7 +447,7 @@ class PostgresSessionStore(StoreBase):
             and writes >= 0
         ):
             raise SessionCorruptedError(
-                f"session {session_id!r} in {self.db.where} is damaged: its session row "
+                f"session {session_id!r} is damaged ({self.db.where}): its session row "
                 "holds impossible values",
                 details={"session_id": session_id, "schema": self.schema, "kind": "bad_meta"},
             )
@@ -568,7 +568,7 @@ class PostgresSessionStore(StoreBase):
     def _state(self, session_id: str, head: _Head, text: str | None) -> dict[str, Any]:
         def damaged(detail: str) -> SessionCorruptedError:
             return SessionCorruptedError(
-                f"session {session_id!r} in {self.db.where} is damaged: agent state: {detail}",
+                f"session {session_id!r} is damaged ({self.db.where}): agent state: {detail}",
                 details={"session_id": session_id, "schema": self.schema, "kind": "bad_state"},
             )
 
@@ -662,7 +662,7 @@ class PostgresSessionStore(StoreBase):
                 return CommitResult(sent.after.tail, sent.after.total)
             seen = outcome  # the session as it is now: plan again
         raise SessionConflictError(
-            f"session {session_id!r} in {self.db.where} kept changing under this commit "
+            f"session {session_id!r} kept changing under this commit ({self.db.where}) "
             f"({_COMMIT_ATTEMPTS} attempts); reopen the session to continue"
         )
 
@@ -861,7 +861,7 @@ class PostgresSessionStore(StoreBase):
         if appended and total >= after.total and last_hash == after.head:
             return True  # applied, then others committed after it
         raise SessionConflictError(
-            f"session {session_id!r} in {self.db.where} changed while the connection to the "
+            f"session {session_id!r} changed ({self.db.where}) while the connection to the "
             "server was lost during a commit; whether that commit was applied first cannot "
             "be told: reopen the session to continue",
             details={"session_id": session_id, "outcome": "unknown"},
@@ -875,14 +875,14 @@ class PostgresSessionStore(StoreBase):
             raise self._not_found(session_id, why.expired)
         if token is not None and why.lease_token != token:
             raise SessionLockedError(
-                f"session {session_id!r} in {self.db.where}: this writer's lease was taken "
-                "over by another writer (it was not renewed in time); nothing was written",
+                f"session {session_id!r} is locked ({self.db.where}): this writer's lease was "
+                "taken over by another writer (it was not renewed in time); nothing was written",
                 details={"session_id": session_id, "reason": "lease_lost"},
             )
         if token is None and why.lease_live:
             raise SessionLockedError(
-                f"session {session_id!r} in {self.db.where} is locked by another writer "
-                "(another process or machine holds its writer lease)",
+                f"session {session_id!r} is locked by another writer: another process or "
+                f"machine holds its writer lease ({self.db.where})",
                 details={"session_id": session_id, "reason": "leased"},
             )
         self._remember(session_id, why.head)
@@ -951,8 +951,8 @@ class PostgresSessionStore(StoreBase):
         self._forget(session_id)
         if not done:
             raise SessionLockedError(
-                f"session {session_id!r} in {self.db.where} is locked by another writer "
-                "(another process or machine holds its writer lease)",
+                f"session {session_id!r} is locked by another writer: another process or "
+                f"machine holds its writer lease ({self.db.where})",
                 details={"session_id": session_id, "reason": "leased"},
             )
 
