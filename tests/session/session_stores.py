@@ -85,3 +85,28 @@ def crash_sqlite_writer(location: str, seed: int, die: Callable[[], None]) -> Se
     store = SQLiteSessionStore(location, durability="commit" if seed % 2 == 0 else "none")
     store._fold_pages = 4  # fold often, so that kills land around folds
     return store
+
+
+def crash_postgres_writer(location: str, seed: int, die: Callable[[], None]) -> SessionStore:
+    """A PostgreSQL store (``location`` is its URL) that may die after any statement it
+    sent ran, before its answer is acted on — so kills land inside a rewrite's
+    transaction (before its COMMIT) and between a commit and its acknowledgement.
+    Odd seeds commit with ``durability="none"``: a killed client must lose nothing
+    the server acknowledged either way."""
+    import psycopg
+
+    from perdure.session import open_store
+
+    real_execute = psycopg.Connection.execute
+
+    def execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        cursor = real_execute(self, *args, **kwargs)
+        die()
+        return cursor
+
+    store = open_store(location, durability="commit" if seed % 2 == 0 else "none")
+    # Connected and the schema checked before any death is armed: kills land in the
+    # writer's work, not in its start-up.
+    store.db.call(lambda conn: None, doing="connecting")  # type: ignore[attr-defined]
+    psycopg.Connection.execute = execute  # type: ignore[method-assign]
+    return store

@@ -9,6 +9,9 @@ behind its back are reported as damage, the schema's version is checked, TTL.
 from __future__ import annotations
 
 import asyncio
+import random
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -253,3 +256,63 @@ async def test_a_writer_outside_a_lease_is_refused_while_one_is_held(
                 pass
     await other.commit("s", [*conversation(1), text("assistant", "after")])
     assert len((await holder.get("s")).messages) == 2
+
+
+def test_connections_dropped_mid_commit_lose_and_duplicate_nothing(schema: str) -> None:
+    # The server ends the store's connections (pg_terminate_backend, as a failover or
+    # an idle-killer would) while it commits: every commit is applied once or is
+    # refused typed, and the history is the one the acknowledged commits built.
+    from perdure.errors import PerdureError
+    from perdure.testing.crash import crash_history
+
+    name = f"perdure-drop-{schema}"
+    store = PostgresSessionStore(f"{DSN}?application_name={name}", schema=schema)
+    stop = threading.Event()
+    killed: list[int] = []
+
+    def killer() -> None:
+        pauses = random.Random(17)
+        while not stop.wait(pauses.uniform(0.02, 0.2)):
+            rows = execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (name,),
+            )
+            killed.extend(1 for (done,) in rows if done)
+
+    async def write() -> tuple[int, list[str]]:
+        await store.create("c")
+        op, tail, errors = 0, (await store.get("c")).tail, []
+        deadline = time.monotonic() + 20
+        while (op < 150 or len(killed) < 15) and time.monotonic() < deadline:
+            try:
+                result = await store.commit(
+                    "c",
+                    crash_history(op + 1),
+                    agent_state={"op": op + 1},
+                    rewritten=(op + 1) % 5 == 0,
+                    expected_tail=tail,
+                )
+                op, tail = op + 1, result.tail
+            except PerdureError as exc:
+                errors.append(exc.code)
+                record = await store.get("c")
+                assert record.agent_state.get("op", 0) in (op, op + 1)
+                op, tail = record.agent_state.get("op", 0), record.tail
+        return op, errors
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    try:
+        op, errors = asyncio.run(write())
+    finally:
+        stop.set()
+        thread.join()
+        store.close()
+    assert len(killed) >= 15, "the killer hit the store's connections too rarely"
+    assert set(errors) <= {"session_conflict", "store_unavailable"}, errors
+    reader = PostgresSessionStore(DSN, schema=schema)
+    record = asyncio.run(reader.get("c"))
+    reader.close()
+    assert record.agent_state["op"] == op
+    assert record.messages == crash_history(op)

@@ -313,9 +313,9 @@ class PostgresDatabase:
                     deadline = now + self.reconnect_timeout
                 if now >= deadline:
                     raise self.translate(exc, doing) from exc
-                self.discard_broken()
                 time.sleep(min(delay, max(0.0, deadline - now)))
-                delay = min(delay * 2, 1.0)
+                delay = min(delay * 2, 0.5)
+                self.discard_broken()  # after the wait: what broke meanwhile goes too
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -428,13 +428,11 @@ class PostgresDatabase:
             if state.pool is None:
                 # One connection first, outside the pool: it says at once why a server
                 # refuses us (the pool would only time out), and makes the schema.
-                try:
-                    with self._connect() as conn:
-                        if not state.checked:
-                            self._ensure_schema(conn)
-                            state.checked = True
-                except DRIVER_ERRORS as exc:
-                    raise self.translate(exc, "opening the database") from exc
+                # Its driver errors go to the caller, who retries or translates them.
+                with self._connect() as conn:
+                    if not state.checked:
+                        self._ensure_schema(conn)
+                        state.checked = True
                 pool = psycopg_pool.ConnectionPool(
                     self.dsn,
                     min_size=1,

@@ -874,11 +874,7 @@ class PostgresSessionStore(StoreBase):
             self._forget(session_id)
             raise self._not_found(session_id, why.expired)
         if token is not None and why.lease_token != token:
-            raise SessionLockedError(
-                f"session {session_id!r} is locked ({self.db.where}): this writer's lease was "
-                "taken over by another writer (it was not renewed in time); nothing was written",
-                details={"session_id": session_id, "reason": "lease_lost"},
-            )
+            raise self._lease_lost(session_id)
         if token is None and why.lease_live:
             raise SessionLockedError(
                 f"session {session_id!r} is locked by another writer: another process or "
@@ -903,13 +899,27 @@ class PostgresSessionStore(StoreBase):
         return _Why(head, bool(row[8]), row[11], bool(row[12]))
 
     def _read_head(self, session_id: str, token: int | None) -> _Head:
-        """The session row as it is now (with its last message's texts)."""
+        """The session row as it is now (with its last message's texts).
+
+        Raises:
+            SessionNotFoundError: the session is gone or expired.
+            SessionLockedError: ``token`` names a lease another writer took over.
+        """
         why = self._why(session_id)
         if why.head is None or why.expired:
             self._forget(session_id)
             raise self._not_found(session_id, why.expired)
+        if token is not None and why.lease_token != token:
+            raise self._lease_lost(session_id)
         self._remember(session_id, why.head)
         return why.head
+
+    def _lease_lost(self, session_id: str) -> SessionLockedError:
+        return SessionLockedError(
+            f"session {session_id!r} is locked ({self.db.where}): this writer's lease was "
+            "taken over by another writer (it was not renewed in time); nothing was written",
+            details={"session_id": session_id, "reason": "lease_lost"},
+        )
 
     def _decode_last(self, session_id: str, head: _Head, text: str) -> Message:
         try:
