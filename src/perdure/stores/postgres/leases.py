@@ -228,6 +228,12 @@ class LeaseKeeper:
         self._drop(keeper)
         conn = self._db.connect()
         try:
+            # Lease writes need no flush of their own: a commit made under a lease is
+            # flushed with everything logged before it, the lease included, and a
+            # lease lost to a server crash only refuses its holder's next commit (the
+            # commit names the owner as well as the token, which a crash could hand
+            # out again).
+            conn.execute("SET synchronous_commit TO off")
             row = conn.execute(
                 "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
             ).fetchone()

@@ -165,7 +165,7 @@ class _Why(NamedTuple):
 
     head: _Head | None
     expired: bool
-    lease_token: int | None
+    lease: tuple[int, str] | None  # the session's lease row: (token, owner)
     lease_live: bool  # an unexpired lease whose holder's connection is alive
 
 
@@ -733,6 +733,7 @@ class PostgresSessionStore(StoreBase):
             "state": state_text,
             "state_hash": after.state_hash,
             "token": token,
+            "owner": self._leases.owner,
         }
         simple = not request.rewritten and not redactions
         if simple and len(bodies) == 1:
@@ -873,7 +874,7 @@ class PostgresSessionStore(StoreBase):
         if why.head is None or why.expired:
             self._forget(session_id)
             raise self._not_found(session_id, why.expired)
-        if token is not None and why.lease_token != token:
+        if token is not None and not self._holds(why, token):
             raise self._lease_lost(session_id)
         if token is None and why.lease_live:
             raise SessionLockedError(
@@ -890,13 +891,18 @@ class PostgresSessionStore(StoreBase):
             doing=f"reading session {session_id!r}",
         )
         assert row is not None
+        lease = None if row[11] is None else (int(row[11]), str(row[12]))
         if row[0] is None:
-            return _Why(None, False, row[11], bool(row[12]))
+            return _Why(None, False, lease, bool(row[13]))
         last: tuple[str, ...] | None = ()
         if row[3] > 0:  # the last row's texts (None: the row is missing)
             last = None if row[9] is None else tuple(t for t in row[9:11] if t is not None)
         head = self._checked_head(session_id, row[:8], last)
-        return _Why(head, bool(row[8]), row[11], bool(row[12]))
+        return _Why(head, bool(row[8]), lease, bool(row[13]))
+
+    def _holds(self, why: _Why, token: int) -> bool:
+        """Whether the lease ``why`` read is the one this writer took (token and owner)."""
+        return why.lease == (token, self._leases.owner)
 
     def _read_head(self, session_id: str, token: int | None) -> _Head:
         """The session row as it is now (with its last message's texts).
@@ -909,7 +915,7 @@ class PostgresSessionStore(StoreBase):
         if why.head is None or why.expired:
             self._forget(session_id)
             raise self._not_found(session_id, why.expired)
-        if token is not None and why.lease_token != token:
+        if token is not None and not self._holds(why, token):
             raise self._lease_lost(session_id)
         self._remember(session_id, why.head)
         return why.head
@@ -946,14 +952,15 @@ class PostgresSessionStore(StoreBase):
         def work(conn: psycopg.Connection[Any]) -> bool:
             with conn.transaction():
                 lease = conn.execute(self._sql.lease_of, {"id": session_id}).fetchone()
-                if lease is not None and lease[1] and lease[0] != token:
+                mine = lease is not None and (lease[0], lease[2]) == (token, self._leases.owner)
+                if lease is not None and lease[1] and not mine:
                     return False
                 sid = conn.execute(self._sql.lock_sid, {"id": session_id}).fetchone()
                 conn.execute(self._sql.delete_checkpoints, {"id": session_id})
                 if sid is not None:
                     conn.execute(self._sql.delete_rows, {"sid": sid[0]})
                     conn.execute(self._sql.delete_session, {"sid": sid[0]})
-                if lease is not None and lease[0] != token:
+                if lease is not None and not mine:
                     conn.execute(self._sql.delete_lease, {"id": session_id, "token": lease[0]})
             return True
 
@@ -1054,7 +1061,7 @@ class _Statements:
         self.lock_sid = f"SELECT sid FROM {sessions} WHERE id = %(id)s FOR UPDATE"
         alive = holder_alive("l")
         self.lease_of = (
-            f"SELECT token, expires_at > now() AND {alive} FROM {leases} l "
+            f"SELECT token, expires_at > now() AND {alive}, owner FROM {leases} l "
             "WHERE session_id = %(id)s"
         )
         self.delete_lease = f"DELETE FROM {leases} WHERE session_id = %(id)s AND token = %(token)s"
@@ -1080,7 +1087,7 @@ class _Statements:
         self.why = (
             f"SELECT s.sid, s.created_at, s.updated_at, s.message_count, s.head, s.writes, "
             f"s.tail, s.state_hash, {expired.replace('touched_at', 's.touched_at')}, "
-            "m.body, m.redacted, l.token, l.expires_at > now() AND "
+            "m.body, m.redacted, l.token, l.owner, l.expires_at > now() AND "
             f"{alive} FROM (SELECT %(id)s::text AS id) k "
             f"LEFT JOIN {sessions} s ON s.id = k.id "
             f"LEFT JOIN {messages} m ON m.sid = s.sid AND m.idx = s.message_count - 1 "
@@ -1108,7 +1115,7 @@ class _Statements:
         if leased:
             lease = (
                 f"EXISTS (SELECT 1 FROM {self._leases} WHERE session_id = %(id)s "
-                "AND token = %(token)s::bigint)"
+                "AND token = %(token)s::bigint AND owner = %(owner)s)"
             )
         else:
             lease = (
