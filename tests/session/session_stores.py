@@ -8,7 +8,12 @@ from typing import Any
 
 from perdure.session import FileSessionStore, SessionStore
 
-STORE_KINDS = ["file", "sqlite", "memory"]
+STORE_KINDS = ["file", "sqlite", "memory", "postgres"]
+
+OPENED: list[Any] = []
+"""Stores of server kinds opened in this process, closed (and their schemas dropped)
+after each test by the ``server_stores`` fixture of conftest.py."""
+PG_SCHEMAS: set[str] = set()
 
 
 def make_store(kind: str, path: Path, **options: Any) -> SessionStore:
@@ -23,6 +28,25 @@ def make_store(kind: str, path: Path, **options: Any) -> SessionStore:
         from perdure.stores.memory import MemorySessionStore
 
         return MemorySessionStore(**options)
+    if kind == "postgres":
+        # A schema per test directory: a child process given the same path sees the
+        # same sessions. Skipped without a server (failed under CI=true).
+        import hashlib
+        import sys
+
+        tests = str(Path(__file__).resolve().parents[1])
+        if tests not in sys.path:  # a child process given only this directory
+            sys.path.append(tests)
+        from postgres_server import DSN, require_server
+
+        require_server()
+        from perdure.stores.postgres import PostgresSessionStore
+
+        schema = "perdure_t_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
+        PG_SCHEMAS.add(schema)
+        store = PostgresSessionStore(DSN, schema=schema, **options)
+        OPENED.append(store)
+        return store
     raise ValueError(kind)
 
 

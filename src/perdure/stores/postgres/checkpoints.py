@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import weakref
 import zlib
 from typing import Any
 
@@ -92,6 +93,7 @@ class PostgresCheckpointStore:
             reconnect_timeout=reconnect_timeout,
         )
         self._setup(db, check_max_checkpoints(max_checkpoints), owns=True)
+        weakref.finalize(self, db.close)  # connections given back even without close()
 
     @classmethod
     def _beside(cls, db: PostgresDatabase, max_checkpoints: int | None) -> PostgresCheckpointStore:

@@ -68,6 +68,7 @@ import asyncio
 import builtins
 import contextlib
 import threading
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, NamedTuple
@@ -262,6 +263,9 @@ class PostgresSessionStore(StoreBase):
         self._flush_lock = threading.Lock()
         self.checkpoints = PostgresCheckpointStore._beside(self.db, self.max_checkpoints)
         """Checkpoints in the same schema, deleted with their session."""
+        # A store dropped without close() still gives back its connections (the
+        # lease keeper's is the pool's only connection that would otherwise warn).
+        weakref.finalize(self, _shut, self._leases, self.db)
 
     def __repr__(self) -> str:
         return f"PostgresSessionStore({self.db.server!r}, schema={self.schema!r})"
@@ -628,39 +632,40 @@ class PostgresSessionStore(StoreBase):
     ) -> CommitResult:
         session_id = request.session_id
         token = self._lease_token(session_id)
-        seen = self._remembered(session_id)
+        # Planned against the row this store last saw (its own last commit, as a
+        # rule); a refusal planned on that guess is only believed once read afresh.
+        seen, fresh = self._remembered(session_id), False
         for _ in range(_COMMIT_ATTEMPTS):
             if seen is None:
-                seen = self._read_head(session_id, token)
+                seen, fresh = self._read_head(session_id, token), True
             try:
                 plan = plan_commit(request, seen.total, seen.tail)
+                if plan.compare_last:
+                    if seen.last is None:  # not read yet, or the row is missing
+                        if fresh:
+                            raise self._damage(
+                                session_id, seen.total - 1, "bad_sequence", "the row is missing"
+                            )
+                        seen = None
+                        continue
+                    last = [self._decode_last(session_id, seen, text) for text in seen.last]
+                    check_extends(session_id, request.messages, seen.total, last)
             except SessionConflictError:
-                fresh = self._read_head(session_id, token)
-                if fresh.tail == seen.tail:
+                if fresh:
                     raise
-                seen = fresh
+                seen = None
                 continue
-            if plan.compare_last:
-                if seen.last is None:
-                    seen = self._read_head(session_id, token)
-                    if seen.last is None:
-                        raise self._damage(
-                            session_id, seen.total - 1, "bad_sequence", "the row is missing"
-                        )
-                last = [self._decode_last(session_id, seen, text) for text in seen.last]
-                check_extends(session_id, request.messages, seen.total, last)
             if not writes_anything(request, plan):
-                fresh = self._read_head(session_id, token)
-                if fresh.tail != seen.tail:
-                    seen = fresh
-                    continue
-                return CommitResult(seen.tail, seen.total)
+                if fresh:
+                    return CommitResult(seen.tail, seen.total)
+                seen = None
+                continue
             sent = self._sent(request, state_text, redactions, seen, plan.start)
             outcome = self._send(request, sent, state_text, redactions, plan.start, token)
             if outcome is True:
                 self._remember(session_id, sent.after)
                 return CommitResult(sent.after.tail, sent.after.total)
-            seen = outcome  # the session as it is now: plan again
+            seen, fresh = outcome, True  # the session as it is now: plan again
         raise SessionConflictError(
             f"session {session_id!r} kept changing under this commit ({self.db.where}) "
             f"({_COMMIT_ATTEMPTS} attempts); reopen the session to continue"
@@ -877,11 +882,7 @@ class PostgresSessionStore(StoreBase):
         if token is not None and not self._holds(why, token):
             raise self._lease_lost(session_id)
         if token is None and why.lease_live:
-            raise SessionLockedError(
-                f"session {session_id!r} is locked by another writer: another process or "
-                f"machine holds its writer lease ({self.db.where})",
-                details={"session_id": session_id, "reason": "leased"},
-            )
+            raise self._leased(session_id)
         self._remember(session_id, why.head)
         return why.head
 
@@ -917,8 +918,17 @@ class PostgresSessionStore(StoreBase):
             raise self._not_found(session_id, why.expired)
         if token is not None and not self._holds(why, token):
             raise self._lease_lost(session_id)
+        if token is None and why.lease_live:
+            raise self._leased(session_id)
         self._remember(session_id, why.head)
         return why.head
+
+    def _leased(self, session_id: str) -> SessionLockedError:
+        return SessionLockedError(
+            f"session {session_id!r} is locked by another writer: another process or "
+            f"machine holds its writer lease ({self.db.where})",
+            details={"session_id": session_id, "reason": "leased"},
+        )
 
     def _lease_lost(self, session_id: str) -> SessionLockedError:
         return SessionLockedError(
@@ -967,11 +977,14 @@ class PostgresSessionStore(StoreBase):
         done = self.db.call(work, doing=f"deleting session {session_id!r}")
         self._forget(session_id)
         if not done:
-            raise SessionLockedError(
-                f"session {session_id!r} is locked by another writer: another process or "
-                f"machine holds its writer lease ({self.db.where})",
-                details={"session_id": session_id, "reason": "leased"},
-            )
+            raise self._leased(session_id)
+
+
+def _shut(leases: LeaseKeeper, db: PostgresDatabase) -> None:
+    with contextlib.suppress(Exception):
+        leases.close()
+    with contextlib.suppress(Exception):
+        db.close()
 
 
 def _check_seconds(name: str, value: Any) -> None:
