@@ -9,6 +9,7 @@ behind its back are reported as damage, the schema's version is checked, TTL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import threading
 import time
@@ -316,3 +317,27 @@ def test_connections_dropped_mid_commit_lose_and_duplicate_nothing(schema: str) 
     reader.close()
     assert record.agent_state["op"] == op
     assert record.messages == crash_history(op)
+
+
+async def test_a_cancelled_lock_wait_leaves_no_lease_behind(
+    opened: Callable[..., PostgresSessionStore],
+) -> None:
+    store, other = opened(), opened()
+    await store.create("s")
+
+    async def hold_forever() -> None:
+        async with store.writer_lock("s"):
+            await asyncio.sleep(60)
+
+    for delay in (0, 0.0005, 0.001, 0.002, 0.005, 0.02):
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(hold_forever(), delay)
+        deadline = time.monotonic() + 3
+        while True:  # a lease taken after the cancellation is given back at once
+            try:
+                async with other.writer_lock("s"):
+                    break
+            except SessionLockedError:
+                assert time.monotonic() < deadline, f"a lease was left behind ({delay} s)"
+                await asyncio.sleep(0.01)
+        assert store._leases.token("s") is None

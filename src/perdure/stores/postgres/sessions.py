@@ -399,13 +399,42 @@ class PostgresSessionStore(StoreBase):
     async def _hold(self, session_id: str) -> AsyncIterator[None]:
         self._locks.acquire(session_id)  # this instance, in this process: at once
         try:
-            await asyncio.to_thread(self._leases.acquire, session_id)
+            await self._take_lease(session_id)
             try:
                 yield
             finally:
                 await asyncio.to_thread(self._leases.release, session_id)
         finally:
             self._locks.release(session_id)
+
+    async def _take_lease(self, session_id: str) -> None:
+        """Take the lease in a worker thread; given back if the caller stops waiting.
+
+        A cancelled ``await`` does not stop the thread: a lease it takes after the
+        caller was cancelled is released at once, and one it took just before is
+        released in the background, so no lease outlives a cancelled ``async with``.
+        """
+        guard = threading.Lock()
+        outcome = {"cancelled": False, "taken": False}
+
+        def take() -> None:
+            self._leases.acquire(session_id)
+            with guard:
+                outcome["taken"] = not outcome["cancelled"]
+            if not outcome["taken"]:
+                self._leases.release(session_id)
+
+        try:
+            await asyncio.to_thread(take)
+        except BaseException:
+            with guard:
+                outcome["cancelled"] = True
+                taken = outcome["taken"]
+            if taken:
+                threading.Thread(
+                    target=self._leases.release, args=(session_id,), daemon=True
+                ).start()
+            raise
 
     def _lease_token(self, session_id: str) -> int | None:
         """The token of the lease this instance holds on the session (None: none)."""
