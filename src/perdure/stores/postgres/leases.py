@@ -49,9 +49,11 @@ _log = logging.getLogger(__name__)
 
 def holder_alive(lease: str) -> str:
     """SQL that is true while the lease row ``lease``'s holder connection is alive."""
+    # pg_stat_get_activity(pid) reads that one server process, where the view
+    # pg_stat_activity would read them all.
     return (
-        f"EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = {lease}.holder_pid "
-        f"AND (a.backend_start IS NULL OR a.backend_start = {lease}.holder_start))"
+        f"EXISTS (SELECT 1 FROM pg_stat_get_activity({lease}.holder_pid) a "
+        f"WHERE a.backend_start IS NULL OR a.backend_start = {lease}.holder_start)"
     )
 
 
