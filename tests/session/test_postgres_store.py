@@ -341,3 +341,36 @@ async def test_a_cancelled_lock_wait_leaves_no_lease_behind(
                 assert time.monotonic() < deadline, f"a lease was left behind ({delay} s)"
                 await asyncio.sleep(0.01)
         assert store._leases.token("s") is None
+
+
+async def test_without_fsync_per_commit_flush_makes_the_commits_durable(
+    opened: Callable[..., PostgresSessionStore],
+) -> None:
+    def setting(store: PostgresSessionStore) -> str:
+        return str(store.db.call(lambda c: c.execute("SHOW synchronous_commit").fetchone()[0],
+                                 doing="reading a setting"))  # fmt: skip
+
+    store = opened(durability="none")
+    await store.create("s")
+    assert setting(store) == "off"
+    await store.commit("s", conversation(3))
+    await store.flush("s")
+    assert (await opened().get("s")).messages == conversation(3)
+    assert setting(opened()) == "on"
+
+
+async def test_a_server_that_cannot_be_reached_is_a_typed_error() -> None:
+    from perdure.errors import StoreUnavailableError
+
+    store = PostgresSessionStore(
+        "postgresql://postgres@127.0.0.1:1/test", connect_timeout=1, reconnect_timeout=0.5
+    )
+    started = time.monotonic()
+    for call in (store.get("s"), store.commit("s", conversation(1)), store.list()):
+        with pytest.raises(StoreUnavailableError) as info:
+            await call
+        assert isinstance(info.value, ConnectionError)
+        assert info.value.code == "store_unavailable"
+        assert "127.0.0.1:1" in info.value.message
+    assert time.monotonic() - started < 10
+    store.close()
