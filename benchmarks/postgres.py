@@ -10,7 +10,9 @@ the same ~400-byte message and a ``COMMIT`` on one psycopg connection,
 ``synchronous_commit=on``:
 
 - the durable append as a Session makes it during a turn (writer lease held, tail
-  checked), in µs and in floors;
+  checked), in µs and in floors; beside it the hop alone (``asyncio.to_thread`` of
+  nothing), which every append pays because psycopg's blocking call never runs on
+  the event loop;
 - a whole turn (take the lease, two appends, give it back);
 - ``get`` of the whole session with its chain verified (``resume`` ms), and a
   resume with the default window (the last 40 messages, ``get(offset=…)``);
@@ -100,10 +102,13 @@ async def measure(dsn: str, schema: str, size: int, appends: int) -> dict[str, f
     durable = PostgresSessionStore(dsn, schema=schema)
     floor = Floor(dsn, schema, json.dumps(message(0)))
     tail = (await durable.get(session, offset=size)).tail
-    times, floor_times = [], []
+    times, floor_times, hops = [], [], []
     async with durable.writer_lock(session):
         for _ in range(appends):
             floor_times.append(floor.once())
+            start = time.perf_counter()
+            await asyncio.to_thread(int)  # the hop to a worker thread and back, alone
+            hops.append(time.perf_counter() - start)
             history.append(message(len(history)))
             start = time.perf_counter()
             tail = (await durable.commit(session, history, expected_tail=tail)).tail
@@ -149,6 +154,7 @@ async def measure(dsn: str, schema: str, size: int, appends: int) -> dict[str, f
     return {
         "floor_us": statistics.median(floor_times) * 1e6,
         "append_us": statistics.median(times) * 1e6,
+        "hop_us": statistics.median(hops) * 1e6,
         "turn_us": statistics.median(turns) * 1e6,
         "resume_ms": min(resume) * 1e3,
         "window_ms": min(window) * 1e3,
@@ -242,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"PostgreSQL {shown[0]}, synchronous_commit={shown[1]}")
     try:
         header = (
-            f"{'msgs':>8}{'append us':>11}{'floor us':>10}{'x floor':>9}{'turn us':>9}"
+            f"{'msgs':>8}{'append us':>11}{'floor us':>10}{'x floor':>9}{'hop us':>8}{'turn us':>9}"
             f"{'turn x':>8}{'resume ms':>11}{'window ms':>11}{'tail50 ms':>11}{'table x':>9}"
         )
         print(header)
@@ -252,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             floor_us = r["floor_us"]
             print(
                 f"{size:>8}{r['append_us']:>11.0f}{floor_us:>10.0f}"
-                f"{r['append_us'] / floor_us:>9.2f}{r['turn_us']:>9.0f}"
+                f"{r['append_us'] / floor_us:>9.2f}{r['hop_us']:>8.0f}{r['turn_us']:>9.0f}"
                 f"{r['turn_us'] / floor_us:>8.2f}{r['resume_ms']:>11.1f}{r['window_ms']:>11.2f}"
                 f"{r['page_ms']:>11.2f}{r['table_bytes'] / r['raw_bytes']:>9.2f}"
             )
