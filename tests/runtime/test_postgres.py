@@ -21,7 +21,7 @@ from perdure.errors import (
     SessionLockedError,
     StoreUnavailableError,
 )
-from postgres_server import DSN, execute, import_psycopg, schema_fixture
+from postgres_server import DSN, execute, import_psycopg, require_server, schema_fixture
 
 psycopg = import_psycopg()
 from perdure._runtime.postgres import (  # noqa: E402  (after the import check)
@@ -165,6 +165,7 @@ def test_driver_errors_are_sorted_and_never_leak(database: PostgresDatabase) -> 
 
 
 def test_a_refused_connection_says_why_at_once() -> None:
+    require_server()  # the server itself refuses the database
     bad = PostgresDatabase(
         DSN.rsplit("/", 1)[0] + "/no_such_database_here",
         schema="s",
