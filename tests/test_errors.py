@@ -24,6 +24,8 @@ EXPECTED_CODES = {
     "ModelError": "model_error",
     "MemoryStoreError": "memory_store_error",
     "StorageError": "storage_error",
+    "StoreUnavailableError": "store_unavailable",
+    "SchemaVersionError": "schema_version",
     "ContextWindowOverflowError": "context_window_overflow",
     "ModelAuthenticationError": "model_authentication",
     "ModelRateLimitError": "model_rate_limited",

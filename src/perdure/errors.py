@@ -19,6 +19,8 @@ The tree::
     ├── CheckpointImportError         checkpoint_import_invalid
     ├── CheckpointError               checkpoint_error
     ├── SnapshotError                 snapshot_error
+    ├── StoreUnavailableError         store_unavailable   (also a ConnectionError)
+    ├── SchemaVersionError            schema_version
     ├── MemoryStoreError              memory_store_error
     │   └── MemoryStoreLockedError    memory_store_locked
     ├── StorageError                  storage_error
@@ -43,7 +45,12 @@ wherever it is read (a session store, a snapshot's blob storage); a database ano
 connection keeps locked is the layer's "locked" error (``SessionLockedError`` for a
 session's writer lock, ``StorageLockedError``, ``MemoryStoreLockedError``); an I/O
 failure, a full disk or a file that cannot be opened is the layer's general error
-(``StorageError``, ``MemoryStoreError``; ``OSError`` from a session store).
+(``StorageError``, ``MemoryStoreError``; ``OSError`` from a session store). A server
+that cannot be reached (down, restarting, the connection lost) is
+``StoreUnavailableError`` in every layer: a ``PerdureError`` and a ``ConnectionError``
+(so an ``OSError`` too); its ``details["outcome"]`` says whether the write it
+interrupted was applied (``"applied"`` never appears: that write is not an error),
+was not (``"not_applied"``), or cannot be known (``"unknown"``).
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ __all__ = [
     "ModelRateLimitError",
     "ModelServerError",
     "PerdureError",
+    "SchemaVersionError",
     "SessionConflictError",
     "SessionCorruptedError",
     "SessionLockedError",
@@ -72,6 +80,7 @@ __all__ = [
     "StorageError",
     "StorageLockedError",
     "StoreNotWiredError",
+    "StoreUnavailableError",
     "TurnRunningError",
 ]
 
@@ -155,6 +164,32 @@ class SnapshotError(PerdureError):
     """A snapshot is malformed, of another schema, or asks for no or unknown fields."""
 
     code = "snapshot_error"
+
+
+class StoreUnavailableError(PerdureError, ConnectionError):
+    """The server a store, storage or memory store lives on cannot be reached.
+
+    Down, restarting, refusing connections, or the connection was lost and did not
+    come back within the store's reconnect timeout. Retrying later may succeed.
+    ``details["outcome"]`` tells, for a write, whether it was applied:
+    ``"not_applied"`` (provably not: nothing changed) or ``"unknown"`` (the server
+    went away after the write was sent and never answered where it could be
+    checked); reads carry no outcome. The driver's error is the ``__cause__``.
+    """
+
+    code = "store_unavailable"
+
+
+class SchemaVersionError(PerdureError):
+    """A database schema was made by another version of perdure than this one.
+
+    Raised when a store opens a schema whose recorded version (the
+    ``perdure_schema_version`` table) is newer than the version this perdure knows:
+    it refuses to read or write it rather than guess. ``details`` hold
+    ``component``, ``found`` and ``supported``.
+    """
+
+    code = "schema_version"
 
 
 class ModelError(PerdureError):

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+import postgres_server
 from perdure import Agent
 from perdure.cli._common import EXIT_CORRUPTED, EXIT_LOCKED, EXIT_NOT_FOUND, EXIT_USAGE
 from perdure.cli.main import cli
@@ -68,9 +69,14 @@ def history(url: str, session_id: str) -> list[Any]:
     return [m["content"][0].get("text") for m in data["messages"]]
 
 
-@pytest.fixture(params=["file", "sqlite"])
+@pytest.fixture(params=["file", "sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    url = f"file:{tmp_path / 'store'}" if request.param == "file" else f"sqlite:{tmp_path / 'p.db'}"
+    if request.param == "postgres":
+        url = postgres_server.store_url(request)
+    elif request.param == "file":
+        url = f"file:{tmp_path / 'store'}"
+    else:
+        url = f"sqlite:{tmp_path / 'p.db'}"
     talk(url, "s1", "one", "two")
     return url
 

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+import postgres_server
 from helpers import set_created_at
 from perdure import Agent
 from perdure.cli.gc import human_duration, short_time
 from perdure.cli.main import cli
 from perdure.models import ScriptedModel
-from perdure.session import FileSessionStore, Session, SessionStore
+from perdure.session import FileSessionStore, Session, SessionStore, open_store
 from perdure.stores.sqlite import SQLiteSessionStore
 
 
@@ -204,3 +205,24 @@ def test_idle_times_read_well(seconds: float, text: str) -> None:
 
 def test_table_times_are_cut_to_the_second() -> None:
     assert short_time("2025-03-01T12:00:05.123456Z") == "2025-03-01 12:00:05"
+
+
+def test_gc_ttl_on_postgres_deletes_the_idle_session_with_its_checkpoints(
+    request: pytest.FixtureRequest,
+) -> None:
+    url = postgres_server.store_url(request)
+    store = open_store(url)
+    populate(store, ["a", "b"], checkpoints=1)
+    schema = url.rsplit("schema=", 1)[1]
+    postgres_server.execute(
+        f"UPDATE \"{schema}\".perdure_sessions SET updated_at = '2025-01-01T00:00:00Z' "
+        "WHERE id = 'a'"
+    )
+    args = ["gc", "--store", url, "--ttl", "2w", "--now", "2025-03-02T00:00:00Z", "--json"]
+    report = json.loads(perdure(*args).stdout)
+    assert [e["session_id"] for e in report["expired"]] == ["a"]
+    assert perdure(*args, "--apply").exit_code == 0
+    assert ids(store) == ["b"]
+    assert checkpoint_ids(store, "a") == []
+    assert len(checkpoint_ids(store, "b")) == 1
+    getattr(store, "close", lambda: None)()

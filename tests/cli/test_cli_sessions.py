@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+import postgres_server
 from perdure import Agent, tool
 from perdure.cli._common import (
     EXIT_CORRUPTED,
@@ -62,8 +63,10 @@ def assert_error(result: Result, code: int, *fragments: str) -> None:
         assert fragment in result.stderr
 
 
-@pytest.fixture(params=["file", "sqlite"])
+@pytest.fixture(params=["file", "sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        return postgres_server.store_url(request)
     return (
         f"file:{tmp_path / 'store'}" if request.param == "file" else f"sqlite:{tmp_path / 'p.db'}"
     )
@@ -312,6 +315,16 @@ def test_missing_session_and_missing_store_exit_3(seeded: str, tmp_path: Path) -
         assert_error(invoke("sessions", "list", "--store", url), EXIT_NOT_FOUND, "no store at")
     assert not (tmp_path / "typo").exists()
     assert not (tmp_path / "typo.db").exists()  # reading never creates a store
+
+
+def test_a_postgres_schema_without_a_store_exits_3_and_is_not_made() -> None:
+    postgres_server.require_server()
+    schema = postgres_server.new_schema_name()
+    url = f"{postgres_server.DSN}?schema={schema}"
+    for command in (["list"], ["show", "s1"], ["history", "s1"]):
+        assert_error(invoke("sessions", *command, "--store", url), EXIT_NOT_FOUND, "no store at")
+    made = postgres_server.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+    assert made == []  # reading never creates a store
 
 
 def test_a_bad_session_id_is_a_usage_error(seeded: str) -> None:

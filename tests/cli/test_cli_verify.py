@@ -15,11 +15,12 @@ import pytest
 from click.testing import CliRunner, Result
 from rich.console import Console
 
+import postgres_server
 from perdure import Agent
 from perdure.cli import verify as verify_command
 from perdure.cli.main import cli
 from perdure.models import ScriptedModel
-from perdure.session import FileSessionStore, Session, SessionStore
+from perdure.session import FileSessionStore, Session, SessionStore, open_store
 from perdure.stores.sqlite import SQLiteSessionStore
 
 
@@ -414,3 +415,24 @@ def test_verify_shows_a_progress_bar_on_a_terminal(
     json_result = perdure("verify", "--store", f"file:{file_store.root}", "--json")
     assert json.loads(json_result.stdout)["clean"] is True
     assert terminal.getvalue() == ""  # no bar around output meant for scripts
+
+
+def test_verify_a_postgres_store_reports_a_row_edited_behind_its_back(
+    request: pytest.FixtureRequest,
+) -> None:
+    url = postgres_server.store_url(request)
+    store = open_store(url)
+    populate(store, ["a", "b"])
+    getattr(store, "close", lambda: None)()
+    clean = json.loads(perdure("verify", "--store", url, "--json").stdout)
+    assert (clean["clean"], clean["sessions_checked"], clean["checkpoints_checked"]) == (True, 2, 2)
+    schema = url.rsplit("schema=", 1)[1]
+    postgres_server.execute(
+        f"UPDATE \"{schema}\".perdure_messages m SET body = replace(body, 'answer', 'answeR') "
+        f"FROM \"{schema}\".perdure_sessions s WHERE m.sid = s.sid AND s.id = 'b' AND m.idx = 1"
+    )
+    result = perdure("verify", "--store", url, "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["damaged_sessions"] == ["b"]
+    assert [(d["kind"], d["row"]) for d in report["damage"]] == [("bad_hash", 1)]

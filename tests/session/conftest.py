@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import session_stores
 from session_stores import STORE_KINDS, make_store
 
 from perdure.session import SessionStore
@@ -25,3 +26,18 @@ def store(store_kind: str, tmp_path: Path) -> SessionStore:
 def store_factory(store_kind: str, tmp_path: Path) -> Callable[..., SessionStore]:
     """Another store instance over the same data (a second process would see this)."""
     return lambda **options: make_store(store_kind, tmp_path, **options)
+
+
+@pytest.fixture(autouse=True)
+def server_stores() -> Iterator[None]:
+    """Close the server stores a test opened and drop their schemas after it."""
+    yield
+    opened, session_stores.OPENED[:] = list(session_stores.OPENED), []
+    for store in opened:
+        store.close()
+    schemas, session_stores.PG_SCHEMAS = set(session_stores.PG_SCHEMAS), set()
+    if schemas:
+        from postgres_server import drop_schema
+
+        for schema in schemas:
+            drop_schema(schema)

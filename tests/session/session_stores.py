@@ -8,7 +8,12 @@ from typing import Any
 
 from perdure.session import FileSessionStore, SessionStore
 
-STORE_KINDS = ["file", "sqlite", "memory"]
+STORE_KINDS = ["file", "sqlite", "memory", "postgres"]
+
+OPENED: list[Any] = []
+"""Stores of server kinds opened in this process, closed (and their schemas dropped)
+after each test by the ``server_stores`` fixture of conftest.py."""
+PG_SCHEMAS: set[str] = set()
 
 
 def make_store(kind: str, path: Path, **options: Any) -> SessionStore:
@@ -23,6 +28,25 @@ def make_store(kind: str, path: Path, **options: Any) -> SessionStore:
         from perdure.stores.memory import MemorySessionStore
 
         return MemorySessionStore(**options)
+    if kind == "postgres":
+        # A schema per test directory: a child process given the same path sees the
+        # same sessions. Skipped without a server (failed under CI=true).
+        import hashlib
+        import sys
+
+        tests = str(Path(__file__).resolve().parents[1])
+        if tests not in sys.path:  # a child process given only this directory
+            sys.path.append(tests)
+        from postgres_server import DSN, require_server
+
+        require_server()
+        from perdure.stores.postgres import PostgresSessionStore
+
+        schema = "perdure_t_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
+        PG_SCHEMAS.add(schema)
+        store = PostgresSessionStore(DSN, schema=schema, **options)
+        OPENED.append(store)
+        return store
     raise ValueError(kind)
 
 
@@ -84,4 +108,29 @@ def crash_sqlite_writer(location: str, seed: int, die: Callable[[], None]) -> Se
     around("_checkpoint_wal")
     store = SQLiteSessionStore(location, durability="commit" if seed % 2 == 0 else "none")
     store._fold_pages = 4  # fold often, so that kills land around folds
+    return store
+
+
+def crash_postgres_writer(location: str, seed: int, die: Callable[[], None]) -> SessionStore:
+    """A PostgreSQL store (``location`` is its URL) that may die after any statement it
+    sent ran, before its answer is acted on — so kills land inside a rewrite's
+    transaction (before its COMMIT) and between a commit and its acknowledgement.
+    Odd seeds commit with ``durability="none"``: a killed client must lose nothing
+    the server acknowledged either way."""
+    import psycopg
+
+    from perdure.session import open_store
+
+    real_execute = psycopg.Connection.execute
+
+    def execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        cursor = real_execute(self, *args, **kwargs)
+        die()
+        return cursor
+
+    store = open_store(location, durability="commit" if seed % 2 == 0 else "none")
+    # Connected and the schema checked before any death is armed: kills land in the
+    # writer's work, not in its start-up.
+    store.db.call(lambda conn: None, doing="connecting")  # type: ignore[attr-defined]
+    psycopg.Connection.execute = execute  # type: ignore[method-assign]
     return store

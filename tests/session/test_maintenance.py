@@ -87,7 +87,7 @@ def age(store: SessionStore, session_id: str, when: dt.datetime) -> None:
 # ----------------------------------------------------------------------------- verify
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite", "memory"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "memory", "postgres"])
 def test_a_clean_store_verifies_clean(kind: str, tmp_path: Path) -> None:
     store = make_store(kind, tmp_path)
     populate(store, ["a", "b", "c"], checkpoints=2)
@@ -674,7 +674,7 @@ def test_gc_expires_only_sessions_inactive_past_the_ttl(kind: str, tmp_path: Pat
     json.dumps(later.to_dict())
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite", "memory"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "memory", "postgres"])
 def test_gc_keeps_the_newest_checkpoints_of_each_session(kind: str, tmp_path: Path) -> None:
     store = make_store(kind, tmp_path)
     populate(store, ["a", "b"], checkpoints=4)

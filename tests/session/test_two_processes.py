@@ -46,7 +46,7 @@ CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
 def test_second_writer_gets_session_locked_during_a_turn(tmp_path: Path, kind: str) -> None:
     store = make_store(kind, tmp_path)
     asyncio.run(store.create("shared"))
@@ -136,7 +136,7 @@ def consecutive(messages: list[Any]) -> bool:
     )
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
 def test_readers_never_see_damage_while_another_process_seals_and_rewrites(
     tmp_path: Path, kind: str
 ) -> None:

@@ -2,9 +2,13 @@
 
 :func:`perdure.storage.open_storage` and :func:`perdure.session.open_store` both
 split their URL here, so ``file:``, ``sqlite:`` and ``memory:`` mean the same in
-each, and a server scheme that this version of perdure does not ship yet
-(``postgresql://``, ``redis://``, ``s3://``) gets the same clear refusal that names
+each, and a server scheme that an opener does not ship yet (``redis://``,
+``s3://``; ``postgresql://`` for blob storage) gets the same clear refusal that names
 the backend, its extra and the issue that brings it — never "unknown scheme".
+
+A server URL (``postgresql://…``) names no path: :func:`split_url` gives ``None``
+for it, and :func:`postgres_url` splits perdure's own options (``?schema=…``) from
+what goes to the driver.
 
 Pure (no I/O, no backend imported): it sits with :mod:`perdure.errors` in layer 1.
 """
@@ -15,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["LATER_SCHEMES", "LaterBackend", "split_url"]
+__all__ = ["LATER_SCHEMES", "POSTGRES_OPTIONS", "LaterBackend", "postgres_url", "split_url"]
 
 
 class LaterBackend(NamedTuple):
@@ -35,11 +39,21 @@ LATER_SCHEMES: dict[str, LaterBackend] = {
 }
 """Server schemes this version refuses, with what will bring them."""
 
-_NO_PATH = frozenset({"memory"})
+_NO_PATH = frozenset({"memory", "postgresql", "postgres"})
+
+POSTGRES_OPTIONS: dict[str, type] = {
+    "schema": str,
+    "ttl": float,
+    "lease": float,
+    "max_checkpoints": int,
+    "durability": str,
+}
+"""perdure's options a ``postgresql://`` URL may carry in its query, and their types."""
 
 
 def split_url(url: object, schemes: Sequence[str], what: str) -> tuple[str, Path | None]:
-    """Split ``scheme:path`` into the scheme and its path (``None`` for ``memory:``).
+    """Split ``scheme:path`` into the scheme and its path (``None`` for ``memory:`` and
+    a server URL).
 
     ``scheme://path`` is read as ``scheme:path`` (so ``sqlite:///abs/p.db`` names
     ``/abs/p.db``); ``~`` is expanded.
@@ -75,3 +89,35 @@ def split_url(url: object, schemes: Sequence[str], what: str) -> tuple[str, Path
     if not rest:
         raise ValueError(f"{what} URL {url!r} names no path")
     return scheme, Path(rest).expanduser()
+
+
+def postgres_url(url: str) -> tuple[str, dict[str, object]]:
+    """Split a ``postgresql://`` URL into the URL for the driver and perdure's options.
+
+    ``postgresql://user@host:5432/db?schema=app&ttl=1800&sslmode=require`` gives
+    ``("postgresql://user@host:5432/db?sslmode=require", {"schema": "app", "ttl":
+    1800.0})``: the options of :data:`POSTGRES_OPTIONS` are taken out (libpq would
+    refuse them), converted to their types; every other parameter stays.
+
+    Raises:
+        ValueError: an option given twice or whose value is not of its type (the
+            message names it).
+    """
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    kept: list[tuple[str, str]] = []
+    options: dict[str, object] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        kind = POSTGRES_OPTIONS.get(key)
+        if kind is None:
+            kept.append((key, value))
+            continue
+        if key in options:
+            raise ValueError(f"store URL {url!r} gives {key}= twice")
+        try:
+            options[key] = kind(value)
+        except ValueError:
+            wanted = "an integer" if kind is int else "a number"
+            raise ValueError(f"store URL {url!r}: {key}={value!r} is not {wanted}") from None
+    return urlunsplit(parts._replace(query=urlencode(kept))), options

@@ -66,7 +66,10 @@ store_option = click.option(
     default=DEFAULT_STORE,
     show_default=True,
     metavar="URL",
-    help="The session store: file:DIR, sqlite:PATH or memory: (env PERDURE_STORE).",
+    help=(
+        "The session store: file:DIR, sqlite:PATH, postgresql://USER@HOST/DB[?schema=NAME] "
+        "or memory: (env PERDURE_STORE)."
+    ),
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
@@ -80,7 +83,7 @@ def open_cli_store(url: str, **options: Any) -> SessionStore:
     """Open a store from ``--store``; a bad URL is a usage error (exit 2)."""
     try:
         return open_store(url, **options)
-    except ValueError as exc:
+    except (ValueError, ImportError) as exc:  # ImportError: the backend's extra is missing
         raise ValueError(f"--store: {exc}") from None
 
 
@@ -94,7 +97,8 @@ def session_store(
     a store other than ``file:`` or ``sqlite:`` when ``file_only`` names a command
     that needs one.
     With ``must_exist``, a ``file:`` directory or ``sqlite:`` file that does not
-    exist is reported (exit 3) rather than made into a new, empty store.
+    exist, or a ``postgresql://`` schema without perdure's tables, is reported
+    (exit 3) rather than made into a new, empty store.
     """
     from perdure.session import FileSessionStore
     from perdure.stores.sqlite import SQLiteSessionStore
@@ -115,12 +119,20 @@ def session_store(
         )
         if where is not None and not where.exists():
             fail(f"no store at {where} (--store {url})", EXIT_NOT_FOUND)
+        schema_exists = getattr(store, "schema_exists", None)  # a server store
+        if schema_exists is not None and not run(schema_exists()):
+            _close(store)
+            fail(f"no store at {url} (no perdure tables in its schema)", EXIT_NOT_FOUND)
     try:
         yield store
     finally:
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
+        _close(store)
+
+
+def _close(store: SessionStore) -> None:
+    close = getattr(store, "close", None)
+    if callable(close):
+        close()
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -147,6 +159,8 @@ def handle_errors(command: F) -> F:
             fail(exc.format_message(), exc.exit_code)
         except (ValueError, TypeError) as exc:
             fail(str(exc), EXIT_USAGE)
+        except OSError as exc:  # a store's environment failed (I/O, a server refused)
+            fail(str(exc), EXIT_ERROR)
         except KeyboardInterrupt:
             fail("interrupted", EXIT_INTERRUPTED)
 

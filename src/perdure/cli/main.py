@@ -24,6 +24,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("perdure.cli.gc", "gc"),
     ("perdure.cli.snapshots", "snapshots"),
     ("perdure.cli.migrate", "migrate"),
+    ("perdure.cli.copy", "copy"),
 ]
 
 

@@ -2,4 +2,6 @@
 
 - :mod:`~perdure.migrate.strands` — migration from the Strands Agents SDK's
   ``FileSessionManager`` layout (``perdure migrate strands``).
+- :mod:`~perdure.migrate.copy` — sessions and their checkpoints from any perdure
+  store to any other, verified (``perdure copy``).
 """

@@ -11,7 +11,8 @@ every backend). The map of the layer:
   encoding, chain hashing; :mod:`~perdure.session.paging`, ids and ULIDs), and
   :func:`open_store` (:mod:`~perdure.session.urls`: a store chosen by URL).
 - :mod:`perdure.stores` — the backends: the file store (:mod:`perdure.stores.file`,
-  with the journal format), SQLite and memory.
+  with the journal format), SQLite, memory and PostgreSQL (``perdure[postgres]``:
+  importing its names imports psycopg).
 - :mod:`perdure.checkpoints` — the checkpoint stores and the export format.
 - :mod:`perdure.snapshots` — :class:`SnapshotSessionManager` and its format.
 - :mod:`perdure.maintenance` — verify, repair and gc over any store.
@@ -64,6 +65,10 @@ if _typing.TYPE_CHECKING:
     from perdure.stores.file.store import Segmentation as Segmentation
     from perdure.stores.file.store import SessionRecoveryReport as SessionRecoveryReport
     from perdure.stores.memory import MemorySessionStore as MemorySessionStore
+    from perdure.stores.postgres.checkpoints import (
+        PostgresCheckpointStore as PostgresCheckpointStore,
+    )
+    from perdure.stores.postgres.sessions import PostgresSessionStore as PostgresSessionStore
     from perdure.stores.sqlite import SQLiteCheckpointStore as SQLiteCheckpointStore
     from perdure.stores.sqlite import SQLiteSessionStore as SQLiteSessionStore
 
@@ -82,6 +87,8 @@ _EXPORTS: dict[str, str] = {
     "MemoryCheckpointStore": "perdure.checkpoints.store",
     "MemorySessionStore": "perdure.stores.memory",
     "MigrationReport": "perdure.migrate.strands",
+    "PostgresCheckpointStore": "perdure.stores.postgres.checkpoints",
+    "PostgresSessionStore": "perdure.stores.postgres.sessions",
     "RepairReport": "perdure.maintenance",
     "RestoreResult": "perdure.session.results",
     "SQLiteCheckpointStore": "perdure.stores.sqlite",

@@ -3,28 +3,31 @@
 (The module is ``urls``, as :mod:`perdure.storage.urls` beside it, so that importing
 it never shadows the function ``perdure.session.open_store`` with a module.)
 
-=================  ==============================================
-``file:DIR``       :class:`FileSessionStore` rooted at ``DIR``
-``sqlite:PATH``    :class:`SQLiteSessionStore` in the file ``PATH``
-``memory:``        a new :class:`MemorySessionStore`
-=================  ==============================================
+====================  ==============================================
+``file:DIR``          :class:`FileSessionStore` rooted at ``DIR``
+``sqlite:PATH``       :class:`SQLiteSessionStore` in the file ``PATH``
+``memory:``           a new :class:`MemorySessionStore`
+``postgresql://…``    :class:`PostgresSessionStore` (``postgres://`` too);
+                      ``?schema=``, ``ttl=``, ``lease=``, ``max_checkpoints=``,
+                      ``durability=`` are its options, the rest goes to libpq
+====================  ==============================================
 
-Server schemes (``postgresql://``, ``redis://``, ``s3://``) join this table with
-their issues; until then a URL naming one is refused with the backend, its extra
-and its issue. The URL is split by perdure's one parser,
-:func:`perdure._runtime.urls.split_url`, which :func:`perdure.storage.open_storage` uses too.
+Other server schemes (``redis://``, ``s3://``) join this table with their issues;
+until then a URL naming one is refused with the backend, its extra and its issue.
+The URL is split by perdure's one parser, :func:`perdure._runtime.urls.split_url`,
+which :func:`perdure.storage.open_storage` uses too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from perdure._runtime.urls import split_url
+from perdure._runtime.urls import postgres_url, split_url
 from perdure.session.store import SessionStore
 
 __all__ = ["SCHEMES", "open_store"]
 
-SCHEMES = ("file", "sqlite", "memory")
+SCHEMES = ("file", "sqlite", "memory", "postgresql", "postgres")
 
 
 def open_store(url: str, **options: Any) -> SessionStore:
@@ -32,10 +35,20 @@ def open_store(url: str, **options: Any) -> SessionStore:
 
     Raises:
         ValueError: the URL is malformed, its scheme unknown (the message lists the
-            known schemes), or its backend (``postgresql://``, ``redis://``,
-            ``s3://``) not in this version (the message names its extra and issue).
+            known schemes), or its backend (``redis://``, ``s3://``) not in this
+            version (the message names its extra and issue); an option given both
+            in the URL and as a keyword.
+        ImportError: a ``postgresql://`` URL without ``perdure[postgres]`` installed.
     """
     scheme, path = split_url(url, SCHEMES, "store")
+    if scheme in ("postgresql", "postgres"):
+        from perdure.stores.postgres.sessions import PostgresSessionStore
+
+        dsn, found = postgres_url(url)
+        twice = sorted(set(found) & set(options))
+        if twice:
+            raise ValueError(f"store URL {url!r} and the keywords both give {', '.join(twice)}")
+        return PostgresSessionStore(dsn, **found, **options)  # type: ignore[arg-type]
     if scheme == "file":
         from perdure.stores.file.store import FileSessionStore
 

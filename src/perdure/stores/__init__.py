@@ -4,6 +4,8 @@
   an append-only hash-chained journal (:mod:`perdure.stores.file.journal`, the format).
 - :mod:`perdure.stores.sqlite` — :class:`SQLiteSessionStore` (and its checkpoint store).
 - :mod:`perdure.stores.memory` — :class:`MemorySessionStore`, for tests.
+- :mod:`perdure.stores.postgres` — :class:`PostgresSessionStore` and
+  :class:`PostgresCheckpointStore` (``perdure[postgres]``).
 
 The rules every store obeys — what a commit appends or replaces, conflicts, encoding,
 chain hashing, paging — live once in :mod:`perdure.session.rules`; a store calls them

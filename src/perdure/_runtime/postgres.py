@@ -1,0 +1,550 @@
+"""PostgreSQL plumbing every PostgreSQL backend of perdure shares (layer 0).
+
+One :class:`PostgresDatabase` is one database and one schema as a backend sees it:
+
+- **Connections**: a ``psycopg_pool.ConnectionPool`` per process, opened on first use
+  (constructors do no I/O). A child made by ``fork()`` opens its own: the parent's
+  connections share their sockets with the parent and are never used (nor closed)
+  there. Connections are in autocommit mode: a statement is its own transaction
+  unless the caller opens one.
+- **Any loop, any thread** (SPEC §7): psycopg's blocking calls run in worker threads
+  (``asyncio.to_thread``) on connections from the thread-safe pool; nothing is bound
+  to an event loop, so a coroutine may be awaited from any loop in any thread.
+- **The schema**: each backend names the tables it needs (a :class:`SchemaPart`,
+  under a component name and a version). On first use in a process they are created
+  in the store's schema (``CREATE SCHEMA``/``CREATE TABLE IF NOT EXISTS``, under a
+  transaction-level advisory lock so that two processes creating it at once do not
+  collide), and the component's version is recorded in the schema's
+  ``perdure_schema_version`` table. A schema recorded with a version this perdure
+  does not know is refused (the layer's ``version`` error) before anything is read
+  or written, and so is a table of ours whose columns are not the ones we made
+  (``damage``, kind ``bad_schema``).
+- **Errors**: psycopg's exceptions never leak. :func:`pg_fault` sorts each into one
+  of five faults and :meth:`PostgresDatabase.translate` turns it into the error the
+  layer names for that fault (:class:`PostgresErrors`), as :mod:`._runtime.sqlite`
+  does for SQLite:
+
+  - ``unavailable``: the server cannot be reached — refused, down, restarting
+    (``57P01``-``57P03``), the connection lost (class ``08``), too many clients.
+    Reads retry it transparently until ``reconnect_timeout``; writes decide for
+    themselves (only the backend knows whether a write it sent may have landed).
+  - ``locked``: a lock the statement needed was not available (``55P03``), a
+    deadlock or a serialization failure (``40P01``, ``40001``).
+  - ``damage``: the server reports damaged data (``XX001``, ``XX002``), or the schema
+    was altered behind perdure's back (a table or column of ours gone: ``42P01``,
+    ``42703``, ``3F000``).
+  - ``bug``: the server refused perdure's own statement (any other ``42``, ``22`` or
+    ``23`` error): :class:`PostgresBugError`, never reported as damage.
+  - ``failure``: anything else — authentication, a missing database, privileges, a
+    full disk, out of memory: the layer's general error.
+
+Every message names the server as ``postgresql://user@host:port/dbname`` (never a
+password) and the schema; ``details`` carry ``fault``, ``sqlstate``, ``server`` and
+``schema``.
+
+This module imports psycopg: only the PostgreSQL backends import it, lazily, so that
+``import perdure`` never does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, TypeVar
+
+try:
+    import psycopg
+    import psycopg_pool
+    from psycopg import pq
+    from psycopg.conninfo import conninfo_to_dict
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        f"perdure's PostgreSQL backends need psycopg 3 and psycopg_pool ({exc}): "
+        "pip install 'perdure[postgres]'"
+    ) from exc
+
+from perdure._runtime.sqlite import ErrorFactory
+from perdure._runtime.threads import PerProcess, ProcessLock
+
+__all__ = [
+    "DRIVER_ERRORS",
+    "VERSION_TABLE",
+    "PostgresBugError",
+    "PostgresDatabase",
+    "PostgresErrors",
+    "PostgresFault",
+    "SchemaPart",
+    "check_schema_name",
+    "pg_fault",
+    "quote_ident",
+    "server_display",
+]
+
+T = TypeVar("T")
+
+_log = logging.getLogger(__name__)
+
+DRIVER_ERRORS = (psycopg.Error,)
+"""What psycopg and psycopg_pool raise (``PoolTimeout`` is a ``psycopg.OperationalError``)."""
+
+VERSION_TABLE = "perdure_schema_version"
+"""The table, in each schema perdure uses, that records each component's version."""
+
+PostgresFault = Literal["unavailable", "locked", "damage", "bug", "failure"]
+
+_UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "08000", "08001", "08003",
+                                 "08004", "08006", "08007", "08P01"})  # fmt: skip
+_LOCKED_STATES = frozenset({"55P03", "40P01", "40001"})
+_DAMAGE_STATES = frozenset({"XX001", "XX002", "42P01", "42703", "3F000"})
+# What a server says, at connect, while it cannot take connections for now (the
+# driver gives no SQLSTATE for a failed connection, only the server's text).
+_TRANSIENT_FATAL = (
+    "the database system is",  # starting up, shutting down, in recovery mode
+    "too many clients",
+    "remaining connection slots",
+    "terminating connection",
+)
+
+
+class PostgresBugError(RuntimeError):
+    """The server refused one of perdure's own statements: a bug in perdure, not damage."""
+
+
+class PostgresErrors(NamedTuple):
+    """The public error one layer raises for each fault (``bug`` is always
+    :class:`PostgresBugError`)."""
+
+    unavailable: ErrorFactory
+    """The server cannot be reached (down, restarting, connection lost)."""
+    locked: ErrorFactory
+    """A lock the statement needed was held by another transaction."""
+    damage: ErrorFactory
+    """Stored data or the schema is not what perdure wrote."""
+    failure: ErrorFactory
+    """Anything else the server or the environment refused."""
+    version: ErrorFactory
+    """The schema was made by a perdure whose schema version this one does not know."""
+
+
+def pg_fault(exc: BaseException) -> PostgresFault:
+    """Which of the five faults (see the module docstring) a driver error is."""
+    if isinstance(exc, psycopg_pool.PoolTimeout | psycopg_pool.PoolClosed):
+        return "unavailable"
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate is None:
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            text = str(exc)
+            if "FATAL:" in text and not any(words in text for words in _TRANSIENT_FATAL):
+                return "failure"  # refused at connect: no such database, role, password
+            return "unavailable"  # refused, unreachable, the connection closed or lost
+        if isinstance(exc, psycopg.ProgrammingError | psycopg.DataError):
+            return "bug"  # refused by the driver before it reached the server
+        return "failure"
+    if sqlstate in _UNAVAILABLE_STATES or sqlstate.startswith("08"):
+        return "unavailable"
+    if sqlstate in _LOCKED_STATES:
+        return "locked"
+    if sqlstate in _DAMAGE_STATES:
+        return "damage"
+    if sqlstate.startswith(("42", "22", "23")) and sqlstate != "42501":
+        return "bug"
+    return "failure"
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a quoted SQL identifier (any text without NUL)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def check_schema_name(schema: Any) -> str:
+    """Return ``schema`` if it can name a PostgreSQL schema.
+
+    Raises:
+        TypeError: not a string.
+        ValueError: empty, longer than 63 bytes (PostgreSQL would cut it), or
+            holding NUL; the message names ``schema``.
+    """
+    if not isinstance(schema, str):
+        raise TypeError(f"schema must be a str, got {type(schema).__name__}")
+    if not schema or "\x00" in schema or len(schema.encode("utf-8", "surrogatepass")) > 63:
+        raise ValueError(
+            f"schema must be a non-empty name of at most 63 bytes without NUL, got {schema!r}"
+        )
+    try:
+        schema.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"schema {schema!r} is not valid Unicode text") from None
+    return schema
+
+
+def server_display(dsn: str) -> str:
+    """``postgresql://user@host:port/dbname`` for a DSN: what messages show, no password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "postgresql://(unparsable dsn)"
+    user = parts.get("user")
+    host = parts.get("host") or parts.get("hostaddr") or "localhost"
+    port = parts.get("port")
+    name = parts.get("dbname") or ""
+    return f"postgresql://{f'{user}@' if user else ''}{host}{f':{port}' if port else ''}/{name}"
+
+
+@dataclass(frozen=True)
+class SchemaPart:
+    """The tables one backend keeps in a schema, and their version.
+
+    Attributes:
+        component: the name its version is recorded under (``"sessions"``, say).
+        version: the version of these tables this perdure writes.
+        tables: each table's name and its columns, as :meth:`statements` makes them
+            (checked on first use: a table of ours with other columns is damage).
+        statements: the DDL creating them in a schema (given quoted), all
+            ``IF NOT EXISTS``: run inside the transaction that records the version.
+    """
+
+    component: str
+    version: int
+    tables: Mapping[str, tuple[str, ...]]
+    statements: Callable[[str], Sequence[str]]
+
+
+class _Pool:
+    """This process's pool, and whether the schema was checked in it."""
+
+    __slots__ = ("checked", "pool")
+
+    def __init__(self) -> None:
+        self.pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
+        self.checked = False
+
+
+class PostgresDatabase:
+    """A database and a schema, as one backend uses them (see the module docstring).
+
+    Args:
+        dsn: a libpq connection string or URL (``postgresql://user@host/db``).
+        schema: the schema holding the backend's tables (created on first use).
+        part: the backend's tables and their version.
+        errors: the layer's error for each fault.
+        what: how messages name the backend (``"PostgreSQL session store"``).
+        max_connections: the most connections the pool opens in one process.
+        connect_timeout: seconds to wait for a connection (a new one, or one from
+            the pool while every connection is busy).
+        reconnect_timeout: seconds a read goes on retrying while the server cannot
+            be reached (restarting, say) before it raises the ``unavailable`` error.
+        configure: run on every new connection (session settings).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str,
+        part: SchemaPart,
+        errors: PostgresErrors,
+        what: str,
+        max_connections: int = 10,
+        connect_timeout: float = 10.0,
+        reconnect_timeout: float = 15.0,
+        configure: Callable[[psycopg.Connection[Any]], None] | None = None,
+    ) -> None:
+        if not isinstance(dsn, str):
+            raise TypeError(f"dsn must be a str, got {type(dsn).__name__}")
+        try:
+            conninfo_to_dict(dsn)
+        except psycopg.Error as exc:
+            raise ValueError(f"dsn is not a PostgreSQL connection string: {exc}") from None
+        self.dsn = dsn
+        self.schema = check_schema_name(schema)
+        self.q = quote_ident(schema)
+        """The schema, quoted, to build statements with."""
+        self.part = part
+        self.errors = errors
+        self.what = what
+        self.server = server_display(dsn)
+        self.max_connections = max_connections
+        self.connect_timeout = connect_timeout
+        self.reconnect_timeout = reconnect_timeout
+        self._configure = configure
+        self._state: PerProcess[_Pool] = PerProcess(_Pool)
+        self._guard = ProcessLock()
+
+    def __repr__(self) -> str:
+        return f"PostgresDatabase({self.server!r}, schema={self.schema!r})"
+
+    @property
+    def where(self) -> str:
+        """How messages name the database and schema."""
+        return f"{self.server} (schema {self.schema!r})"
+
+    # ------------------------------------------------------------------ running work
+
+    async def run(self, work: Callable[[psycopg.Connection[Any]], T], *, doing: str) -> T:
+        """``work(conn)`` on a pooled connection in a worker thread; retried while the
+        server cannot be reached (``work`` must be safe to run again: a read)."""
+        return await asyncio.to_thread(self.call, work, doing=doing)
+
+    def call(
+        self, work: Callable[[psycopg.Connection[Any]], T], *, doing: str, retry: bool = True
+    ) -> T:
+        """``work(conn)`` on a pooled connection, in this thread; driver errors translated.
+
+        With ``retry``, an ``unavailable`` fault (the server restarting, the pool's
+        connections broken by it) runs ``work`` again on a fresh connection until
+        ``reconnect_timeout`` has passed.
+        """
+        deadline: float | None = None
+        delay = 0.05
+        while True:
+            try:
+                with self.connection() as conn:
+                    return work(conn)
+            except DRIVER_ERRORS as exc:
+                if not retry or pg_fault(exc) != "unavailable":
+                    raise self.translate(exc, doing) from exc
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.reconnect_timeout
+                if now >= deadline:
+                    raise self.translate(exc, doing) from exc
+                time.sleep(min(delay, max(0.0, deadline - now)))
+                delay = min(delay * 2, 0.5)
+                self.discard_broken()  # after the wait: what broke meanwhile goes too
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for the block (driver errors are left to the caller).
+
+        The schema is made and checked on the first use in this process. A
+        transaction the block leaves open is rolled back before the connection goes
+        back to the pool.
+        """
+        pool = self._pool()
+        with pool.connection(timeout=self.connect_timeout) as conn:
+            try:
+                yield conn
+            finally:
+                if conn.info.transaction_status not in (
+                    pq.TransactionStatus.IDLE,
+                    pq.TransactionStatus.UNKNOWN,
+                ):
+                    with contextlib.suppress(psycopg.Error):
+                        conn.rollback()
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A connection of the caller's own, outside the pool (closed by the caller).
+
+        Raises:
+            psycopg.Error: as ``psycopg.connect`` does (left to the caller to translate).
+        """
+        self._pool()  # the schema first
+        return self._connect()
+
+    def discard_broken(self) -> None:
+        """Drop the pool's idle connections that the server closed (after a restart)."""
+        pool = self._state.value.pool
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                pool.check()
+
+    def close(self) -> None:
+        """Close this process's pool (the next use opens another)."""
+        with self._guard:
+            state = self._state.value
+            pool, state.pool = state.pool, None
+        if pool is not None:
+            pool.close()
+
+    def translate(self, exc: BaseException, doing: str) -> Exception:
+        """The layer's error for a driver error met while ``doing`` (see the module)."""
+        fault = pg_fault(exc)
+        sqlstate = getattr(exc, "sqlstate", None)
+        text = _driver_text(exc)
+        head = f"{self.what} {self.where}: {doing}"
+        if fault == "bug":
+            return PostgresBugError(f"{head}: perdure's SQL failed: {text}")
+        details: dict[str, Any] = {
+            "fault": fault,
+            "sqlstate": sqlstate,
+            "server": self.server,
+            "schema": self.schema,
+        }
+        if fault == "unavailable":
+            return self.errors.unavailable(
+                f"{head}: the server cannot be reached ({text})", details=details
+            )
+        if fault == "locked":
+            return self.errors.locked(
+                f"{head}: a lock was held by another transaction ({text})", details=details
+            )
+        if fault == "damage":
+            kind = "bad_schema" if sqlstate in ("42P01", "42703", "3F000") else "bad_database"
+            what = (
+                "the schema was altered or dropped behind perdure's back"
+                if kind == "bad_schema"
+                else "the server reports damaged data"
+            )
+            return self.errors.damage(f"{head}: {what}: {text}", details={**details, "kind": kind})
+        return self.errors.failure(f"{head} failed: {text}", details=details)
+
+    # ------------------------------------------------------------------ the schema
+
+    def schema_exists(self) -> bool:
+        """Whether this component's tables exist in the schema (creates nothing).
+
+        Raises:
+            the layer's ``unavailable`` or ``failure`` error: the server cannot be
+            reached, or refuses the connection.
+        """
+        try:
+            with self._connect() as conn:
+                row = conn.execute(
+                    "SELECT to_regclass(%s) IS NOT NULL",
+                    (f"{self.q}.{quote_ident(VERSION_TABLE)}",),
+                ).fetchone()
+                if row is None or not row[0]:
+                    return False
+                found = conn.execute(
+                    f"SELECT 1 FROM {self.q}.{VERSION_TABLE} WHERE component = %s",
+                    (self.part.component,),
+                ).fetchone()
+                return found is not None
+        except DRIVER_ERRORS as exc:
+            raise self.translate(exc, "looking for the schema") from exc
+
+    def _pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
+        state = self._state.value
+        pool = state.pool
+        if pool is not None:
+            return pool
+        with self._guard:
+            state = self._state.value
+            if state.pool is None:
+                # One connection first, outside the pool: it says at once why a server
+                # refuses us (the pool would only time out), and makes the schema.
+                # Its driver errors go to the caller, who retries or translates them.
+                with self._connect() as conn:
+                    if not state.checked:
+                        self._ensure_schema(conn)
+                        state.checked = True
+                pool = psycopg_pool.ConnectionPool(
+                    self.dsn,
+                    min_size=1,
+                    max_size=self.max_connections,
+                    open=False,
+                    kwargs={"autocommit": True},
+                    configure=self._configure,
+                    timeout=self.connect_timeout,
+                    reconnect_timeout=max(self.reconnect_timeout, 60.0),
+                    name=f"perdure {self.schema}",
+                )
+                pool.open(wait=False)
+                state.pool = pool
+            return state.pool
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(
+            self.dsn, autocommit=True, connect_timeout=max(1, round(self.connect_timeout))
+        )
+        try:
+            if self._configure is not None:
+                self._configure(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _ensure_schema(self, conn: psycopg.Connection[Any]) -> None:
+        """Make the component's tables if needed, record its version, check both."""
+        part = self.part
+        found = self._recorded_version(conn)
+        if found is None:
+            with conn.transaction():
+                # Two processes making the schema at once would collide on its
+                # catalogue rows: one waits for the other here.
+                key = zlib.crc32(f"perdure-schema:{self.schema}".encode()) - 2**31
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.q}")
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self.q}.{VERSION_TABLE} ("
+                    "component text PRIMARY KEY, version integer NOT NULL, "
+                    "created_at timestamptz NOT NULL DEFAULT now())"
+                )
+                for statement in part.statements(self.q):
+                    conn.execute(statement)
+                conn.execute(
+                    f"INSERT INTO {self.q}.{VERSION_TABLE} (component, version) "
+                    "VALUES (%s, %s) ON CONFLICT (component) DO NOTHING",
+                    (part.component, part.version),
+                )
+            found = self._recorded_version(conn)
+        if found != part.version:
+            newer = found is not None and found > part.version
+            raise self.errors.version(
+                f"{self.what} {self.where}: the schema's {part.component!r} tables are "
+                f"version {found}, "
+                + (
+                    f"made by a newer perdure; this one knows version {part.version} "
+                    "and will not read or write them: upgrade perdure"
+                    if newer
+                    else f"but this perdure knows version {part.version} only"
+                ),
+                details={
+                    "component": part.component,
+                    "found": found,
+                    "supported": part.version,
+                    "server": self.server,
+                    "schema": self.schema,
+                },
+            )
+        self._check_columns(conn)
+
+    def _recorded_version(self, conn: psycopg.Connection[Any]) -> int | None:
+        row = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (f"{self.q}.{quote_ident(VERSION_TABLE)}",)
+        ).fetchone()
+        if row is None or not row[0]:
+            return None
+        found = conn.execute(
+            f"SELECT version FROM {self.q}.{VERSION_TABLE} WHERE component = %s",
+            (self.part.component,),
+        ).fetchone()
+        return None if found is None else int(found[0])
+
+    def _check_columns(self, conn: psycopg.Connection[Any]) -> None:
+        rows = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = ANY(%s)",
+            (self.schema, list(self.part.tables)),
+        ).fetchall()
+        found: dict[str, set[str]] = {}
+        for table, column in rows:
+            found.setdefault(table, set()).add(column)
+        for table, columns in self.part.tables.items():
+            if found.get(table) != set(columns):
+                have = ", ".join(sorted(found.get(table, ()))) or "no columns (it is gone)"
+                raise self.errors.damage(
+                    f"{self.what} {self.where}: the table {table} is not the one perdure "
+                    f"made: it has {have}",
+                    details={
+                        "kind": "bad_schema",
+                        "table": table,
+                        "server": self.server,
+                        "schema": self.schema,
+                    },
+                )
+
+
+def _driver_text(exc: BaseException) -> str:
+    """The driver's message on one line, with its SQLSTATE when it has one."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return (
+        f"{type(exc).__name__} {sqlstate}: {text}" if sqlstate else f"{type(exc).__name__}: {text}"
+    )

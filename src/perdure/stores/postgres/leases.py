@@ -1,0 +1,308 @@
+"""Writer leases on PostgreSQL: one writer per session, across processes and machines.
+
+A lease is a row of ``perdure_leases``: the session id, the holder (``owner``, a
+random id per store instance and process), a **fencing token** (from a sequence,
+so never given twice) and an expiry. It is taken with one statement that succeeds
+only when the session has no lease, or its lease expired, or its holder is gone —
+or when the holder is this owner, so that a retry after a lost answer is safe.
+Anything else is :class:`~perdure.errors.SessionLockedError`, at once.
+
+Every commit made under the lease names its token in the same statement that checks
+the session's tail (see :mod:`.sessions`): a writer whose lease was taken over
+(it stalled past the expiry, or lost the server for that long) can no longer commit.
+
+**A crashed holder** is detected two ways. Its lease expires ``lease`` seconds after
+its last renewal (a machine that vanished). Sooner, when only its process died: a
+lease records the server process (``pg_backend_pid()`` and its start time) of the
+connection its holder keeps for leases, and that server process ends as soon as
+the client's socket closes — so a lease whose connection is gone from
+``pg_stat_activity`` is free at once, as an ``flock`` is when its process dies.
+(A holder whose server process the other side cannot see — another role without
+``pg_read_all_stats`` sees the pid only — is taken for alive: only its expiry frees
+it, never a guess.)
+
+While leases are held, a daemon thread renews them every third of ``lease`` on the
+keeper's connection; a lease it finds taken over is marked lost (commits under it
+fail by the token anyway). Everything is per process: a child made by ``fork()``
+holds none of its parent's leases and opens its own connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from perdure._runtime.postgres import DRIVER_ERRORS, PostgresDatabase, pg_fault
+from perdure._runtime.threads import PerProcess
+from perdure.errors import SessionLockedError
+
+__all__ = ["LeaseKeeper", "holder_alive"]
+
+_log = logging.getLogger(__name__)
+
+
+def holder_alive(lease: str) -> str:
+    """SQL that is true while the lease row ``lease``'s holder connection is alive."""
+    # pg_stat_get_activity(pid) reads that one server process, where the view
+    # pg_stat_activity would read them all.
+    return (
+        f"EXISTS (SELECT 1 FROM pg_stat_get_activity({lease}.holder_pid) a "
+        f"WHERE a.backend_start IS NULL OR a.backend_start = {lease}.holder_start)"
+    )
+
+
+class _Keeper:
+    """One process's leases of one store: its connection, tokens and renewing thread."""
+
+    def __init__(self) -> None:
+        self.owner = secrets.token_hex(12)
+        self.lock = threading.Lock()
+        self.conn: psycopg.Connection[Any] | None = None
+        self.started: Any = None  # the connection's server process start time
+        self.held: dict[str, int] = {}  # session id -> token
+        self.lost: set[str] = set()
+        self.thread: threading.Thread | None = None
+        self.wake = threading.Event()
+        self.closing = False
+
+
+class LeaseKeeper:
+    """The writer leases one store instance holds (see the module docstring).
+
+    Args:
+        db: the store's database.
+        lease: seconds a lease lasts without renewal (a crashed machine's lease is
+            free after that).
+    """
+
+    def __init__(self, db: PostgresDatabase, lease: float) -> None:
+        self._db = db
+        self.lease = lease
+        q = db.q
+        self._seq = f"{q}.perdure_lease_tokens"
+        alive = holder_alive("l")
+        self._acquire_sql = (
+            f"INSERT INTO {q}.perdure_leases AS l "
+            "(session_id, owner, token, expires_at, holder_pid, holder_start) "
+            "VALUES (%(id)s, %(owner)s, nextval(%(seq)s::regclass), "
+            "now() + %(lease)s * interval '1 second', pg_backend_pid(), %(started)s) "
+            "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, "
+            "token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, "
+            "holder_pid = EXCLUDED.holder_pid, holder_start = EXCLUDED.holder_start "
+            f"WHERE l.owner = EXCLUDED.owner OR l.expires_at <= now() OR NOT {alive} "
+            "RETURNING token"
+        )
+        self._renew_sql = (
+            f"UPDATE {q}.perdure_leases SET expires_at = now() + %(lease)s * interval '1 second', "
+            "holder_pid = pg_backend_pid(), holder_start = %(started)s "
+            "WHERE owner = %(owner)s AND (session_id, token) IN "
+            "(SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::bigint[])) RETURNING session_id"
+        )
+        self._release_sql = (
+            f"DELETE FROM {q}.perdure_leases WHERE session_id = %(id)s AND token = %(token)s"
+        )
+        self._holder_sql = (
+            "SELECT extract(epoch FROM expires_at - now()), "
+            f"{alive} FROM {q}.perdure_leases l WHERE session_id = %(id)s"
+        )
+        self._state: PerProcess[_Keeper] = PerProcess(_Keeper)
+
+    @property
+    def owner(self) -> str:
+        """This process's owner id for the store's leases."""
+        return self._state.value.owner
+
+    def token(self, session_id: str) -> int | None:
+        """The fencing token of the lease held on ``session_id`` (None: not held)."""
+        return self._state.value.held.get(session_id)
+
+    def is_lost(self, session_id: str) -> bool:
+        """Whether the lease held on ``session_id`` was found taken over."""
+        return session_id in self._state.value.lost
+
+    def acquire(self, session_id: str) -> int:
+        """Take the session's lease and return its token (blocking: run in a thread).
+
+        Raises:
+            SessionLockedError: another live writer holds it; never waits.
+            StoreUnavailableError: the server could not be reached.
+        """
+        keeper = self._state.value
+        with keeper.lock:
+            row = self._on_keeper(
+                keeper,
+                lambda conn: conn.execute(
+                    self._acquire_sql,
+                    {
+                        "id": session_id,
+                        "owner": keeper.owner,
+                        "seq": self._seq,
+                        "lease": self.lease,
+                        "started": keeper.started,
+                    },
+                ).fetchone(),
+                f"taking the writer lease of session {session_id!r}",
+            )
+            if row is None:
+                raise self._locked(keeper, session_id)
+            token = int(row[0])
+            keeper.held[session_id] = token
+            keeper.lost.discard(session_id)
+            if keeper.thread is None or not keeper.thread.is_alive():
+                keeper.closing = False
+                keeper.wake.clear()
+                keeper.thread = threading.Thread(
+                    target=self._renew_while_held,
+                    args=(keeper,),
+                    name="perdure-postgres-leases",
+                    daemon=True,
+                )
+                keeper.thread.start()
+            return token
+
+    def release(self, session_id: str) -> None:
+        """Give the session's lease back (blocking: run in a thread).
+
+        A release that cannot reach the server is logged, not raised: the lease
+        then expires by itself, and the next writer waits at most that long.
+        """
+        keeper = self._state.value
+        with keeper.lock:
+            token = keeper.held.pop(session_id, None)
+            keeper.lost.discard(session_id)
+            if token is None:
+                return
+            try:
+                self._on_keeper(
+                    keeper,
+                    lambda conn: conn.execute(
+                        self._release_sql, {"id": session_id, "token": token}
+                    ),
+                    f"releasing the writer lease of session {session_id!r}",
+                )
+            except Exception as exc:  # the lease expires by itself
+                _log.warning("%s; it expires in %g s", exc, self.lease)
+
+    def close(self) -> None:
+        """Release every lease this process holds and close the keeper's connection."""
+        keeper = self._state.value
+        for session_id in list(keeper.held):
+            self.release(session_id)
+        with keeper.lock:
+            keeper.closing = True
+            keeper.wake.set()
+            conn, keeper.conn = keeper.conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _on_keeper(self, keeper: _Keeper, work: Any, doing: str) -> Any:
+        """``work(conn)`` on the keeper's connection (under ``keeper.lock``), reconnecting
+        while the server cannot be reached, up to the database's reconnect timeout.
+
+        Every statement here is safe to repeat: a lease is retaken by its own owner.
+        """
+        deadline: float | None = None
+        while True:
+            try:
+                return work(self._keeper_conn(keeper))
+            except DRIVER_ERRORS as exc:
+                self._drop(keeper)
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._db.reconnect_timeout
+                if pg_fault(exc) != "unavailable" or now >= deadline:
+                    raise self._db.translate(exc, doing) from exc
+                time.sleep(0.1)
+
+    def _keeper_conn(self, keeper: _Keeper) -> psycopg.Connection[Any]:
+        conn = keeper.conn
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        self._drop(keeper)
+        conn = self._db.connect()
+        try:
+            # Lease writes need no flush of their own: a commit made under a lease is
+            # flushed with everything logged before it, the lease included, and a
+            # lease lost to a server crash only refuses its holder's next commit (the
+            # commit names the owner as well as the token, which a crash could hand
+            # out again).
+            conn.execute("SET synchronous_commit TO off")
+            row = conn.execute(
+                "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+            ).fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        keeper.conn, keeper.started = conn, None if row is None else row[0]
+        return conn
+
+    def _drop(self, keeper: _Keeper) -> None:
+        conn, keeper.conn = keeper.conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+    def _locked(self, keeper: _Keeper, session_id: str) -> SessionLockedError:
+        details: dict[str, Any] = {"session_id": session_id, "reason": "leased"}
+        with contextlib.suppress(Exception):  # the refusal stands without the detail
+            row = self._on_keeper(
+                keeper,
+                lambda conn: conn.execute(self._holder_sql, {"id": session_id}).fetchone(),
+                "reading a lease",
+            )
+            if row is not None:
+                details["expires_in"] = round(float(row[0]), 3)
+        left = details.get("expires_in")
+        when = f"; its lease expires in {left:.1f} s unless renewed" if left is not None else ""
+        return SessionLockedError(
+            f"session {session_id!r} is locked by another writer: another process or "
+            f"machine holds its writer lease{when} ({self._db.where})",
+            details=details,
+        )
+
+    def _renew_while_held(self, keeper: _Keeper) -> None:
+        interval = self.lease / 3
+        while True:
+            keeper.wake.wait(interval)
+            with keeper.lock:
+                if keeper.closing or not keeper.held:
+                    keeper.thread = None
+                    return
+                held = dict(keeper.held)
+                try:
+                    rows = self._on_keeper(
+                        keeper,
+                        lambda conn, held=held: conn.execute(
+                            self._renew_sql,
+                            {
+                                "lease": self.lease,
+                                "started": keeper.started,
+                                "owner": keeper.owner,
+                                "ids": list(held),
+                                "tokens": list(held.values()),
+                            },
+                        ).fetchall(),
+                        "renewing writer leases",
+                    )
+                except Exception as exc:  # tried again at the next beat
+                    _log.warning("%s", exc)
+                    continue
+                renewed = {row[0] for row in rows}
+                for session_id in held:
+                    if session_id not in renewed and session_id not in keeper.lost:
+                        keeper.lost.add(session_id)
+                        _log.warning(
+                            "the writer lease of session %r in %s was taken over by "
+                            "another writer; commits under it will be refused",
+                            session_id,
+                            self._db.where,
+                        )
