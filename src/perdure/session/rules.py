@@ -193,8 +193,9 @@ def decode_message(text: str) -> Message:
         raise DecodeError(f"not a message: {exc}") from None
 
 
-def decode_messages(texts: Sequence[bytes]) -> list[Message] | None:
-    """The messages stored as ``texts`` (UTF-8 JSON), parsed in one pass.
+def decode_messages(texts: Sequence[str] | Sequence[bytes]) -> list[Message] | None:
+    """The messages stored as ``texts`` (JSON, as ``str`` or UTF-8 ``bytes``, all of
+    one kind), parsed in one pass.
 
     One parse of ``[text,text,…]`` instead of one per text: the hot loop of a long
     resume. Returns ``None`` when any text is not one well-formed message (not JSON,
@@ -205,22 +206,109 @@ def decode_messages(texts: Sequence[bytes]) -> list[Message] | None:
     """
     if not texts:
         return []
-    joined = b"[" + b",".join(texts) + b"]"
+    joined: str | bytes
     try:
+        if isinstance(texts[0], bytes):
+            joined = b"[" + b",".join(cast(Sequence[bytes], texts)) + b"]"
+        else:
+            joined = "[" + ",".join(cast(Sequence[str], texts)) + "]"
         values = json.loads(joined)
         if len(values) != len(texts):
             return None
         if may_hold_encoded(joined):
             values = [
                 decode_bytes_values(value) if may_hold_encoded(text) else value
-                for value, text in zip(values, texts, strict=True)
+                for value, text in zip(values, cast(Sequence[str | bytes], texts), strict=True)
             ]
-    except (ValueError, RecursionError):
+    except (TypeError, ValueError, RecursionError):  # TypeError: str and bytes mixed
         return None
     for value in values:
         if not looks_like_message(value):
             return None
     return cast(list[Message], values)
+
+
+Damage = Callable[[int, str, str], Exception]
+"""``damage(index, kind, detail)``: the store's corruption error for message ``index``."""
+
+
+def verify_rows(
+    rows: Iterable[tuple[Any, ...]],
+    first: int,
+    prev: str,
+    end: int,
+    head: str | None,
+    damage: Damage,
+    *,
+    base: int = 0,
+) -> list[Message]:
+    """Check that ``rows`` are messages ``first..end-1`` chained from ``prev``; decode them.
+
+    A row is ``(key, body, hash, redacted, redacted_hash)``, message ``key - base``;
+    texts as the driver gives them (``str``, or UTF-8 ``bytes``), checked here.
+
+    The row stores' (SQLite, PostgreSQL) one read check: each row at its index, each
+    column of its type, each hash the body chained to the row before (a redaction
+    chained to its row's hash), and — when ``head`` is given (the rows reach the
+    session's end) — the last hash the session's recorded head. Then all the texts
+    parse in one pass (:func:`decode_messages`); the first that is no message is
+    named. ``damage`` makes the error for each finding (``bad_sequence``,
+    ``bad_payload``, ``bad_hash``, ``broken_chain``).
+    """
+    texts: list[Any] = []
+    index = first
+    for key, body, stored, redacted, redacted_hash in rows:
+        at = key - base
+        if at != index:
+            raise damage(index, "bad_sequence", "the row is missing")
+        if at >= end:
+            raise damage(at, "bad_sequence", f"the session holds only {end} messages")
+        if not (
+            isinstance(body, str | bytes)
+            and isinstance(stored, str)
+            and (redacted is None or type(redacted) is type(body))
+            and isinstance(redacted_hash, str | None)
+        ):
+            raise damage(at, "bad_payload", "a column has the wrong type")
+        if chain_hash(prev, body) != stored:
+            if isinstance(body, bytes) and not _is_utf8(body):  # say what a str read would
+                raise damage(at, "bad_payload", "the stored text is not valid UTF-8")
+            raise damage(
+                at,
+                "bad_hash",
+                f"stored hash {stored!r} does not match the body chained to the previous row",
+            )
+        if redacted is None:
+            texts.append(body)
+        else:
+            if redacted_hash != chain_hash(stored, redacted):
+                raise damage(at, "bad_hash", "the redacted body does not match its hash")
+            texts.append(redacted)
+        prev = stored
+        index += 1
+    if index != end:
+        raise damage(index, "bad_sequence", f"the row is missing (expected {end} rows)")
+    if head is not None and prev != head:
+        raise damage(
+            end - 1, "broken_chain", "the last row's hash is not the session's recorded head"
+        )
+    messages = decode_messages(texts)
+    if messages is None:  # one of them is no message: find it, for the report
+        for at, text in enumerate(texts, start=first):
+            try:
+                decode_message(text.decode("utf-8") if isinstance(text, bytes) else text)
+            except (DecodeError, UnicodeDecodeError) as exc:
+                raise damage(at, "bad_payload", str(exc)) from None
+        raise damage(first, "bad_payload", "the rows do not decode")
+    return messages
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def looks_like_message(raw: Any) -> bool:

@@ -148,7 +148,6 @@ from perdure.session.rules import (
     check_list_args,
     check_max_checkpoints,
     decode_message,
-    decode_messages,
     decode_state,
     encode_message,
     encode_redactions,
@@ -158,6 +157,7 @@ from perdure.session.rules import (
     plan_commit,
     text_hash,
     utc_now,
+    verify_rows,
 )
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
 from perdure.stores.file.store import SessionRecoveryReport
@@ -380,14 +380,6 @@ def _row_damage(
     except DecodeError:
         return "bad_payload"
     return None
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 class _RepairPlan:
@@ -984,66 +976,16 @@ class SQLiteSessionStore(StoreBase):
         end: int,
     ) -> builtins.list[Message]:
         """Check that ``rows`` (``_SELECT_ROW_BYTES``) are messages ``first..end-1``,
-        chained from ``prev``; decode them."""
-        base = head.base
-        texts: builtins.list[bytes] = []
-        index = first
-        for key, body, stored, redacted, redacted_hash in rows:
-            at = key - base
-            if at != index:
-                raise self._damage(session_id, index, "bad_sequence", "the row is missing")
-            if at >= end:
-                raise self._damage(
-                    session_id, at, "bad_sequence", f"the session holds only {end} messages"
-                )
-            if not (
-                isinstance(body, bytes)
-                and isinstance(stored, str)
-                and isinstance(redacted, bytes | None)
-                and isinstance(redacted_hash, str | None)
-            ):
-                raise self._damage(session_id, at, "bad_payload", "a column has the wrong type")
-            if chain_hash(prev, body) != stored:
-                if not _is_utf8(body):  # read as bytes: say what SQLite's str would
-                    raise self._damage(
-                        session_id, at, "bad_payload", "the stored text is not valid UTF-8"
-                    )
-                raise self._damage(
-                    session_id,
-                    at,
-                    "bad_hash",
-                    f"stored hash {stored!r} does not match the body chained to the previous row",
-                )
-            if redacted is None:
-                texts.append(body)
-            else:
-                if redacted_hash != chain_hash(stored, redacted):
-                    raise self._damage(
-                        session_id, at, "bad_hash", "the redacted body does not match its hash"
-                    )
-                texts.append(redacted)
-            prev = stored
-            index += 1
-        if index != end:
-            raise self._damage(
-                session_id, index, "bad_sequence", f"the row is missing (expected {end} rows)"
-            )
-        if end == head.total and prev != head.head:
-            raise self._damage(
-                session_id,
-                end - 1,
-                "broken_chain",
-                "the last row's hash is not the session's recorded head",
-            )
-        messages = decode_messages(texts)
-        if messages is None:  # one of them is no message: find it, for the report
-            for at, text in enumerate(texts, start=first):
-                try:
-                    decode_message(text.decode("utf-8"))
-                except (DecodeError, UnicodeDecodeError) as exc:
-                    raise self._damage(session_id, at, "bad_payload", str(exc)) from None
-            raise self._damage(session_id, first, "bad_payload", "the rows do not decode")
-        return messages
+        chained from ``prev``; decode them (:func:`~perdure.session.rules.verify_rows`)."""
+        return verify_rows(
+            rows,
+            first,
+            prev,
+            end,
+            head.head if end == head.total else None,
+            lambda at, kind, detail: self._damage(session_id, at, kind, detail),
+            base=head.base,
+        )
 
     def _get(self, session_id: str, offset: int) -> SessionRecord:
         with self._use(self._reader) as conn, transaction(conn, "BEGIN"):

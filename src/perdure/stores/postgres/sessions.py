@@ -111,6 +111,7 @@ from perdure.session.rules import (
     plan_commit,
     text_hash,
     utc_now,
+    verify_rows,
     writes_anything,
 )
 from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
@@ -555,48 +556,16 @@ class PostgresSessionStore(StoreBase):
         prev: str,
         end: int,
     ) -> builtins.list[Message]:
-        """Check that ``rows`` are messages ``first..end-1``, chained from ``prev``; decode."""
-        messages: builtins.list[Message] = []
-        index = first
-        for at, body, stored, redacted, redacted_hash in rows:
-            if at != index:
-                raise self._damage(session_id, index, "bad_sequence", "the row is missing")
-            if at >= end:
-                raise self._damage(
-                    session_id, at, "bad_sequence", f"the session holds only {end} messages"
-                )
-            if chain_hash(prev, body) != stored:
-                raise self._damage(
-                    session_id,
-                    at,
-                    "bad_hash",
-                    f"stored hash {stored!r} does not match the body chained to the previous row",
-                )
-            text = body
-            if redacted is not None:
-                if redacted_hash != chain_hash(stored, redacted):
-                    raise self._damage(
-                        session_id, at, "bad_hash", "the redacted body does not match its hash"
-                    )
-                text = redacted
-            try:
-                messages.append(decode_message(text))
-            except DecodeError as exc:
-                raise self._damage(session_id, at, "bad_payload", str(exc)) from None
-            prev = stored
-            index += 1
-        if index != end:
-            raise self._damage(
-                session_id, index, "bad_sequence", f"the row is missing (expected {end} rows)"
-            )
-        if end == head.total and prev != head.head:
-            raise self._damage(
-                session_id,
-                end - 1,
-                "broken_chain",
-                "the last row's hash is not the session's recorded head",
-            )
-        return messages
+        """Check that ``rows`` are messages ``first..end-1``, chained from ``prev``; decode
+        them (:func:`~perdure.session.rules.verify_rows`)."""
+        return verify_rows(
+            rows,
+            first,
+            prev,
+            end,
+            head.head if end == head.total else None,
+            lambda at, kind, detail: self._damage(session_id, at, kind, detail),
+        )
 
     def _state(self, session_id: str, head: _Head, text: str | None) -> dict[str, Any]:
         def damaged(detail: str) -> SessionCorruptedError:
