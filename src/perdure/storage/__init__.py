@@ -4,21 +4,27 @@ A ``Storage`` only moves bytes; the layers above own the key layout and the form
 Backends: :class:`MemoryStorage` (tests), :class:`LocalFileStorage` (a directory),
 :class:`SQLiteStorage` (one database file). Every backend passes the same contract
 suite, and every coroutine may be awaited from any event loop and thread.
+:class:`ConditionalStorage` adds versions and compare-and-set writes, which raise
+:class:`~perdure.errors.StorageConflictError` when the blob is not at the version
+the caller expected.
 """
 
+from perdure.errors import StorageConflictError
 from perdure.storage.keys import validate_key, validate_prefix
 from perdure.storage.local_file import LocalFileStorage
 from perdure.storage.memory import MemoryStorage
-from perdure.storage.protocol import Storage
+from perdure.storage.protocol import ConditionalStorage, Storage
 from perdure.storage.sqlite import SQLiteStorage
 from perdure.storage.urls import STORAGE_SCHEMES, open_storage, split_url
 
 __all__ = [
     "STORAGE_SCHEMES",
+    "ConditionalStorage",
     "LocalFileStorage",
     "MemoryStorage",
     "SQLiteStorage",
     "Storage",
+    "StorageConflictError",
     "open_storage",
     "split_url",
     "validate_key",
