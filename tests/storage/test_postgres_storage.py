@@ -31,7 +31,7 @@ from perdure.storage import ConditionalStorage, Storage, open_storage
 from perdure.testing import ConditionalStorageSuite, StorageSuite
 from perdure.testing.storage import StorageFactory
 from pg_proxy import cutting_proxy
-from postgres_server import DSN, execute, import_psycopg, schema_fixture
+from postgres_server import DSN, execute, import_psycopg, require_server, schema_fixture
 
 import_psycopg()
 from perdure.storage.postgres import MAX_KEY_BYTES, PostgresStorage  # noqa: E402
@@ -196,6 +196,7 @@ async def test_a_server_that_cannot_be_reached_is_a_typed_error() -> None:
 
 
 async def test_a_missing_database_is_a_storage_error_at_once() -> None:
+    require_server()
     storage = PostgresStorage(DSN.rsplit("/", 1)[0] + "/no_such_database_here")
     with pytest.raises(StorageError) as info:
         await storage.read("k")
