@@ -231,6 +231,10 @@ class PostgresStorage:
         """Close this process's connections (the next call opens new ones)."""
         self.db.close()
 
+    async def schema_exists(self) -> bool:
+        """Whether the storage's table exists in its schema (creates nothing)."""
+        return await asyncio.to_thread(self.db.schema_exists)
+
     # ------------------------------------------------------------------ Storage
 
     async def write(self, key: str, data: bytes) -> None:
