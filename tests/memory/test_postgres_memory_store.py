@@ -314,11 +314,18 @@ async def test_vectors_are_reloaded_after_another_writer(
     writer = opened(embedder=WordEmbedder())
     await writer.add("The user drinks green tea.")
     assert len(await reader.search("night theme", limit=3)) <= 1
+    held = reader._vectors
+    assert held is not None
+    assert len(held.ids) == 1
     await writer.add("The user prefers dark mode.")
     found = await reader.search("night theme", limit=1)
     assert contents(found) == ["The user prefers dark mode."]
+    assert reader._vectors is not None
+    assert len(reader._vectors.ids) == 2
+    assert (reader._vectors.matrix[0] == held.matrix[0]).all()  # kept, not read again
     assert await writer.delete([e.metadata["memory_id"] for e in found]) == 1  # type: ignore[index]
     assert "dark" not in " ".join(contents(await reader.search("night", limit=3)))
+    assert reader._vectors.ids.tolist() == held.ids.tolist()  # the deleted one dropped
     # Another namespace's writes do not touch this one's vectors.
     loaded = reader._vectors
     await opened("bob", embedder=WordEmbedder()).add("Bob prefers dark mode.")

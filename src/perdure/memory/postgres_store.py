@@ -32,8 +32,9 @@ pool, the schema's creation and version and the translation of psycopg's errors 
   the ``vector`` extension (or may create it); pgvector is not packaged for
   PostgreSQL 15 on the machines perdure is tested on, so there the store ranks in
   Python: it keeps the namespace's vectors in memory (4 bytes per dimension per
-  memory) and reloads them only when the namespace's generation moved (any write
-  in the namespace, by anyone, bumps it in the same statement).
+  memory) and, when the namespace's generation moved (any write in the
+  namespace, by anyone, bumps it in the same statement), reads again only what
+  changed: the ids, and the vectors it does not hold yet.
 - **Duplicates**: adding text the namespace already holds (same text, ignoring
   case and whitespace) does nothing, so extraction (at least once) never duplicates
   a memory — and every write may be sent again: when the server goes away, writes
@@ -174,10 +175,10 @@ class _Statements:
         m = f"{q}.perdure_memories"
         g = f"{q}.perdure_memory_generations"
         self.table = m
-        # Row i's vector: the i-th run of dim numbers of one flat real[] parameter.
-        vector = (
-            "(%(vectors)s::real[])[(u.i::int - 1) * %(dim)s::int + 1 : u.i::int * %(dim)s::int]"
-        )
+        # Row i's vector: the i-th run of dim numbers of one flat real[] parameter,
+        # converted once (in a MATERIALIZED CTE), not once per row.
+        flat = "flat AS MATERIALIZED (SELECT %(vectors)b::real[] AS a), "
+        vector = "flat.a[(u.i::int - 1) * %(dim)s::int + 1 : u.i::int * %(dim)s::int]"
         bump = (
             f"INSERT INTO {g} (namespace, generation) SELECT %(ns)s, 1 "
             "WHERE EXISTS (SELECT 1 FROM changed) "
@@ -187,12 +188,12 @@ class _Statements:
         def add(vectors: bool) -> str:
             embedding = f"{vector}, %(model)s" if vectors else "NULL, NULL"
             return (
-                f"WITH changed AS (INSERT INTO {m} (namespace, content, content_key, metadata, "
-                "created_at, embedding, embedding_model) "
+                f"WITH {flat if vectors else ''}changed AS (INSERT INTO {m} (namespace, content, "
+                "content_key, metadata, created_at, embedding, embedding_model) "
                 "SELECT %(ns)s, u.content, u.key, u.meta, "
                 f"extract(epoch FROM clock_timestamp()), {embedding} "
                 "FROM unnest(%(contents)s::text[], %(keys)s::text[], %(metas)s::text[]) "
-                "WITH ORDINALITY AS u(content, key, meta, i) "
+                f"WITH ORDINALITY AS u(content, key, meta, i){', flat' if vectors else ''} "
                 "ON CONFLICT (namespace, content_key) DO NOTHING RETURNING 1), "
                 f"bumped AS ({bump}) SELECT count(*) FROM changed"
             )
@@ -228,8 +229,8 @@ class _Statements:
             "ORDER BY id LIMIT %(limit)s"
         )
         self.embed = (
-            f"WITH v AS (SELECT u.id, {vector} AS e "
-            "FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS u(id, i)), "
+            f"WITH {flat}v AS (SELECT u.id, {vector} AS e "
+            "FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS u(id, i), flat), "
             f"changed AS (UPDATE {m} SET embedding = v.e, embedding_model = %(model)s FROM v "
             f"WHERE {m}.id = v.id AND {m}.namespace = %(ns)s RETURNING 1), "
             f"bumped AS ({bump}) SELECT count(*) FROM changed"
@@ -237,9 +238,14 @@ class _Statements:
         self.generation = f"SELECT generation FROM {g} WHERE namespace = %(ns)s"
         # array_send: the vectors in PostgreSQL's binary array format, which numpy
         # reads without a Python float per number (see _decode_vectors).
+        self.vector_ids = (
+            f"SELECT id FROM {m} WHERE namespace = %(ns)s "
+            "AND embedding_model = %(model)s AND embedding IS NOT NULL ORDER BY id"
+        )
         self.vectors = (
             f"SELECT id, array_send(embedding) FROM {m} WHERE namespace = %(ns)s "
-            "AND embedding_model = %(model)s AND embedding IS NOT NULL ORDER BY id"
+            "AND embedding_model = %(model)s AND embedding IS NOT NULL AND id = ANY(%(ids)s) "
+            "ORDER BY id"
         )
 
 
@@ -579,29 +585,53 @@ class PostgresMemoryStore(MemoryStore):
         return [int(index.ids[i]) for i in top if similarities[i] >= self.min_similarity]
 
     def _vector_index(self) -> _Vectors:
-        """The namespace's vectors, reloaded when its generation moved since the last load."""
+        """The namespace's vectors, brought up to date when its generation moved.
+
+        Only what changed is read again: the ids of the namespace's vectors, then
+        the vectors of the ids not held yet (added, or given a vector by a
+        backfill); ids no longer there (deleted) are dropped. Memories are never
+        given another vector of the same model, so a vector held stays right.
+        """
         assert self.embedder is not None
-        params = {"ns": self.namespace, "model": self.embedder.model_id}
+        np = self._np
+        params: dict[str, Any] = {"ns": self.namespace, "model": self.embedder.model_id}
         with self._vectors_lock:
             row = self.db.call(
                 lambda conn: conn.execute(self._sql.generation, params).fetchone(),
                 doing="checking for changes",
             )
             current = 0 if row is None else int(row[0])
-            if self._vectors is not None and self._vectors.generation == current:
-                return self._vectors
+            held = self._vectors
+            if held is not None and held.generation == current:
+                return held
+            held_ids = set() if held is None else set(held.ids.tolist())
 
-            def load(conn: psycopg.Connection[Any]) -> tuple[int, list[tuple[Any, ...]]]:
+            def load(conn: psycopg.Connection[Any]) -> tuple[int, list[int], list[Any]]:
                 # One snapshot: the vectors are exactly those of the generation read.
                 with conn.transaction():
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     found = conn.execute(self._sql.generation, params).fetchone()
-                    rows = conn.execute(self._sql.vectors, params).fetchall()
-                return (0 if found is None else int(found[0])), rows
+                    ids = [int(i) for (i,) in conn.execute(self._sql.vector_ids, params)]
+                    new = [i for i in ids if i not in held_ids]
+                    # Binary: the bytea arrives as it is stored, not as hex text.
+                    rows = (
+                        conn.execute(
+                            self._sql.vectors, {**params, "ids": new}, binary=True
+                        ).fetchall()
+                        if new
+                        else []
+                    )
+                return (0 if found is None else int(found[0])), ids, rows
 
-            generation, rows = self.db.call(load, doing="loading vectors")
-            ids, matrix = self._decode_vectors(rows)
-            self._vectors = _Vectors(generation, ids, matrix)
+            generation, ids, rows = self.db.call(load, doing="loading vectors")
+            new_ids, new_matrix = self._decode_vectors(rows)
+            if held is not None and len(held.ids):
+                keep = np.isin(held.ids, np.asarray(ids, dtype=np.int64))
+                new_ids = np.concatenate([held.ids[keep], new_ids])
+                new_matrix = np.concatenate([held.matrix[keep], new_matrix])
+                order = np.argsort(new_ids, kind="stable")
+                new_ids, new_matrix = new_ids[order], new_matrix[order]
+            self._vectors = _Vectors(generation, new_ids, new_matrix)
             return self._vectors
 
     def _decode_vectors(self, rows: list[tuple[Any, ...]]) -> tuple[Any, Any]:
