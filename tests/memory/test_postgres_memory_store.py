@@ -11,8 +11,11 @@ a server that is down reported as typed errors.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
+import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -261,6 +264,48 @@ async def test_a_server_that_cannot_be_reached_is_a_typed_error() -> None:
     assert info.value.details["outcome"] == "unknown"
     assert isinstance(info.value, ConnectionError)
     store.close()
+
+
+async def test_writes_go_on_while_the_server_drops_connections(schema: str) -> None:
+    # Every write is idempotent (a duplicate adds nothing), so the store simply sends
+    # it again on a new connection: four writers add 40 memories each while the
+    # server ends the store's connections every 20 ms; all 160 are there, once.
+    name = f"perdure-memory-{uuid.uuid4().hex[:8]}"
+    store = PostgresMemoryStore(f"{DSN}?application_name={name}", namespace="alice", schema=schema)
+    await store.initialize()
+    stop = threading.Event()
+    kills = 0
+
+    def killer() -> None:
+        nonlocal kills
+        while not stop.wait(0.02):
+            rows = execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (name,),
+            )
+            kills += sum(1 for (done,) in rows if done)
+
+    async def writer(index: int) -> None:
+        for n in range(40):
+            await store.add(f"writer {index} remembers fact {n}")
+            if n % 10 == 9:
+                assert await store.search(f"writer {index}", limit=1)
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    try:
+        await asyncio.gather(*(writer(i) for i in range(4)))
+    finally:
+        stop.set()
+        thread.join()
+    try:
+        assert await store.count() == 160
+        listed = contents(await store.list(limit=500))
+        assert len(set(listed)) == len(listed) == 160
+        assert kills > 0
+    finally:
+        store.close()
 
 
 # ---------------------------------------------------------------------- hybrid
