@@ -24,6 +24,7 @@ EXPECTED_CODES = {
     "ModelError": "model_error",
     "MemoryStoreError": "memory_store_error",
     "StorageError": "storage_error",
+    "StorageConflictError": "storage_conflict",
     "StoreUnavailableError": "store_unavailable",
     "SchemaVersionError": "schema_version",
     "ContextWindowOverflowError": "context_window_overflow",

@@ -1,7 +1,8 @@
 """``perdure snapshots list|show|restore`` through the real entry points.
 
 The storage is written by a real ``SnapshotSessionManager`` (with a ``snapshot_trigger``
-appending an immutable snapshot after every invocation), on files and on SQLite.
+appending an immutable snapshot after every invocation), on files, on SQLite and on
+PostgreSQL (a schema of its own, dropped after the test; see postgres_server).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+import postgres_server
 from perdure import Agent
 from perdure.cli._common import EXIT_CORRUPTED, EXIT_NOT_FOUND, EXIT_USAGE
 from perdure.cli.main import cli
@@ -60,9 +62,15 @@ def fill(storage: Storage) -> None:
     agent("last one")
 
 
-@pytest.fixture(params=["file", "sqlite"])
+@pytest.fixture(params=["file", "sqlite", "postgres"])
 def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "file":
+    if request.param == "postgres":
+        url = postgres_server.store_url(request) + "&table=snapshots"
+        postgres = open_storage(url)
+        fill(postgres)
+        close(postgres)
+        yield url
+    elif request.param == "file":
         storage: Storage = LocalFileStorage(tmp_path / "blobs")
         fill(storage)
         yield f"file:{tmp_path / 'blobs'}"
@@ -71,6 +79,12 @@ def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
         fill(sqlite)
         sqlite.close()
         yield f"sqlite:{tmp_path / 'blobs.db'}"
+
+
+def close(storage: Storage) -> None:
+    closer = getattr(storage, "close", None)
+    if closer is not None:
+        closer()
 
 
 def snapshot_ids(storage_url: str) -> list[str]:
@@ -144,8 +158,7 @@ def test_restore_makes_a_snapshot_the_latest_and_keeps_a_backup(storage_url: str
         assert [m["role"] for m in agent.messages] == ["user", "assistant"] * 2
         assert agent.state.get() == {}
     finally:
-        if isinstance(storage, SQLiteStorage):
-            storage.close()
+        close(storage)
     # The backup undoes it.
     backup = listing["snapshots"][-1]["snapshot_id"]
     undo = ok_json("snapshots", "restore", "s1", backup, "--storage", storage_url, "--no-backup")
@@ -167,6 +180,23 @@ def test_unknown_snapshot_session_or_storage_is_not_found(storage_url: str, tmp_
     assert missing.exit_code == EXIT_NOT_FOUND
     assert "no snapshot storage" in missing.stderr
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_postgres_schema_without_the_storage_exits_3_and_is_not_made() -> None:
+    postgres_server.require_server()
+    schema = postgres_server.new_schema_name()
+    for url in (
+        f"{postgres_server.DSN}?schema={schema}",
+        f"{postgres_server.DSN}?schema={schema}&table=other",
+    ):
+        result = invoke("snapshots", "list", "s1", "--storage", url)
+        assert result.exit_code == EXIT_NOT_FOUND, result.stderr
+        assert "no snapshot storage" in result.stderr
+    made = postgres_server.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+    assert made == []
+    bad = invoke("snapshots", "list", "s1", "--storage", "postgresql://db/app?table=a-b")
+    assert bad.exit_code == EXIT_USAGE
+    assert "--storage" in bad.stderr
 
 
 def test_bad_ids_cursors_and_urls_are_usage_errors(storage_url: str) -> None:
@@ -202,13 +232,25 @@ def corrupt_sqlite(path: Path, snapshot_id: str) -> None:
     conn.close()
 
 
+def corrupt_postgres(url: str, snapshot_id: str) -> None:
+    schema = url.split("schema=")[1].split("&")[0]
+    key = f"sessions/s1/agents/default/snapshots/{snapshot_id}"
+    postgres_server.execute(
+        f'UPDATE "{schema}".snapshots SET data = set_byte(data, length(data) / 2, '
+        "get_byte(data, length(data) / 2) # 1) WHERE key = %s",
+        (key,),
+    )
+
+
 def test_a_flipped_byte_is_corruption(storage_url: str) -> None:
     ids = snapshot_ids(storage_url)
     scheme, _, path = storage_url.partition(":")
     if scheme == "file":
         corrupt_file(Path(path), ids[1])
-    else:
+    elif scheme == "sqlite":
         corrupt_sqlite(Path(path), ids[1])
+    else:
+        corrupt_postgres(storage_url, ids[1])
     shown = invoke("snapshots", "show", "s1", ids[1], "--storage", storage_url)
     assert shown.exit_code == EXIT_CORRUPTED, shown.stderr
     assert "session_store_corrupted" in shown.stderr

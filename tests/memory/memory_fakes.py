@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from perdure.memory import MemoryEntry, MemoryStore
 from perdure.types import Message
@@ -80,3 +81,28 @@ class PlainStore:
 
     async def search(self, query: str, *, limit: int) -> list[MemoryEntry]:
         return [MemoryEntry(content=f"plain: {query}")]
+
+
+class WordEmbedder:
+    """A tiny deterministic embedder: words hashed into buckets, synonyms shared."""
+
+    model_id = "test/word-buckets"
+    dimension = 16
+    SYNONYMS: ClassVar[dict[str, str]] = {
+        "night": "dark",
+        "theme": "mode",
+        "scheme": "mode",
+        "colour": "mode",
+    }
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors = []
+        for text in texts:
+            vector = [0.0] * self.dimension
+            for word in text.lower().replace(".", " ").replace("?", " ").split():
+                word = self.SYNONYMS.get(word, word)
+                bucket = hashlib.sha256(word.encode()).digest()[0] % self.dimension
+                vector[bucket] += 1.0
+            norm = sum(v * v for v in vector) ** 0.5 or 1.0
+            vectors.append([v / norm for v in vector])
+        return vectors

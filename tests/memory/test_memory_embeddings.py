@@ -6,7 +6,6 @@ under ``CI=true``, where they must run.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -14,9 +13,9 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
+from memory_fakes import WordEmbedder
 
 from perdure.memory import Embedder, LocalMemoryStore, MiniLMEmbedder
 
@@ -40,31 +39,6 @@ def minilm() -> MiniLMEmbedder:
     embedder = MiniLMEmbedder()
     embedder.embed(["load the model once for this module"])
     return embedder
-
-
-class WordEmbedder:
-    """A tiny deterministic embedder: words hashed into buckets, synonyms shared."""
-
-    model_id = "test/word-buckets"
-    dimension = 16
-    SYNONYMS: ClassVar[dict[str, str]] = {
-        "night": "dark",
-        "theme": "mode",
-        "scheme": "mode",
-        "colour": "mode",
-    }
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        vectors = []
-        for text in texts:
-            vector = [0.0] * self.dimension
-            for word in text.lower().replace(".", " ").replace("?", " ").split():
-                word = self.SYNONYMS.get(word, word)
-                bucket = hashlib.sha256(word.encode()).digest()[0] % self.dimension
-                vector[bucket] += 1.0
-            norm = sum(v * v for v in vector) ** 0.5 or 1.0
-            vectors.append([v / norm for v in vector])
-        return vectors
 
 
 def test_importing_perdure_imports_no_optional_dependency() -> None:

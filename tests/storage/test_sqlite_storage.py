@@ -91,13 +91,3 @@ def test_bad_constructor_arguments() -> None:
         SQLiteStorage(3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout"):
         SQLiteStorage("x.db", timeout=-1)
-
-
-def test_upper_bound_of_prefixes() -> None:
-    from perdure.storage.sqlite import _upper_bound
-
-    assert _upper_bound("") is None
-    assert _upper_bound("ab") == "ac"
-    assert _upper_bound("a\ud7ff") == "a\ue000"
-    assert _upper_bound("a\U0010ffff") == "b"
-    assert _upper_bound("\U0010ffff") is None

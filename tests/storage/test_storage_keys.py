@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from perdure.storage import validate_key, validate_prefix
-from perdure.storage.keys import check_data, validate_list_args
+from perdure.storage.keys import (
+    check_data,
+    check_expected,
+    prefix_upper_bound,
+    validate_list_args,
+)
 
 
 @pytest.mark.parametrize(
@@ -70,3 +75,19 @@ def test_check_data() -> None:
     assert check_data(bytearray(b"y")) == b"y"
     with pytest.raises(TypeError, match="data must be bytes, got str"):
         check_data("x")
+
+
+def test_upper_bound_of_prefixes() -> None:
+    assert prefix_upper_bound("") is None
+    assert prefix_upper_bound("ab") == "ac"
+    assert prefix_upper_bound("a\ud7ff") == "a\ue000"
+    assert prefix_upper_bound("a\U0010ffff") == "b"
+    assert prefix_upper_bound("\U0010ffff") is None
+
+
+def test_an_expected_version_is_a_str_or_none() -> None:
+    assert check_expected(None) is None
+    assert check_expected("7") == "7"
+    for bad in (7, b"7", 7.0):
+        with pytest.raises(TypeError, match="expected"):
+            check_expected(bad)

@@ -18,8 +18,6 @@ from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, open
 @pytest.mark.parametrize(
     ("url", "backend", "extra", "issue"),
     [
-        ("postgresql://user@db/app", "PostgreSQL", "postgres", 17),
-        ("postgres://db/app", "PostgreSQL", "postgres", 17),
         ("redis://localhost:6379/0", "Redis", "redis", 18),
         ("rediss://cache", "Redis", "redis", 18),
         ("s3://bucket/prefix", "S3", "s3", 19),
@@ -28,9 +26,7 @@ from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, open
 def test_a_later_backend_is_refused_naming_its_extra_and_issue(
     url: str, backend: str, extra: str, issue: int
 ) -> None:
-    # PostgreSQL sessions came with issue 17; its blob storage is still to come.
-    openers = (open_storage,) if url.startswith("postgres") else (open_storage, open_store)
-    for opener in openers:
+    for opener in (open_storage, open_store):
         with pytest.raises(ValueError) as info:
             opener(url)
         message = str(info.value)
@@ -41,7 +37,9 @@ def test_a_later_backend_is_refused_naming_its_extra_and_issue(
 
 
 def test_an_unknown_scheme_lists_the_known_ones_in_both_openers() -> None:
-    with pytest.raises(ValueError, match=r"unknown storage scheme 'ftp'.*file:, sqlite:, memory:"):
+    with pytest.raises(
+        ValueError, match=r"unknown storage scheme 'ftp'.*file:, sqlite:, memory:, postgresql:"
+    ):
         open_storage("ftp://host/x")
     with pytest.raises(ValueError, match=r"unknown store scheme 'ftp'.*file:, sqlite:, memory:"):
         open_store("ftp://host/x")
@@ -101,6 +99,7 @@ def test_a_postgres_url_opens_the_postgres_store_without_io() -> None:
         ("postgresql://db/app?ttl=soon", "ttl='soon' is not a number"),
         ("postgresql://db/app?max_checkpoints=2.5", "max_checkpoints='2.5' is not an integer"),
         ("postgresql://db/app?schema=a&schema=b", "schema= twice"),
+        ("postgresql://db/app?table=blobs", "table= is not an option of the store"),
     ],
 )
 def test_postgres_url_options_are_checked(url: str, problem: str) -> None:

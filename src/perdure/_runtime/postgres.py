@@ -80,6 +80,7 @@ __all__ = [
     "PostgresFault",
     "SchemaPart",
     "check_schema_name",
+    "durable_commits",
     "pg_fault",
     "quote_ident",
     "server_display",
@@ -154,6 +155,17 @@ def pg_fault(exc: BaseException) -> PostgresFault:
     if sqlstate.startswith(("42", "22", "23")) and sqlstate != "42501":
         return "bug"
     return "failure"
+
+
+def durable_commits(conn: psycopg.Connection[Any]) -> None:
+    """Have ``conn``'s commits wait for the server's WAL flush (``synchronous_commit``),
+    should the server's default turn it off: a write is durable when it returns.
+
+    A ``configure`` hook for :class:`PostgresDatabase` (every new connection).
+    """
+    row = conn.execute("SHOW synchronous_commit").fetchone()
+    if row is not None and row[0] == "off":
+        conn.execute("SET synchronous_commit TO on")
 
 
 def quote_ident(name: str) -> str:

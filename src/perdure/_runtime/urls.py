@@ -1,10 +1,10 @@
 """The one parser of backend URLs (STYLE §8): ``scheme:path`` for every opener.
 
 :func:`perdure.storage.open_storage` and :func:`perdure.session.open_store` both
-split their URL here, so ``file:``, ``sqlite:`` and ``memory:`` mean the same in
-each, and a server scheme that an opener does not ship yet (``redis://``,
-``s3://``; ``postgresql://`` for blob storage) gets the same clear refusal that names
-the backend, its extra and the issue that brings it — never "unknown scheme".
+split their URL here, so ``file:``, ``sqlite:``, ``memory:`` and ``postgresql://``
+mean the same in each, and a server scheme that an opener does not ship yet
+(``redis://``, ``s3://``) gets the same clear refusal that names the backend, its
+extra and the issue that brings it — never "unknown scheme".
 
 A server URL (``postgresql://…``) names no path: :func:`split_url` gives ``None``
 for it, and :func:`postgres_url` splits perdure's own options (``?schema=…``) from
@@ -15,11 +15,18 @@ Pure (no I/O, no backend imported): it sits with :mod:`perdure.errors` in layer 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["LATER_SCHEMES", "POSTGRES_OPTIONS", "LaterBackend", "postgres_url", "split_url"]
+__all__ = [
+    "LATER_SCHEMES",
+    "POSTGRES_OPTIONS",
+    "POSTGRES_STORAGE_OPTIONS",
+    "LaterBackend",
+    "postgres_url",
+    "split_url",
+]
 
 
 class LaterBackend(NamedTuple):
@@ -31,8 +38,6 @@ class LaterBackend(NamedTuple):
 
 
 LATER_SCHEMES: dict[str, LaterBackend] = {
-    "postgresql": LaterBackend("PostgreSQL", "postgres", 17),
-    "postgres": LaterBackend("PostgreSQL", "postgres", 17),
     "redis": LaterBackend("Redis", "redis", 18),
     "rediss": LaterBackend("Redis", "redis", 18),
     "s3": LaterBackend("S3", "s3", 19),
@@ -48,7 +53,12 @@ POSTGRES_OPTIONS: dict[str, type] = {
     "max_checkpoints": int,
     "durability": str,
 }
-"""perdure's options a ``postgresql://`` URL may carry in its query, and their types."""
+"""perdure's options a ``postgresql://`` store URL may carry in its query, and their types."""
+
+POSTGRES_STORAGE_OPTIONS: dict[str, type] = {"schema": str, "table": str}
+"""perdure's options a ``postgresql://`` blob storage URL may carry, and their types."""
+
+_PERDURE_OPTIONS = frozenset(POSTGRES_OPTIONS) | frozenset(POSTGRES_STORAGE_OPTIONS)
 
 
 def split_url(url: object, schemes: Sequence[str], what: str) -> tuple[str, Path | None]:
@@ -91,33 +101,42 @@ def split_url(url: object, schemes: Sequence[str], what: str) -> tuple[str, Path
     return scheme, Path(rest).expanduser()
 
 
-def postgres_url(url: str) -> tuple[str, dict[str, object]]:
+def postgres_url(
+    url: str, options: Mapping[str, type] = POSTGRES_OPTIONS, what: str = "store"
+) -> tuple[str, dict[str, object]]:
     """Split a ``postgresql://`` URL into the URL for the driver and perdure's options.
 
     ``postgresql://user@host:5432/db?schema=app&ttl=1800&sslmode=require`` gives
     ``("postgresql://user@host:5432/db?sslmode=require", {"schema": "app", "ttl":
-    1800.0})``: the options of :data:`POSTGRES_OPTIONS` are taken out (libpq would
+    1800.0})``: the ``options`` (:data:`POSTGRES_OPTIONS` for a session store,
+    :data:`POSTGRES_STORAGE_OPTIONS` for blob storage) are taken out (libpq would
     refuse them), converted to their types; every other parameter stays.
 
     Raises:
-        ValueError: an option given twice or whose value is not of its type (the
-            message names it).
+        ValueError: an option given twice, whose value is not of its type, or that
+            is another opener's (``table=`` in a store URL, say); the message names
+            it and ``what`` the URL opens.
     """
     from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
     parts = urlsplit(url)
     kept: list[tuple[str, str]] = []
-    options: dict[str, object] = {}
+    found: dict[str, object] = {}
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        kind = POSTGRES_OPTIONS.get(key)
+        kind = options.get(key)
         if kind is None:
+            if key in _PERDURE_OPTIONS:
+                raise ValueError(
+                    f"{what} URL {url!r}: {key}= is not an option of the {what}; "
+                    f"its options are {', '.join(f'{o}=' for o in options)}"
+                )
             kept.append((key, value))
             continue
-        if key in options:
-            raise ValueError(f"store URL {url!r} gives {key}= twice")
+        if key in found:
+            raise ValueError(f"{what} URL {url!r} gives {key}= twice")
         try:
-            options[key] = kind(value)
+            found[key] = kind(value)
         except ValueError:
             wanted = "an integer" if kind is int else "a number"
-            raise ValueError(f"store URL {url!r}: {key}={value!r} is not {wanted}") from None
-    return urlunsplit(parts._replace(query=urlencode(kept))), options
+            raise ValueError(f"{what} URL {url!r}: {key}={value!r} is not {wanted}") from None
+    return urlunsplit(parts._replace(query=urlencode(kept))), found

@@ -37,31 +37,39 @@ from perdure.errors import SessionCorruptedError, SnapshotError
 from perdure.models.stream import ModelStreamEvent
 from perdure.session import SnapshotSessionManager, validate_session_id
 from perdure.session.ulid import is_ulid, ulid_timestamp_ms
-from perdure.storage import SQLiteStorage, Storage, open_storage, split_url
+from perdure.storage import Storage, open_storage, split_url
 from perdure.types import Message, ToolSpec
 
 __all__ = ["snapshots"]
 
 DEFAULT_STORAGE = "file:.perdure/storage"
-STORAGE_SCHEMES = ("file", "sqlite")
+STORAGE_SCHEMES = ("file", "sqlite", "postgresql", "postgres")
 """The storages the snapshot commands open (a memory: storage would hold nothing)."""
 
 
 @contextlib.contextmanager
 def _opened(url: str) -> Iterator[Storage]:
-    """Open ``--storage`` for a command: a bad URL exits 2, a missing one 3."""
+    """Open ``--storage`` for a command: a bad URL exits 2, a missing one 3.
+
+    A ``postgresql://`` schema without the storage's table is missing too: reading
+    commands never make it.
+    """
     try:
         _, path = split_url(url, STORAGE_SCHEMES, "storage")
+        storage = open_storage(url)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--storage") from None
-    if path is not None and not path.exists():
-        fail(f"no snapshot storage at {str(path)!r} (--storage {url})", EXIT_NOT_FOUND)
-    storage = open_storage(url)
     try:
+        if path is not None and not path.exists():
+            fail(f"no snapshot storage at {str(path)!r} (--storage {url})", EXIT_NOT_FOUND)
+        schema_exists = getattr(storage, "schema_exists", None)  # a server storage
+        if schema_exists is not None and not run(schema_exists()):
+            fail(f"no snapshot storage at {url} (no perdure table in its schema)", EXIT_NOT_FOUND)
         yield storage
     finally:
-        if isinstance(storage, SQLiteStorage):
-            storage.close()
+        close = getattr(storage, "close", None)
+        if callable(close):
+            close()
 
 
 class _InertModel:
@@ -141,7 +149,10 @@ storage_option = click.option(
     default=DEFAULT_STORAGE,
     show_default=True,
     metavar="URL",
-    help="The snapshot storage: file:DIR or sqlite:PATH (env PERDURE_STORAGE).",
+    help=(
+        "The snapshot storage: file:DIR, sqlite:PATH or "
+        "postgresql://USER@HOST/DB[?schema=NAME&table=NAME] (env PERDURE_STORAGE)."
+    ),
 )
 agent_option = click.option(
     "--agent",

@@ -4,11 +4,17 @@ A :class:`MemoryManager` searches one or more :class:`MemoryStore` objects, inje
 what it finds into model calls (ephemerally, see :mod:`perdure.injection`), offers
 the model ``search_memory`` / ``add_memory`` tools, and can distil the conversation
 into memories in the background. :class:`LocalMemoryStore` keeps memories in a
-SQLite file with full-text (BM25) and optional embedding search.
+SQLite file with full-text (BM25) and optional embedding search;
+:class:`PostgresMemoryStore` keeps the same contract on PostgreSQL
+(``perdure[postgres]``).
 
-Importing this package imports no optional dependency.
+Importing this package imports no optional dependency (``PostgresMemoryStore``
+imports psycopg when it is first named).
 """
 
+import typing as _typing
+
+from perdure._runtime.lazy import lazy_exports as _lazy_exports
 from perdure.memory.config import (
     DEFAULT_MAX_ENTRIES,
     DEFAULT_MAX_SEARCH_RESULTS,
@@ -31,6 +37,9 @@ from perdure.memory.manager import MemoryManager, default_format, default_query
 from perdure.memory.outbox import ExtractionOutbox
 from perdure.memory.store import MemoryStore, has_method, is_writable
 
+if _typing.TYPE_CHECKING:
+    from perdure.memory.postgres_store import PostgresMemoryStore as PostgresMemoryStore
+
 __all__ = [
     "DEFAULT_EXTRACTION_INSTRUCTIONS",
     "DEFAULT_MAX_ENTRIES",
@@ -50,9 +59,15 @@ __all__ = [
     "MemoryToolConfig",
     "MiniLMEmbedder",
     "ModelExtractor",
+    "PostgresMemoryStore",
     "default_format",
     "default_query",
     "has_method",
     "is_writable",
     "parse_facts",
 ]
+
+# Loaded on first use: the module imports psycopg.
+__getattr__, __dir__ = _lazy_exports(
+    __name__, {"PostgresMemoryStore": "perdure.memory.postgres_store"}
+)

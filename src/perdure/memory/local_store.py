@@ -12,10 +12,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import hashlib
-import importlib
-import json
-import math
-import re
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -24,21 +20,31 @@ from pathlib import Path
 from typing import Any
 
 from perdure._runtime.threads import ProcessLock
-from perdure.memory._sqlite import SQLiteConnection, stored_json, write_transaction
+from perdure.memory._sqlite import SQLiteConnection, write_transaction
 from perdure.memory.embedder import Embedder
 from perdure.memory.entry import MemoryEntry
-from perdure.memory.errors import MemoryStoreError
+from perdure.memory.rules import (
+    RESERVED_METADATA_KEYS,
+    check_embedder,
+    check_limit,
+    check_metadata,
+    check_name,
+    check_namespace,
+    content_key,
+    embed_texts,
+    fuse_rankings,
+    import_numpy,
+    memory_entry,
+    message_items,
+    meta_json,
+    query_terms,
+    words,
+)
 from perdure.memory.store import MemoryStore
 from perdure.types import Message
 from perdure.types.json import encodes_as_utf8
 
 __all__ = ["RESERVED_METADATA_KEYS", "LocalMemoryStore", "build_match_query", "query_terms"]
-
-RESERVED_METADATA_KEYS = ("memory_id", "created_at")
-"""Metadata keys the store fills in on what it returns; ``add`` refuses them."""
-
-MAX_QUERY_TERMS = 32
-RRF_K = 60
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -71,33 +77,7 @@ _INSERT = (
     "ON CONFLICT (namespace, content_key) DO NOTHING"
 )
 
-_WORD = re.compile(r"[^\W_]+")
 _CONSONANTS = "bcdfghjklmnpqrstvwxz"  # no vowels (nor y): the stemmer ignores the prefix
-
-# Common English function words: they match nearly every memory and carry no
-# meaning, so they are left out of a query that has other words.
-STOP_WORDS = frozenset(
-    """
-    a about after again all also am an and any are as at be because been before being
-    both but by can could did do does doing done for from had has have having he her
-    here hers him his how i if in into is it its itself just me more most my no nor not
-    now of off on once only or other our ours out over own same she should so some such
-    than that the their theirs them then there these they this those through to too
-    under until up very was we were what when where which while who whom why will with
-    would you your yours
-    """.split()  # noqa: SIM905 - a word list reads better as prose
-)
-
-
-def query_terms(text: str) -> list[str]:
-    """The distinct words of ``text`` a search looks for, in order (at most 32).
-
-    Words are runs of letters and digits, case-folded. Stop words are dropped
-    unless nothing else is left.
-    """
-    words = list(dict.fromkeys(word.casefold() for word in _WORD.findall(text)))
-    meaningful = [word for word in words if word not in STOP_WORDS]
-    return (meaningful or words)[:MAX_QUERY_TERMS]
 
 
 def _namespace_token(namespace: str) -> str:
@@ -114,7 +94,7 @@ def _namespace_token(namespace: str) -> str:
 
 
 def _index_terms(prefix: str, text: str) -> str:
-    return " ".join(prefix + word for word in _WORD.findall(text))
+    return " ".join(prefix + word for word in words(text))
 
 
 def build_match_query(prefix: str, terms: Sequence[str]) -> str:
@@ -124,11 +104,6 @@ def build_match_query(prefix: str, terms: Sequence[str]) -> str:
     ``*``, ``:``, parentheses, quotes — is read as FTS5 syntax.
     """
     return " OR ".join('"' + (prefix + term).replace('"', '""') + '"' for term in terms)
-
-
-def _content_key(content: str) -> str:
-    normalised = " ".join(content.split()).casefold()
-    return hashlib.sha256(normalised.encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -187,21 +162,11 @@ class LocalMemoryStore(MemoryStore):
             raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
         if not str(path):
             raise ValueError("path must not be empty")
-        if not isinstance(namespace, str):
-            raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
-        if not namespace or "\x00" in namespace:
-            raise ValueError(f"namespace must be a non-empty str without NUL, got {namespace!r}")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"name must be a non-empty str, got {name!r}")
+        check_namespace(namespace)
+        check_name(name)
         if embedder is not None:
-            if not callable(getattr(embedder, "embed", None)):
-                raise TypeError(f"embedder must implement Embedder (embed), got {embedder!r}")
-            if not isinstance(getattr(embedder, "model_id", None), str):
-                raise TypeError("embedder must have a str model_id")
-            dimension = getattr(embedder, "dimension", None)
-            if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
-                raise TypeError("embedder must have an int dimension >= 1")
-            self._np = _import_numpy()
+            check_embedder(embedder)
+            self._np = import_numpy()
         if isinstance(min_similarity, bool) or not isinstance(min_similarity, int | float):
             raise TypeError(f"min_similarity must be a number, got {min_similarity!r}")
         self.path = path if str(path) == ":memory:" else Path(path)
@@ -234,7 +199,7 @@ class LocalMemoryStore(MemoryStore):
         """
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
-        _check_limit(limit)
+        check_limit(limit)
         terms = query_terms(query)
         if self.embedder is None:
             if not terms:
@@ -265,18 +230,7 @@ class LocalMemoryStore(MemoryStore):
 
         Tool calls and results are skipped. Duplicate-tolerant like :meth:`add`.
         """
-        if isinstance(messages, str | bytes | dict) or not isinstance(messages, Sequence):
-            raise TypeError(f"messages must be a list of messages, got {type(messages).__name__}")
-        base = _check_metadata(metadata)
-        items: list[tuple[str, dict[str, Any]]] = []
-        for message in messages:
-            texts = [
-                _storable(block["text"].strip())
-                for block in message.get("content") or []
-                if isinstance(block.get("text"), str) and block["text"].strip()
-            ]
-            if texts:
-                items.append(("\n".join(texts), {**base, "role": message.get("role")}))
+        items = message_items(messages, metadata)
         if items:
             await asyncio.to_thread(self._insert, items)
 
@@ -293,7 +247,7 @@ class LocalMemoryStore(MemoryStore):
         """
         if isinstance(contents, str) or not isinstance(contents, Sequence):
             raise TypeError(f"contents must be a list of str, got {type(contents).__name__}")
-        checked = _check_metadata(metadata)
+        checked = check_metadata(metadata)
         items = []
         for content in contents:
             if not isinstance(content, str):
@@ -370,7 +324,7 @@ class LocalMemoryStore(MemoryStore):
 
         Returns how many were embedded (0 without an embedder).
         """
-        _check_limit(batch_size, "batch_size")
+        check_limit(batch_size, "batch_size")
         if self.embedder is None:
             return 0
         return await asyncio.to_thread(self._backfill, batch_size)
@@ -397,16 +351,9 @@ class LocalMemoryStore(MemoryStore):
 
     def _entry(self, row: tuple[Any, ...], score: float | None) -> MemoryEntry:
         memory_id, content, metadata, created_at = row[:4]
-        what = f"the metadata of memory {memory_id}"
-        meta: dict[str, Any] = stored_json(metadata, what) if metadata else {}
-        if not isinstance(meta, dict):
-            raise MemoryStoreError(
-                f"the metadata of memory {memory_id} is damaged: not an object",
-                details={"fault": "damage"},
-            )
-        meta["memory_id"] = memory_id
-        meta["created_at"] = created_at
-        return MemoryEntry(content=content, store_name=self.name, metadata=meta, score=score)
+        return memory_entry(
+            memory_id, content, metadata, created_at, store_name=self.name, score=score
+        )
 
     def _lexical(
         self, conn: sqlite3.Connection, terms: list[str], limit: int
@@ -445,25 +392,8 @@ class LocalMemoryStore(MemoryStore):
 
     def _embed(self, texts: list[str]) -> list[bytes]:
         assert self.embedder is not None
-        vectors = self.embedder.embed(texts)
-        if len(vectors) != len(texts):
-            raise ValueError(
-                f"embedder {self.embedder!r} returned {len(vectors)} vectors for {len(texts)} texts"
-            )
-        np = self._np
-        blobs = []
-        for vector in vectors:
-            array = np.asarray(vector, dtype=np.float32)
-            if array.shape != (self.embedder.dimension,):
-                raise ValueError(
-                    f"embedder {self.embedder!r} returned a vector of shape {array.shape}, "
-                    f"expected ({self.embedder.dimension},)"
-                )
-            norm = float(np.linalg.norm(array))
-            if norm > 0 and not math.isclose(norm, 1.0, rel_tol=1e-3):
-                array = array / norm
-            blobs.append(array.astype("<f4").tobytes())
-        return blobs
+        matrix = embed_texts(self.embedder, self._np, texts)
+        return [row.astype("<f4").tobytes() for row in matrix]
 
     def _insert(self, items: list[tuple[str, dict[str, Any]]]) -> int:
         """Blocking: embed (outside the connection lock), then insert in one transaction."""
@@ -477,9 +407,9 @@ class LocalMemoryStore(MemoryStore):
             (
                 self.namespace,
                 content,
-                _content_key(content),
+                content_key(content),
                 _index_terms(self._prefix, content),
-                _meta_json(meta) if meta else None,
+                meta_json(meta) if meta else None,
                 now,
                 blob,
                 model_id if blob is not None else None,
@@ -582,12 +512,7 @@ class LocalMemoryStore(MemoryStore):
             top = np.argpartition(-similarities, count - 1)[:count]
             top = top[np.argsort(-similarities[top])]
             semantic = [int(index.ids[i]) for i in top if similarities[i] >= self.min_similarity]
-        fused: dict[int, float] = {}
-        for rank, (memory_id, _) in enumerate(lexical):
-            fused[memory_id] = fused.get(memory_id, 0.0) + 1.0 / (RRF_K + rank + 1)
-        for rank, memory_id in enumerate(semantic):
-            fused[memory_id] = fused.get(memory_id, 0.0) + 1.0 / (RRF_K + rank + 1)
-        best = sorted(fused.items(), key=lambda item: (-item[1], item[0]))
+        best = fuse_rankings((memory_id for memory_id, _ in lexical), semantic)
         ids = [memory_id for memory_id, _ in best[: limit * 2]]
         rows = self._db.run_sync(lambda conn: self._fetch(conn, ids), "reading memories")
         entries = [self._entry(rows[i], score) for i, score in best if i in rows]
@@ -596,7 +521,7 @@ class LocalMemoryStore(MemoryStore):
     # Last in the class: from here on, ``list`` in this class body names the method.
     async def list(self, *, limit: int = 100, offset: int = 0) -> builtins.list[MemoryEntry]:
         """This namespace's memories, oldest first, ``limit`` from ``offset``."""
-        _check_limit(limit)
+        check_limit(limit)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be an int >= 0, got {offset!r}")
 
@@ -609,48 +534,3 @@ class LocalMemoryStore(MemoryStore):
             return [self._entry(row, None) for row in rows]
 
         return await self._db.run(work, "listing memories")
-
-
-def _check_limit(limit: object, argument: str = "limit") -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"{argument} must be an int >= 1, got {limit!r}")
-
-
-def _storable(text: str) -> str:
-    """``text`` with any lone surrogate (from surrogateescape decoding) made U+FFFD.
-
-    Memories from a conversation are a search index over its text; the session keeps
-    the exact text, and SQLite stores UTF-8 only.
-    """
-    if encodes_as_utf8(text):
-        return text
-    return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
-
-
-def _meta_json(meta: dict[str, Any]) -> str:
-    text = json.dumps(meta, ensure_ascii=False)
-    return text if encodes_as_utf8(text) else json.dumps(meta)  # a lone surrogate: \u-escaped
-
-
-def _check_metadata(metadata: object) -> dict[str, Any]:
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, dict):
-        raise TypeError(f"metadata must be a dict or None, got {type(metadata).__name__}")
-    reserved = [key for key in RESERVED_METADATA_KEYS if key in metadata]
-    if reserved:
-        raise ValueError(f"metadata must not set the reserved keys {reserved}")
-    try:
-        json.dumps(metadata)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"metadata must be JSON-serializable: {exc}") from None
-    return dict(metadata)
-
-
-def _import_numpy() -> Any:
-    try:
-        return importlib.import_module("numpy")
-    except ImportError as exc:  # pragma: no cover - numpy comes with the embeddings extra
-        raise ImportError(
-            "hybrid search with an embedder needs numpy: pip install 'perdure[embeddings]'"
-        ) from exc

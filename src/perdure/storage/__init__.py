@@ -2,25 +2,42 @@
 
 A ``Storage`` only moves bytes; the layers above own the key layout and the formats.
 Backends: :class:`MemoryStorage` (tests), :class:`LocalFileStorage` (a directory),
-:class:`SQLiteStorage` (one database file). Every backend passes the same contract
-suite, and every coroutine may be awaited from any event loop and thread.
+:class:`SQLiteStorage` (one database file), :class:`PostgresStorage` (a PostgreSQL
+table, ``perdure[postgres]``: importing the name imports psycopg). Every backend
+passes the same contract suite, and every coroutine may be awaited from any event
+loop and thread. :class:`ConditionalStorage` adds versions and compare-and-set
+writes, which raise :class:`~perdure.errors.StorageConflictError` when the blob is
+not at the version the caller expected (:class:`PostgresStorage` implements it).
 """
 
+import typing as _typing
+
+from perdure._runtime.lazy import lazy_exports as _lazy_exports
+from perdure.errors import StorageConflictError
 from perdure.storage.keys import validate_key, validate_prefix
 from perdure.storage.local_file import LocalFileStorage
 from perdure.storage.memory import MemoryStorage
-from perdure.storage.protocol import Storage
+from perdure.storage.protocol import ConditionalStorage, Storage
 from perdure.storage.sqlite import SQLiteStorage
 from perdure.storage.urls import STORAGE_SCHEMES, open_storage, split_url
 
+if _typing.TYPE_CHECKING:
+    from perdure.storage.postgres import PostgresStorage as PostgresStorage
+
 __all__ = [
     "STORAGE_SCHEMES",
+    "ConditionalStorage",
     "LocalFileStorage",
     "MemoryStorage",
+    "PostgresStorage",
     "SQLiteStorage",
     "Storage",
+    "StorageConflictError",
     "open_storage",
     "split_url",
     "validate_key",
     "validate_prefix",
 ]
+
+# Loaded on first use: the module imports psycopg.
+__getattr__, __dir__ = _lazy_exports(__name__, {"PostgresStorage": "perdure.storage.postgres"})

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["validate_key", "validate_list_args", "validate_prefix"]
+__all__ = [
+    "check_data",
+    "check_expected",
+    "prefix_upper_bound",
+    "validate_key",
+    "validate_list_args",
+    "validate_prefix",
+]
 
 
 def _fail(argument: str, value: str, why: str) -> ValueError:
@@ -115,3 +122,32 @@ def check_data(data: Any) -> bytes:
     if isinstance(data, bytearray | memoryview):
         return bytes(data)
     raise TypeError(f"data must be bytes, got {type(data).__name__}")
+
+
+def check_expected(expected: Any) -> str | None:
+    """Return ``expected`` (the version a conditional write expects) if it is one.
+
+    Raises:
+        TypeError: ``expected`` is neither a ``str`` nor ``None`` (the message names it).
+    """
+    if expected is not None and not isinstance(expected, str):
+        raise TypeError(f"expected must be a version (str) or None, got {type(expected).__name__}")
+    return expected
+
+
+def prefix_upper_bound(prefix: str) -> str | None:
+    """The smallest string above every string starting with ``prefix`` (None: unbounded).
+
+    ``key >= prefix AND key < bound`` selects the keys starting with ``prefix`` in a
+    store that compares keys by code point (by UTF-8 bytes), with an index.
+    """
+    chars = list(prefix)
+    while chars:
+        code = ord(chars[-1]) + 1
+        if 0xD800 <= code <= 0xDFFF:
+            code = 0xE000  # skip surrogates: they cannot be encoded as UTF-8
+        if code <= 0x10FFFF:
+            chars[-1] = chr(code)
+            return "".join(chars)
+        chars.pop()
+    return None

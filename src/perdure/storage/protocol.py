@@ -16,13 +16,18 @@ keeps, checked by one shared test suite (``tests/storage/test_storage_contract.p
   naming it, before any I/O.
 * Every coroutine may be awaited from any event loop and any thread: a backend binds
   nothing to one loop.
+
+:class:`ConditionalStorage` adds versions and conditional writes (obstore's
+``PutMode`` is the model), so that two processes writing one blob never silently
+overwrite each other; its suite is ``ConditionalStorageSuite`` in
+:mod:`perdure.testing`.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Storage"]
+__all__ = ["ConditionalStorage", "Storage"]
 
 
 @runtime_checkable
@@ -69,5 +74,44 @@ class Storage(Protocol):
 
         Raises:
             ValueError: ``prefix`` is invalid or ``limit`` is negative.
+        """
+        ...
+
+
+@runtime_checkable
+class ConditionalStorage(Storage, Protocol):
+    """A :class:`Storage` whose blobs carry versions, with a compare-and-set write.
+
+    Every write of a key — plain :meth:`~Storage.write` or :meth:`write_if` — gives
+    it a version it never had before (a blob deleted and written again gets a new
+    one too), so a version names one write, and an equal version means nothing was
+    written since. Versions are opaque strings: compare them for equality only.
+    """
+
+    async def version(self, key: str) -> str | None:
+        """The version of the blob under ``key``, or ``None`` when there is none.
+
+        Raises:
+            ValueError: ``key`` is invalid.
+        """
+        ...
+
+    async def write_if(self, key: str, data: bytes, *, expected: str | None) -> str:
+        """Replace the blob under ``key`` only if its version is ``expected``.
+
+        ``expected=None`` creates the blob and requires that there is none. The check
+        and the write are one atomic step with respect to every other write and
+        delete, in any process sharing the backend: of two writers that expect one
+        version, one succeeds. Durable on return, like :meth:`~Storage.write`.
+
+        Returns:
+            The blob's new version.
+
+        Raises:
+            StorageConflictError: the blob's version is not ``expected`` (it exists
+                when ``None`` was expected, is gone, or was written since); nothing
+                was written.
+            ValueError: ``key`` is invalid.
+            TypeError: ``data`` is not bytes, or ``expected`` neither a str nor None.
         """
         ...

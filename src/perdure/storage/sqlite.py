@@ -35,7 +35,12 @@ from perdure._runtime.sqlite import (
     translate,
 )
 from perdure.errors import SessionCorruptedError, StorageError, StorageLockedError
-from perdure.storage.keys import check_data, validate_key, validate_list_args
+from perdure.storage.keys import (
+    check_data,
+    prefix_upper_bound,
+    validate_key,
+    validate_list_args,
+)
 
 __all__ = ["SQLiteStorage"]
 
@@ -46,20 +51,6 @@ SCHEMA_VERSION = 1
 
 _ERRORS = SQLiteErrors(busy=StorageLockedError, damage=SessionCorruptedError, failure=StorageError)
 """This layer's error for each fault of a driver error."""
-
-
-def _upper_bound(prefix: str) -> str | None:
-    """The smallest string above every string starting with ``prefix`` (None: unbounded)."""
-    chars = list(prefix)
-    while chars:
-        code = ord(chars[-1]) + 1
-        if 0xD800 <= code <= 0xDFFF:
-            code = 0xE000  # skip surrogates: they cannot be encoded as UTF-8
-        if code <= 0x10FFFF:
-            chars[-1] = chr(code)
-            return "".join(chars)
-        chars.pop()
-    return None
 
 
 class SQLiteStorage:
@@ -214,7 +205,7 @@ class SQLiteStorage:
             return []
         clauses = ["key >= ?"]
         params: list[object] = [prefix]
-        upper = _upper_bound(prefix)
+        upper = prefix_upper_bound(prefix)
         if upper is not None:
             clauses.append("key < ?")
             params.append(upper)

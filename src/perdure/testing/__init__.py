@@ -7,6 +7,8 @@ never collects them on their own.
 
 - :class:`SessionStoreSuite` — a ``SessionStore``; fixture ``store_factory``.
 - :class:`StorageSuite` — a ``Storage``; fixture ``storage_factory``.
+- :class:`ConditionalStorageSuite` — a ``ConditionalStorage``; fixture
+  ``storage_factory``.
 - :class:`CheckpointStoreSuite` — a ``CheckpointStore``; fixture
   ``checkpoint_store_factory``.
 - :class:`MemoryStoreSuite` — a writable ``MemoryStore``; fixture
@@ -32,12 +34,14 @@ if TYPE_CHECKING:
     from perdure.testing.crash import CrashTarget as CrashTarget
     from perdure.testing.memory import MemoryStoreSuite as MemoryStoreSuite
     from perdure.testing.sessions import SessionStoreSuite as SessionStoreSuite
+    from perdure.testing.storage import ConditionalStorageSuite as ConditionalStorageSuite
     from perdure.testing.storage import StorageSuite as StorageSuite
 
 # Loaded on first use: the crash suite's writer process imports this package and
 # must start fast, without pytest and hypothesis.
 _EXPORTS: dict[str, str] = {
     "CheckpointStoreSuite": "perdure.testing.checkpoints",
+    "ConditionalStorageSuite": "perdure.testing.storage",
     "CorruptionSuite": "perdure.testing.corruption",
     "CorruptionTarget": "perdure.testing.corruption",
     "CrashSuite": "perdure.testing.crash",

@@ -12,6 +12,9 @@ suite closes what it opened (``close()``, when the backend has one)::
 
 A backend that keeps its data in one object sets ``durable_across_reopen = False``
 (and its factory returns that object, or a fresh one, as it likes).
+
+A backend that also implements :class:`~perdure.storage.ConditionalStorage` runs
+:class:`ConditionalStorageSuite` as well, with the same fixture.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perdure.storage.protocol import Storage
+from perdure.errors import StorageConflictError
+from perdure.storage.protocol import ConditionalStorage, Storage
 from perdure.testing._support import close, run_in_threads
 
-__all__ = ["StorageSuite"]
+__all__ = ["ConditionalStorageSuite", "StorageSuite"]
 
 StorageFactory = Callable[[], Storage]
 
@@ -318,3 +322,169 @@ class StorageSuite:
         got = asyncio.run(run())
         want = sorted(k for k in keys if k.startswith(prefix) and (cursor is None or k > cursor))
         assert got == (want if limit is None else want[:limit])
+
+
+class ConditionalStorageSuite:
+    """The contract of :class:`~perdure.storage.ConditionalStorage` (SPEC §6).
+
+    Needs the fixture ``storage_factory`` of :class:`StorageSuite`, returning a
+    backend that implements ``ConditionalStorage``.
+
+    Attributes:
+        durable_across_reopen: a second instance from ``storage_factory`` sees the
+            data (and the versions) of the first.
+    """
+
+    durable_across_reopen: ClassVar[bool] = True
+
+    @pytest.fixture
+    def opened_storage(self, storage_factory: StorageFactory) -> Iterator[StorageFactory]:
+        """``storage_factory``, closing every instance it opened when the test ends."""
+        opened: list[Storage] = []
+
+        def factory() -> Storage:
+            storage = storage_factory()
+            opened.append(storage)
+            return storage
+
+        yield factory
+        for storage in opened:
+            close(storage)
+
+    @pytest.fixture
+    def storage(self, opened_storage: StorageFactory) -> ConditionalStorage:
+        """The backend under test: the first instance from ``storage_factory``."""
+        storage = opened_storage()
+        assert isinstance(storage, ConditionalStorage)
+        return storage
+
+    async def test_a_missing_key_has_no_version(self, storage: ConditionalStorage) -> None:
+        assert await storage.version("missing") is None
+
+    async def test_every_write_gives_a_new_version(self, storage: ConditionalStorage) -> None:
+        seen: set[str] = set()
+        for data in (b"one", b"one", b"two"):  # the same bytes again: a new version too
+            await storage.write("k", data)
+            version = await storage.version("k")
+            assert isinstance(version, str)
+            assert version not in seen
+            seen.add(version)
+        made = await storage.write_if("k", b"three", expected=await storage.version("k"))
+        assert made not in seen
+        assert await storage.version("k") == made
+        assert await storage.read("k") == b"three"
+
+    async def test_create_only_if_absent(self, storage: ConditionalStorage) -> None:
+        made = await storage.write_if("new/key", b"first", expected=None)
+        assert isinstance(made, str)
+        assert await storage.version("new/key") == made
+        with pytest.raises(StorageConflictError) as info:
+            await storage.write_if("new/key", b"second", expected=None)
+        assert info.value.code == "storage_conflict"
+        assert await storage.read("new/key") == b"first"  # nothing was written
+        assert await storage.version("new/key") == made
+
+    async def test_replace_only_at_the_expected_version(self, storage: ConditionalStorage) -> None:
+        first = await storage.write_if("k", b"1", expected=None)
+        second = await storage.write_if("k", b"2", expected=first)
+        assert second != first
+        with pytest.raises(StorageConflictError):
+            await storage.write_if("k", b"stale", expected=first)
+        assert await storage.read("k") == b"2"
+        assert await storage.version("k") == second
+        third = await storage.write_if("k", b"3", expected=second)
+        assert await storage.read("k") == b"3"
+        assert third not in (first, second)
+
+    async def test_a_plain_write_or_a_delete_moves_the_version_on(
+        self, storage: ConditionalStorage
+    ) -> None:
+        first = await storage.write_if("k", b"1", expected=None)
+        await storage.write("k", b"plain")
+        with pytest.raises(StorageConflictError):
+            await storage.write_if("k", b"lost", expected=first)
+        assert await storage.read("k") == b"plain"
+        current = await storage.version("k")
+        await storage.delete("k")
+        assert await storage.version("k") is None
+        with pytest.raises(StorageConflictError):
+            await storage.write_if("k", b"gone", expected=current)
+        assert await storage.read("k") is None
+        again = await storage.write_if("k", b"again", expected=None)
+        assert again not in (first, current)  # a key written anew: never an old version
+        assert await storage.read("k") == b"again"
+
+    async def test_a_version_it_never_gave_is_a_conflict(self, storage: ConditionalStorage) -> None:
+        with pytest.raises(StorageConflictError):
+            await storage.write_if("k", b"x", expected="no such version")
+        assert await storage.read("k") is None
+        await storage.write("k", b"1")
+        current = await storage.version("k")
+        for made_up in ("", "0", "-1", "99999999999999999999999", "v1", "1 "):
+            if made_up == current:
+                continue
+            with pytest.raises(StorageConflictError):
+                await storage.write_if("k", b"x", expected=made_up)
+        assert await storage.read("k") == b"1"
+
+    async def test_bad_arguments_name_themselves(self, storage: ConditionalStorage) -> None:
+        for key in INVALID_KEYS:
+            with pytest.raises(ValueError, match="key"):
+                await storage.version(key)
+            with pytest.raises(ValueError, match="key"):
+                await storage.write_if(key, b"x", expected=None)
+        with pytest.raises(TypeError, match="data"):
+            await storage.write_if("k", "text", expected=None)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="expected"):
+            await storage.write_if("k", b"x", expected=3)  # type: ignore[arg-type]
+        assert await storage.list("") == []
+
+    async def test_versions_survive_reopening(self, opened_storage: StorageFactory) -> None:
+        if not self.durable_across_reopen:
+            pytest.skip("the backend keeps nothing past its instance (durable_across_reopen)")
+        first = opened_storage()
+        assert isinstance(first, ConditionalStorage)
+        made = await first.write_if("latest", b"1", expected=None)
+        second = opened_storage()
+        assert isinstance(second, ConditionalStorage)
+        assert await second.version("latest") == made
+        await second.write_if("latest", b"2", expected=made)
+        with pytest.raises(StorageConflictError):
+            await first.write_if("latest", b"lost update", expected=made)
+        assert await first.read("latest") == b"2"
+
+    async def test_of_writers_expecting_one_version_exactly_one_wins(
+        self, storage: ConditionalStorage
+    ) -> None:
+        current = await storage.write_if("race", b"start", expected=None)
+        for round_ in range(5):
+
+            async def attempt(i: int, expected: str = current) -> str | None:
+                try:
+                    return await storage.write_if("race", f"{i}".encode(), expected=expected)
+                except StorageConflictError:
+                    return None
+
+            results = await asyncio.gather(*(attempt(i) for i in range(8)))
+            winners = [(i, made) for i, made in enumerate(results) if made is not None]
+            assert len(winners) == 1, (round_, results)
+            index, made = winners[0]
+            assert await storage.read("race") == f"{index}".encode()
+            assert await storage.version("race") == made
+            current = made
+
+    async def test_one_create_wins_across_threads_and_loops(
+        self, storage: ConditionalStorage
+    ) -> None:
+        wins: list[int] = []
+
+        async def create(index: int) -> None:
+            try:
+                await storage.write_if("once", f"{index}".encode(), expected=None)
+            except StorageConflictError:
+                return
+            wins.append(index)
+
+        assert run_in_threads(create, 6) == []
+        assert len(wins) == 1
+        assert await storage.read("once") == f"{wins[0]}".encode()
