@@ -86,10 +86,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -112,11 +110,10 @@ from floors import FileFloor, SQLiteFloor
 # word; the answer has no space): each row then measures the turn and its persistence,
 # not the per-delta cost of a stream, which is the same with a session or without.
 from peers import ANSWER, QUESTION
+from peers_venv import PEERS_VENV, ensure_peers_venv, run_peers_script
 
 BENCHMARKS = Path(__file__).resolve().parent
 PEERS_SCRIPT = BENCHMARKS / "peers.py"
-PEERS_REQUIREMENTS = BENCHMARKS / "peers-requirements.txt"
-PEERS_VENV = BENCHMARKS / ".peers-venv"
 PEERS_FORMAT = "perdure-peers/2"
 SESSION_ID = "resume"
 
@@ -384,40 +381,10 @@ PERDURE_RESTART_HOW = (
 )
 
 
-def ensure_peers_venv(venv: Path) -> Path:
-    """The peers' interpreter, once ``venv`` holds the pins of ``peers-requirements.txt``.
-
-    Creates the venv and installs the pins the first time (and again when the pins
-    change: the venv keeps a copy of those it was installed with).
-    """
-    python = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
-    stamp = venv / "perdure-peers-requirements.txt"
-    wanted = PEERS_REQUIREMENTS.read_text()
-    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
-        return python
-    print(f"installing the peers' SDKs in {venv} (once) ...", file=sys.stderr, flush=True)
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    install = [str(python), "-m", "pip", "install", "-q", "-r", str(PEERS_REQUIREMENTS)]
-    subprocess.run(install, check=True)
-    stamp.write_text(wanted)
-    return python
-
-
 def run_peers(python: Path, turns: int, resume_size: int, work: Path) -> Any:
     """Run ``peers.py`` with ``python`` (the peers' venv) and return its JSON result."""
-    out = work / "peers.json"
-    command = [str(python), str(PEERS_SCRIPT), "--turns", str(turns)]
-    command += ["--resume-size", str(resume_size), "--dir", str(work / "run"), "--out", str(out)]
-    # Nothing of perdure's environment leaks into the peers' interpreter.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise RuntimeError(f"benchmarks/peers.py exited {done.returncode}:\n{done.stderr[-4000:]}")
-    document = json.loads(out.read_text())
-    if any("error" in peer for peer in document.get("peers", {}).values()):
-        print(done.stderr[-4000:], file=sys.stderr)
-    return document
+    args = ["--turns", str(turns), "--resume-size", str(resume_size), "--dir", str(work / "run")]
+    return run_peers_script(python, PEERS_SCRIPT, args, work / "peers.json")
 
 
 def check_peers(document: Any, turns: int, resume_size: int) -> dict[str, Any]:

@@ -53,3 +53,35 @@ class SQLiteFloor:
         self.conn.close()
         for suffix in ("", "-wal", "-shm"):
             Path(str(self.path) + suffix).unlink(missing_ok=True)
+
+
+class PostgresFloor:
+    """The PostgreSQL stores' floor, one step at a time: one ``INSERT`` + ``COMMIT`` of
+    ``body`` on one psycopg connection, ``synchronous_commit=on``, in a table ``floor``
+    of ``schema`` (created here, dropped by :meth:`close`)."""
+
+    def __init__(self, dsn: str, schema: str, body: str) -> None:
+        import psycopg  # both environments have it; the file and SQLite floors need none
+
+        self.conn = psycopg.connect(dsn)
+        self.conn.execute("SET synchronous_commit TO on")
+        self.table = f'"{schema}".floor'
+        self.conn.execute(f"DROP TABLE IF EXISTS {self.table}")
+        self.conn.execute(f"CREATE TABLE {self.table} (id bigserial PRIMARY KEY, body text)")
+        self.conn.commit()
+        self.body = body
+        self.samples: list[float] = []
+
+    def once(self) -> float:
+        """One step; its seconds, also kept in :attr:`samples`."""
+        start = time.perf_counter()
+        self.conn.execute(f"INSERT INTO {self.table} (body) VALUES (%s)", (self.body,))
+        self.conn.commit()
+        took = time.perf_counter() - start
+        self.samples.append(took)
+        return took
+
+    def close(self) -> None:
+        self.conn.execute(f"DROP TABLE IF EXISTS {self.table}")
+        self.conn.commit()
+        self.conn.close()

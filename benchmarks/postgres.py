@@ -1,34 +1,59 @@
-"""PostgreSQL session store benchmark: append, turn, resume, tail page, size, concurrency.
+"""PostgreSQL session store benchmark: append, turn, agent path, resume, tail page, size,
+concurrency, and the peers side by side.
 
-Run: ``PYTHONPATH=src .venv/bin/python benchmarks/postgres.py [--quick] [--dsn DSN]``
-(default DSN ``postgresql://postgres@127.0.0.1:5432/test``; each run works in a
-schema of its own, dropped at the end).
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/postgres.py [--quick] [--peers] [--dsn DSN]``
+(default DSN ``postgresql://postgres@127.0.0.1:5432/test``; each session size, the
+concurrent writers and each peer work in a schema of their own, all dropped at the
+end).
 
 For each session size it prints, next to the floor measured step by step between
-the store's own appends (so a noisy neighbour slows both alike) — one ``INSERT`` of
-the same ~400-byte message and a ``COMMIT`` on one psycopg connection,
-``synchronous_commit=on``:
+the store's own appends and turns (so a noisy neighbour slows both alike) — one
+``INSERT`` of the same ~400-byte message and a ``COMMIT`` on one psycopg connection,
+``synchronous_commit=on`` (``floors.PostgresFloor``):
 
 - the durable append as a Session makes it during a turn (writer lease held, tail
   checked), in µs and in floors; beside it the hop alone (``asyncio.to_thread`` of
   nothing), which every append pays because psycopg's blocking call never runs on
   the event loop;
-- a whole turn (take the lease, two appends, give it back);
+- a whole turn at the store (take the lease, two appends, give it back);
+- the agent path: a :class:`~perdure.Agent` (the instant model of ``agent_path.py``,
+  ``NullConversationManager``: the whole history kept) over ``Session.resume`` of the
+  session, answering ``--turns`` turns: µs per message (median turn / 2) through
+  ``await agent.invoke_async(...)`` ("invoke us") and through ``agent(...)``
+  ("agent() us");
 - ``get`` of the whole session with its chain verified (``resume`` ms), and a
   resume with the default window (the last 40 messages, ``get(offset=…)``);
 - a tail page of 50 (``read_history_page``);
 - the table's bytes (heap, TOAST and indexes of the messages table) per raw
   message byte.
 
-Then eight writer processes, each on its own session, append for a few seconds
-durably, and again with ``synchronous_commit=off``: the rates and their ratio (the
-server's group commit should carry the durable rate).
+Then ``--writers`` (8) writer processes, each on its own session, append for a few
+seconds durably, and again with ``synchronous_commit=off``: the rates and their ratio
+(the server's group commit should carry the durable rate).
+
+Last, side by side at ``--peers-size`` stored messages (default 10,000; added to the
+sizes when missing), on the same server: perdure's agent path of that size's row
+(each face), and with ``--peers`` LangGraph's ``PostgresSaver`` driving a messages
+graph and the OpenAI Agents SDK's ``SQLAlchemySession`` on ``postgresql+psycopg``
+under ``Runner.run``, each storing the same history and then answering the same
+number of turns (``benchmarks/peers_postgres.py`` says exactly how each is driven).
+Columns: µs per message during the turns (median turn / 2), resume (the whole
+history read back, best of 3), a tail page of 50 (median of 20), and the bytes of
+every table the system created in its schema (``pg_total_relation_size``) — in MB
+and per message held. A second table gives each peer / perdure per column (µs per
+message against perdure's row of the peer's face: LangGraph's ``graph.invoke``
+against ``agent(...)``, the OpenAI ``Runner.run`` against ``invoke_async``; size per
+message held), and a last line says whether perdure is ahead on every column (faster;
+smaller for the size) and names each column where it is not. The peers' SDKs live in
+``benchmarks/.peers-venv`` (``benchmarks/peers_venv.py``: created from
+``benchmarks/peers-requirements.txt`` the first time); ``--peers-json FILE`` reads a
+result of ``peers_postgres.py`` written earlier instead.
 
 Targets (issue 17): durable append <= 1.3x the floor; eight durable writers >=
 0.7x the rate of the same writers without fsync; resume of 10k <= 60 ms; a tail
-page of 50 <= 2 ms at 100k. (The side-by-side with LangGraph's ``PostgresSaver``
-and the OpenAI Agents SDK's ``SQLAlchemySession`` the issue asks for is not here:
-neither package is installed in this environment.)
+page of 50 <= 2 ms at 100k; perdure ahead of both peers on every column.
+
+Example: ``PYTHONPATH=src .venv/bin/python benchmarks/postgres.py --quick --peers``.
 """
 
 from __future__ import annotations
@@ -40,72 +65,70 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
+import textwrap
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 import psycopg
 
-from perdure.session import read_history_page
+from perdure import Agent, NullConversationManager
+from perdure.session import Session, read_history_page
 from perdure.stores.postgres import PostgresSessionStore
 from perdure.types import Message
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agent_path import instant_model
+from floors import PostgresFloor
+from peers import ANSWER, QUESTION
+from peers_postgres import FORMAT as PEERS_FORMAT
+from peers_postgres import PAGE, floor_body, history_text, schema_names, schema_tables
+from peers_venv import PEERS_VENV, ensure_peers_venv, run_peers_script
+
+BENCHMARKS = Path(__file__).resolve().parent
+PEERS_SCRIPT = BENCHMARKS / "peers_postgres.py"
 DSN = "postgresql://postgres@127.0.0.1:5432/test"
-FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
 WINDOW = 40
+PEERS_SIZE = 10_000
 
 
 def message(i: int) -> Message:
     """A ~400-byte message (as JSON), as benchmarks/sessions.py writes them."""
     role = "user" if i % 2 == 0 else "assistant"
-    text = f"message {i}: " + (FILLER * 6)[: 400 - 60]
-    return {"role": role, "content": [{"text": text}]}  # type: ignore[typeddict-item]
+    return {"role": role, "content": [{"text": history_text(i)}]}  # type: ignore[typeddict-item]
 
 
 def raw_bytes(messages: list[Message]) -> int:
     return sum(len(json.dumps(m, separators=(",", ":"))) for m in messages)
 
 
-class Floor:
-    """One INSERT + COMMIT per step on one psycopg connection (synchronous_commit=on)."""
-
-    def __init__(self, dsn: str, schema: str, body: str) -> None:
-        self.conn = psycopg.connect(dsn)
-        self.conn.execute("SET synchronous_commit TO on")
-        self.table = f'"{schema}".floor'
-        self.conn.execute(f"DROP TABLE IF EXISTS {self.table}")
-        self.conn.execute(f"CREATE TABLE {self.table} (id bigserial PRIMARY KEY, body text)")
-        self.conn.commit()
-        self.body = body
-
-    def once(self) -> float:
-        start = time.perf_counter()
-        self.conn.execute(f"INSERT INTO {self.table} (body) VALUES (%s)", (self.body,))
-        self.conn.commit()
-        return time.perf_counter() - start
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-async def measure(dsn: str, schema: str, size: int, appends: int) -> dict[str, float]:
-    history = [message(i) for i in range(size)]
+async def build(dsn: str, schema: str, session: str, history: list[Message]) -> None:
+    """Store ``history`` as ``session``, a thousand messages a commit, without fsyncs."""
     bulk = PostgresSessionStore(dsn, schema=schema, durability="none")
-    session = f"bench-{size}"
     await bulk.create(session)
-    for end in range(1000, size + 1, 1000):
+    for end in range(1000, len(history) + 1, 1000):
         await bulk.commit(session, history[:end])
-    if size % 1000:
+    if len(history) % 1000:
         await bulk.commit(session, history)
     await bulk.flush(session)
     bulk.close()
 
-    durable = PostgresSessionStore(dsn, schema=schema)
-    floor = Floor(dsn, schema, json.dumps(message(0)))
-    tail = (await durable.get(session, offset=size)).tail
-    times, floor_times, hops = [], [], []
+
+async def store_turns(
+    durable: PostgresSessionStore,
+    session: str,
+    history: list[Message],
+    appends: int,
+    floor: PostgresFloor,
+) -> dict[str, list[float]]:
+    """Appends under one lease, then whole turns at the store; ``history`` grows with them."""
+    tail = (await durable.get(session, offset=len(history))).tail
+    times, hops = [], []
     async with durable.writer_lock(session):
         for _ in range(appends):
-            floor_times.append(floor.once())
+            floor.once()
             start = time.perf_counter()
             await asyncio.to_thread(int)  # the hop to a worker thread and back, alone
             hops.append(time.perf_counter() - start)
@@ -115,15 +138,54 @@ async def measure(dsn: str, schema: str, size: int, appends: int) -> dict[str, f
             times.append(time.perf_counter() - start)
     turns = []
     for _ in range(max(10, appends // 4)):
-        floor_times.append(floor.once())
+        floor.once()
         start = time.perf_counter()
         async with durable.writer_lock(session):
             for _ in range(2):
                 history.append(message(len(history)))
                 tail = (await durable.commit(session, history, expected_tail=tail)).tail
         turns.append(time.perf_counter() - start)
-    floor.close()
+    return {"append": times, "hop": hops, "turn": turns}
 
+
+def agent_kwargs(turns: int) -> dict[str, Any]:
+    return {"model": instant_model(turns), "conversation_manager": NullConversationManager()}
+
+
+async def agent_turns_async(
+    store: PostgresSessionStore, session: str, turns: int, floor: PostgresFloor
+) -> list[float]:
+    """Seconds of each of ``turns`` turns of ``await agent.invoke_async`` over the session."""
+    agent = await Agent.create(
+        **agent_kwargs(turns), session_manager=Session.resume(store, session)
+    )
+    times = []
+    for _ in range(turns):
+        floor.once()
+        start = time.perf_counter()
+        await agent.invoke_async(QUESTION)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def agent_turns_sync(
+    store: PostgresSessionStore, session: str, turns: int, floor: PostgresFloor
+) -> tuple[list[float], list[Message]]:
+    """Seconds of each of ``turns`` turns of ``agent(...)`` over the session; its messages."""
+    agent = Agent(**agent_kwargs(turns), session_manager=Session.resume(store, session))
+    times = []
+    for _ in range(turns):
+        floor.once()
+        start = time.perf_counter()
+        agent(QUESTION)
+        times.append(time.perf_counter() - start)
+    return times, list(agent.messages)
+
+
+async def read_back(
+    dsn: str, schema: str, session: str, history: list[Message]
+) -> dict[str, float]:
+    """Resume, windowed resume and tail page of ``session`` (which holds ``history``)."""
     reader = PostgresSessionStore(dsn, schema=schema)
     resume = []
     for _ in range(3):
@@ -140,28 +202,56 @@ async def measure(dsn: str, schema: str, size: int, appends: int) -> dict[str, f
     pages = []
     for _ in range(20):
         start = time.perf_counter()
-        page = await read_history_page(reader, session, offset=len(history) - 50, limit=50)
+        page = await read_history_page(reader, session, offset=len(history) - PAGE, limit=PAGE)
         pages.append(time.perf_counter() - start)
-    assert page.messages == history[-50:]
-    size_bytes = await reader.db.run(
-        lambda conn: conn.execute(
-            "SELECT pg_total_relation_size(%s::regclass)", (f'"{schema}".perdure_messages',)
-        ).fetchone(),
-        doing="measuring",
-    )
-    durable.close()
+    assert page.messages == history[-PAGE:]
     reader.close()
     return {
-        "floor_us": statistics.median(floor_times) * 1e6,
-        "append_us": statistics.median(times) * 1e6,
-        "hop_us": statistics.median(hops) * 1e6,
-        "turn_us": statistics.median(turns) * 1e6,
         "resume_ms": min(resume) * 1e3,
         "window_ms": min(window) * 1e3,
         "page_ms": statistics.median(pages) * 1e3,
-        "table_bytes": float(size_bytes[0]) if size_bytes else 0.0,
-        "raw_bytes": float(raw_bytes(history)),
     }
+
+
+def measure(dsn: str, schema: str, size: int, appends: int, turns: int) -> dict[str, float]:
+    """One row: a session of ``size`` messages in ``schema`` (which holds nothing else)."""
+    history = [message(i) for i in range(size)]
+    session = f"bench-{size}"
+    asyncio.run(build(dsn, schema, session, history))
+    durable = PostgresSessionStore(dsn, schema=schema)
+    floor = PostgresFloor(dsn, schema, floor_body())
+    try:
+        store = asyncio.run(store_turns(durable, session, history, appends, floor))
+        invoke = asyncio.run(agent_turns_async(durable, session, turns, floor))
+        call, messages = agent_turns_sync(durable, session, turns, floor)
+    finally:
+        floor.close()  # its table dropped: the schema holds perdure's tables alone
+        durable.close()
+    expected = history + [m for _ in range(2 * turns) for m in message_pair()]
+    assert messages == expected, "the agents' turns are not the stored history"
+    reads = asyncio.run(read_back(dsn, schema, session, messages))
+    tables = schema_tables(dsn, schema)
+    return {
+        "floor_us": statistics.median(floor.samples) * 1e6,
+        "append_us": statistics.median(store["append"]) * 1e6,
+        "hop_us": statistics.median(store["hop"]) * 1e6,
+        "turn_us": statistics.median(store["turn"]) * 1e6,
+        "invoke_us": statistics.median(invoke) / 2 * 1e6,
+        "call_us": statistics.median(call) / 2 * 1e6,
+        **reads,
+        "table_bytes": float(tables["perdure_messages"]),
+        "raw_bytes": float(raw_bytes(messages)),
+        "schema_bytes": float(sum(tables.values())),
+        "messages": float(len(messages)),
+    }
+
+
+def message_pair() -> list[Message]:
+    """The two messages an agent turn of this benchmark stores."""
+    return [
+        {"role": "user", "content": [{"text": QUESTION}]},
+        {"role": "assistant", "content": [{"text": ANSWER}]},
+    ]
 
 
 async def write_for(dsn: str, schema: str, session: str, durability: str, seconds: float) -> int:
@@ -221,11 +311,251 @@ def concurrent_rate(dsn: str, schema: str, durability: str, writers: int, second
     return total / seconds
 
 
+# --- the peers, side by side ------------------------------------------------------------
+
+# The peers of the side-by-side table, in its order: (key in peers_postgres.py's result, name).
+PEER_ROWS = (("langgraph", "LangGraph"), ("openai", "OpenAI Agents"))
+# (column, its heading in the first table, in the ratio table, its format)
+SIDE_COLUMNS = (
+    ("turn", "us/msg", "us/msg", "{:.0f}"),
+    ("resume", "resume ms", "resume", "{:.1f}"),
+    ("page", "tail50 ms", "tail50", "{:.2f}"),
+    ("size", "B/msg", "B/msg", "{:.0f}"),
+)
+PEER_KEYS = ("turn_us", "resume_ms", "page_ms", "table_bytes", "messages")
+PERDURE_LABEL = "perdure, Agent + Session, PostgresSessionStore"
+PERDURE_FACES = {
+    "async": "await agent.invoke_async(QUESTION)",
+    "sync": "agent(QUESTION)",
+}
+PERDURE_HOW = (
+    "Agent(model=instant, conversation_manager=NullConversationManager(), "
+    "session_manager=Session.resume(store, id)) over the stored session, then one call a "
+    "turn: {faces}; resume: store.get(id) on a store opened before the clock (the whole "
+    "history, hash chain verified); tail page: read_history_page(store, id, offset=n-50, "
+    "limit=50)"
+)
+PERDURE_NOTE = (
+    "PostgresSessionStore, durability='commit': one statement a message, "
+    "synchronous_commit=on on its connections (the writer's lease taken and given back "
+    "each turn)"
+)
+
+
+def perdure_side(row: dict[str, float], turns: int) -> dict[str, Any]:
+    """perdure's figures for the side-by-side table, from its row of that size."""
+    return {
+        "turns": turns,
+        "floor_us": row["floor_us"],
+        "faces": {"async": row["invoke_us"], "sync": row["call_us"]},
+        "resume_ms": row["resume_ms"],
+        "page_ms": row["page_ms"],
+        "table_bytes": row["schema_bytes"],
+        "messages": row["messages"],
+    }
+
+
+def check_peers(document: Any, size: int, turns: int) -> dict[str, Any]:
+    """``document`` if it is a result of ``peers_postgres.py`` for these sizes, else ValueError."""
+    if not isinstance(document, dict) or document.get("format") != PEERS_FORMAT:
+        raise ValueError(f"not a result of benchmarks/peers_postgres.py (format {PEERS_FORMAT!r})")
+    if (document.get("size"), document.get("turns")) != (size, turns):
+        raise ValueError(
+            f"the peers stored {document.get('size')} messages and ran {document.get('turns')} "
+            f"turns; this run: {size} and {turns}"
+        )
+    peers = document.get("peers")
+    if not isinstance(peers, dict):
+        raise ValueError("the peers' result has no 'peers' object")
+    for name, peer in peers.items():
+        if not isinstance(peer, dict):
+            raise ValueError(f"peer {name!r}: expected an object, got {peer!r}")
+        if "error" in peer:
+            continue
+        if peer.get("face") not in PERDURE_FACES:
+            raise ValueError(
+                f"peer {name!r}: face must be 'sync' or 'async', got {peer.get('face')!r}"
+            )
+        for key in PEER_KEYS:
+            value = peer.get(key)
+            if value is not None and not (isinstance(value, int | float) and value > 0):
+                raise ValueError(f"peer {name!r}: {key} must be a positive number, got {value!r}")
+    return document
+
+
+def peer_figures(peer: dict[str, Any]) -> dict[str, float | None]:
+    """A peer's value per column (None: not reported)."""
+    size = peer.get("table_bytes")
+    held = peer.get("messages")
+    return {
+        "turn": peer.get("turn_us"),
+        "resume": peer.get("resume_ms"),
+        "page": peer.get("page_ms"),
+        "size": size / held if size is not None and held else None,
+    }
+
+
+def dash(value: float | None, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def wrapped(text: str, indent: str) -> list[str]:
+    return textwrap.wrap(text, 100, initial_indent=indent, subsequent_indent=indent + "    ")
+
+
+def side_by_side(perdure: dict[str, Any], size: int, document: dict[str, Any] | None) -> list[str]:
+    """The side-by-side table at ``size`` messages, the ratio table and the verdict."""
+    turns = perdure["turns"]
+    floors = f"perdure's run {perdure['floor_us']:.0f} us"
+    if document is not None and isinstance(document.get("floor_us"), int | float):
+        floors += f", the peers' run {document['floor_us']:.0f} us"
+    lines = [
+        f"side by side on the same server: {size} messages stored, then {turns} turns through "
+        "each full agent path (us per message: median turn / 2)",
+        f"floor (INSERT + COMMIT, synchronous_commit=on), median: {floors}",
+    ]
+    width = 48
+    header = (
+        f"{'system':<{width}}{'face':>6}"
+        + "".join(f"{heading:>11}" for _, heading, _, _ in SIDE_COLUMNS[:3])
+        + f"{'table MB':>10}{'B/msg':>8}{'msgs':>8}"
+    )
+    lines += [header, "-" * len(header)]
+    mine: dict[str, dict[str, float]] = {}
+    for face in ("async", "sync"):
+        mine[face] = {
+            "turn": perdure["faces"][face],
+            "resume": perdure["resume_ms"],
+            "page": perdure["page_ms"],
+            "size": perdure["table_bytes"] / perdure["messages"],
+        }
+        lines.append(
+            f"{PERDURE_LABEL:<{width}}{face:>6}{perdure['faces'][face]:>11.0f}"
+            f"{perdure['resume_ms']:>11.1f}{perdure['page_ms']:>11.2f}"
+            f"{perdure['table_bytes'] / 1e6:>10.1f}{mine[face]['size']:>8.0f}"
+            f"{perdure['messages']:>8.0f}"
+        )
+    ratios: list[tuple[float, str]] = []
+    missing: list[str] = []
+    ratio_lines: list[str] = []
+    how = [
+        (
+            "perdure",
+            PERDURE_HOW.format(
+                faces=", ".join(f"{face}: {call}" for face, call in PERDURE_FACES.items())
+            ),
+        )
+    ]
+    notes = [("perdure", PERDURE_NOTE)]
+    peers = document["peers"] if document is not None else {}
+    for key, name in PEER_ROWS:
+        result = peers.get(key)
+        if result is None:
+            missing.append(f"{name} not measured")
+            lines.append(f"{name:<{width}}not measured")
+            continue
+        label = str(result.get("label", name + " {version}")).format(
+            version=result.get("version", "?")
+        )
+        if "error" in result:
+            missing.append(f"{name} failed")
+            lines.append(f"{label:<{width}}failed: {result['error']}"[:200])
+            continue
+        face = result["face"]
+        values = peer_figures(result)
+        total, held = result.get("table_bytes"), result.get("messages")
+        shown = [
+            *(dash(values[column], fmt) for column, _, _, fmt in SIDE_COLUMNS[:3]),
+            dash(None if total is None else total / 1e6, "{:.1f}"),
+            dash(values["size"], "{:.0f}"),
+            dash(held, "{:.0f}"),
+        ]
+        lines.append(
+            f"{label:<{width}}{face:>6}"
+            + "".join(f"{cell:>{w}}" for cell, w in zip(shown, (11, 11, 11, 10, 8, 8), strict=True))
+        )
+        row = f"{name + ' / perdure ' + face:<{width}}"
+        for column, _, heading, _ in SIDE_COLUMNS:
+            value = values[column]
+            if value is None:
+                missing.append(f"{name} {heading}")
+                row += f"{'-':>9}"
+                continue
+            ratio = value / mine[face][column]
+            ratios.append((ratio, f"{name} {heading}"))
+            row += f"{ratio:>8.2f}x"
+        ratio_lines.append(row)
+        how.append(
+            (
+                name,
+                f"{result.get('turn_how', '?')}; resume: {result.get('resume_how', '?')}; "
+                f"tail page: {result.get('page_how', '?')}",
+            )
+        )
+        notes.append((name, str(result.get("note", ""))))
+    lines.append("")
+    if document is None:
+        lines += [
+            "peers: not measured. --peers adds LangGraph's PostgresSaver and the OpenAI Agents "
+            "SDK's SQLAlchemySession",
+            "  beside these rows (it installs their SDKs once in benchmarks/.peers-venv; see "
+            "benchmarks/peers_postgres.py).",
+        ]
+    else:
+        ratio_header = f"{'peer / perdure':<{width}}" + "".join(
+            f"{heading:>9}" for _, _, heading, _ in SIDE_COLUMNS
+        )
+        lines += [ratio_header, "-" * len(ratio_header), *ratio_lines]
+        lines += wrapped(
+            "above 1: perdure is faster (us/msg against perdure's row of the peer's face; resume, "
+            "tail50) or smaller (B/msg: bytes of all the tables a system created, per message "
+            "it holds)",
+            "",
+        )
+    lines.append("how each system runs a turn, its resume and its tail page:")
+    for name, text in how:
+        lines += wrapped(f"{name}: {text}", "  ")
+    lines.append("durability as each ships it:")
+    for name, text in notes:
+        lines += wrapped(f"{name}: {text}", "  ")
+    slower = [f"{where} ({ratio:.2f}x)" for ratio, where in ratios if ratio <= 1]
+    if missing:
+        verdict = "not established: " + ", ".join(missing)
+    elif slower:
+        verdict = "no: perdure is not ahead on " + ", ".join(slower)
+    else:
+        ratio, where = min(ratios)
+        verdict = f"yes (closest: {where}, {ratio:.2f}x)"
+    lines.append(f"perdure ahead on every column (faster; B/msg: smaller): {verdict}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="sizes 1k and 10k, fewer appends")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="sizes 1k and 10k, fewer turns")
     parser.add_argument("--dsn", default=os.environ.get("PERDURE_TEST_PG", DSN))
     parser.add_argument("--sizes", help="comma-separated session sizes (default 10000,100000)")
+    parser.add_argument(
+        "--peers-size",
+        type=int,
+        default=PEERS_SIZE,
+        help=f"session size of the side-by-side table (default {PEERS_SIZE}; added to the sizes)",
+    )
+    parser.add_argument("--appends", type=int, help="store appends a row (default 200, --quick 50)")
+    parser.add_argument(
+        "--turns", type=int, help="agent turns a row and a peer (default 50, --quick 20)"
+    )
+    parser.add_argument("--writers", type=int, default=8, help="concurrent writer processes")
+    parser.add_argument("--seconds", type=float, help="each writer's run (default 5, --quick 2)")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="add LangGraph and OpenAI Agents (installs their SDKs once in benchmarks/.peers-venv)",
+    )
+    parser.add_argument("--peers-venv", help="the peers' venv (implies --peers)")
+    parser.add_argument(
+        "--peers-json", help="a result of an earlier peers_postgres.py run, instead of running it"
+    )
     parser.add_argument("--writer", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.writer:
@@ -237,41 +567,80 @@ def main(argv: list[str] | None = None) -> int:
         if args.sizes
         else ([1000, 10000] if args.quick else [10000, 100000])
     )
-    appends = 50 if args.quick else 200
-    seconds = 2.0 if args.quick else 5.0
-    schema = f"perdure_bench_{uuid.uuid4().hex[:10]}"
+    sizes = sorted({*sizes, args.peers_size})
+    if sizes[0] < PAGE:
+        parser.error(f"sizes must be at least {PAGE} (a tail page)")
+    appends = args.appends or (50 if args.quick else 200)
+    turns = args.turns or (20 if args.quick else 50)
+    seconds = args.seconds or (2.0 if args.quick else 5.0)
+    peers_document: Any = None
+    peers_python: Path | None = None
+    if args.peers_json:
+        try:
+            peers_document = check_peers(
+                json.loads(Path(args.peers_json).read_text()), args.peers_size, turns
+            )
+        except (OSError, ValueError) as error:
+            parser.error(f"--peers-json {args.peers_json}: {error}")
+    elif args.peers or args.peers_venv:
+        # Before perdure's rows: an install does not run while they are measured.
+        peers_python = ensure_peers_venv(Path(args.peers_venv or PEERS_VENV).resolve())
+    base = f"perdure_bench_{uuid.uuid4().hex[:10]}"
+    schemas = {size: f"{base}_s{size}" for size in sizes}
+    writers_schema = f"{base}_w"
+    peers_prefix = f"{base}_peer"
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         version = conn.execute("SHOW server_version").fetchone()
         sync = conn.execute("SHOW synchronous_commit").fetchone()
-        conn.execute(f'CREATE SCHEMA "{schema}"')
+        for schema in (*schemas.values(), writers_schema):
+            conn.execute(f'CREATE SCHEMA "{schema}"')
     shown = (version[0] if version else "?", sync[0] if sync else "?")
     print(f"PostgreSQL {shown[0]}, synchronous_commit={shown[1]}")
+    rows: dict[int, dict[str, float]] = {}
     try:
         header = (
             f"{'msgs':>8}{'append us':>11}{'floor us':>10}{'x floor':>9}{'hop us':>8}{'turn us':>9}"
-            f"{'turn x':>8}{'resume ms':>11}{'window ms':>11}{'tail50 ms':>11}{'table x':>9}"
+            f"{'turn x':>8}{'invoke us':>11}{'agent() us':>12}{'resume ms':>11}{'window ms':>11}"
+            f"{'tail50 ms':>11}{'table x':>9}"
         )
         print(header)
         print("-" * len(header))
         for size in sizes:
-            r = asyncio.run(measure(args.dsn, schema, size, appends))
+            r = rows[size] = measure(args.dsn, schemas[size], size, appends, turns)
             floor_us = r["floor_us"]
             print(
                 f"{size:>8}{r['append_us']:>11.0f}{floor_us:>10.0f}"
                 f"{r['append_us'] / floor_us:>9.2f}{r['hop_us']:>8.0f}{r['turn_us']:>9.0f}"
-                f"{r['turn_us'] / floor_us:>8.2f}{r['resume_ms']:>11.1f}{r['window_ms']:>11.2f}"
+                f"{r['turn_us'] / floor_us:>8.2f}{r['invoke_us']:>11.0f}{r['call_us']:>12.0f}"
+                f"{r['resume_ms']:>11.1f}{r['window_ms']:>11.2f}"
                 f"{r['page_ms']:>11.2f}{r['table_bytes'] / r['raw_bytes']:>9.2f}"
             )
             sys.stdout.flush()
-        durable = concurrent_rate(args.dsn, schema, "commit", 8, seconds)
-        unsynced = concurrent_rate(args.dsn, schema, "none", 8, seconds)
+        durable = concurrent_rate(args.dsn, writers_schema, "commit", args.writers, seconds)
+        unsynced = concurrent_rate(args.dsn, writers_schema, "none", args.writers, seconds)
         print(
-            f"\n8 writers, {seconds:g} s each, own sessions: durable {durable:.0f} msg/s, "
-            f"synchronous_commit=off {unsynced:.0f} msg/s, ratio {durable / unsynced:.2f}"
+            f"\n{args.writers} writers, {seconds:g} s each, own sessions: durable {durable:.0f} "
+            f"msg/s, synchronous_commit=off {unsynced:.0f} msg/s, ratio {durable / unsynced:.2f}"
         )
+        sys.stdout.flush()
+        if peers_python is not None:
+            with tempfile.TemporaryDirectory(prefix="perdure-pg-peers-") as work:
+                peer_args = ["--dsn", args.dsn, "--schema", peers_prefix]
+                peer_args += ["--size", str(args.peers_size), "--turns", str(turns)]
+                document = run_peers_script(
+                    peers_python, PEERS_SCRIPT, peer_args, Path(work) / "peers.json"
+                )
+            peers_document = check_peers(document, args.peers_size, turns)
     finally:
         with psycopg.connect(args.dsn, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            leftovers = (*schemas.values(), writers_schema, *schema_names(peers_prefix).values())
+            for schema in leftovers:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    print()
+    for line in side_by_side(
+        perdure_side(rows[args.peers_size], turns), args.peers_size, peers_document
+    ):
+        print(line)
     return 0
 
 
