@@ -167,3 +167,36 @@ def test_ctrl_c_on_the_main_thread_cancels_the_coroutine_at_its_await() -> None:
     assert where == ["cancelled at the await"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
     assert run_blocking(answer()) == 42
+
+
+def test_tasks_a_call_leaves_running_go_on_after_it_returns() -> None:
+    """A call that leaves work on the loop (a memory extraction job, a tool's background
+    task) returns at once, and that work goes on without a next sync call: code in
+    another loop may wait for it (``asyncio.run(manager.flush())``)."""
+    finished = threading.Event()
+    rounds: list[int] = []
+
+    async def background() -> None:
+        for i in range(5):
+            await asyncio.sleep(0.02)
+            rounds.append(i)
+        finished.set()
+
+    async def start_and_return() -> str:
+        task = asyncio.get_running_loop().create_task(background())
+        keep.append(task)
+        return "returned"
+
+    keep: list[asyncio.Task[None]] = []
+    assert run_blocking(start_and_return()) == "returned"
+    assert not finished.is_set()  # the call did not wait for it
+
+    async def wait_elsewhere() -> bool:
+        return await asyncio.to_thread(finished.wait, 10)
+
+    assert asyncio.run(wait_elsewhere())  # another loop, no perdure call in between
+    assert rounds == [0, 1, 2, 3, 4]
+    deadline = time.monotonic() + 5  # the loop thread stops once nothing is left
+    while time.monotonic() < deadline and run_blocking(thread_ident()) != threading.get_ident():
+        time.sleep(0.05)
+    assert run_blocking(thread_ident()) == threading.get_ident()

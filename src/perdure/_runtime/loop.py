@@ -12,8 +12,9 @@ being run for another call, or the calling thread runs a loop of its own (a
 notebook cell, a web handler) — hands its coroutine to the loop and waits: when no
 thread runs the loop then, a daemon thread is started to run it until the handed-off
 calls are done, and a caller whose own call ends while others' are still running
-hands the loop to such a thread, so it never waits for them. Between calls nothing
-runs the loop: a task left behind by a tool waits for the next call.
+hands the loop to such a thread, so it never waits for them. So does a caller whose
+call leaves tasks running on the loop (a memory extraction job, a tool's background
+task): they go on in that thread, which stops once the loop has nothing left to run.
 
 A sync call made inside someone else's running loop runs on perdure's loop, blocking
 only the calling thread, and logs once (per process and async twin) a warning that
@@ -44,6 +45,8 @@ from perdure._runtime.threads import PerProcess
 T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
+
+_IDLE_CHECK = 0.05  # seconds between looks, by the loop thread, for work left to run
 
 
 class _Runner:
@@ -83,27 +86,50 @@ class _Runner:
             stopping.join()  # a thread still leaving run_forever(): wait it out
 
     def _start_thread(self) -> None:
-        """Run the loop in a new daemon thread (under ``lock``, nobody running it)."""
-        assert self.loop is not None
+        """Run the loop in a new daemon thread (under ``lock``, nobody running it).
+
+        The thread runs it while there is work: handed-off calls, or tasks a call left
+        running (a memory extraction job, a tool's background task). It looks again
+        when a handed-off call ends, and every ``_IDLE_CHECK`` seconds for the rest.
+        """
+        loop = self.loop
+        assert loop is not None
+        loop.call_soon(self._idle_check)
         self.thread = threading.Thread(
-            target=self.loop.run_forever, name="perdure-event-loop", daemon=True
+            target=loop.run_forever, name="perdure-event-loop", daemon=True
         )
         self.thread.start()
 
+    def _stop_if_idle(self) -> bool:
+        """Stop the loop thread (called on it, under ``lock``) when no work is left."""
+        loop = self.loop
+        if loop is None or self.thread is not threading.current_thread() or self.handed:
+            return self.thread is None
+        current = asyncio.current_task(loop)
+        if any(task is not current for task in asyncio.all_tasks(loop)):
+            return False
+        self.stopping, self.thread = self.thread, None
+        loop.stop()
+        return True
+
+    def _idle_check(self) -> None:
+        with self.lock:
+            stopped = self._stop_if_idle()
+        if not stopped and self.loop is not None:
+            self.loop.call_later(_IDLE_CHECK, self._idle_check)
+
     def handed_done(self) -> None:
-        """A handed-off call ended (on the loop): the last one stops the loop thread."""
+        """A handed-off call ended (on the loop): the last one may stop the loop thread."""
         with self.lock:
             self.handed -= 1
-            if self.handed == 0 and self.thread is threading.current_thread():
-                assert self.loop is not None
-                self.stopping, self.thread = self.thread, None
-                self.loop.stop()
+            self._stop_if_idle()
 
     def release(self) -> None:
-        """The driver's call is done: others' calls still running go on in a thread."""
+        """The driver's call is done: others' calls, and tasks it left, go on in a thread."""
         with self.lock:
             self.driver = None
-            if self.handed > 0:
+            loop = self.loop
+            if self.handed > 0 or (loop is not None and asyncio.all_tasks(loop)):
                 self._start_thread()
 
     def running_here(self) -> bool:
