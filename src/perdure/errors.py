@@ -22,7 +22,8 @@ The tree::
     ├── MemoryStoreError              memory_store_error
     │   └── MemoryStoreLockedError    memory_store_locked
     ├── StorageError                  storage_error
-    │   └── StorageLockedError        storage_locked
+    │   ├── StorageLockedError        storage_locked
+    │   └── StorageConflictError      storage_conflict
     └── ModelError                    model_error
         ├── ContextWindowOverflowError context_window_overflow
         ├── ModelAuthenticationError   model_authentication
@@ -69,6 +70,7 @@ __all__ = [
     "SessionMismatchError",
     "SessionNotFoundError",
     "SnapshotError",
+    "StorageConflictError",
     "StorageError",
     "StorageLockedError",
     "StoreNotWiredError",
@@ -267,6 +269,16 @@ class StorageLockedError(StorageError):
     """
 
     code = "storage_locked"
+
+
+class StorageConflictError(StorageError):
+    """A conditional write found the blob not as the caller expected; nothing was written.
+
+    Another writer changed (or created, or deleted) the blob since the caller last
+    read or wrote it. Not damage: read the blob again before deciding what to write.
+    """
+
+    code = "storage_conflict"
 
 
 class MemoryStoreLockedError(MemoryStoreError):
