@@ -109,8 +109,20 @@ def encode_json(value: Any, what: str, *, walk: bool = True) -> bytes:
             names the part, e.g. ``"messages[3]"``).
     """
     try:
-        stored = encode_bytes_values(value) if walk else value
-        text = json.dumps(stored, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        stored = value
+        try:
+            text = _dumps(value)
+        except TypeError:  # bytes, most likely: the walk turns them into markers
+            if not walk:
+                raise
+            stored = encode_bytes_values(value)
+            text = _dumps(stored)
+        else:
+            # No bytes; and without '"__' in the text no dict holds a marker key, so
+            # the walk would change nothing (tuples are lists either way).
+            if walk and '"__' in text:
+                stored = encode_bytes_values(value)
+                text = _dumps(stored)
     except (TypeError, ValueError, RecursionError) as exc:
         raise SnapshotError(f"snapshot {what} is not JSON-serializable: {exc}") from exc
     try:
@@ -119,6 +131,10 @@ def encode_json(value: Any, what: str, *, walk: bool = True) -> bytes:
         return json.dumps(stored, allow_nan=False, ensure_ascii=True, separators=(",", ":")).encode(
             "ascii"
         )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
 def encode_message(message: Any, index: int) -> bytes:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import gc
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from perdure.snapshots.format import (
     encode_message,
     parse_chunk,
 )
-from perdure.snapshots.layout import ChainNode, Layout, SealedPart, TailEntry
+from perdure.snapshots.layout import ChainNode, Layout, SealedPart, TailEntry, copy_message
 from perdure.snapshots.log import ABSENT, LatestEnd, Replay, end_of, parse_latest
 from perdure.storage import Storage
 
@@ -239,7 +238,7 @@ async def load(storage: Storage, prefix: str, key: str, manifest: Manifest) -> L
     if len(messages) != manifest.count:
         raise _corrupt(key, f"it holds {len(messages)} messages, not {manifest.count}")
     tail = [
-        TailEntry(m, copy.deepcopy(m), encode_message(m, sealed + i))
+        TailEntry(m, copy_message(m), encode_message(m, sealed + i))
         for i, m in enumerate(messages[sealed:])
     ]
     layout = Layout(parts=parts, skip=skip, tail=tail, chain=chain)

@@ -51,6 +51,7 @@ when what it would append to is not a log it knows (format 1, or never read).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import operator
 import re
@@ -249,17 +250,7 @@ def new_log(state: LogState) -> tuple[bytes, LogHead]:
     """A whole log holding ``state`` (the header and one full record), and its head."""
     line, head = append_record(_EMPTY, state)
     blob = _HEADER + line
-    return blob, LogHead(
-        size=len(blob),
-        hash=head.hash,
-        base=len(blob),
-        meta=head.meta,
-        fields=head.fields,
-        count=head.count,
-        skip=head.skip,
-        parts=head.parts,
-        inline=head.inline,
-    )
+    return blob, dataclasses.replace(head, base=len(blob))
 
 
 @dataclass(frozen=True)
