@@ -31,6 +31,7 @@ from perdure.snapshots.layout import (
     SEAL_BYTES,
     Layout,
     build_tree,
+    copy_message,
     plan_save,
 )
 from perdure.types import encode_bytes_values
@@ -394,3 +395,29 @@ def test_encoding_is_the_stored_form_whichever_path_it_takes(value: Any) -> None
         encode_bytes_values(value), allow_nan=False, ensure_ascii=False, separators=(",", ":")
     )
     assert encode_json(value, "v") == walked.encode("utf-8")
+
+
+def test_a_tail_copy_shares_no_container_with_the_message() -> None:
+    class Tagged(dict):  # type: ignore[type-arg]
+        pass
+
+    message = {
+        "role": "user",
+        "content": [
+            {"text": "hi", "n": 1, "f": 0.5, "b": b"\x00", "none": None, "yes": True},
+            {"json": {"nested": [1, [2, {"x": bytearray(b"ab")}]], "pair": (1, [2])}},
+            Tagged(k=[1]),
+        ],
+    }
+    copied = copy_message(message)
+    assert copied == message
+    assert copied["content"][0]["text"] is message["content"][0]["text"]  # leaves shared
+    message["content"][0]["text"] = "edited"
+    message["content"][1]["json"]["nested"][1][1]["x"][0] = 0x7A
+    message["content"][1]["json"]["pair"][1].append(3)
+    message["content"][2]["k"].append(2)
+    assert copied["content"][0]["text"] == "hi"
+    assert copied["content"][1]["json"]["nested"][1][1]["x"] == bytearray(b"ab")
+    assert copied["content"][1]["json"]["pair"] == (1, [2])
+    assert copied["content"][2] == {"k": [1]}
+    assert type(copied["content"][2]) is Tagged
