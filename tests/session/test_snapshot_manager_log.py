@@ -154,15 +154,21 @@ def test_an_edit_of_the_last_messages_cuts_them_and_adds_the_new_ones() -> None:
     check(replay(written.blob, "k").manifest, second, [*written.messages[1]])
 
 
-def test_messages_not_held_by_identity_are_written_again() -> None:
-    m = [encode_message(msg(i), i) for i in range(2)]
-    first = state(tuple(m))
+def test_messages_are_found_by_their_encoding_not_their_object() -> None:
+    m = [encode_message(msg(i), i) for i in range(3)]
+    first = state((m[0], m[1]))
     copies = tuple(bytearray(b).decode().encode() for b in m)  # equal, but other objects
     assert copies[0] is not m[0]
-    again = state(copies)
+    again = state(copies)  # the same two messages, and a third
     record = json.loads(write([first, again]).blob.split(b"\n")[2])
-    assert record["d"] == 2
-    assert record["a"] == [msg(0), msg(1)]
+    assert "d" not in record
+    assert "c" not in record
+    assert record["a"] == [msg(2)]
+    # A message that repeats an earlier one still makes a correct patch.
+    twice = state((m[0], m[1], m[0]))
+    later = state((m[0], m[2]))  # the first two sealed away, say, then one added
+    written = write([twice, later])
+    check(replay(written.blob, "k").manifest, later, [msg(0), msg(2)])
 
 
 def test_bytes_values_and_metadata_round_trip() -> None:

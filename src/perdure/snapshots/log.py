@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -104,8 +103,8 @@ class LogState:
     """What one save of ``latest`` holds, encoded (the writer's side of a record).
 
     ``meta`` is the metadata without ``created_at`` (``at``); ``inline`` the encoded
-    open-tail messages, the very ``bytes`` objects of the writer's layout (a patch
-    finds the messages a log already holds by identity).
+    open-tail messages, the ``bytes`` objects of the writer's layout (a patch finds
+    the messages a log already holds by comparing them, mostly by identity).
     """
 
     at: str
@@ -173,22 +172,29 @@ def end_of(blob: bytes | None) -> LatestEnd:
 
 
 def _string(text: str) -> bytes:
+    if text.isascii() and '"' not in text and "\\" not in text and text.isprintable():
+        return b'"' + text.encode("ascii") + b'"'  # an ISO-8601 time: nothing to escape
     return json.dumps(text).encode("ascii")
 
 
 def _overlap(old: Sequence[bytes], new: Sequence[bytes]) -> tuple[int, int]:
-    """``(drop, keep)``: ``new[:keep]`` is ``old[drop:drop + keep]``, item by item (identity)."""
+    """``(drop, keep)`` such that ``new[:keep]`` equals ``old[drop:drop + keep]``.
+
+    The entries are the encoded messages, so equal entries are equal bytes in the
+    log: any such pair makes a correct patch, and the writer's own encodings (the
+    same ``bytes`` objects) make the comparisons identity checks.
+    """
     if not new or not old:
         return len(old), 0
-    first = new[0]
-    drop = next((i for i, item in enumerate(old) if item is first), None)
-    if drop is None:
+    try:
+        drop = old.index(new[0])
+    except ValueError:
         return len(old), 0
     limit = min(len(new), len(old) - drop)
-    if all(map(operator.is_, new[:limit], old[drop : drop + limit])):
+    if new[:limit] == old[drop : drop + limit]:
         return drop, limit
     keep = 1
-    while keep < limit and new[keep] is old[drop + keep]:
+    while keep < limit and new[keep] == old[drop + keep]:
         keep += 1
     return drop, keep
 

@@ -59,12 +59,11 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import dataclasses
 import logging
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, cast, runtime_checkable
@@ -250,21 +249,28 @@ def _check_agent(agent: Any) -> Agent:
     return agent
 
 
-@contextlib.asynccontextmanager
-async def _hold(lock: ProcessLock) -> AsyncIterator[None]:
+class _Held:
     """Hold a thread lock from async code without blocking the event loop.
 
     A ``threading.Lock`` (not an ``asyncio.Lock``) so that callers on different
-    loops and threads exclude each other; it is polled, never waited on.
+    loops and threads exclude each other; it is polled, never waited on. (A class
+    rather than an ``asynccontextmanager``: it is entered on every save, and a
+    generator-based one costs three times as much.)
     """
-    delay = 0.0002
-    while not lock.acquire(blocking=False):
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.02)
-    try:
-        yield
-    finally:
-        lock.release()
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: ProcessLock) -> None:
+        self._lock = lock
+
+    async def __aenter__(self) -> None:
+        delay = 0.0002
+        while not self._lock.acquire(blocking=False):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lock.release()
 
 
 class SnapshotSessionManager:
@@ -384,7 +390,7 @@ class SnapshotSessionManager:
         registry.add_callback(AfterInvocationEvent, self._on_after_invocation)
 
     async def _on_initialized(self, event: AgentInitializedEvent) -> None:
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             if event.agent not in self._initialized:
                 slot = self._slot(event.agent)
                 await self._restore_locked(event.agent, slot, None, from_init=True)
@@ -466,7 +472,7 @@ class SnapshotSessionManager:
         agent = _check_agent(agent)
         if snapshot_id is not None:
             _check_snapshot_id(snapshot_id, "snapshot_id")
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             return await self._restore_locked(agent, self._slot(agent), snapshot_id)
 
     async def save_snapshot(self, agent: Agent, *, is_latest: bool) -> str | None:
@@ -497,7 +503,7 @@ class SnapshotSessionManager:
         without its chunks. Agents still in memory keep their state; their next save
         writes everything again.
         """
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             try:
                 await delete_all(self.storage, f"sessions/{self.session_id}/")
             finally:
@@ -521,7 +527,7 @@ class SnapshotSessionManager:
         agent = _check_agent(agent)
         _check_snapshot_id(snapshot_id, "snapshot_id")
         key = f"{self._prefix(agent.agent_id)}snapshots/{snapshot_id}"
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             if await self.storage.read(key) is None:
                 return False
             await self.storage.delete(key)
@@ -538,7 +544,7 @@ class SnapshotSessionManager:
                 deleted.
         """
         agent = _check_agent(agent)
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             return len(await self._collect_locked(agent))
 
     async def redact_latest_message_async(self, redact_message: Message, agent: Agent) -> None:
@@ -560,7 +566,7 @@ class SnapshotSessionManager:
             raise ValueError("redact_message given but the agent has no messages to redact")
         if agent.messages[-1] != message:
             agent.messages[-1] = message
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             slot = self._slot(agent)
             await self._ensure_initialized(agent, slot)
             dropped = await self._save_locked(agent, slot, snapshot=False, rewrite=True)
@@ -595,7 +601,7 @@ class SnapshotSessionManager:
 
     async def _initialize(self, agent: Agent) -> bool:
         agent = _check_agent(agent)
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             return await self._restore_locked(agent, self._slot(agent), None, fallback=True)
 
     def sync_agent(self, agent: Agent) -> None:
@@ -628,7 +634,7 @@ class SnapshotSessionManager:
             await self._restore_locked(agent, slot, None, from_init=True)
 
     async def _save(self, agent: Agent, *, snapshot: bool) -> str | None:
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             slot = self._slot(agent)
             await self._ensure_initialized(agent, slot)
             return (await self._save_locked(agent, slot, snapshot=snapshot))[0]
@@ -649,7 +655,6 @@ class SnapshotSessionManager:
             fields, created_at = _Fields.capture(agent)
             slot.fields = fields
         fields_json = fields.json
-        meta = {**fields.meta, "created_at": created_at}
         # plan_save only reads the list, before any await: no copy needed.
         plan = plan_save(slot.layout, agent.messages, snapshot=snapshot)
         chunks = plan.chunks
@@ -663,7 +668,7 @@ class SnapshotSessionManager:
                 index_sha = sha256_hex(index_blob)
                 chunks[index_sha] = index_blob
             manifest = manifest_blob(
-                meta,
+                {**fields.meta, "created_at": created_at},
                 fields_ref=fields_sha,
                 count=plan.count,
                 skip=plan.layout.skip,
@@ -698,8 +703,9 @@ class SnapshotSessionManager:
             key = f"{prefix}latest"
         slot.latest_probe = None  # until the write below is done
         new = {sha: blob for sha, blob in chunks.items() if sha not in slot.known}
-        await write_chunks(self.storage, prefix, new)
-        slot.known.update(new)
+        if new:  # most saves seal nothing
+            await write_chunks(self.storage, prefix, new)
+            slot.known.update(new)
         if snapshot_id is not None:
             await self.storage.write(key, manifest)
         elif self._appends:
@@ -715,7 +721,7 @@ class SnapshotSessionManager:
             await self._write_log(slot, agent.agent_id, key, state, rewrite=rewrite)
         else:
             blob = manifest_blob(
-                meta,
+                {**fields.meta, "created_at": created_at},
                 fields_json=fields_json,
                 count=plan.count,
                 skip=plan.layout.skip,
@@ -834,7 +840,8 @@ class SnapshotSessionManager:
         slot.fields = None
         if replayed is not None and replayed.head is not None and end is not None:
             # The log holds the open tail as the layout now encodes it: the next
-            # record finds those messages by identity and appends only what is new.
+            # record finds those messages (the same bytes objects) and appends only
+            # what is new.
             head = dataclasses.replace(
                 replayed.head, inline=tuple(entry.encoded for entry in loaded.layout.tail)
             )
