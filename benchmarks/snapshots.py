@@ -1,4 +1,4 @@
-"""Benchmark SnapshotSessionManager: save/restore time and bytes, beside the raw floor.
+"""Benchmark SnapshotSessionManager: save/restore time and bytes, beside the raw floors.
 
 Run ``.venv/bin/python benchmarks/snapshots.py`` (about half a minute on 2 cores) or
 with ``--quick`` (a few seconds). For agents of 100, 1k and 10k messages, each backend and each
@@ -7,15 +7,19 @@ with ``--quick`` (a few seconds). For agents of 100, 1k and 10k messages, each b
 * ``save ms``: mean wall time of one automatic save — per message added
   (``message``), per 4-message invocation (``invocation``), per trigger firing that
   writes ``latest`` and an immutable snapshot (``trigger``);
-* ``floor ms``: the raw floor measured in the same loop, in the same directory —
-  ``open(O_EXCL) + write + fsync + rename + directory fsync`` of exactly the new
-  message bytes of that save;
+* ``floor ms``: the raw floor of a replace, measured in the same loop, in the same
+  directory — ``open(O_EXCL) + write + fsync + rename + directory fsync`` of exactly
+  the new message bytes of that save;
+* ``fsync ms``: the fsync floor, measured there too — ``write + fsync`` of those bytes
+  appended to one open file (what one durable append costs; ``save/fsync`` is the
+  ratio issue 16 sets a target for);
 * ``restore ms``: median time for a fresh manager to restore ``snapshot_latest``
   into a fresh agent;
 * ``stored``: bytes the session occupies beside the history's own JSON bytes.
 
 Then 1,000 immutable snapshots of an agent growing to 1k messages, and a verdict on
-each target of issue 4. Times are wall-clock on this machine; nothing here gates CI.
+each target of issues 4 and 16. Times are wall-clock on this machine; nothing here
+gates CI.
 """
 
 from __future__ import annotations
@@ -138,6 +142,14 @@ def raw_floor(directory: Path, data: bytes) -> float:
     return time.perf_counter() - start
 
 
+def fsync_floor(fd: int, data: bytes) -> float:
+    """Seconds for one durable append of ``data`` to the open file ``fd``: write + fsync."""
+    start = time.perf_counter()
+    os.write(fd, data)
+    os.fsync(fd)
+    return time.perf_counter() - start
+
+
 @dataclass
 class Row:
     """One line of the table."""
@@ -148,6 +160,7 @@ class Row:
     save_ms: float
     save_p50_ms: float
     floor_ms: float
+    fsync_ms: float
     restore_ms: float
     stored: int
     history: int
@@ -217,8 +230,10 @@ async def bench_strategy(
         cells.append((size, storage, pool, manager, agent))
     save_times: dict[int, list[float]] = {size: [] for size in sizes}
     floor_times: list[float] = []
+    fsync_times: list[float] = []
     floor_dir = directory / "floor"
     floor_dir.mkdir()
+    log_fd = os.open(floor_dir / "append.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     for turn in range(saves):
         for size, _storage, pool, manager, agent in cells:
             new = pool[size + turn * step : size + (turn + 1) * step]
@@ -230,7 +245,10 @@ async def bench_strategy(
             save_times[size].append(time.perf_counter() - start)
             data = b"".join(json.dumps(m, separators=(",", ":")).encode() for m in new)
             floor_times.append(raw_floor(floor_dir, data))
+            fsync_times.append(fsync_floor(log_fd, data))
+    os.close(log_fd)
     floor_ms = statistics.fmean(floor_times) * 1000
+    fsync_ms = statistics.fmean(fsync_times) * 1000
     rows = []
     for size, storage, _pool, _manager, agent in cells:
         restore_times: list[float] = []
@@ -250,6 +268,7 @@ async def bench_strategy(
                 save_ms=statistics.fmean(save_times[size]) * 1000,
                 save_p50_ms=statistics.median(save_times[size]) * 1000,
                 floor_ms=floor_ms,
+                fsync_ms=fsync_ms,
                 restore_ms=statistics.median(restore_times) * 1000,
                 stored=await stored_bytes(storage),
                 history=json_bytes(agent.messages),
@@ -303,7 +322,8 @@ def run(
     rows: list[Row] = []
     header = (
         f"{'backend':<7} {'strategy':<10} {'msgs':>6} {'save ms':>8} {'p50 ms':>7} "
-        f"{'floor ms':>8} {'save/floor':>10} {'restore ms':>10} {'stored':>11} {'history':>11}"
+        f"{'floor ms':>8} {'save/floor':>10} {'fsync ms':>8} {'save/fsync':>10} "
+        f"{'restore ms':>10} {'stored':>11} {'history':>11}"
     )
     out(header)
     out("-" * len(header))
@@ -320,7 +340,8 @@ def run(
                 out(
                     f"{row.backend:<7} {row.strategy:<10} {row.size:>6} {row.save_ms:>8.3f} "
                     f"{row.save_p50_ms:>7.3f} {row.floor_ms:>8.3f} "
-                    f"{row.save_ms / row.floor_ms:>10.2f} {row.restore_ms:>10.1f} "
+                    f"{row.save_ms / row.floor_ms:>10.2f} {row.fsync_ms:>8.3f} "
+                    f"{row.save_ms / row.fsync_ms:>10.2f} {row.restore_ms:>10.1f} "
                     f"{_kib(row.stored):>11} {_kib(row.history):>11}"
                 )
     result: dict[str, Any] = {"rows": rows}
@@ -365,6 +386,16 @@ def run(
         out(
             f"  [{'ok' if worst <= 100 else 'MISSED'}] local restore of {large} messages: "
             f"{worst:.1f} ms at worst (target <= 100)"
+        )
+    out("targets (issue 16):")
+    for size in sizes:
+        row = by.get(("local", "message", size))
+        if row is None or size < 1000:
+            continue
+        ratio = row.save_ms / row.fsync_ms
+        out(
+            f"  [{'ok' if ratio <= 3 else 'MISSED'}] local: message save at {size} msgs / "
+            f"fsync floor = {ratio:.2f} (target <= 3)"
         )
     return result
 

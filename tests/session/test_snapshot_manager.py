@@ -6,7 +6,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -16,22 +16,43 @@ from perdure.errors import SessionCorruptedError, SnapshotError, TurnRunningErro
 from perdure.hooks import AfterInvocationEvent, BeforeModelCallEvent, HookRegistry
 from perdure.models import ScriptedModel
 from perdure.snapshots.manager import SnapshotSessionManager
-from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, Storage
+from perdure.storage import (
+    AppendStorage,
+    LocalFileStorage,
+    MemoryStorage,
+    SQLiteStorage,
+    Storage,
+)
 
 BACKENDS = ("memory", "local_file", "sqlite")
 
 
 class RecordingStorage:
-    """A real Storage that also records every write and delete (not a mock)."""
+    """A real Storage that also records every write and delete (not a mock).
+
+    It is an ``AppendStorage`` exactly when the storage it wraps is one; appends and
+    conditional replaces are recorded as writes.
+    """
 
     def __init__(self, inner: Storage) -> None:
         self.inner = inner
         self.writes: list[str] = []
         self.deletes: list[str] = []
+        if isinstance(inner, AppendStorage):
+            self.append = self._append
+            self.replace = self._replace
 
     async def write(self, key: str, data: bytes) -> None:
         self.writes.append(key)
         await self.inner.write(key, data)
+
+    async def _append(self, key: str, data: bytes, *, size: int, tail: bytes) -> None:
+        self.writes.append(key)
+        await cast(AppendStorage, self.inner).append(key, data, size=size, tail=tail)
+
+    async def _replace(self, key: str, data: bytes, *, size: int | None, tail: bytes) -> None:
+        self.writes.append(key)
+        await cast(AppendStorage, self.inner).replace(key, data, size=size, tail=tail)
 
     async def read(self, key: str) -> bytes | None:
         return await self.inner.read(key)
@@ -194,6 +215,43 @@ def test_everything_a_snapshot_holds_is_restored(blob_storage: RecordingStorage)
     assert again.model_state == {"cursor": "abc"}
     assert again.interrupt_state.to_dict() == agent.interrupt_state.to_dict()
     assert again.system_prompt is None  # not part of the "session" preset
+
+
+async def test_every_change_of_a_field_between_saves_is_saved(
+    blob_storage: RecordingStorage,
+) -> None:
+    """A save reuses the fields it encoded last only while none of them changed."""
+    manager = SnapshotSessionManager("s", storage=blob_storage)
+    agent = make_agent(None, conversation_manager=SlidingWindowConversationManager(window_size=40))
+    agent.messages.append(text(0))  # type: ignore[arg-type]
+    await manager.save_snapshot(agent, is_latest=True)
+
+    async def stored() -> Agent:
+        again = make_agent(None, conversation_manager=SlidingWindowConversationManager(40))
+        assert await SnapshotSessionManager("s", storage=blob_storage).restore_snapshot(again)
+        return again
+
+    agent.state.set("n", 1)
+    await manager.save_snapshot(agent, is_latest=True)
+    assert (await stored()).state.get() == {"n": 1}
+    agent.model_state["cursor"] = "abc"  # changed in place
+    await manager.save_snapshot(agent, is_latest=True)
+    assert (await stored()).model_state == {"cursor": "abc"}
+    before = agent.state.version
+    agent.state = AgentState({"n": 1})
+    agent.state.set("m", 2)
+    assert agent.state.version == before  # another object at the same version
+    await manager.save_snapshot(agent, is_latest=True)
+    assert (await stored()).state.get() == {"n": 1, "m": 2}
+    agent.interrupt_state.activate([], cycle_index=3)
+    await manager.save_snapshot(agent, is_latest=True)
+    assert (await stored()).interrupt_state.to_dict() == agent.interrupt_state.to_dict()
+    assert (await stored()).interrupt_state.cycle_index == 3
+    agent.conversation_manager.removed_message_count = 5  # type: ignore[attr-defined]
+    await manager.save_snapshot(agent, is_latest=True)
+    restored = await stored()
+    assert restored.conversation_manager.get_state() == agent.conversation_manager.get_state()
+    assert restored.messages == agent.messages
 
 
 async def test_an_agent_built_inside_a_running_loop_is_restored_by_initialize(
@@ -487,7 +545,10 @@ async def test_the_key_layout(blob_storage: RecordingStorage) -> None:
     assert set(keys) == {f"{base}latest", f"{base}snapshots/{snapshot_id}", *chunks}
     latest = await blob_storage.read(f"{base}latest")
     assert latest is not None
-    assert latest.startswith(b"perdure-snapshot/1 crc32=")
+    if isinstance(blob_storage, AppendStorage):  # a log, appended to
+        assert latest.startswith(b"perdure-snapshot/2\n")
+    else:  # a manifest, rewritten whole
+        assert latest.startswith(b"perdure-snapshot/1 crc32=")
 
 
 # ----------------------------------------------------------- incremental
@@ -861,9 +922,9 @@ async def test_a_manifest_of_an_unknown_version_is_a_snapshot_error(
     await _saved(blob_storage, count=3)
     blob = await blob_storage.read(_agent_key("latest"))
     assert blob is not None
-    await blob_storage.write(
-        _agent_key("latest"), blob.replace(b"perdure-snapshot/1", b"perdure-snapshot/9", 1)
-    )
+    for known in (b"perdure-snapshot/1", b"perdure-snapshot/2"):
+        blob = blob.replace(known, b"perdure-snapshot/9", 1)
+    await blob_storage.write(_agent_key("latest"), blob)
     with pytest.raises(SnapshotError, match="perdure-snapshot/9") as info:
         await SnapshotSessionManager("s", storage=blob_storage).restore_snapshot(make_agent(None))
     assert info.value.code == "snapshot_error"

@@ -33,6 +33,8 @@ def test_the_smallest_benchmark_runs_and_reports_every_target(tmp_path: Path) ->
     text = "\n".join(lines)
     assert "save/floor" in text
     assert "targets (issue 4):" in text
+    assert "targets (issue 16):" in text
+    assert "save/fsync" in text
     assert text.count("message save at 60 msgs") == 4
     assert "12 snapshots" in text
     assert "local restore of 60 messages" in text

@@ -1,8 +1,10 @@
 """SIGKILL during saves and collections: latest is the old or the new state, never broken.
 
-A child process appends messages and saves ``snapshot_latest`` after each one
-(printing an ack once the save returned), appends an immutable snapshot every few
-messages and deletes old snapshots (a collection) now and then. The parent kills it
+A child process appends messages and saves ``snapshot_latest`` after each one,
+printing an ack once the save returned (on ``LocalFileStorage`` a save appends one
+record to latest's log, which is started afresh now and then: every few saves in the
+``local-short-log`` case); it appends an immutable snapshot every few messages and
+deletes old snapshots (a collection) now and then. The parent kills it
 with SIGKILL at random moments, many times, each time resuming from what is stored,
 and checks after every kill that:
 
@@ -46,7 +48,10 @@ CHILD = textwrap.dedent(
 
     async def main():
         kind, where = sys.argv[1], sys.argv[2]
-        storage = LocalFileStorage(where) if kind == "local" else SQLiteStorage(where)
+        if kind == "local-short-log":  # latest's log is started afresh every few saves
+            import perdure.snapshots.log
+            perdure.snapshots.log.LOG_BYTES = 2048
+        storage = SQLiteStorage(where) if kind == "sqlite" else LocalFileStorage(where)
         manager = SnapshotSessionManager("crash", storage=storage)
         agent = Agent(model=ScriptedModel([]), conversation_manager=NullConversationManager())
         await manager.restore_snapshot(agent)
@@ -121,16 +126,16 @@ def run_and_kill(script: Path, kind: str, where: Path, delay: float) -> list[str
 
 
 def open_storage(kind: str, where: Path) -> Storage:
-    return LocalFileStorage(where) if kind == "local" else SQLiteStorage(where)
+    return SQLiteStorage(where) if kind == "sqlite" else LocalFileStorage(where)
 
 
-@pytest.mark.parametrize(("kind", "kills"), [("local", 32), ("sqlite", 6)])
+@pytest.mark.parametrize(("kind", "kills"), [("local", 32), ("local-short-log", 24), ("sqlite", 6)])
 def test_sigkill_at_random_points_never_breaks_latest_or_snapshots(
     tmp_path: Path, kind: str, kills: int
 ) -> None:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    where = tmp_path / ("blobs" if kind == "local" else "blobs.db")
+    where = tmp_path / ("blobs.db" if kind == "sqlite" else "blobs")
     rng = random.Random(20240604 + kills)
     acked = 0
     snapshot_sizes: dict[str, int] = {}

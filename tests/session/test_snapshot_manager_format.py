@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import zlib
 from typing import Any
 
@@ -30,8 +31,10 @@ from perdure.snapshots.layout import (
     SEAL_BYTES,
     Layout,
     build_tree,
+    copy_message,
     plan_save,
 )
+from perdure.types import encode_bytes_values
 
 META = {"schema_version": "1.0", "scope": "agent", "created_at": "2025-01-01T00:00:00+00:00"}
 
@@ -362,3 +365,59 @@ def test_gc_pauses_nest_and_restore_the_previous_state() -> None:
         assert not gc.isenabled()  # it was off before: left off
     finally:
         gc.enable()
+
+
+_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+    | st.binary(max_size=4)
+    | st.sampled_from(["__bytes_encoded__", '"__x', "é"])
+)
+_key = st.text(max_size=4) | st.sampled_from(["__bytes_encoded__", "__attachment__", "data"])
+_value = st.recursive(
+    _leaf,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(_key, inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(_value)
+def test_encoding_is_the_stored_form_whichever_path_it_takes(value: Any) -> None:
+    # The walk is skipped when nothing needs it; the bytes must be those of the walk.
+    walked = json.dumps(
+        encode_bytes_values(value), allow_nan=False, ensure_ascii=False, separators=(",", ":")
+    )
+    assert encode_json(value, "v") == walked.encode("utf-8")
+
+
+def test_a_tail_copy_shares_no_container_with_the_message() -> None:
+    class Tagged(dict):  # type: ignore[type-arg]
+        pass
+
+    message = {
+        "role": "user",
+        "content": [
+            {"text": "hi", "n": 1, "f": 0.5, "b": b"\x00", "none": None, "yes": True},
+            {"json": {"nested": [1, [2, {"x": bytearray(b"ab")}]], "pair": (1, [2])}},
+            Tagged(k=[1]),
+        ],
+    }
+    copied = copy_message(message)
+    assert copied == message
+    assert copied["content"][0]["text"] is message["content"][0]["text"]  # leaves shared
+    message["content"][0]["text"] = "edited"
+    message["content"][1]["json"]["nested"][1][1]["x"][0] = 0x7A
+    message["content"][1]["json"]["pair"][1].append(3)
+    message["content"][2]["k"].append(2)
+    assert copied["content"][0]["text"] == "hi"
+    assert copied["content"][1]["json"]["nested"][1][1]["x"] == bytearray(b"ab")
+    assert copied["content"][1]["json"]["pair"] == (1, [2])
+    assert copied["content"][2] == {"k": [1]}
+    assert type(copied["content"][2]) is Tagged

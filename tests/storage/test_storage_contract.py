@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 from storage_backends import make_storage
 
-from perdure.testing import StorageSuite
+from perdure.testing import AppendStorageSuite, StorageSuite
 from perdure.testing.storage import StorageFactory
 
 
-class TestMemoryStorage(StorageSuite):
+class TestMemoryStorage(AppendStorageSuite):
     @pytest.fixture
     def storage_factory(self, tmp_path: Path) -> StorageFactory:
         return lambda: make_storage("memory", tmp_path)  # one MemoryStorage per path
 
 
-class TestLocalFileStorage(StorageSuite):
+class TestLocalFileStorage(AppendStorageSuite):
     @pytest.fixture
     def storage_factory(self, tmp_path: Path) -> StorageFactory:
         return lambda: make_storage("local_file", tmp_path)

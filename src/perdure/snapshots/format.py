@@ -2,7 +2,9 @@
 
 Two kinds of blob, each a one-line text header and a UTF-8 JSON body:
 
-**Manifest** (``…/latest`` and ``…/snapshots/<ULID>``; mutable keys)::
+**Manifest** (``…/snapshots/<ULID>``, and ``…/latest`` on a storage that cannot
+append; where it can, ``latest`` is the log of :mod:`perdure.snapshots.log`, format
+:data:`LOG_FORMAT`, which replays to the same content)::
 
     perdure-snapshot/1 crc32=1a2b3c4d
     {"snapshot": {"schema_version": "1.0", "scope": "agent", "created_at": "…",
@@ -19,7 +21,8 @@ The CRC-32 covers the body, to catch a damaged manifest. ``fields`` are the
 **Chunk** (``…/chunks/<sha256 hex>``; immutable, named by the SHA-256 of the whole
 blob, header included). The header is ``perdure-chunk/1`` followed by the JSON body,
 or, for a body of 512 bytes or more, ``perdure-chunk/1 zlib`` followed by the body
-compressed with zlib (level 6)::
+compressed with zlib (level 1: a seal compresses 64 KiB on the saving thread, and
+level 6 took four times as long for 10% less)::
 
     perdure-chunk/1
     {"kind": "messages", "messages": [message, …]}               # sealed run of messages
@@ -55,13 +58,19 @@ from perdure.types.json import may_hold_encoded
 
 __all__ = [
     "CHUNK_FORMAT",
+    "LOG_FORMAT",
     "MANIFEST_FORMAT",
     "Manifest",
     "Part",
+    "check_count",
+    "check_messages",
+    "check_parts",
+    "decode_stored",
     "encode_json",
     "encode_message",
     "fields_chunk",
     "index_chunk",
+    "json_object",
     "manifest_blob",
     "messages_chunk",
     "node_chunk",
@@ -72,10 +81,13 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT = "perdure-snapshot/1"
+LOG_FORMAT = "perdure-snapshot/2"
+"""The ``latest`` log of :mod:`perdure.snapshots.log` (on storages that append)."""
 CHUNK_FORMAT = "perdure-chunk/1"
 _CHUNK_HEADER = (CHUNK_FORMAT + "\n").encode("ascii")
 _ZLIB_HEADER = (CHUNK_FORMAT + " zlib\n").encode("ascii")
 _COMPRESS_FROM = 512
+_LEVEL = 1
 _HASH = re.compile(r"[0-9a-f]{64}")
 
 Part = tuple[int, int, str]
@@ -99,8 +111,20 @@ def encode_json(value: Any, what: str, *, walk: bool = True) -> bytes:
             names the part, e.g. ``"messages[3]"``).
     """
     try:
-        stored = encode_bytes_values(value) if walk else value
-        text = json.dumps(stored, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        stored = value
+        try:
+            text = _dumps(value)
+        except TypeError:  # bytes, most likely: the walk turns them into markers
+            if not walk:
+                raise
+            stored = encode_bytes_values(value)
+            text = _dumps(stored)
+        else:
+            # No bytes; and without '"__' in the text no dict holds a marker key, so
+            # the walk would change nothing (tuples are lists either way).
+            if walk and '"__' in text:
+                stored = encode_bytes_values(value)
+                text = _dumps(stored)
     except (TypeError, ValueError, RecursionError) as exc:
         raise SnapshotError(f"snapshot {what} is not JSON-serializable: {exc}") from exc
     try:
@@ -109,6 +133,10 @@ def encode_json(value: Any, what: str, *, walk: bool = True) -> bytes:
         return json.dumps(stored, allow_nan=False, ensure_ascii=True, separators=(",", ":")).encode(
             "ascii"
         )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
 def encode_message(message: Any, index: int) -> bytes:
@@ -127,7 +155,7 @@ def _join(fragments: list[bytes]) -> bytes:
 def _chunk(body: bytes) -> bytes:
     """Frame a chunk body, compressing it when that is worth it (deterministic)."""
     if len(body) >= _COMPRESS_FROM:
-        return _ZLIB_HEADER + zlib.compress(body, 6)
+        return _ZLIB_HEADER + zlib.compress(body, _LEVEL)
     return _CHUNK_HEADER + body
 
 
@@ -159,7 +187,7 @@ def fields_chunk(fields_json: bytes) -> bytes:
     return _chunk(b'{"kind":"fields","fields":' + fields_json + b"}")
 
 
-def _json_object(body: bytes, where: str) -> dict[str, Any]:
+def json_object(body: bytes, where: str) -> dict[str, Any]:
     """Parse a blob's JSON body, which must be an object (``SessionCorruptedError`` if not)."""
     try:
         data = json.loads(body)
@@ -174,7 +202,7 @@ def _corrupt(where: str, why: str) -> SessionCorruptedError:
     return SessionCorruptedError(f"snapshot blob {where!r} is damaged: {why}")
 
 
-def _decode_bytes(value: Any, where: str) -> Any:
+def decode_stored(value: Any, where: str) -> Any:
     try:
         return decode_bytes_values(value)
     except ValueError as exc:
@@ -187,13 +215,13 @@ def _check_hash(value: Any, where: str) -> str:
     return value
 
 
-def _check_count(value: Any, where: str) -> int:
+def check_count(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _corrupt(where, f"{value!r} is not a message count")
     return value
 
 
-def _check_messages(value: Any, where: str) -> list[Any]:
+def check_messages(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
         raise _corrupt(where, "messages must be a list of objects")
     return value
@@ -224,14 +252,14 @@ def parse_chunk(blob: bytes | None, sha: str, where: str) -> dict[str, Any]:
                 f"this perdure reads {CHUNK_FORMAT!r}"
             )
         raise _corrupt(where, "unknown header")
-    data = _json_object(body, where)
+    data = json_object(body, where)
     kind = data.get("kind")
     if kind in ("messages", "tail"):
-        _check_messages(data.get("messages"), where)
+        check_messages(data.get("messages"), where)
         if kind == "tail" and data.get("prev") is not None:
             _check_hash(data["prev"], where)
         if may_hold_encoded(body):
-            data["messages"] = _decode_bytes(data["messages"], where)
+            data["messages"] = decode_stored(data["messages"], where)
     elif kind == "node":
         level = data.get("level")
         if isinstance(level, bool) or not isinstance(level, int) or level < 1:
@@ -242,28 +270,28 @@ def parse_chunk(blob: bytes | None, sha: str, where: str) -> dict[str, Any]:
         for part in parts:
             if not isinstance(part, list) or len(part) != 2:
                 raise _corrupt(where, f"bad node part {part!r}")
-            _check_count(part[0], where)
+            check_count(part[0], where)
             _check_hash(part[1], where)
     elif kind == "index":
-        data["parts"] = _check_parts(data.get("parts"), where)
+        data["parts"] = check_parts(data.get("parts"), where)
     elif kind == "fields":
         if not isinstance(data.get("fields"), dict):
             raise _corrupt(where, "fields must be an object")
-        data["fields"] = _decode_bytes(data["fields"], where)
+        data["fields"] = decode_stored(data["fields"], where)
     else:
         raise _corrupt(where, f"unknown chunk kind {kind!r}")
     return data
 
 
-def _check_parts(parts: Any, where: str) -> list[Part]:
+def check_parts(parts: Any, where: str) -> list[Part]:
     if not isinstance(parts, list):
         raise _corrupt(where, "parts must be a list")
     checked: list[Part] = []
     for part in parts:
         if not isinstance(part, list) or len(part) != 3:
             raise _corrupt(where, f"bad part {part!r}")
-        level = _check_count(part[0], where)
-        checked.append((level, _check_count(part[1], where), _check_hash(part[2], where)))
+        level = check_count(part[0], where)
+        checked.append((level, check_count(part[1], where), _check_hash(part[2], where)))
     return checked
 
 
@@ -346,12 +374,13 @@ def parse_manifest(blob: bytes, where: str) -> Manifest:
         ):
             found = header.split(b" ")[0].decode("ascii", "replace")
             raise SnapshotError(
-                f"snapshot {where!r} has format {found!r}; this perdure reads {MANIFEST_FORMAT!r}"
+                f"snapshot {where!r} has format {found!r}; this perdure reads "
+                f"{MANIFEST_FORMAT!r} and {LOG_FORMAT!r}"
             )
         raise _corrupt(where, "unknown header")
     if f"{zlib.crc32(body):08x}".encode() != match.group(1):
         raise _corrupt(where, "its checksum does not match")
-    data = _json_object(body, where)
+    data = json_object(body, where)
     meta = data.get("snapshot")
     messages = data.get("messages")
     if not isinstance(meta, dict) or not isinstance(messages, dict):
@@ -364,27 +393,27 @@ def parse_manifest(blob: bytes, where: str) -> Manifest:
     if "fields" in data:
         if not isinstance(data["fields"], dict):
             raise _corrupt(where, "fields must be an object")
-        fields = _decode_bytes(data["fields"], where)
+        fields = decode_stored(data["fields"], where)
     else:
         fields_ref = _check_hash(data.get("fields_ref"), where)
     parts: list[Part] | None = None
     index_ref: str | None = None
     if "parts" in messages:
-        parts = _check_parts(messages["parts"], where)
+        parts = check_parts(messages["parts"], where)
     elif messages.get("index") is not None:
         index_ref = _check_hash(messages["index"], where)
     else:
         parts = []
     chain = messages.get("chain")
-    inline = _check_messages(messages.get("inline"), where)
+    inline = check_messages(messages.get("inline"), where)
     if may_hold_encoded(body):
-        inline = _decode_bytes(inline, where)
+        inline = decode_stored(inline, where)
     return Manifest(
-        meta={**meta, "app_data": _decode_bytes(meta["app_data"], where)},
+        meta={**meta, "app_data": decode_stored(meta["app_data"], where)},
         fields=fields,
         fields_ref=fields_ref,
-        count=_check_count(messages.get("count"), where),
-        skip=_check_count(messages.get("skip"), where),
+        count=check_count(messages.get("count"), where),
+        skip=check_count(messages.get("skip"), where),
         parts=parts,
         index_ref=index_ref,
         chain_ref=None if chain is None else _check_hash(chain, where),

@@ -2,7 +2,8 @@
 
 Key layout under one agent's prefix ``sessions/<session_id>/agents/<agent_id>/``::
 
-    latest                  manifest of snapshot_latest (mutable)
+    latest                  snapshot_latest (mutable): a manifest, or on a storage
+                            that appends, a log (:mod:`perdure.snapshots.log`)
     snapshots/<ULID>        manifest of one immutable snapshot
     chunks/<sha256 hex>     content-addressed chunk (immutable)
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import gc
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -31,9 +31,9 @@ from perdure.snapshots.format import (
     Part,
     encode_message,
     parse_chunk,
-    parse_manifest,
 )
-from perdure.snapshots.layout import ChainNode, Layout, SealedPart, TailEntry
+from perdure.snapshots.layout import ChainNode, Layout, SealedPart, TailEntry, copy_message
+from perdure.snapshots.log import ABSENT, LatestEnd, Replay, end_of, parse_latest
 from perdure.storage import Storage
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "list_all",
     "load",
     "reachable",
+    "read_latest",
     "read_manifest",
     "write_chunks",
 ]
@@ -107,9 +108,25 @@ async def list_all(storage: Storage, prefix: str) -> list[str]:
 
 
 async def read_manifest(storage: Storage, key: str) -> Manifest | None:
-    """Read and verify the manifest under ``key``; ``None`` if there is none."""
+    """Read and verify the manifest (or log) under ``key``; ``None`` if there is none."""
     blob = await storage.read(key)
-    return None if blob is None else parse_manifest(blob, key)
+    return None if blob is None else parse_latest(blob, key)[0]
+
+
+async def read_latest(
+    storage: Storage, key: str
+) -> tuple[Manifest | None, Replay | None, LatestEnd]:
+    """Read ``latest``: its manifest, its replay when it is a log, and how it ends.
+
+    Raises:
+        SessionCorruptedError: it is damaged.
+        SnapshotError: it is of an unknown format version.
+    """
+    blob = await storage.read(key)
+    if blob is None:
+        return None, None, ABSENT
+    manifest, replayed = parse_latest(blob, key)
+    return manifest, replayed, end_of(blob) if replayed is None else replayed.end
 
 
 async def _read_chunk(storage: Storage, prefix: str, sha: str) -> dict[str, Any]:
@@ -221,7 +238,7 @@ async def load(storage: Storage, prefix: str, key: str, manifest: Manifest) -> L
     if len(messages) != manifest.count:
         raise _corrupt(key, f"it holds {len(messages)} messages, not {manifest.count}")
     tail = [
-        TailEntry(m, copy.deepcopy(m), encode_message(m, sealed + i))
+        TailEntry(m, copy_message(m), encode_message(m, sealed + i))
         for i, m in enumerate(messages[sealed:])
     ]
     layout = Layout(parts=parts, skip=skip, tail=tail, chain=chain)

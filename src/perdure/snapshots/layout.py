@@ -49,7 +49,9 @@ __all__ = [
     "SavePlan",
     "SealedPart",
     "TailEntry",
+    "TailLists",
     "build_tree",
+    "copy_message",
     "plan_save",
 ]
 
@@ -92,6 +94,41 @@ class ChainNode:
     prev: str | None
 
 
+@dataclass(frozen=True)
+class TailLists:
+    """An open tail's objects, copies and encodings as lists, and its encoded size.
+
+    What a save compares the agent's messages with, kept from one save to the next
+    (extended, not rebuilt, when messages are only appended).
+    """
+
+    objs: list[Any]
+    copies: list[Any]
+    encoded: list[bytes]
+    size: int
+
+    @classmethod
+    def of(cls, tail: list[TailEntry]) -> TailLists:
+        """The lists of ``tail``."""
+        encoded = [entry.encoded for entry in tail]
+        return cls(
+            [entry.obj for entry in tail],
+            [entry.copy for entry in tail],
+            encoded,
+            sum(map(len, encoded)),
+        )
+
+    def extended(self, added: list[TailEntry]) -> TailLists:
+        """These lists with ``added`` at the end (new lists; these stay as they are)."""
+        more = TailLists.of(added)
+        return TailLists(
+            self.objs + more.objs,
+            self.copies + more.copies,
+            self.encoded + more.encoded,
+            self.size + more.size,
+        )
+
+
 @dataclass
 class Layout:
     """What the writer last stored (or read) for one agent; see the module docstring.
@@ -103,8 +140,9 @@ class Layout:
     skip: int = 0
     tail: list[TailEntry] = field(default_factory=list)
     chain: list[ChainNode] = field(default_factory=list)
-    _tree: tuple[tuple[str, ...], list[Part], dict[str, bytes]] | None = None
+    _tree: tuple[list[SealedPart], tuple[str, ...], list[Part], dict[str, bytes]] | None = None
     _sealed: list[Any] | None = None
+    _lists: TailLists | None = None
 
     def sealed(self) -> list[Any]:
         """The sealed messages in history order (after ``skip``), memoized."""
@@ -113,13 +151,25 @@ class Layout:
             self._sealed = flat[self.skip :]
         return self._sealed
 
+    def tail_lists(self) -> TailLists:
+        """The open tail as parallel lists, and its size (memoized)."""
+        if self._lists is None:
+            self._lists = TailLists.of(self.tail)
+        return self._lists
+
     def tree(self) -> tuple[list[Part], dict[str, bytes]]:
         """Return the tree top over :attr:`parts` and every node blob (memoized)."""
+        memo = self._tree
+        if memo is not None and memo[0] is self.parts:  # lists of parts are never changed
+            return memo[2], memo[3]
         key = tuple(part.sha for part in self.parts)
-        if self._tree is None or self._tree[0] != key:
+        if memo is None or memo[1] != key:
             top, nodes = build_tree([(len(part.messages), part.sha) for part in self.parts])
-            self._tree = (key, top, nodes)
-        return self._tree[1], self._tree[2]
+            memo = (self.parts, key, top, nodes)
+        else:
+            memo = (self.parts, key, memo[2], memo[3])
+        self._tree = memo
+        return memo[2], memo[3]
 
     def refs(self) -> set[str]:
         """Every chunk this layout points at (sealed chunks, tree nodes, chain links)."""
@@ -129,7 +179,28 @@ class Layout:
     @staticmethod
     def tail_entry(message: Any, index: int) -> TailEntry:
         """Make a :class:`TailEntry` for ``message`` at position ``index``."""
-        return TailEntry(message, copy.deepcopy(message), encode_message(message, index))
+        return TailEntry(message, copy_message(message), encode_message(message, index))
+
+
+def copy_message(message: Any) -> Any:
+    """A deep copy of ``message``, to compare it with later (value for value).
+
+    Dicts and lists are copied, the immutable values inside them (strings, numbers,
+    bytes, ``None``) shared, as :func:`copy.deepcopy` would, three times as fast;
+    anything else (a tuple, a ``bytearray``, a subclass) takes :func:`copy.deepcopy`.
+    Sharing the strings also keeps the later comparison fast (equal by identity).
+    """
+    kind = type(message)
+    if kind is dict:
+        return {key: copy_message(value) for key, value in message.items()}
+    if kind is list:
+        return [copy_message(value) for value in message]
+    if kind in _SHARED:
+        return message
+    return copy.deepcopy(message)
+
+
+_SHARED = frozenset({str, int, float, bool, bytes, type(None)})
 
 
 def build_tree(level0: list[tuple[int, str]]) -> tuple[list[Part], dict[str, bytes]]:
@@ -200,7 +271,8 @@ def plan_save(old: Layout | None, messages: list[Any], *, snapshot: bool) -> Sav
 
     Args:
         old: The layout of the previous save or restore (``None``: nothing stored yet).
-        messages: The agent's history now (a shallow copy; not modified).
+        messages: The agent's history now (only read, and not kept: the caller may
+            pass the agent's own list).
         snapshot: ``True`` for an immutable snapshot (the tail goes into a ``tail``
             chain link), ``False`` for ``snapshot_latest`` (the tail goes inline).
 
@@ -218,11 +290,13 @@ def plan_save(old: Layout | None, messages: list[Any], *, snapshot: bool) -> Sav
     # Fast path: nothing sealed changed (one C-level comparison, `is` short-cuts)
     # and, with nothing sealed, the tail still starts where it did.
     unmoved = bool(sealed) or not tail or (bool(messages) and messages[0] is tail[0].obj)
+    intact = True  # the open tail is still base.tail, entry for entry
     if unmoved and messages[: len(sealed)] == sealed:
         pos = len(sealed)
         same_parts = True
     else:
         same_parts = False
+        intact = False
         parts = [SealedPart(p.sha, p.messages) for p in base.parts]
         expected_first = parts[0].messages[skip] if parts else (tail[0].obj if tail else None)
         if expected_first is not None and (not messages or messages[0] is not expected_first):
@@ -246,19 +320,22 @@ def plan_save(old: Layout | None, messages: list[Any], *, snapshot: bool) -> Sav
             break
 
     # Open tail: compare by value against deep copies (catches in-place edits).
+    lists = base.tail_lists() if intact else TailLists.of(tail)
     window = messages[pos : pos + len(tail)]
-    if window != [entry.copy for entry in tail]:
+    if window != lists.copies:
         kept: list[TailEntry] = []
         for entry, current in zip(tail, window, strict=False):
             if current != entry.copy:
                 break
             kept.append(entry)
         tail = kept
-    if not all(map(operator.is_, window, [entry.obj for entry in tail])):
+        intact = False
+    if not all(map(operator.is_, window, lists.objs[: len(tail)])):
         tail = [
             entry if current is entry.obj else TailEntry(current, entry.copy, entry.encoded)
             for entry, current in zip(tail, window, strict=False)
         ]
+        intact = False
     covered = 0
     chain_kept: list[ChainNode] = []
     for node in chain:
@@ -267,15 +344,16 @@ def plan_save(old: Layout | None, messages: list[Any], *, snapshot: bool) -> Sav
         chain_kept.append(node)
         covered += node.count
     chain = chain_kept
-    for index in range(pos + len(tail), count):
-        tail.append(Layout.tail_entry(messages[index], index))
+    added = [Layout.tail_entry(messages[index], index) for index in range(pos + len(tail), count)]
+    tail.extend(added)
+    lists = lists.extended(added) if intact else TailLists.of(tail)
 
     # Seal full runs of the tail (and all of it when a snapshot's chain would get
     # too deep).
     chunks: dict[str, bytes] = {}
     pieces: list[tuple[int, int]] = []
     cut = acc_bytes = acc_count = 0
-    if len(tail) >= SEAL_MESSAGES or sum(map(len, [e.encoded for e in tail])) >= SEAL_BYTES:
+    if len(tail) >= SEAL_MESSAGES or lists.size >= SEAL_BYTES:
         for index, entry in enumerate(tail):
             acc_bytes += len(entry.encoded)
             acc_count += 1
@@ -299,6 +377,7 @@ def plan_save(old: Layout | None, messages: list[Any], *, snapshot: bool) -> Sav
             parts.append(SealedPart(sha, [entry.obj for entry in tail[start:end]]))
         tail = tail[cut:]
         chain = []
+        lists = TailLists.of(tail)
 
     chain_ref: str | None = None
     if snapshot:
@@ -318,6 +397,7 @@ def plan_save(old: Layout | None, messages: list[Any], *, snapshot: bool) -> Sav
         chain=chain,
         _tree=base._tree,
         _sealed=sealed if same_parts else None,
+        _lists=lists,
     )
     top, nodes = layout.tree()
     same = layout._tree is base._tree and [n.sha for n in chain] == [n.sha for n in base.chain]
@@ -328,6 +408,6 @@ def plan_save(old: Layout | None, messages: list[Any], *, snapshot: bool) -> Sav
         count=count,
         top=top,
         chain_ref=chain_ref,
-        inline=[] if snapshot else [entry.encoded for entry in tail],
+        inline=[] if snapshot else lists.encoded,
         dropped=set() if old is None or same else base.refs() - layout.refs(),
     )

@@ -2,8 +2,8 @@
 
 Two things are kept per agent (``sessions/<session_id>/agents/<agent_id>/``):
 
-* ``latest`` — ``snapshot_latest``, overwritten on each save (per ``save_latest_on``)
-  and restored when the agent is built;
+* ``latest`` — ``snapshot_latest``, saved per ``save_latest_on`` and restored when the
+  agent is built;
 * ``snapshots/<ULID>`` — immutable snapshots, appended when ``snapshot_trigger``
   returns ``True`` after an invocation or on ``save_snapshot(agent, is_latest=False)``;
   their ULID ids sort by creation time and are strictly increasing.
@@ -12,16 +12,23 @@ A save is incremental, not a rewrite: messages live in immutable, SHA-256-named
 chunks (``chunks/<sha256>``) shared by ``latest`` and every snapshot; a manifest
 points at them and carries only the open tail of recent messages (see
 :mod:`perdure.snapshots.layout` for the layout and
-:mod:`perdure.snapshots.format` for the blob format). One save costs about
-one blob write whatever the length of the history; restore reads the chunks and
-checks every hash.
+:mod:`perdure.snapshots.format` for the blob format). On a storage that can append
+(:class:`~perdure.storage.AppendStorage`: ``LocalFileStorage``, ``MemoryStorage``)
+``latest`` is a log instead (:mod:`perdure.snapshots.log`): a save appends one record
+of what changed — on ``LocalFileStorage`` one write and one fsync — and the log is
+started afresh, in one atomic replace, once it has grown long. Elsewhere a save of
+``latest`` replaces one manifest. Either way its cost does not grow with the
+history; a restore reads the chunks and checks every hash. Both formats restore
+everywhere.
 
 Guarantees:
 
 * After a save returns, what it saved is durable (as durable as the ``Storage``).
-* A crash (even SIGKILL) during a save leaves the previous manifest or the new one,
-  never a manifest pointing at a missing chunk: chunks are written before the
-  manifest that references them.
+* A crash (even SIGKILL) during a save leaves the previous state of ``latest`` or the
+  new one, never one pointing at a missing chunk: chunks are written before what
+  references them. (A crash in the middle of an append leaves a torn last record:
+  it was never acknowledged, so the restore leaves it out, says so in a warning,
+  and the next save starts the log afresh.)
 * Damaged data raises :class:`~perdure.errors.SessionCorruptedError` (code
   ``session_store_corrupted``), an unknown format version
   :class:`~perdure.errors.SnapshotError`; never a silently empty agent.
@@ -36,27 +43,40 @@ Guarantees:
   garbage behind.
 * One writer per ``(session_id, agent_id)``: in one process every save, restore and
   collection of a manager is serialized (a thread lock, usable from any event loop).
-  Two processes writing the same agent are last-writer-wins for ``latest``, and a
-  collection in one may delete chunks that a save in flight in the other has written
-  but not yet referenced; run collections from the writing process (or while no
-  other process writes that agent).
+  On an ``AppendStorage``, every write of ``latest`` is conditional on ``latest``
+  being as this manager last read or wrote it: a manager whose agent is stale (another
+  process, or another manager, saved since) gets
+  :class:`~perdure.errors.SessionConflictError` and writes nothing; restoring the
+  agent picks up what is stored, and saving goes on from there. (A manager that
+  never read ``latest`` — saving an agent it did not restore — replaces whatever is
+  there, as it asked to.) On other storages two processes writing the same agent are
+  last-writer-wins for ``latest``. Either way a collection in one process may delete
+  chunks that a save in flight in another has written but not yet referenced; run
+  collections from the writing process (or while no other process writes that
+  agent).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
+import dataclasses
 import logging
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from perdure._runtime.loop import run_sync
 from perdure._runtime.threads import ProcessLock
 from perdure.agent import Agent, Snapshot, SnapshotField
-from perdure.errors import SnapshotError, TurnRunningError
+from perdure.errors import (
+    SessionConflictError,
+    SnapshotError,
+    StorageConflictError,
+    TurnRunningError,
+)
 from perdure.hooks import (
     AfterInvocationEvent,
     AgentInitializedEvent,
@@ -80,11 +100,13 @@ from perdure.snapshots.io import (
     gc_paused,
     list_all,
     load,
+    read_latest,
     read_manifest,
     write_chunks,
 )
 from perdure.snapshots.layout import Layout, plan_save
-from perdure.storage import LocalFileStorage, Storage
+from perdure.snapshots.log import LatestEnd, LogState, append_record, end_of, new_log
+from perdure.storage import AppendStorage, LocalFileStorage, Storage
 from perdure.types import Message, validate_message
 
 __all__ = [
@@ -120,6 +142,64 @@ class SnapshotTrigger(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class _Fields:
+    """An agent's snapshot fields as last captured and encoded, and what they came from.
+
+    They are still the agent's when its state and interrupt state are the same
+    objects at the same versions, and its conversation manager's and model's states
+    are equal to what was captured (how ``Session`` decides that its agent state is
+    unchanged): then a save reuses them instead of capturing, validating and encoding
+    every field again. The objects compared by identity are held, so no other object
+    can take their ids.
+    """
+
+    state: Any
+    state_version: int
+    interrupts: Any
+    interrupts_version: int
+    manager_state: Any
+    model_state: Any
+    json: bytes
+    meta: dict[str, Any]
+    meta_json: bytes
+
+    @classmethod
+    def capture(cls, agent: Agent) -> tuple[_Fields, str]:
+        """Capture ``agent``'s fields (all but messages); return them and the time."""
+        state, interrupts = agent.state, agent.interrupt_state
+        state_version, interrupts_version = state.version, interrupts.version
+        captured = agent.take_snapshot(preset="session", exclude=[SnapshotField.messages])
+        meta = {
+            "schema_version": captured.schema_version,
+            "scope": captured.scope,
+            "app_data": captured.app_data,
+        }
+        fields = cls(
+            state=state,
+            state_version=state_version,
+            interrupts=interrupts,
+            interrupts_version=interrupts_version,
+            manager_state=captured.data[SnapshotField.conversation_manager_state.value],
+            model_state=captured.data[SnapshotField.model_state.value],
+            json=encode_json(captured.data, "fields"),
+            meta=meta,
+            meta_json=encode_json(meta, "metadata"),
+        )
+        return fields, captured.created_at
+
+    def fresh(self, agent: Agent) -> bool:
+        """True when ``agent``'s fields would encode as these do."""
+        return (
+            agent.state is self.state
+            and agent.state.version == self.state_version
+            and agent.interrupt_state is self.interrupts
+            and agent.interrupt_state.version == self.interrupts_version
+            and agent.model_state == self.model_state
+            and agent.conversation_manager.get_state() == self.manager_state
+        )
+
+
 @dataclass
 class _Slot:
     """The manager's memory of one agent id: which agent, and what it last stored."""
@@ -133,6 +213,13 @@ class _Slot:
     # time blanked: a save that would write the same again is skipped (the save at
     # the end of an invocation usually follows the last message's save unchanged).
     latest_probe: tuple[Any, ...] | None = None
+    # How ``latest`` ended when this manager last read or wrote it (an AppendStorage
+    # only): what its next write expects to find. None: not known (read it first).
+    latest_end: LatestEnd | None = None
+    # The end a write of ``latest`` would have left, while that write's outcome is
+    # unknown (it raised or was cancelled); the next save looks which end is there.
+    latest_unsure: LatestEnd | None = None
+    fields: _Fields | None = None
 
     def owner(self) -> Agent | None:
         return None if self.agent is None else self.agent()
@@ -162,21 +249,28 @@ def _check_agent(agent: Any) -> Agent:
     return agent
 
 
-@contextlib.asynccontextmanager
-async def _hold(lock: ProcessLock) -> AsyncIterator[None]:
+class _Held:
     """Hold a thread lock from async code without blocking the event loop.
 
     A ``threading.Lock`` (not an ``asyncio.Lock``) so that callers on different
-    loops and threads exclude each other; it is polled, never waited on.
+    loops and threads exclude each other; it is polled, never waited on. (A class
+    rather than an ``asynccontextmanager``: it is entered on every save, and a
+    generator-based one costs three times as much.)
     """
-    delay = 0.0002
-    while not lock.acquire(blocking=False):
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.02)
-    try:
-        yield
-    finally:
-        lock.release()
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: ProcessLock) -> None:
+        self._lock = lock
+
+    async def __aenter__(self) -> None:
+        delay = 0.0002
+        while not self._lock.acquire(blocking=False):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lock.release()
 
 
 class SnapshotSessionManager:
@@ -259,6 +353,7 @@ class SnapshotSessionManager:
                 f"got {type(storage).__name__}"
             )
         self.storage: Storage = storage
+        self._appends = isinstance(storage, AppendStorage)
         self._lock = ProcessLock()
         self._slots: dict[str, _Slot] = {}
         self._initialized: weakref.WeakSet[Agent] = weakref.WeakSet()
@@ -282,6 +377,7 @@ class SnapshotSessionManager:
             # identity would fail anyway, so start from a full write.
             slot.agent = weakref.ref(agent)
             slot.layout = None
+            slot.fields = None
         return slot
 
     # ---------------------------------------------------------------- hooks
@@ -294,7 +390,7 @@ class SnapshotSessionManager:
         registry.add_callback(AfterInvocationEvent, self._on_after_invocation)
 
     async def _on_initialized(self, event: AgentInitializedEvent) -> None:
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             if event.agent not in self._initialized:
                 slot = self._slot(event.agent)
                 await self._restore_locked(event.agent, slot, None, from_init=True)
@@ -376,7 +472,7 @@ class SnapshotSessionManager:
         agent = _check_agent(agent)
         if snapshot_id is not None:
             _check_snapshot_id(snapshot_id, "snapshot_id")
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             return await self._restore_locked(agent, self._slot(agent), snapshot_id)
 
     async def save_snapshot(self, agent: Agent, *, is_latest: bool) -> str | None:
@@ -407,13 +503,14 @@ class SnapshotSessionManager:
         without its chunks. Agents still in memory keep their state; their next save
         writes everything again.
         """
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             try:
                 await delete_all(self.storage, f"sessions/{self.session_id}/")
             finally:
                 for slot in self._slots.values():
                     slot.layout = None
                     slot.latest_probe = None
+                    slot.latest_end = slot.latest_unsure = None
                     slot.known.clear()
                     slot.graph.clear()
 
@@ -430,7 +527,7 @@ class SnapshotSessionManager:
         agent = _check_agent(agent)
         _check_snapshot_id(snapshot_id, "snapshot_id")
         key = f"{self._prefix(agent.agent_id)}snapshots/{snapshot_id}"
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             if await self.storage.read(key) is None:
                 return False
             await self.storage.delete(key)
@@ -447,7 +544,7 @@ class SnapshotSessionManager:
                 deleted.
         """
         agent = _check_agent(agent)
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             return len(await self._collect_locked(agent))
 
     async def redact_latest_message_async(self, redact_message: Message, agent: Agent) -> None:
@@ -469,10 +566,10 @@ class SnapshotSessionManager:
             raise ValueError("redact_message given but the agent has no messages to redact")
         if agent.messages[-1] != message:
             agent.messages[-1] = message
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             slot = self._slot(agent)
             await self._ensure_initialized(agent, slot)
-            dropped = await self._save_locked(agent, slot, snapshot=False)
+            dropped = await self._save_locked(agent, slot, snapshot=False, rewrite=True)
             if dropped[1]:
                 await self._collect_locked(agent)
 
@@ -504,7 +601,7 @@ class SnapshotSessionManager:
 
     async def _initialize(self, agent: Agent) -> bool:
         agent = _check_agent(agent)
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             return await self._restore_locked(agent, self._slot(agent), None, fallback=True)
 
     def sync_agent(self, agent: Agent) -> None:
@@ -537,25 +634,29 @@ class SnapshotSessionManager:
             await self._restore_locked(agent, slot, None, from_init=True)
 
     async def _save(self, agent: Agent, *, snapshot: bool) -> str | None:
-        async with _hold(self._lock):
+        async with _Held(self._lock):
             slot = self._slot(agent)
             await self._ensure_initialized(agent, slot)
             return (await self._save_locked(agent, slot, snapshot=snapshot))[0]
 
     async def _save_locked(
-        self, agent: Agent, slot: _Slot, *, snapshot: bool
+        self, agent: Agent, slot: _Slot, *, snapshot: bool, rewrite: bool = False
     ) -> tuple[str | None, set[str]]:
-        """Save under the lock; return the snapshot id (or None) and dropped chunks."""
+        """Save under the lock; return the snapshot id (or None) and dropped chunks.
+
+        ``rewrite`` (``latest`` only) writes ``latest`` whole even when unchanged, so
+        that no older record of a log keeps what the agent no longer holds.
+        """
         prefix = self._prefix(agent.agent_id)
-        captured = agent.take_snapshot(preset="session", exclude=[SnapshotField.messages])
-        fields_json = encode_json(captured.data, "fields")
-        meta = {
-            "schema_version": captured.schema_version,
-            "scope": captured.scope,
-            "created_at": captured.created_at,
-            "app_data": captured.app_data,
-        }
-        plan = plan_save(slot.layout, list(agent.messages), snapshot=snapshot)
+        fields = slot.fields
+        if fields is not None and fields.fresh(agent):
+            created_at = datetime.now(UTC).isoformat()
+        else:
+            fields, created_at = _Fields.capture(agent)
+            slot.fields = fields
+        fields_json = fields.json
+        # plan_save only reads the list, before any await: no copy needed.
+        plan = plan_save(slot.layout, agent.messages, snapshot=snapshot)
         chunks = plan.chunks
         if snapshot:
             fields_blob = fields_chunk(fields_json)
@@ -567,7 +668,7 @@ class SnapshotSessionManager:
                 index_sha = sha256_hex(index_blob)
                 chunks[index_sha] = index_blob
             manifest = manifest_blob(
-                meta,
+                {**fields.meta, "created_at": created_at},
                 fields_ref=fields_sha,
                 count=plan.count,
                 skip=plan.layout.skip,
@@ -588,21 +689,39 @@ class SnapshotSessionManager:
         else:
             # What latest would hold, but its creation time: equal to what this
             # manager last wrote there means the write would change nothing else.
-            probe = (
-                fields_json,
-                plan.count,
-                plan.layout.skip,
-                tuple(plan.top),  # parts are (level, count, sha) tuples already
-                tuple(plan.inline),
-                captured.schema_version,
-                captured.scope,
-                encode_json(captured.app_data, "app_data"),
-            )
-            if probe == slot.latest_probe and not any(sha not in slot.known for sha in chunks):
+            top = tuple(plan.top)  # parts are (level, count, sha) tuples already
+            inline = tuple(plan.inline)
+            probe = (fields_json, plan.count, plan.layout.skip, top, inline, fields.meta_json)
+            if (
+                not rewrite
+                and probe == slot.latest_probe
+                and not any(sha not in slot.known for sha in chunks)
+            ):
                 slot.layout = plan.layout  # latest already holds exactly this
                 return None, plan.dropped
-            manifest = manifest_blob(
-                meta,
+            snapshot_id = None
+            key = f"{prefix}latest"
+        slot.latest_probe = None  # until the write below is done
+        new = {sha: blob for sha, blob in chunks.items() if sha not in slot.known}
+        if new:  # most saves seal nothing
+            await write_chunks(self.storage, prefix, new)
+            slot.known.update(new)
+        if snapshot_id is not None:
+            await self.storage.write(key, manifest)
+        elif self._appends:
+            state = LogState(
+                at=created_at,
+                meta=fields.meta_json,
+                fields=fields_json,
+                count=plan.count,
+                skip=plan.layout.skip,
+                parts=top,
+                inline=inline,
+            )
+            await self._write_log(slot, agent.agent_id, key, state, rewrite=rewrite)
+        else:
+            blob = manifest_blob(
+                {**fields.meta, "created_at": created_at},
                 fields_json=fields_json,
                 count=plan.count,
                 skip=plan.layout.skip,
@@ -610,17 +729,72 @@ class SnapshotSessionManager:
                 chain_ref=None,
                 inline=plan.inline,
             )
-            snapshot_id = None
-            key = f"{prefix}latest"
-        slot.latest_probe = None  # until the write below is done
-        new = {sha: blob for sha, blob in chunks.items() if sha not in slot.known}
-        await write_chunks(self.storage, prefix, new)
-        slot.known.update(new)
-        await self.storage.write(key, manifest)
+            await self.storage.write(key, blob)
         if snapshot_id is None:
             slot.latest_probe = probe
         slot.layout = plan.layout
         return snapshot_id, plan.dropped
+
+    async def _write_log(
+        self, slot: _Slot, agent_id: str, key: str, state: LogState, *, rewrite: bool
+    ) -> None:
+        """Write ``state`` to the ``latest`` log: append one record, or start it afresh.
+
+        Either write is conditional on ``latest`` ending as this manager last saw it.
+
+        Raises:
+            SessionConflictError: another writer changed ``latest`` since; nothing was
+                written.
+        """
+        storage = cast(AppendStorage, self.storage)
+        end = await self._latest_end(slot, agent_id, key)
+        head = end.head
+        try:
+            if head is not None and not rewrite and not head.due():
+                line, after = append_record(head, state)
+                slot.latest_unsure = LatestEnd(after.size, after.tail, after)
+                await storage.append(key, line, size=head.size, tail=head.tail)
+            else:
+                blob, after = new_log(state)
+                slot.latest_unsure = LatestEnd(after.size, after.tail, after)
+                await storage.replace(key, blob, size=end.size, tail=end.tail)
+        except StorageConflictError as exc:
+            slot.latest_unsure = None
+            raise self._conflict(agent_id) from exc
+        slot.latest_unsure = None
+        slot.latest_end = LatestEnd(after.size, after.tail, after)
+
+    async def _latest_end(self, slot: _Slot, agent_id: str, key: str) -> LatestEnd:
+        """How ``latest`` ends for the next write: as last seen, or read now.
+
+        After a write whose outcome is unknown (it raised, or its task was
+        cancelled), the stored end decides: the one before it or the one it would
+        have left; anything else is another writer's.
+
+        Raises:
+            SessionConflictError: ``latest`` is neither.
+        """
+        tried = slot.latest_unsure
+        if tried is not None:
+            slot.latest_unsure = None
+            now = end_of(await self.storage.read(key))
+            if (now.size, now.tail) == (tried.size, tried.tail):
+                slot.latest_end = tried
+            elif slot.latest_end is None or (now.size, now.tail) != (
+                slot.latest_end.size,
+                slot.latest_end.tail,
+            ):
+                raise self._conflict(agent_id)
+        if slot.latest_end is None:
+            slot.latest_end = end_of(await self.storage.read(key))
+        return slot.latest_end
+
+    def _conflict(self, agent_id: str) -> SessionConflictError:
+        return SessionConflictError(
+            f"snapshot_latest of session {self.session_id!r}, agent {agent_id!r} was "
+            "written by another writer since this manager last read or wrote it; nothing "
+            "was saved (restore the agent to go on from what is stored)"
+        )
 
     async def _restore_locked(
         self,
@@ -639,12 +813,22 @@ class SnapshotSessionManager:
         if agent.turn_running and not from_init:
             raise TurnRunningError("cannot restore a snapshot while the agent is running a turn")
         prefix = self._prefix(agent.agent_id)
-        key = f"{prefix}latest" if snapshot_id is None else f"{prefix}snapshots/{snapshot_id}"
-        manifest = await read_manifest(self.storage, key)
+        latest = f"{prefix}latest"
+        replayed = None
+        end: LatestEnd | None
+        if snapshot_id is None:
+            key = latest
+            manifest, replayed, end = await read_latest(self.storage, key)
+        else:
+            key = f"{prefix}snapshots/{snapshot_id}"
+            manifest = await read_manifest(self.storage, key)
+            # The next save replaces latest on condition that it is still as it is now.
+            end = end_of(await self.storage.read(latest)) if self._appends else None
         if manifest is None and snapshot_id is None and (from_init or fallback):
             key, manifest = await self._newest_snapshot(agent.agent_id)
         if manifest is None:
             self._initialized.add(agent)
+            slot.latest_end, slot.latest_unsure = end, None
             return False
         with gc_paused():
             loaded = await load(self.storage, prefix, key, manifest)
@@ -652,7 +836,26 @@ class SnapshotSessionManager:
         self._initialized.add(agent)
         slot.layout = loaded.layout
         slot.known.update(loaded.refs)
-        slot.latest_probe = None  # the next save writes latest whole again
+        slot.latest_probe = None  # the next save writes latest again
+        slot.fields = None
+        if replayed is not None and replayed.head is not None and end is not None:
+            # The log holds the open tail as the layout now encodes it: the next
+            # record finds those messages (the same bytes objects) and appends only
+            # what is new.
+            head = dataclasses.replace(
+                replayed.head, inline=tuple(entry.encoded for entry in loaded.layout.tail)
+            )
+            end = LatestEnd(end.size, end.tail, head)
+        slot.latest_end, slot.latest_unsure = end, None
+        if replayed is not None and replayed.torn:
+            _log.warning(
+                "snapshot_latest of session %r, agent %r ends with %d bytes of a save that "
+                "was interrupted (never acknowledged); restored the state before it, and "
+                "the next save rewrites the log",
+                self.session_id,
+                agent.agent_id,
+                replayed.torn,
+            )
         return True
 
     async def _newest_snapshot(self, agent_id: str) -> tuple[str, Manifest | None]:

@@ -8,6 +8,8 @@ passes the same contract suite, and every coroutine may be awaited from any even
 loop and thread. :class:`ConditionalStorage` adds versions and compare-and-set
 writes, which raise :class:`~perdure.errors.StorageConflictError` when the blob is
 not at the version the caller expected (:class:`PostgresStorage` implements it).
+The memory and file backends are also :class:`AppendStorage`: conditional appends
+and replaces, which raise the same error when the blob is not as the caller expected.
 """
 
 import typing as _typing
@@ -17,7 +19,7 @@ from perdure.errors import StorageConflictError
 from perdure.storage.keys import validate_key, validate_prefix
 from perdure.storage.local_file import LocalFileStorage
 from perdure.storage.memory import MemoryStorage
-from perdure.storage.protocol import ConditionalStorage, Storage
+from perdure.storage.protocol import AppendStorage, ConditionalStorage, Storage
 from perdure.storage.sqlite import SQLiteStorage
 from perdure.storage.urls import STORAGE_SCHEMES, open_storage, split_url
 
@@ -26,6 +28,7 @@ if _typing.TYPE_CHECKING:
 
 __all__ = [
     "STORAGE_SCHEMES",
+    "AppendStorage",
     "ConditionalStorage",
     "LocalFileStorage",
     "MemoryStorage",

@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "check_data",
+    "check_end",
     "check_expected",
     "prefix_upper_bound",
     "validate_key",
@@ -151,3 +152,29 @@ def prefix_upper_bound(prefix: str) -> str | None:
             return "".join(chars)
         chars.pop()
     return None
+
+
+def check_end(size: Any, tail: Any, *, absent_ok: bool) -> tuple[int | None, bytes]:
+    """Check the expected end of an :class:`~perdure.storage.AppendStorage` call.
+
+    Returns ``(size, tail)`` with ``tail`` as ``bytes``.
+
+    Raises:
+        TypeError: ``size`` is not an int (or ``None`` where ``absent_ok``), or
+            ``tail`` is not bytes-like.
+        ValueError: ``size`` is negative or shorter than ``tail``, or ``size`` is
+            ``None`` with a non-empty ``tail``.
+    """
+    if isinstance(tail, bytearray | memoryview):
+        tail = bytes(tail)
+    if not isinstance(tail, bytes):
+        raise TypeError(f"tail must be bytes, got {type(tail).__name__}")
+    if size is None and absent_ok:
+        if tail:
+            raise ValueError("tail must be empty when size is None (the blob must not exist)")
+        return None, tail
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"size must be an int, got {type(size).__name__}")
+    if size < len(tail):
+        raise ValueError(f"size must be >= len(tail) ({len(tail)}), got {size}")
+    return size, tail

@@ -18,6 +18,17 @@ old or the new file, plus possibly a stray ``.tmp-*`` file that is never listed 
 that :meth:`LocalFileStorage.remove_temp_files` removes. All blocking I/O runs in a
 worker thread (``asyncio.to_thread``), so every coroutine works from any loop.
 
+It is also an :class:`~perdure.storage.AppendStorage`. An append is one write at the
+file's end and one ``fsync`` of the file — no directory sync, since no name changes
+— taken under an exclusive ``flock`` of the file, which the expected-end check and
+the write share: of two writers (threads or processes) that read the same end, one
+appends and the other gets ``StorageConflictError``. A small append is written into
+the page cache on the caller's thread and its fsync is handed to the kernel
+(:func:`~perdure._runtime.fsync.start_fsync`), with no hop to a worker thread; the
+lock is held until the fsync returns. A conditional replace writes and syncs a temp
+file first, then, holding the old file's lock, checks its end and renames the temp
+file over it (a create links the temp file to the name, which fails if it exists).
+
 Keys that differ only by letter case collide on case-insensitive file systems.
 """
 
@@ -26,13 +37,17 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import fcntl
 import os
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from perdure.storage.keys import check_data, validate_key, validate_list_args
+from perdure._runtime.fs import append_all
+from perdure._runtime.fsync import start_fsync
+from perdure.errors import StorageConflictError
+from perdure.storage.keys import check_data, check_end, validate_key, validate_list_args
 
 __all__ = ["LocalFileStorage"]
 
@@ -41,6 +56,11 @@ _SUFFIX = ".blob"
 _TMP_PREFIX = ".tmp-"
 _MAX_NAME = 250
 _DEFAULT_ROOT = Path(".perdure") / "storage"
+# Appends up to this size are written on the caller's thread (a page-cache copy of
+# microseconds); larger ones, and any that must wait for another writer's lock, go to
+# a worker thread.
+_INLINE_MAX = 64 * 1024
+_PATHS_KEPT = 256
 
 
 def encode_segment(segment: str) -> str:
@@ -89,6 +109,57 @@ def _fsync_dir(path: Path, *, missing_ok: bool = False) -> None:
         os.close(fd)
 
 
+def _conflict(key: str, why: str) -> StorageConflictError:
+    return StorageConflictError(f"blob {key!r} is not as expected: {why}")
+
+
+def _open_expected(key: str, path: Path, size: int, tail: bytes, *, wait: bool) -> int | None:
+    """Open ``path`` read-write under an exclusive ``flock`` if it ends as expected.
+
+    Returns the descriptor (closing it releases the lock), or ``None`` when ``wait``
+    is false and another writer holds the lock.
+
+    Raises:
+        StorageConflictError: the file is missing or does not end as expected.
+    """
+    for _ in range(100):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise _conflict(key, "it does not exist") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            held = os.fstat(fd)
+            try:
+                named = os.stat(path)
+            except FileNotFoundError:
+                raise _conflict(key, "it does not exist") from None
+            if (named.st_ino, named.st_dev) != (held.st_ino, held.st_dev):
+                # Replaced between our open and our lock: look at the new file.
+                os.close(fd)
+                continue
+            if held.st_size != size:
+                raise _conflict(key, f"it is {held.st_size} bytes, not {size}")
+            if tail and os.pread(fd, len(tail), size - len(tail)) != tail:
+                raise _conflict(key, "its last bytes differ")
+            return fd
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+    raise _conflict(key, "it keeps being replaced")
+
+
+def _cut_back(fd: int, size: int) -> None:
+    """After a failed append, cut the file back to its old end (best effort)."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, size)
+
+
 class LocalFileStorage:
     """Store each blob in its own file under ``root``; writes are atomic and durable.
 
@@ -107,6 +178,8 @@ class LocalFileStorage:
         if root is not None and not isinstance(root, str | os.PathLike):
             raise TypeError(f"root must be a path, got {type(root).__name__}")
         self.root = Path(_DEFAULT_ROOT if root is None else root).absolute()
+        # key -> path of the keys used lately (a save touches the same few keys again).
+        self._paths: dict[str, Path] = {}
 
     def __repr__(self) -> str:
         return f"LocalFileStorage({str(self.root)!r})"
@@ -114,6 +187,10 @@ class LocalFileStorage:
     # ------------------------------------------------------------------ paths
 
     def _path(self, key: str) -> Path:
+        if type(key) is str:
+            known = self._paths.get(key)
+            if known is not None:
+                return known
         validate_key(key)
         names = [encode_segment(segment) for segment in key.split("/")]
         names[-1] += _SUFFIX
@@ -123,7 +200,11 @@ class LocalFileStorage:
                     f"key {key!r} is invalid for LocalFileStorage: a segment encodes to "
                     f"more than {_MAX_NAME} bytes"
                 )
-        return self.root.joinpath(*names)
+        path = self.root.joinpath(*names)
+        if len(self._paths) >= _PATHS_KEPT:
+            self._paths.clear()
+        self._paths[key] = path
+        return path
 
     def _ensure_dir(self, path: Path) -> None:
         """Create ``path`` and missing parents, fsyncing each new entry's parent."""
@@ -149,28 +230,8 @@ class LocalFileStorage:
         await asyncio.to_thread(self._write_sync, path, blob)
 
     def _write_sync(self, path: Path, blob: bytes) -> None:
-        for attempt in range(10):
-            self._ensure_dir(path.parent)
-            tmp = path.parent / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileNotFoundError:
-                # A concurrent delete pruned the (empty) directory; make it again.
-                if attempt == 9:
-                    raise
-                continue
-            try:
-                view = memoryview(blob)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                os.fsync(fd)
-            except BaseException:
-                os.close(fd)
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-            os.close(fd)
+        tmp, fd = self._temp_file(path, blob)
+        try:
             try:
                 os.replace(tmp, path)
             except BaseException:
@@ -178,7 +239,108 @@ class LocalFileStorage:
                     os.unlink(tmp)
                 raise
             _fsync_dir(path.parent, missing_ok=True)
-            return
+        finally:
+            os.close(fd)
+
+    def _temp_file(self, path: Path, blob: bytes) -> tuple[Path, int]:
+        """Write ``blob`` to a new, fsynced temp file beside ``path``.
+
+        Returns its path and an open descriptor holding its ``flock``: the caller
+        renames (or links) it into place, syncs the directory, then closes the
+        descriptor. So no appender can extend the new file before its name is
+        durable (an append acknowledged on a file that a power cut then unnames
+        would be lost).
+        """
+        for attempt in range(10):
+            self._ensure_dir(path.parent)
+            tmp = path.parent / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+            try:
+                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            except FileNotFoundError:
+                # A concurrent delete pruned the (empty) directory; make it again.
+                if attempt == 9:
+                    raise
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # a new file: never waits
+                append_all(fd, blob)
+                os.fsync(fd)
+            except BaseException:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            return tmp, fd
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ------------------------------------------------------- AppendStorage
+
+    async def append(self, key: str, data: bytes, *, size: int, tail: bytes) -> None:
+        """Add ``data`` at the end of the blob if it ends as expected (see ``AppendStorage``).
+
+        One write and one fsync of the file, under its ``flock`` (see the module).
+        """
+        path = self._path(key)
+        blob = check_data(data)
+        _, tail = check_end(size, tail, absent_ok=False)
+        if len(blob) <= _INLINE_MAX:
+            fd = _open_expected(key, path, size, tail, wait=False)
+            if fd is not None:
+                try:
+                    append_all(fd, blob)
+                    await start_fsync(fd)
+                except BaseException:
+                    _cut_back(fd, size)
+                    raise
+                finally:
+                    os.close(fd)  # and with it the lock
+                return
+        await asyncio.to_thread(self._append_sync, key, path, blob, size, tail)
+
+    @staticmethod
+    def _append_sync(key: str, path: Path, blob: bytes, size: int, tail: bytes) -> None:
+        fd = _open_expected(key, path, size, tail, wait=True)
+        assert fd is not None
+        try:
+            append_all(fd, blob)
+            os.fsync(fd)
+        except BaseException:
+            _cut_back(fd, size)
+            raise
+        finally:
+            os.close(fd)
+
+    async def replace(self, key: str, data: bytes, *, size: int | None, tail: bytes) -> None:
+        """Atomically replace the blob if it ends as expected (see ``AppendStorage``)."""
+        path = self._path(key)
+        blob = check_data(data)
+        expected, tail = check_end(size, tail, absent_ok=True)
+        await asyncio.to_thread(self._replace_sync, key, path, blob, expected, tail)
+
+    def _replace_sync(
+        self, key: str, path: Path, blob: bytes, size: int | None, tail: bytes
+    ) -> None:
+        tmp, fd = self._temp_file(path, blob)
+        old: int | None = None
+        try:
+            if size is None:
+                try:
+                    os.link(tmp, path)  # atomic, and refused if the name exists
+                except FileExistsError:
+                    raise _conflict(key, "it exists") from None
+                os.unlink(tmp)
+            else:
+                old = _open_expected(key, path, size, tail, wait=True)
+                os.replace(tmp, path)
+            _fsync_dir(path.parent, missing_ok=True)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        finally:
+            if old is not None:
+                os.close(old)
+            os.close(fd)
 
     async def read(self, key: str) -> bytes | None:
         """Return the blob under ``key``, or ``None`` if there is none."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import bisect
 
 from perdure._runtime.threads import ProcessLock
-from perdure.storage.keys import check_data, validate_key, validate_list_args
+from perdure.errors import StorageConflictError
+from perdure.storage.keys import check_data, check_end, validate_key, validate_list_args
 
 __all__ = ["MemoryStorage"]
 
@@ -15,7 +16,7 @@ class MemoryStorage:
 
     Thread-safe and loop-agnostic (a thread lock, free again in a forked child; no
     I/O). ``write`` is atomic for readers in this process. Useful in tests of code
-    that takes a ``Storage``.
+    that takes a ``Storage``. Implements :class:`~perdure.storage.AppendStorage` too.
     """
 
     def __init__(self) -> None:
@@ -31,6 +32,42 @@ class MemoryStorage:
             if key not in self._blobs:
                 bisect.insort(self._sorted, key)
             self._blobs[key] = blob
+
+    async def append(self, key: str, data: bytes, *, size: int, tail: bytes) -> None:
+        """Add ``data`` to the blob under ``key`` if it ends as expected (see ``AppendStorage``)."""
+        validate_key(key)
+        blob = check_data(data)
+        _, tail = check_end(size, tail, absent_ok=False)
+        with self._lock:
+            self._blobs[key] = self._expect(key, size, tail) + blob
+
+    async def replace(self, key: str, data: bytes, *, size: int | None, tail: bytes) -> None:
+        """Replace the blob under ``key`` if it ends as expected (see ``AppendStorage``)."""
+        validate_key(key)
+        blob = check_data(data)
+        size, tail = check_end(size, tail, absent_ok=True)
+        with self._lock:
+            self._expect(key, size, tail)
+            if key not in self._blobs:
+                bisect.insort(self._sorted, key)
+            self._blobs[key] = blob
+
+    def _expect(self, key: str, size: int | None, tail: bytes) -> bytes:
+        """The blob under ``key`` if it ends as expected (``b""`` for an expected absence)."""
+        current = self._blobs.get(key)
+        if current is None:
+            if size is None:
+                return b""
+            raise StorageConflictError(f"blob {key!r} is not as expected: it does not exist")
+        if size is None:
+            raise StorageConflictError(f"blob {key!r} is not as expected: it exists")
+        if len(current) != size:
+            raise StorageConflictError(
+                f"blob {key!r} is not as expected: it is {len(current)} bytes, not {size}"
+            )
+        if not current.endswith(tail):
+            raise StorageConflictError(f"blob {key!r} is not as expected: its last bytes differ")
+        return current
 
     async def read(self, key: str) -> bytes | None:
         """Return the bytes under ``key`` or ``None`` (see ``Storage``)."""

@@ -21,13 +21,16 @@ keeps, checked by one shared test suite (``tests/storage/test_storage_contract.p
 ``PutMode`` is the model), so that two processes writing one blob never silently
 overwrite each other; its suite is ``ConditionalStorageSuite`` in
 :mod:`perdure.testing`.
+A backend may also implement :class:`AppendStorage` (optional): conditional appends and
+replaces, for formats that grow a blob by small records (the snapshot manager's
+``snapshot_latest`` log). ``MemoryStorage`` and ``LocalFileStorage`` do.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-__all__ = ["ConditionalStorage", "Storage"]
+__all__ = ["AppendStorage", "ConditionalStorage", "Storage"]
 
 
 @runtime_checkable
@@ -113,5 +116,58 @@ class ConditionalStorage(Storage, Protocol):
                 was written.
             ValueError: ``key`` is invalid.
             TypeError: ``data`` is not bytes, or ``expected`` neither a str nor None.
+        """
+        ...
+
+
+@runtime_checkable
+class AppendStorage(Protocol):
+    """Optional beside :class:`Storage`: extend or replace a blob only if it ends as expected.
+
+    Where a replace costs a temp file, two syncs and a rename (a local file), an append
+    costs one write and one sync. Callers test ``isinstance(storage, AppendStorage)``
+    and fall back to :meth:`Storage.write` when it is not there.
+
+    Both methods compare and set on the blob's *end*: they act only if the blob is
+    exactly ``size`` bytes long and its last bytes are ``tail`` (``size=None``: only if
+    there is no blob); otherwise they raise
+    :class:`~perdure.errors.StorageConflictError` and write nothing. The end
+    identifies the content as well as the caller's format makes it: when each record
+    ends with a hash chained over everything before it, an equal end means equal
+    content; ``tail`` may also be the whole blob. The check and the change are atomic
+    with respect to every other ``append`` and ``replace`` of the key, in any process
+    sharing the backend, so of two writers that read the same end only one succeeds.
+    (Plain ``write`` and ``delete`` are atomic but take no part in the check: they
+    are ordered before or after an append as a whole.)
+    """
+
+    async def append(self, key: str, data: bytes, *, size: int, tail: bytes) -> None:
+        """Add ``data`` at the end of the blob under ``key`` if it ends as expected.
+
+        After return the whole blob is durable. A crash during the call leaves the old
+        bytes followed by a prefix of ``data`` (none, some or all of it): a format
+        that appends must recognise an incomplete last record. If the call raises, the
+        blob is cut back to its old end first (should that fail as well, the blob is
+        as a crash would leave it).
+
+        Raises:
+            StorageConflictError: the blob is missing or does not end as expected;
+                nothing was written.
+            ValueError: ``key`` is invalid, ``size`` negative or shorter than ``tail``.
+            TypeError: ``data`` or ``tail`` is not bytes.
+        """
+        ...
+
+    async def replace(self, key: str, data: bytes, *, size: int | None, tail: bytes) -> None:
+        """Atomically replace the blob under ``key`` with ``data`` if it ends as expected.
+
+        ``size=None`` (and an empty ``tail``) creates the blob and requires that
+        there is none. Durable on return; a crash leaves the old blob or the new one.
+
+        Raises:
+            StorageConflictError: the blob is not as expected (exists, is missing, or
+                ends otherwise); nothing was written.
+            ValueError: ``key`` is invalid, or ``size`` and ``tail`` disagree.
+            TypeError: ``data`` or ``tail`` is not bytes.
         """
         ...

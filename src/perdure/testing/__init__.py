@@ -6,7 +6,8 @@ contract against your backend. The suites are ``Test``-free base classes, so pyt
 never collects them on their own.
 
 - :class:`SessionStoreSuite` — a ``SessionStore``; fixture ``store_factory``.
-- :class:`StorageSuite` — a ``Storage``; fixture ``storage_factory``.
+- :class:`StorageSuite` — a ``Storage``; fixture ``storage_factory``;
+  :class:`AppendStorageSuite` the same for an ``AppendStorage``.
 - :class:`ConditionalStorageSuite` — a ``ConditionalStorage``; fixture
   ``storage_factory``.
 - :class:`CheckpointStoreSuite` — a ``CheckpointStore``; fixture
@@ -34,12 +35,14 @@ if TYPE_CHECKING:
     from perdure.testing.crash import CrashTarget as CrashTarget
     from perdure.testing.memory import MemoryStoreSuite as MemoryStoreSuite
     from perdure.testing.sessions import SessionStoreSuite as SessionStoreSuite
+    from perdure.testing.storage import AppendStorageSuite as AppendStorageSuite
     from perdure.testing.storage import ConditionalStorageSuite as ConditionalStorageSuite
     from perdure.testing.storage import StorageSuite as StorageSuite
 
 # Loaded on first use: the crash suite's writer process imports this package and
 # must start fast, without pytest and hypothesis.
 _EXPORTS: dict[str, str] = {
+    "AppendStorageSuite": "perdure.testing.storage",
     "CheckpointStoreSuite": "perdure.testing.checkpoints",
     "ConditionalStorageSuite": "perdure.testing.storage",
     "CorruptionSuite": "perdure.testing.corruption",

@@ -15,23 +15,27 @@ A backend that keeps its data in one object sets ``durable_across_reopen = False
 
 A backend that also implements :class:`~perdure.storage.ConditionalStorage` runs
 :class:`ConditionalStorageSuite` as well, with the same fixture.
+A backend that is also an :class:`~perdure.storage.AppendStorage` subclasses
+:class:`AppendStorageSuite` instead: the same contract, plus conditional appends and
+replaces.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perdure.errors import StorageConflictError
-from perdure.storage.protocol import ConditionalStorage, Storage
+from perdure.storage.protocol import AppendStorage, ConditionalStorage, Storage
 from perdure.testing._support import close, run_in_threads
 
-__all__ = ["ConditionalStorageSuite", "StorageSuite"]
+__all__ = ["AppendStorageSuite", "ConditionalStorageSuite", "StorageSuite"]
 
 StorageFactory = Callable[[], Storage]
 
@@ -488,3 +492,141 @@ class ConditionalStorageSuite:
         assert run_in_threads(create, 6) == []
         assert len(wins) == 1
         assert await storage.read("once") == f"{wins[0]}".encode()
+
+
+class AppendStorageSuite(StorageSuite):
+    """The :class:`StorageSuite` contract plus :class:`~perdure.storage.AppendStorage`'s.
+
+    Needs the same fixture, ``storage_factory``, opening a backend that implements
+    ``append`` and ``replace``.
+    """
+
+    @pytest.fixture
+    def appender(self, storage: Storage) -> AppendStorage:
+        """The backend under test, as an ``AppendStorage``."""
+        assert isinstance(storage, AppendStorage), "the backend must implement AppendStorage"
+        return storage
+
+    async def test_replace_creates_only_a_missing_blob(self, appender: AppendStorage) -> None:
+        await appender.replace("log", b"head\n", size=None, tail=b"")
+        with pytest.raises(StorageConflictError) as info:
+            await appender.replace("log", b"other\n", size=None, tail=b"")
+        assert info.value.code == "storage_conflict"
+        assert await cast(Storage, appender).read("log") == b"head\n"
+
+    async def test_append_extends_a_blob_that_ends_as_expected(
+        self, appender: AppendStorage
+    ) -> None:
+        storage = cast(Storage, appender)
+        await appender.replace("log", b"head\n", size=None, tail=b"")
+        await appender.append("log", b"one\n", size=5, tail=b"head\n")
+        await appender.append("log", b"two\n", size=9, tail=b"e\n")
+        await appender.append("log", b"", size=13, tail=b"")  # nothing to add: still checked
+        assert await storage.read("log") == b"head\none\ntwo\n"
+        assert await storage.list("") == ["log"]
+
+    @pytest.mark.parametrize(
+        ("size", "tail"),
+        [
+            (4, b""),  # shorter than the blob
+            (9, b""),  # longer
+            (5, b"HEAD\n"),  # as long, but ending otherwise
+            (5, b"xhead\n"),  # a tail longer than the size: misuse
+        ],
+    )
+    async def test_append_to_a_blob_that_ends_otherwise_writes_nothing(
+        self, appender: AppendStorage, size: int, tail: bytes
+    ) -> None:
+        await appender.replace("log", b"head\n", size=None, tail=b"")
+        if len(tail) > size:
+            with pytest.raises(ValueError, match="size"):
+                await appender.append("log", b"x", size=size, tail=tail)
+        else:
+            with pytest.raises(StorageConflictError):
+                await appender.append("log", b"x", size=size, tail=tail)
+        assert await cast(Storage, appender).read("log") == b"head\n"
+
+    async def test_append_to_a_missing_blob_is_a_conflict(self, appender: AppendStorage) -> None:
+        with pytest.raises(StorageConflictError):
+            await appender.append("missing", b"x", size=0, tail=b"")
+        assert await cast(Storage, appender).read("missing") is None
+
+    async def test_replace_swaps_only_the_blob_it_expects(self, appender: AppendStorage) -> None:
+        storage = cast(Storage, appender)
+        await appender.replace("log", b"v1\n", size=None, tail=b"")
+        await appender.replace("log", b"v2 longer\n", size=3, tail=b"v1\n")
+        assert await storage.read("log") == b"v2 longer\n"
+        with pytest.raises(StorageConflictError):  # the end before that replace
+            await appender.replace("log", b"lost", size=3, tail=b"v1\n")
+        await storage.write("log", b"v3 other!\n")  # as long as v2: a plain write counts too
+        with pytest.raises(StorageConflictError):
+            await appender.replace("log", b"lost", size=10, tail=b"longer\n")
+        assert await storage.read("log") == b"v3 other!\n"
+        await storage.delete("log")
+        with pytest.raises(StorageConflictError):
+            await appender.replace("log", b"lost", size=10, tail=b"")
+        assert await storage.read("log") is None
+
+    async def test_bad_arguments_are_refused_before_any_write(
+        self, appender: AppendStorage
+    ) -> None:
+        storage = cast(Storage, appender)
+        with pytest.raises(ValueError, match=r"a/\.\./b"):
+            await appender.append("a/../b", b"x", size=0, tail=b"")
+        with pytest.raises(ValueError, match=r"a/\.\./b"):
+            await appender.replace("a/../b", b"x", size=None, tail=b"")
+        with pytest.raises(TypeError, match="data"):
+            await appender.append("k", "text", size=0, tail=b"")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="tail"):
+            await appender.append("k", b"x", size=0, tail="t")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="size"):
+            await appender.append("k", b"x", size=None, tail=b"")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="size"):
+            await appender.replace("k", b"x", size=True, tail=b"")
+        with pytest.raises(ValueError, match="size"):
+            await appender.append("k", b"x", size=-1, tail=b"")
+        with pytest.raises(ValueError, match="tail must be empty"):
+            await appender.replace("k", b"x", size=None, tail=b"t")
+        assert await storage.list("") == []
+
+    async def test_appends_survive_reopening(self, opened_storage: StorageFactory) -> None:
+        if not self.durable_across_reopen:
+            pytest.skip("the backend keeps nothing past its instance (durable_across_reopen)")
+        first = cast(AppendStorage, opened_storage())
+        await first.replace("log", b"a", size=None, tail=b"")
+        await first.append("log", b"b", size=1, tail=b"a")
+        second = opened_storage()
+        assert await second.read("log") == b"ab"
+        await cast(AppendStorage, second).append("log", b"c", size=2, tail=b"ab")
+        assert await cast(Storage, first).read("log") == b"abc"
+
+    def test_of_writers_racing_from_one_end_exactly_one_wins(self, appender: AppendStorage) -> None:
+        """Threads, each with its own event loop, append from the end they all read."""
+        storage = cast(Storage, appender)
+        asyncio.run(appender.replace("race", b"start\n", size=None, tail=b""))
+        writers, rounds = 4, 25
+        barrier = threading.Barrier(writers)
+        wins: list[tuple[int, int]] = []
+
+        async def writer(index: int) -> None:
+            for round_ in range(rounds):
+                barrier.wait()
+                blob = await storage.read("race")
+                assert blob is not None
+                barrier.wait()  # everyone read the same end
+                line = f"{round_} {index}\n".encode()
+                try:
+                    await appender.append("race", line, size=len(blob), tail=blob[-8:])
+                except StorageConflictError:
+                    continue
+                wins.append((round_, index))
+
+        assert run_in_threads(writer, writers) == []
+        blob = asyncio.run(storage.read("race"))
+        assert blob is not None
+        lines = blob.decode().splitlines()
+        assert lines[0] == "start"
+        assert [int(line.split()[0]) for line in lines[1:]] == list(range(rounds))
+        assert sorted(wins) == sorted(
+            (int(r), int(i)) for r, i in (line.split() for line in lines[1:])
+        )
