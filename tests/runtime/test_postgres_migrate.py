@@ -255,32 +255,79 @@ def test_migrate_makes_missing_tables_and_a_dry_run_makes_nothing(
     assert db.migrate().action == "none"
 
 
-MIGRATE = """
-import json, sys, time
+RACER = """
+import json, sys
 from perdure._runtime.postgres import PostgresDatabase, PostgresErrors, SchemaPart
 from perdure.errors import PerdureError, SchemaVersionError
 
+dsn, schema, process, action = sys.argv[1:5]
 errors = PostgresErrors(PerdureError, PerdureError, PerdureError, PerdureError, SchemaVersionError)
 part = SchemaPart(
     component="widgets",
     version=2,
     tables={"perdure_widgets": ("id", "name", "colour")},
-    statements=lambda q: [],
+    statements=lambda q: [
+        f"CREATE TABLE IF NOT EXISTS {q}.perdure_widgets "
+        "(id bigint PRIMARY KEY, name text, colour text NOT NULL DEFAULT 'grey')"
+    ],
     steps={1: lambda q: [
         f"ALTER TABLE {q}.perdure_widgets ADD COLUMN colour text NOT NULL DEFAULT 'grey'",
-        f"INSERT INTO {q}.perdure_widget_steps VALUES (%s)" % sys.argv[3],
+        f"INSERT INTO {q}.perdure_widget_steps VALUES ({int(process)})",
     ]},
 )
-db = PostgresDatabase(sys.argv[1], schema=sys.argv[2], part=part, errors=errors, what="w")
-print("ready", flush=True)
+db = PostgresDatabase(dsn, schema=schema, part=part, errors=errors, what="w")
 try:
-    done = db.migrate()
-except PerdureError as exc:
-    print(json.dumps({"error": exc.code, "message": exc.message}), flush=True)
-else:
-    print(json.dumps({"action": done.action, "before": done.before, "after": done.after}))
-db.close()
+    if action == "open":
+        db.call(lambda conn: None, doing="opening")
+        print(json.dumps({"opened": True}))
+    else:
+        done = db.migrate()
+        print(json.dumps({"action": done.action, "before": done.before, "after": done.after}))
+finally:
+    db.close()
 """
+
+
+def race(schema: str, actions: Sequence[str]) -> list[dict[str, object]]:
+    """Run a process per action (``"open"`` or ``"migrate"`` the version-2 widgets)
+    at once, and return what each printed.
+
+    The test holds the schema's lock first and lets go once every process waits
+    for it, past its own start: a real race, every time.
+    """
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    key = schema_lock_key(schema)
+    with psycopg.connect(DSN, autocommit=True) as holder:
+        with holder.transaction():
+            holder.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            procs = [
+                subprocess.Popen(
+                    [sys.executable, "-c", RACER, DSN, schema, str(n), action],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
+                for n, action in enumerate(actions)
+            ]
+            deadline = time.monotonic() + 30
+            while True:
+                waiting = holder.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                    " AND objid = (%s::bigint & 4294967295)::oid",
+                    (key,),
+                ).fetchone()
+                if waiting is not None and waiting[0] == len(actions):
+                    break
+                assert time.monotonic() < deadline, "the processes never queued for the lock"
+                assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+                time.sleep(0.05)
+        outcomes = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+            outcomes.append(json.loads(out.splitlines()[-1]))
+    return outcomes
 
 
 def test_two_processes_migrating_at_once_do_the_work_once(
@@ -294,40 +341,8 @@ def test_two_processes_migrating_at_once_do_the_work_once(
         ),
         doing="adding",
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    # The test holds the schema's lock first, so that both processes are waiting
-    # for it, past their own start, when it lets go: a real race, every time.
-    with psycopg.connect(DSN, autocommit=True) as holder:
-        with holder.transaction():
-            holder.execute("SELECT pg_advisory_xact_lock(%s)", (schema_lock_key(schema),))
-            procs = [
-                subprocess.Popen(
-                    [sys.executable, "-c", MIGRATE, DSN, schema, str(n)],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    env=env,
-                )
-                for n in (1, 2)
-            ]
-            deadline = time.monotonic() + 30
-            while True:
-                waiting = holder.execute(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-                    " AND objid = (%s::bigint & 4294967295)::oid",
-                    (schema_lock_key(schema),),
-                ).fetchone()
-                if waiting is not None and waiting[0] == 2:
-                    break
-                assert time.monotonic() < deadline, "the two processes never queued for the lock"
-                assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-                time.sleep(0.05)
-        outcomes = []
-        for proc in procs:
-            out, err = proc.communicate(timeout=60)
-            assert proc.returncode == 0, err
-            outcomes.append(json.loads(out.splitlines()[-1]))
-    assert sorted(o["action"] for o in outcomes) == ["none", "upgrade"], outcomes
+    outcomes = race(schema, ["migrate", "migrate"])
+    assert sorted(str(o["action"]) for o in outcomes) == ["none", "upgrade"], outcomes
     applied = next(o for o in outcomes if o["action"] == "upgrade")
     waited = next(o for o in outcomes if o["action"] == "none")
     assert (applied["before"], applied["after"]) == (1, 2)
@@ -338,3 +353,14 @@ def test_two_processes_migrating_at_once_do_the_work_once(
     assert execute(f'SELECT id, name, colour FROM "{schema}".perdure_widgets') == [
         (1, "bolt", "grey")
     ]
+
+
+def test_processes_making_the_tables_at_once_make_them_once(schema: str) -> None:
+    # Each looked for the tables (and found none) before it waited for the lock: the
+    # one that waits must still see, once it holds the lock, what the first made.
+    outcomes = race(schema, ["open", "open", "migrate"])
+    assert outcomes[:2] == [{"opened": True}, {"opened": True}]
+    assert outcomes[2]["after"] == 2
+    assert outcomes[2]["action"] in ("create", "none")
+    assert recorded(schema) == 2
+    assert columns_of(schema) == ["id", "name", "colour"]

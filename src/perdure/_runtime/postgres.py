@@ -587,8 +587,7 @@ class PostgresDatabase:
                 action = "none"
                 done: list[tuple[int, tuple[str, ...]]] = []
                 for attempt in itertools.count():
-                    with conn.transaction():
-                        self._lock(conn)
+                    with self._locked(conn):
                         found = self._recorded_version(conn)
                         if attempt == 0:
                             before = found
@@ -679,10 +678,24 @@ class PostgresDatabase:
             },
         )
 
-    def _lock(self, conn: psycopg.Connection[Any]) -> None:
-        """Take the schema's advisory lock for the transaction: making or upgrading
-        tables at once from two processes would collide on their catalogue rows."""
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema_lock_key(self.schema),))
+    @contextlib.contextmanager
+    def _locked(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """A transaction holding the schema's advisory lock: making or upgrading tables
+        from two processes at once would collide on their catalogue rows.
+
+        The lock is taken before the transaction begins, not inside it: a backend
+        caches the catalogue's answers (even "no such table") and refreshes them when
+        a transaction starts, so only a transaction begun under the lock is sure to
+        see the tables the previous holder made.
+        """
+        key = schema_lock_key(self.schema)
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            with conn.transaction():
+                yield
+        finally:
+            with contextlib.suppress(psycopg.Error):  # a lost connection took it along
+                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
     def _create_tables(self, conn: psycopg.Connection[Any]) -> None:
         """Make the schema, the version table and the component's tables at its
@@ -705,8 +718,7 @@ class PostgresDatabase:
         columns: another version is refused, never upgraded here (see :meth:`migrate`)."""
         found = self._recorded_version(conn)
         if found is None:
-            with conn.transaction():
-                self._lock(conn)
+            with self._locked(conn):
                 found = self._recorded_version(conn)  # made by another meanwhile?
                 if found is None:
                     self._create_tables(conn)
