@@ -186,9 +186,11 @@ class SchemaVersionError(PerdureError):
     """A database schema was made by another version of perdure than this one.
 
     Raised when a store opens a schema whose recorded version (the
-    ``perdure_schema_version`` table) is newer than the version this perdure knows:
-    it refuses to read or write it rather than guess. ``details`` hold
-    ``component``, ``found`` and ``supported``.
+    ``perdure_schema_version`` table) is not the one this perdure writes: it refuses
+    to read or write it rather than guess. ``details`` hold ``component``, ``found``,
+    ``supported`` and ``reason``: ``"newer"`` (upgrade perdure), ``"older"`` (run
+    ``perdure migrate-schema``, which the message spells out; opening a store never
+    upgrades by itself) or ``"too_old"`` (older than this perdure can upgrade).
     """
 
     code = "schema_version"

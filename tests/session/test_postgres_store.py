@@ -3,7 +3,8 @@
 Each runs perdure.testing's conformance suites exactly as a third-party store would,
 each test in a schema of its own, dropped after it (see postgres_server: skipped
 without a server, failed under CI=true). Then what a server store adds: rows edited
-behind its back are reported as damage, the schema's version is checked, TTL.
+behind its back are reported as damage, the schema's version is checked, TTL, and
+commits stay exact while a proxy loses their answers or their requests.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from perdure.testing.checkpoints import CheckpointStoreFactory, put_new
 from perdure.testing.corruption import SESSION, write_precious
 from perdure.testing.messages import conversation, text
 from perdure.testing.sessions import StoreFactory
+from pg_proxy import CuttingProxy, cutting_proxy
 from postgres_server import DSN, execute, import_psycopg, schema_fixture
 
 import_psycopg()
@@ -374,3 +376,137 @@ async def test_a_server_that_cannot_be_reached_is_a_typed_error() -> None:
         assert "127.0.0.1:1" in info.value.message
     assert time.monotonic() - started < 10
     store.close()
+
+
+# ---------------------------------------------------------------- a network that fails
+
+
+@contextlib.contextmanager
+def through_proxy(schema: str) -> Iterator[tuple[CuttingProxy, PostgresSessionStore]]:
+    """A store whose connections go through a :class:`CuttingProxy` to the server."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    where = conninfo_to_dict(DSN)
+    with cutting_proxy(str(where.get("host", "127.0.0.1")), int(where.get("port", 5432))) as proxy:
+        store = PostgresSessionStore(
+            make_conninfo(DSN, host="127.0.0.1", port=proxy.port), schema=schema
+        )
+        try:
+            yield proxy, store
+        finally:
+            store.close()
+        assert proxy.errors == []
+
+
+async def test_a_commit_applied_but_never_acknowledged_returns_and_is_not_sent_again(
+    schema: str, opened: Callable[..., PostgresSessionStore]
+) -> None:
+    # The server applies the commit, and its answer is lost with the connection (the
+    # proxy cuts it there): the store finds its commit applied by the session's tail
+    # and returns as if the answer had come, without sending it again.
+    reader = opened()
+    with through_proxy(schema) as (proxy, store):
+        await store.create("s")
+        history = [text("user", "first")]
+        tail = (await store.commit("s", history)).tail
+
+        # One statement: the append.
+        history = [*history, text("assistant", "lost-answer-1")]
+        proxy.cut_after(b"lost-answer-1")
+        proxy.watch(b"lost-answer-1")
+        result = await store.commit("s", history, expected_tail=tail)
+        assert proxy.cuts == 1
+        assert proxy.forwarded(b"lost-answer-1") == 1  # not sent again
+        record = await reader.get("s")
+        assert (record.messages, record.tail) == (history, result.tail)
+        history = [*history, text("user", "next")]
+        tail = (await store.commit("s", history, expected_tail=result.tail)).tail
+
+        # A rewrite, a transaction: the answer to its COMMIT is lost.
+        history = [text("user", "compacted"), text("assistant", "lost-answer-2")]
+        proxy.cut_after(b"COMMIT")
+        proxy.watch(b"lost-answer-2")
+        result = await store.commit("s", history, expected_tail=tail, rewritten=True)
+        assert proxy.cuts == 2
+        assert proxy.forwarded(b"lost-answer-2") == 1
+        record = await reader.get("s")
+        assert (record.messages, record.tail) == (history, result.tail)
+
+        # Under the writer's lease (its fencing token in the statement).
+        async with store.writer_lock("s"):
+            history = [*history, text("user", "lost-answer-3")]
+            proxy.cut_after(b"lost-answer-3")
+            proxy.watch(b"lost-answer-3")
+            result = await store.commit("s", history, expected_tail=result.tail)
+        assert proxy.cuts == 3
+        assert proxy.forwarded(b"lost-answer-3") == 1
+        record = await reader.get("s")
+        assert (record.messages, record.tail) == (history, result.tail)
+
+
+async def test_a_commit_that_never_reached_the_server_is_sent_again_once(
+    schema: str, opened: Callable[..., PostgresSessionStore]
+) -> None:
+    # The request is lost on its way (the proxy drops it and cuts the connection):
+    # the session's tail is still the one the commit planned against, so it provably
+    # was not applied, and the store sends it again — once.
+    reader = opened()
+    with through_proxy(schema) as (proxy, store):
+        await store.create("s")
+        history = [text("user", "first"), text("assistant", "never-sent-1")]
+        proxy.drop_next(b"never-sent-1")
+        proxy.watch(b"never-sent-1")
+        result = await store.commit("s", history)
+        assert proxy.drops == 1
+        assert proxy.forwarded(b"never-sent-1") == 1  # the second sending, the only one
+        record = await reader.get("s")
+        assert (record.messages, record.tail) == (history, result.tail)
+
+        # Inside a rewrite's transaction: its UPDATE reached the server, its INSERT
+        # did not; the server rolls the transaction back and the store sends it again.
+        history = [text("user", "compacted"), text("assistant", "never-sent-2")]
+        proxy.drop_next(b"never-sent-2")
+        proxy.watch(b"never-sent-2")
+        result = await store.commit("s", history, expected_tail=result.tail, rewritten=True)
+        assert proxy.drops == 2
+        assert proxy.forwarded(b"never-sent-2") == 1
+        record = await reader.get("s")
+        assert (record.messages, record.tail) == (history, result.tail)
+
+
+async def test_a_lost_answer_while_another_writer_moves_on_is_resolved_or_typed(
+    schema: str, opened: Callable[..., PostgresSessionStore]
+) -> None:
+    # Between the server's answer and the store's check, another writer commits.
+    other, reader = opened(), opened()
+    with through_proxy(schema) as (proxy, store):
+        await store.create("s")
+        mine = [text("user", "first"), text("assistant", "mine-1")]
+        theirs = [*mine, text("user", "theirs-1")]
+        # Appended after the lost commit: the commit's row is there, chained as sent.
+        proxy.cut_after(b"mine-1", then=lambda: asyncio.run(_commit(other, theirs)))
+        await store.commit("s", mine)
+        assert proxy.cuts == 1
+        assert (await reader.get("s")).messages == theirs
+
+        # The other writer rewrote the history: whether the commit landed first
+        # cannot be told any more — a typed conflict, outcome unknown; nothing doubled.
+        mine = [*theirs, text("assistant", "mine-2")]
+        rewritten = [text("user", "theirs, compacted")]
+        proxy.cut_after(
+            b"mine-2", then=lambda: asyncio.run(_commit(other, rewritten, rewritten=True))
+        )
+        with pytest.raises(SessionConflictError) as info:
+            await store.commit("s", mine)
+        assert info.value.details["outcome"] == "unknown"
+        assert proxy.cuts == 2
+        assert (await reader.get("s")).messages == rewritten
+        # Read afresh, the store goes on.
+        record = await store.get("s")
+        again = [*record.messages, text("assistant", "after")]
+        await store.commit("s", again, expected_tail=record.tail)
+        assert (await reader.get("s")).messages == again
+
+
+async def _commit(store: PostgresSessionStore, messages: Any, *, rewritten: bool = False) -> None:
+    await store.commit("s", messages, rewritten=rewritten)

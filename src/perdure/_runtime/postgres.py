@@ -15,10 +15,18 @@ One :class:`PostgresDatabase` is one database and one schema as a backend sees i
   in the store's schema (``CREATE SCHEMA``/``CREATE TABLE IF NOT EXISTS``, under a
   transaction-level advisory lock so that two processes creating it at once do not
   collide), and the component's version is recorded in the schema's
-  ``perdure_schema_version`` table. A schema recorded with a version this perdure
-  does not know is refused (the layer's ``version`` error) before anything is read
+  ``perdure_schema_version`` table. A schema recorded with another version than
+  this perdure's is refused (the layer's ``version`` error) before anything is read
   or written, and so is a table of ours whose columns are not the ones we made
   (``damage``, kind ``bad_schema``).
+- **Upgrades** are explicit: a :class:`SchemaPart` declares the step from each older
+  version to the next, and :meth:`PostgresDatabase.migrate` (``perdure
+  migrate-schema``) runs them, each step one transaction under the same advisory
+  lock, recording the version it reaches. Opening a store never upgrades: a schema
+  other processes may be using, and tables that may be large, are changed when an
+  operator says so (after a backup, with ``--dry-run`` first), not by whichever
+  process happens to start first. An older schema is refused with the command that
+  upgrades it; a newer one with "upgrade perdure".
 - **Errors**: psycopg's exceptions never leak. :func:`pg_fault` sorts each into one
   of five faults and :meth:`PostgresDatabase.translate` turns it into the error the
   layer names for that fault (:class:`PostgresErrors`), as :mod:`._runtime.sqlite`
@@ -50,12 +58,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar
+from urllib.parse import quote_plus
 
 try:
     import psycopg
@@ -78,11 +88,13 @@ __all__ = [
     "PostgresDatabase",
     "PostgresErrors",
     "PostgresFault",
+    "SchemaMigration",
     "SchemaPart",
     "check_schema_name",
     "durable_commits",
     "pg_fault",
     "quote_ident",
+    "schema_lock_key",
     "server_display",
 ]
 
@@ -207,23 +219,88 @@ def server_display(dsn: str) -> str:
     return f"postgresql://{f'{user}@' if user else ''}{host}{f':{port}' if port else ''}/{name}"
 
 
+def schema_lock_key(schema: str) -> int:
+    """The advisory lock key under which a schema's tables are made and upgraded."""
+    return zlib.crc32(f"perdure-schema:{schema}".encode()) - 2**31
+
+
 @dataclass(frozen=True)
 class SchemaPart:
-    """The tables one backend keeps in a schema, and their version.
+    """The tables one backend keeps in a schema, their version, and how to upgrade them.
 
     Attributes:
         component: the name its version is recorded under (``"sessions"``, say).
-        version: the version of these tables this perdure writes.
-        tables: each table's name and its columns, as :meth:`statements` makes them
-            (checked on first use: a table of ours with other columns is damage).
-        statements: the DDL creating them in a schema (given quoted), all
-            ``IF NOT EXISTS``: run inside the transaction that records the version.
+        version: the version of these tables this perdure writes (1 or more).
+        tables: each table's name and its columns at ``version`` (checked on first
+            use: a table of ours with other columns is damage).
+        statements: the DDL creating them, at ``version``, in a schema (given
+            quoted), all ``IF NOT EXISTS``: run inside the transaction that records
+            the version.
+        steps: the upgrade from each older version to the next: ``steps[v](q)`` is
+            the SQL turning version ``v``'s tables into version ``v + 1``'s (run in
+            one transaction with the version's update). The keys run without a gap
+            up to ``version - 1``; a schema older than the first key cannot be
+            upgraded by this perdure.
+        cli_option: the ``perdure migrate-schema`` option naming this backend
+            (``--store``, ``--storage``, ``--memory``), for the messages.
+        cli_query: what the backend's URL adds after ``?schema=…`` (``&table=…``).
+
+    Raises:
+        ValueError: a version below 1, or steps that do not lead to ``version``.
     """
 
     component: str
     version: int
     tables: Mapping[str, tuple[str, ...]]
     statements: Callable[[str], Sequence[str]]
+    steps: Mapping[int, Callable[[str], Sequence[str]]] = field(default_factory=dict)
+    cli_option: str = "--store"
+    cli_query: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.version, bool) or not isinstance(self.version, int):
+            raise TypeError(f"version must be an int, got {self.version!r}")
+        if self.version < 1:
+            raise ValueError(f"version must be >= 1, got {self.version}")
+        if self.steps and sorted(self.steps) != list(range(min(self.steps), self.version)):
+            raise ValueError(
+                f"steps of {self.component!r} must upgrade each version to the next up to "
+                f"{self.version}, without a gap; got steps from {sorted(self.steps)}"
+            )
+
+    @property
+    def oldest(self) -> int:
+        """The oldest version this perdure can upgrade (``version`` without steps)."""
+        return min(self.steps) if self.steps else self.version
+
+
+@dataclass(frozen=True)
+class SchemaMigration:
+    """What :meth:`PostgresDatabase.migrate` did to one component's tables, or would do.
+
+    Attributes:
+        component: the component (``"sessions"``, ``"memory"``, ``"storage:…"``).
+        server: the server, as messages show it (no password).
+        schema: the schema.
+        before: the version found (``None``: no tables yet). Read under the
+            advisory lock, so a process that waited for another's upgrade finds
+            it done.
+        after: the version the tables are at once it returned (would be, for a
+            dry run).
+        action: ``"create"`` (no tables: made at the current version),
+            ``"upgrade"`` (steps run from ``before`` to ``after``) or ``"none"``.
+        steps: each step run (or to run): the version it starts from and its SQL.
+        dry_run: nothing was changed.
+    """
+
+    component: str
+    server: str
+    schema: str
+    before: int | None
+    after: int
+    action: Literal["create", "upgrade", "none"]
+    steps: tuple[tuple[int, tuple[str, ...]], ...]
+    dry_run: bool
 
 
 class _Pool:
@@ -472,49 +549,182 @@ class PostgresDatabase:
             raise
         return conn
 
-    def _ensure_schema(self, conn: psycopg.Connection[Any]) -> None:
-        """Make the component's tables if needed, record its version, check both."""
+    def migrate(self, *, dry_run: bool = False) -> SchemaMigration:
+        """Bring the component's tables to this perdure's version (``perdure migrate-schema``).
+
+        No tables yet: they are made at the current version. Older: each step runs
+        in a transaction of its own, under the advisory lock the creation takes,
+        and records the version it reaches, so a step that fails leaves the tables
+        whole at the version before it. Current: nothing is done. Idempotent, and
+        safe from two processes at once: the second waits for the lock, then finds
+        the work done (``before`` is read under the lock). With ``dry_run`` it reads
+        the version and says what it would do, changing nothing.
+
+        A process that opened the schema before the upgrade does not read its
+        version again: stop the processes using it first.
+
+        Raises:
+            the layer's ``version`` error: the tables are newer than this perdure,
+                or older than the oldest version it can upgrade
+                (``details["reason"]``: ``"newer"``, ``"too_old"``).
+            the layer's ``damage`` error: the upgraded tables are not the ones this
+                perdure makes; ``unavailable``, ``locked``, ``failure`` as for any
+                work (a step that failed changed nothing).
+        """
         part = self.part
+        try:
+            with self._connect() as conn:
+                if dry_run:
+                    found = self._recorded_version(conn)
+                    action, steps = self._plan(found)
+                    after = found if action == "none" else part.version
+                    assert after is not None
+                    return SchemaMigration(
+                        part.component, self.server, self.schema, found, after, action,
+                        steps, dry_run=True,
+                    )  # fmt: skip
+                before: int | None = None
+                action = "none"
+                done: list[tuple[int, tuple[str, ...]]] = []
+                for attempt in itertools.count():
+                    with self._locked(conn):
+                        found = self._recorded_version(conn)
+                        if attempt == 0:
+                            before = found
+                            action, _ = self._plan(found)
+                        if found == part.version:
+                            break
+                        if found is None:
+                            self._create_tables(conn)
+                            break
+                        self._plan(found)  # still upgradable (refused otherwise)
+                        statements = tuple(part.steps[found](self.q))
+                        for statement in statements:
+                            conn.execute(statement)
+                        conn.execute(
+                            f"UPDATE {self.q}.{VERSION_TABLE} SET version = %s "
+                            "WHERE component = %s AND version = %s",
+                            (found + 1, part.component, found),
+                        )
+                        done.append((found, statements))
+                self._check_columns(conn)
+        except DRIVER_ERRORS as exc:
+            raise self.translate(exc, "upgrading the schema") from exc
+        return SchemaMigration(
+            part.component, self.server, self.schema, before, part.version, action,
+            tuple(done), dry_run=False,
+        )  # fmt: skip
+
+    def _plan(
+        self, found: int | None
+    ) -> tuple[Literal["create", "upgrade", "none"], tuple[tuple[int, tuple[str, ...]], ...]]:
+        """What bringing tables at version ``found`` to this perdure's takes.
+
+        Raises:
+            the layer's ``version`` error: newer, or older than the steps reach.
+        """
+        part = self.part
+        if found is None:
+            return "create", ()
+        if found == part.version:
+            return "none", ()
+        if found > part.version or found < part.oldest:
+            raise self._version_error(found)
+        steps = tuple(
+            (version, tuple(part.steps[version](self.q))) for version in range(found, part.version)
+        )
+        return "upgrade", steps
+
+    def _version_error(self, found: int) -> Exception:
+        """The refusal of tables at version ``found`` (not this perdure's)."""
+        part = self.part
+        head = (
+            f"{self.what} {self.where}: the schema's {part.component!r} tables are version {found}"
+        )
+        if found > part.version:
+            reason = "newer"
+            message = (
+                f"{head}, made by a newer perdure; this one knows version {part.version} "
+                "and will not read or write them: upgrade perdure"
+            )
+        elif found < part.oldest:
+            reason = "too_old"
+            message = (
+                f"{head}; this perdure uses version {part.version} and cannot upgrade "
+                + (
+                    f"versions older than {part.oldest}"
+                    if part.oldest < part.version
+                    else "older ones"
+                )
+                + ": upgrade them with an earlier perdure release first"
+            )
+        else:
+            reason = "older"
+            url = f"{self.server}?schema={quote_plus(self.schema)}{part.cli_query}"
+            message = (
+                f"{head}, older than this perdure's version {part.version}, which does "
+                "not upgrade them by itself: stop the processes using them, then run "
+                f"`perdure migrate-schema {part.cli_option} '{url}'`"
+            )
+        return self.errors.version(
+            message,
+            details={
+                "component": part.component,
+                "found": found,
+                "supported": part.version,
+                "reason": reason,
+                "server": self.server,
+                "schema": self.schema,
+            },
+        )
+
+    @contextlib.contextmanager
+    def _locked(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """A transaction holding the schema's advisory lock: making or upgrading tables
+        from two processes at once would collide on their catalogue rows.
+
+        The lock is taken before the transaction begins, not inside it: a backend
+        caches the catalogue's answers (even "no such table") and refreshes them when
+        a transaction starts, so only a transaction begun under the lock is sure to
+        see the tables the previous holder made.
+        """
+        key = schema_lock_key(self.schema)
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            with conn.transaction():
+                yield
+        finally:
+            with contextlib.suppress(psycopg.Error):  # a lost connection took it along
+                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    def _create_tables(self, conn: psycopg.Connection[Any]) -> None:
+        """Make the schema, the version table and the component's tables at its
+        current version, and record it (inside the caller's locked transaction)."""
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.q}")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {self.q}.{VERSION_TABLE} ("
+            "component text PRIMARY KEY, version integer NOT NULL, "
+            "created_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for statement in self.part.statements(self.q):
+            conn.execute(statement)
+        conn.execute(
+            f"INSERT INTO {self.q}.{VERSION_TABLE} (component, version) VALUES (%s, %s)",
+            (self.part.component, self.part.version),
+        )
+
+    def _ensure_schema(self, conn: psycopg.Connection[Any]) -> None:
+        """Make the component's tables if there are none, or check their version and
+        columns: another version is refused, never upgraded here (see :meth:`migrate`)."""
         found = self._recorded_version(conn)
         if found is None:
-            with conn.transaction():
-                # Two processes making the schema at once would collide on its
-                # catalogue rows: one waits for the other here.
-                key = zlib.crc32(f"perdure-schema:{self.schema}".encode()) - 2**31
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.q}")
-                conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {self.q}.{VERSION_TABLE} ("
-                    "component text PRIMARY KEY, version integer NOT NULL, "
-                    "created_at timestamptz NOT NULL DEFAULT now())"
-                )
-                for statement in part.statements(self.q):
-                    conn.execute(statement)
-                conn.execute(
-                    f"INSERT INTO {self.q}.{VERSION_TABLE} (component, version) "
-                    "VALUES (%s, %s) ON CONFLICT (component) DO NOTHING",
-                    (part.component, part.version),
-                )
-            found = self._recorded_version(conn)
-        if found != part.version:
-            newer = found is not None and found > part.version
-            raise self.errors.version(
-                f"{self.what} {self.where}: the schema's {part.component!r} tables are "
-                f"version {found}, "
-                + (
-                    f"made by a newer perdure; this one knows version {part.version} "
-                    "and will not read or write them: upgrade perdure"
-                    if newer
-                    else f"but this perdure knows version {part.version} only"
-                ),
-                details={
-                    "component": part.component,
-                    "found": found,
-                    "supported": part.version,
-                    "server": self.server,
-                    "schema": self.schema,
-                },
-            )
+            with self._locked(conn):
+                found = self._recorded_version(conn)  # made by another meanwhile?
+                if found is None:
+                    self._create_tables(conn)
+                    found = self.part.version
+        if found != self.part.version:
+            raise self._version_error(found)
         self._check_columns(conn)
 
     def _recorded_version(self, conn: psycopg.Connection[Any]) -> int | None:

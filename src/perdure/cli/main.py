@@ -25,6 +25,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("perdure.cli.snapshots", "snapshots"),
     ("perdure.cli.migrate", "migrate"),
     ("perdure.cli.copy", "copy"),
+    ("perdure.cli.schema", "migrate_schema"),
 ]
 
 

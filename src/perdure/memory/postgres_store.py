@@ -66,6 +66,7 @@ import psycopg
 from perdure._runtime.postgres import (
     PostgresDatabase,
     PostgresErrors,
+    SchemaMigration,
     SchemaPart,
     durable_commits,
     quote_ident,
@@ -155,6 +156,7 @@ MEMORY = SchemaPart(
         "perdure_memory_generations": ("namespace", "generation"),
     },
     statements=_statements,
+    cli_option="--memory",
 )  # fmt: skip
 """The memory store's tables."""
 
@@ -339,6 +341,17 @@ class PostgresMemoryStore(MemoryStore):
     async def initialize(self) -> None:
         """Connect and make the schema (also done lazily by the first call)."""
         await self.db.run(lambda conn: None, doing="opening")
+
+    async def migrate_schema(self, *, dry_run: bool = False) -> SchemaMigration:
+        """Make the memory tables, or upgrade them to this perdure's version (``perdure
+        migrate-schema --memory``), for every namespace of the schema; see
+        :meth:`PostgresDatabase.migrate <perdure._runtime.postgres.PostgresDatabase.migrate>`.
+
+        Raises:
+            SchemaVersionError: the tables are newer than this perdure, or too old to
+                upgrade.
+        """
+        return await asyncio.to_thread(self.db.migrate, dry_run=dry_run)
 
     async def search(self, query: str, *, limit: int) -> list[MemoryEntry]:
         """The ``limit`` memories of this namespace most relevant to ``query``, best first.

@@ -60,6 +60,7 @@ from perdure._runtime.postgres import (
     DRIVER_ERRORS,
     PostgresDatabase,
     PostgresErrors,
+    SchemaMigration,
     SchemaPart,
     durable_commits,
     pg_fault,
@@ -124,6 +125,8 @@ def _schema_part(table: str) -> SchemaPart:
         version=STORAGE_VERSION,
         tables={table: ("key", "data", "version", "tag")},
         statements=statements,
+        cli_option="--storage",
+        cli_query="" if table == "perdure_blobs" else f"&table={table}",
     )
 
 
@@ -234,6 +237,17 @@ class PostgresStorage:
     async def schema_exists(self) -> bool:
         """Whether the storage's table exists in its schema (creates nothing)."""
         return await asyncio.to_thread(self.db.schema_exists)
+
+    async def migrate_schema(self, *, dry_run: bool = False) -> SchemaMigration:
+        """Make the table, or upgrade it to this perdure's version (``perdure
+        migrate-schema --storage``); see :meth:`PostgresDatabase.migrate
+        <perdure._runtime.postgres.PostgresDatabase.migrate>`.
+
+        Raises:
+            SchemaVersionError: the table is newer than this perdure, or too old to
+                upgrade.
+        """
+        return await asyncio.to_thread(self.db.migrate, dry_run=dry_run)
 
     # ------------------------------------------------------------------ Storage
 

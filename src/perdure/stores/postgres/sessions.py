@@ -79,6 +79,7 @@ from perdure._runtime.postgres import (
     DRIVER_ERRORS,
     PostgresDatabase,
     PostgresErrors,
+    SchemaMigration,
     pg_fault,
 )
 from perdure._runtime.threads import ProcessLock
@@ -375,6 +376,23 @@ class PostgresSessionStore(StoreBase):
     async def schema_exists(self) -> bool:
         """Whether the store's tables exist in its schema (creates nothing)."""
         return await asyncio.to_thread(self.db.schema_exists)
+
+    async def migrate_schema(self, *, dry_run: bool = False) -> SchemaMigration:
+        """Make the store's tables (sessions, messages, leases, checkpoints), or upgrade
+        them to this perdure's version (``perdure migrate-schema --store``).
+
+        Opening a store never upgrades: it refuses an older schema with
+        ``SchemaVersionError`` naming this command. Each step is one transaction
+        under the schema's advisory lock; running it again, or from two processes at
+        once, does the work once. Stop the processes using the schema first: one
+        that opened it before does not read its version again. See
+        :meth:`PostgresDatabase.migrate <perdure._runtime.postgres.PostgresDatabase.migrate>`.
+
+        Raises:
+            SchemaVersionError: the tables are newer than this perdure, or too old to
+                upgrade.
+        """
+        return await asyncio.to_thread(self.db.migrate, dry_run=dry_run)
 
     def close(self) -> None:
         """Give back this process's leases and close its connections (reopened on use).
