@@ -815,7 +815,7 @@ class PostgresSessionStore(StoreBase):
                 return resolved
             if applied:
                 return True
-            return self._refused(session_id, token)
+            return self._read_head(session_id, token)  # why it matched no row
         raise StoreUnavailableError(
             f"PostgreSQL session store {self.db.where}: committing to session {session_id!r}: "
             "the connection kept failing; the commit was not applied",
@@ -889,19 +889,6 @@ class PostgresSessionStore(StoreBase):
             details={"session_id": session_id, "outcome": "unknown"},
         )
 
-    def _refused(self, session_id: str, token: int | None) -> _Head:
-        """Why the checked UPDATE matched no row: raise it, or return the moved head."""
-        why = self._why(session_id)
-        if why.head is None or why.expired:
-            self._forget(session_id)
-            raise self._not_found(session_id, why.expired)
-        if token is not None and not self._holds(why, token):
-            raise self._lease_lost(session_id)
-        if token is None and why.lease_live:
-            raise self._leased(session_id)
-        self._remember(session_id, why.head)
-        return why.head
-
     def _why(self, session_id: str) -> _Why:
         row = self.db.call(
             lambda conn: conn.execute(self._sql.why, {"id": session_id}).fetchone(),
@@ -922,7 +909,8 @@ class PostgresSessionStore(StoreBase):
         return why.lease == (token, self._leases.owner)
 
     def _read_head(self, session_id: str, token: int | None) -> _Head:
-        """The session row as it is now (with its last message's texts).
+        """The session row as it is now (with its last message's texts); also why a
+        checked UPDATE matched no row (raised, or the head moved on).
 
         Raises:
             SessionNotFoundError: the session is gone or expired.
