@@ -51,9 +51,11 @@ class _RequestSize:
         )
         if not extends:
             self._count, self._chars = 0, 0
-        # A list's JSON is "[" + its items joined by ", " + "]".
-        for message in messages[self._count :]:
-            self._chars += _json_chars(message)
+        # A list's JSON is "[" + its items joined by ", " + "]": the new items are
+        # encoded in one call (a first call after a resume has the whole history).
+        new = len(messages) - self._count
+        if new > 0:
+            self._chars += _json_chars(list(messages[self._count :])) - 2 - 2 * (new - 1)
         self._count = count
         self._first = messages[0] if count else None
         self._last = messages[-1] if count else None
