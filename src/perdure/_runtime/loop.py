@@ -31,6 +31,7 @@ even when the parent's was running at the fork (its thread did not come along).
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stub; see _drive
 import asyncio
 import atexit
 import contextlib
@@ -65,6 +66,9 @@ class _Runner:
         self.thread: threading.Thread | None = None
         self.stopping: threading.Thread | None = None
         self.handed = 0  # handed-off calls not finished yet
+        # Tasks made on the loop since it last had nothing left to run: what a driver
+        # checks when its call ends (asyncio.all_tasks walks every task of the process).
+        self.made: list[asyncio.Task[Any]] = []
         self.warned: set[str] = set()  # async twins named in a warning already
 
     def claim(self, may_drive: bool) -> tuple[asyncio.AbstractEventLoop, bool]:
@@ -76,6 +80,7 @@ class _Runner:
                     self.stopping = None
                     if self.loop is None or self.loop.is_closed():
                         self.loop = asyncio.new_event_loop()
+                        self.loop.set_task_factory(self._new_task)
                     if self.driver is None and self.thread is None and may_drive:
                         self.driver = threading.current_thread()
                         return self.loop, True
@@ -84,6 +89,13 @@ class _Runner:
                         self._start_thread()
                     return self.loop, False
             stopping.join()  # a thread still leaving run_forever(): wait it out
+
+    def _new_task(
+        self, loop: asyncio.AbstractEventLoop, coro: Any, **options: Any
+    ) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, **options)
+        self.made.append(task)
+        return task
 
     def _start_thread(self) -> None:
         """Run the loop in a new daemon thread (under ``lock``, nobody running it).
@@ -108,6 +120,7 @@ class _Runner:
         current = asyncio.current_task(loop)
         if any(task is not current for task in asyncio.all_tasks(loop)):
             return False
+        self.made.clear()
         self.stopping, self.thread = self.thread, None
         loop.stop()
         return True
@@ -128,8 +141,9 @@ class _Runner:
         """The driver's call is done: others' calls, and tasks it left, go on in a thread."""
         with self.lock:
             self.driver = None
-            loop = self.loop
-            if self.handed > 0 or (loop is not None and asyncio.all_tasks(loop)):
+            left = [task for task in self.made if not task.done()]
+            self.made.clear()
+            if self.handed > 0 or left:
                 self._start_thread()
 
     def running_here(self) -> bool:
@@ -247,11 +261,13 @@ def _drive(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
         raise KeyboardInterrupt
 
     previous: Any = None
+    # _signal: the signal module's own functions, without the enum conversions its
+    # wrappers make (12 us a call here, as much as the rest of the hand-over).
     if (
         threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        and _signal.getsignal(signal.SIGINT) is signal.default_int_handler
     ):
-        previous = signal.signal(signal.SIGINT, on_sigint)
+        previous = _signal.signal(signal.SIGINT, on_sigint)
     try:
         try:
             return loop.run_until_complete(task)
@@ -267,7 +283,7 @@ def _drive(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
             raise
     finally:
         if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+            _signal.signal(signal.SIGINT, previous)
 
 
 def _hand_off(runner: _Runner, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
