@@ -13,6 +13,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -36,9 +37,19 @@ def prefix() -> Iterator[str]:
 
 
 @pytest.fixture
-def opened(prefix: str) -> Callable[..., RedisSessionStore]:
+def opened(prefix: str) -> Iterator[Callable[..., RedisSessionStore]]:
+    """Opens stores under the test's prefix; every one is closed after the test."""
     url = require_server()
-    return lambda **options: RedisSessionStore(url, prefix=prefix, **options)
+    stores: list[RedisSessionStore] = []
+
+    def open_one(**options: Any) -> RedisSessionStore:
+        store = RedisSessionStore(url, prefix=prefix, **options)
+        stores.append(store)
+        return store
+
+    yield open_one
+    for store in stores:
+        store.close()
 
 
 class TestRedisSessionStore(SessionStoreSuite):

@@ -15,6 +15,7 @@ when the server lost it (a restart, ``SCRIPT FLUSH``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -93,6 +94,31 @@ class PerLoop:
             found = self._by_loop.pop(id(loop), None)
         if found is not None:
             await found[2].aclose()
+
+    def close(self) -> None:
+        """Close every loop's client (each reopened on its loop's next call).
+
+        A client is closed on its own loop: one another thread runs gets the work
+        handed to it (waiting up to 5 s); one nobody runs is run here until done. The
+        calling thread's own running loop cannot be waited for: its client stays, to
+        be closed when that loop shuts down (or by :meth:`aclose`).
+        """
+        try:
+            current: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        with self._guard:
+            found = [v for v in self._by_loop.values() if v[0] is not current]
+            for loop, _, _ in found:
+                self._by_loop.pop(id(loop), None)
+        for loop, _, watcher in found:
+            if loop.is_closed():
+                continue
+            with contextlib.suppress(Exception):
+                if loop.is_running():
+                    asyncio.run_coroutine_threadsafe(watcher.aclose(), loop).result(timeout=5)
+                else:
+                    loop.run_until_complete(watcher.aclose())
 
 
 async def _closer(client: aioredis.Redis, owner: PerLoop, key: int) -> AsyncIterator[None]:

@@ -387,6 +387,15 @@ class RedisSessionStore(StoreBase):
         """
         await self._clients.aclose()
 
+    def close(self) -> None:
+        """Close the connections of every loop (reopened on use); see
+        :meth:`PerLoop.close <perdure.stores.redis._client.PerLoop.close>`.
+
+        A loop's connections also close by themselves when the loop shuts down (an
+        ``asyncio.run`` ends); call this at shutdown for a loop that lives on.
+        """
+        self._clients.close()
+
     # ------------------------------------------------------------------ connections
 
     def _keys(self, session_id: str) -> Keys:
