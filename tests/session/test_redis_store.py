@@ -10,18 +10,26 @@ damage, native TTL, and ``open_store("redis://…")``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
-from perdure.errors import SessionCorruptedError, SessionLockedError, SessionNotFoundError
+from perdure.errors import (
+    SessionConflictError,
+    SessionCorruptedError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
 from perdure.testing import CheckpointStoreSuite, SessionStoreSuite
 from perdure.testing.checkpoints import CheckpointStoreFactory
 from perdure.testing.messages import conversation, text
 from perdure.testing.sessions import StoreFactory
+from pg_proxy import CuttingProxy, cutting_proxy
 from redis_server import client, drop_prefix, import_redis, new_prefix, require_server
 
 import_redis()
@@ -206,3 +214,101 @@ def test_bad_options_are_refused() -> None:
             RedisSessionStore("redis://127.0.0.1:6379/0", **bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         RedisSessionStore("http://x")
+
+
+# ---------------------------------------------------------------- a network that fails
+
+
+@contextlib.contextmanager
+def through_proxy(prefix: str) -> Iterator[tuple[CuttingProxy, RedisSessionStore]]:
+    """A store whose connections go through a :class:`CuttingProxy` to the server."""
+    url = urlsplit(require_server())
+    with cutting_proxy(url.hostname or "127.0.0.1", url.port or 6379) as proxy:
+        store = RedisSessionStore(f"redis://127.0.0.1:{proxy.port}{url.path}", prefix=prefix)
+        try:
+            yield proxy, store
+        finally:
+            store.close()
+        assert proxy.errors == []
+
+
+async def test_a_commit_applied_but_never_acknowledged_returns_and_is_not_sent_again(
+    prefix: str, opened: Callable[..., RedisSessionStore]
+) -> None:
+    # The server runs the script, and its answer is lost with the connection: the
+    # store finds its commit applied by the session's tail and returns.
+    reader = opened()
+    with through_proxy(prefix) as (proxy, store):
+        await store.create("s")
+        history = [text("user", "first")]
+        tail = (await store.commit("s", history)).tail
+        history = [*history, text("assistant", "lost-answer-1")]
+        proxy.cut_after(b"lost-answer-1")
+        proxy.watch(b"lost-answer-1")
+        result = await store.commit("s", history, expected_tail=tail)
+        assert proxy.cuts == 1
+        assert proxy.forwarded(b"lost-answer-1") == 1  # not sent again
+        record = await reader.get("s")
+        assert (record.messages, record.tail) == (history, result.tail)
+
+        # A rewrite under the writer's lease.
+        async with store.writer_lock("s"):
+            history = [text("user", "compacted"), text("assistant", "lost-answer-2")]
+            proxy.cut_after(b"lost-answer-2")
+            proxy.watch(b"lost-answer-2")
+            result = await store.commit("s", history, expected_tail=result.tail, rewritten=True)
+        assert proxy.cuts == 2
+        assert proxy.forwarded(b"lost-answer-2") == 1
+        record = await reader.get("s")
+        assert (record.messages, record.tail) == (history, result.tail)
+
+
+async def test_a_commit_that_never_reached_the_server_is_sent_again_once(
+    prefix: str, opened: Callable[..., RedisSessionStore]
+) -> None:
+    reader = opened()
+    with through_proxy(prefix) as (proxy, store):
+        await store.create("s")
+        history = [text("user", "first"), text("assistant", "never-sent-1")]
+        proxy.drop_next(b"never-sent-1")
+        proxy.watch(b"never-sent-1")
+        result = await store.commit("s", history)
+        assert proxy.drops == 1
+        assert proxy.forwarded(b"never-sent-1") == 1  # the second sending, the only one
+        record = await reader.get("s")
+        assert (record.messages, record.tail) == (history, result.tail)
+
+
+async def test_a_lost_answer_while_another_writer_moves_on_is_resolved_or_typed(
+    prefix: str, opened: Callable[..., RedisSessionStore]
+) -> None:
+    other, reader = opened(), opened()
+    with through_proxy(prefix) as (proxy, store):
+        await store.create("s")
+        mine = [text("user", "first"), text("assistant", "mine-1")]
+        theirs = [*mine, text("user", "theirs-1")]
+        # Appended after the lost commit: the commit's element is there, chained as sent.
+        proxy.cut_after(b"mine-1", then=lambda: asyncio.run(_commit(other, theirs)))
+        await store.commit("s", mine)
+        assert proxy.cuts == 1
+        assert (await reader.get("s")).messages == theirs
+
+        # The other writer rewrote the history: whether the commit landed first cannot
+        # be told any more — a typed conflict, outcome unknown; nothing doubled.
+        mine = [*theirs, text("assistant", "mine-2")]
+        rewritten = [text("user", "theirs, compacted")]
+        proxy.cut_after(
+            b"mine-2", then=lambda: asyncio.run(_commit(other, rewritten, rewritten=True))
+        )
+        with pytest.raises(SessionConflictError) as info:
+            await store.commit("s", mine)
+        assert info.value.details["outcome"] == "unknown"
+        assert (await reader.get("s")).messages == rewritten
+        record = await store.get("s")
+        again = [*record.messages, text("assistant", "after")]
+        await store.commit("s", again, expected_tail=record.tail)
+        assert (await reader.get("s")).messages == again
+
+
+async def _commit(store: RedisSessionStore, messages: Any, *, rewritten: bool = False) -> None:
+    await store.commit("s", messages, rewritten=rewritten)

@@ -21,6 +21,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from perdure.stores.redis import _scripts
 
@@ -76,6 +78,9 @@ class PerLoop:
                 socket_timeout=self._timeouts[0],
                 socket_connect_timeout=self._timeouts[1],
                 decode_responses=False,
+                # No resending by the driver: a commit sent again after a lost answer
+                # must be settled by the store (see sessions._send); reads retry there.
+                retry=Retry(NoBackoff(), 0),
             )
             connection = Connection(client)
             watcher = _closer(client, self, id(loop))

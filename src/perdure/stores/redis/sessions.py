@@ -111,6 +111,7 @@ from perdure.types import Message
 __all__ = ["RedisSessionStore"]
 
 _COMMIT_ATTEMPTS = 6  # plans against a moved session, or resends after a lost reply
+_READ_ATTEMPTS = 3  # sendings of a read (or a checked script) over lost connections
 _TOMB_MIN = 7 * 24 * 3600.0  # seconds a tombstone outlives its session at least
 _SCAN_COUNT = 1000
 
@@ -408,11 +409,19 @@ class RedisSessionStore(StoreBase):
             raise translate(exc, self.server, doing) from exc
 
     async def _call(self, work: Any, doing: str) -> Any:
-        conn = await self._conn(doing)
-        try:
-            return await work(conn)
-        except Exception as exc:
-            raise translate(exc, self.server, doing) from exc
+        """Run ``work(connection)``, sent again (up to 3 times) when the connection
+        is lost: only for work that is safe to repeat (reads, checked scripts)."""
+        for attempt in range(_READ_ATTEMPTS):
+            try:
+                conn = await self._clients.get()
+                return await work(conn)
+            except UNAVAILABLE as exc:
+                if attempt + 1 == _READ_ATTEMPTS:
+                    raise translate(exc, self.server, doing) from exc
+                await asyncio.sleep(0.1 * (attempt + 1))
+            except Exception as exc:
+                raise translate(exc, self.server, doing) from exc
+        raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------ leases
 
@@ -433,8 +442,13 @@ class RedisSessionStore(StoreBase):
                 lambda c: c.client.set(keys.lease, token, nx=True, px=lease_ms),
                 f"taking the writer lease of session {session_id!r}",
             )
-            if not taken:
-                raise self._leased(session_id)
+            if not taken:  # or taken by a sending whose answer was lost
+                held = await self._call(
+                    lambda c: c.client.get(keys.lease),
+                    f"reading the writer lease of session {session_id!r}",
+                )
+                if held is None or _text(held) != token:
+                    raise self._leased(session_id)
             with self._tokens_guard:
                 self._tokens[session_id] = token
             renewer = asyncio.create_task(self._renew(keys.lease, token, lease_ms))
@@ -772,11 +786,20 @@ class RedisSessionStore(StoreBase):
             try:
                 reply = await conn.commit([*keys.session, keys.lease], args)
             except UNAVAILABLE as exc:
-                tail = await self._settle(session_id, keys, exc)
+                tail, count, hash_there = await self._settle(session_id, keys, after, exc)
+                if tail is None:
+                    raise self._not_found(session_id, False) from exc
                 if tail == after.tail:
                     return True
                 if tail == planned.tail:
+                    conn = await self._conn(doing)
                     continue  # provably not applied: send it again
+                if (
+                    after.total > planned.total
+                    and count >= after.total
+                    and (hash_there == after.head)
+                ):
+                    return True  # applied, then others committed after it
                 raise SessionConflictError(
                     f"session {session_id!r} changed (Redis store at {self.server}) while "
                     "the connection was lost during a commit; whether that commit was "
@@ -810,8 +833,12 @@ class RedisSessionStore(StoreBase):
             details={"session_id": session_id, "outcome": "not_applied"},
         )
 
-    async def _settle(self, session_id: str, keys: Keys, cause: BaseException) -> str | None:
-        """The session's tail once the server answers again (None: no session).
+    async def _settle(
+        self, session_id: str, keys: Keys, after: _Head, cause: BaseException
+    ) -> tuple[str | None, int, str | None]:
+        """After a lost connection: the session's tail (None: no session), message
+        count and the hash of the element the commit would have ended with, once
+        the server answers again.
 
         Raises:
             StoreUnavailableError: the server did not answer (outcome unknown).
@@ -819,10 +846,23 @@ class RedisSessionStore(StoreBase):
         for attempt in range(5):
             try:
                 conn = await self._clients.get()
-                tail = await conn.client.hget(keys.head, "tail")
-                return None if tail is None else _text(tail)
+                async with conn.client.pipeline(transaction=True) as pipe:
+                    pipe.hmget(keys.head, "tail", "count")
+                    pipe.lindex(keys.messages, after.total - 1)
+                    (tail, count), element = await pipe.execute()
             except UNAVAILABLE:
                 await asyncio.sleep(0.2 * (attempt + 1))
+                continue
+            if tail is None:
+                return None, 0, None
+            there = (
+                None if element is None else bytes(element[:HASH_LEN]).decode("ascii", "replace")
+            )
+            try:
+                total = int(count)
+            except (TypeError, ValueError):
+                raise self._bad_meta(session_id) from None
+            return _text(tail), total, there
         raise StoreUnavailableError(
             f"Redis store at {self.server}: the connection was lost during a commit to "
             f"session {session_id!r} and the server did not answer since; the commit may "
