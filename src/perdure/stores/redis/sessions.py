@@ -23,7 +23,9 @@ Guarantees:
   list), stores the redactions and updates the head; or it changes nothing and says
   why (``session_conflict`` by the rules of
   :func:`~perdure.session.rules.plan_commit`, ``session_locked``,
-  ``session_not_found``). The store plans with one read of the head (one script).
+  ``session_not_found``). The store plans against the head its own last commit
+  left, so a commit is one round trip; a stale guess (another writer committed)
+  costs a read of the head and a second plan, never a wrong write.
 - **Faults.** When the connection is lost during a commit, the store reads the tail
   once the server answers (every commit writes a new random tail): applied, it
   returns normally; provably not (still the planned tail), it sends the commit
@@ -111,6 +113,7 @@ from perdure.types import Message
 __all__ = ["RedisSessionStore"]
 
 _COMMIT_ATTEMPTS = 6  # plans against a moved session, or resends after a lost reply
+_HEADS_KEPT = 4096  # heads remembered per store (the guess a commit plans with)
 _READ_ATTEMPTS = 3  # sendings of a read (or a checked script) over lost connections
 _TOMB_MIN = 7 * 24 * 3600.0  # seconds a tombstone outlives its session at least
 _SCAN_COUNT = 1000
@@ -191,6 +194,8 @@ class RedisSessionStore(StoreBase):
         self._locks = LockTable()
         self._tokens: dict[str, str] = {}
         self._tokens_guard = threading.Lock()
+        self._heads: dict[str, _Seen] = {}  # the head each session's last commit left
+        self._heads_guard = threading.Lock()
         self.checkpoints = RedisCheckpointStore(
             self._clients, self.prefix, self.server, self.max_checkpoints
         )
@@ -213,6 +218,7 @@ class RedisSessionStore(StoreBase):
         args = [now, tail, ZERO_HASH, self._ttl_ms, self._tomb_ms]
         doing = f"creating session {session_id!r}"
         # Safe to send again: a reply naming this call's tail says it made the session.
+        self._forget(session_id)
         reply = await self._call(
             lambda c: c.create([*keys.session, keys.cp_meta, keys.cp_body], args), doing
         )
@@ -324,15 +330,29 @@ class RedisSessionStore(StoreBase):
         redactions = encode_redactions(request.redactions)
         keys = self._keys(session_id)
         token = self._token(session_id)
+        # Planned against the head this store last left (its own last commit, as a
+        # rule), so a commit is one round trip; the script checks that guess, and a
+        # refusal planned on it is only believed once the head was read afresh.
+        seen, fresh = self._remembered(session_id), False
         for _ in range(_COMMIT_ATTEMPTS):
-            seen = await self._read_head(session_id, keys, token)
+            if seen is None:
+                seen, fresh = await self._read_head(session_id, keys, token), True
             head = seen.head
-            plan = plan_commit(request, head.total, head.tail)
-            if plan.compare_last:
-                last = [self._decode(session_id, head.total - 1, t) for t in seen.last]
-                check_extends(session_id, request.messages, head.total, last)
+            try:
+                plan = plan_commit(request, head.total, head.tail)
+                if plan.compare_last:
+                    last = [self._decode(session_id, head.total - 1, t) for t in seen.last]
+                    check_extends(session_id, request.messages, head.total, last)
+            except SessionConflictError:
+                if fresh:
+                    raise
+                seen = None
+                continue
             if not writes_anything(request, plan):
-                return CommitResult(head.tail, head.total)
+                if fresh:
+                    return CommitResult(head.tail, head.total)
+                seen = None
+                continue
             if not request.rewritten and seen.length != head.total:
                 raise self._damage(
                     session_id,
@@ -340,12 +360,19 @@ class RedisSessionStore(StoreBase):
                     "bad_sequence",
                     f"the list holds {seen.length} messages, the head says {head.total}",
                 )
-            args, after = await self._commit_args(
+            args, after, last_texts = await self._commit_args(
                 request, keys, seen, plan.start, state_text, redactions, token
             )
-            applied = await self._send(session_id, keys, args, head, after)
+            try:
+                applied = await self._send(session_id, keys, args, head, after)
+            except Exception:
+                self._forget(session_id)
+                raise
             if applied:
+                self._remember(session_id, _Seen(after, last_texts, after.total))
                 return CommitResult(after.tail, after.total)
+            seen = None  # the session moved: read it and plan again
+        self._forget(session_id)
         raise SessionConflictError(
             f"session {session_id!r} kept changing under this commit (Redis store at "
             f"{self.server}, {_COMMIT_ATTEMPTS} attempts); reopen the session to continue"
@@ -364,6 +391,7 @@ class RedisSessionStore(StoreBase):
             lambda c: c.delete([*keys.session, keys.cp_meta, keys.cp_body, keys.lease], [token]),
             f"deleting session {session_id!r}",
         )
+        self._forget(session_id)
         if not done:
             raise self._leased(session_id)
 
@@ -422,6 +450,20 @@ class RedisSessionStore(StoreBase):
             except Exception as exc:
                 raise translate(exc, self.server, doing) from exc
         raise AssertionError("unreachable")
+
+    def _remembered(self, session_id: str) -> _Seen | None:
+        with self._heads_guard:
+            return self._heads.get(session_id)
+
+    def _remember(self, session_id: str, seen: _Seen) -> None:
+        with self._heads_guard:
+            if len(self._heads) >= _HEADS_KEPT and session_id not in self._heads:
+                self._heads.clear()
+            self._heads[session_id] = seen
+
+    def _forget(self, session_id: str) -> None:
+        with self._heads_guard:
+            self._heads.pop(session_id, None)
 
     # ------------------------------------------------------------------ leases
 
@@ -706,21 +748,27 @@ class RedisSessionStore(StoreBase):
         state_text: str | None,
         redactions: dict[int, str],
         token: str | None,
-    ) -> tuple[builtins.list[Any], _Head]:
-        """The commit script's arguments, and the head it leaves when applied."""
+    ) -> tuple[builtins.list[Any], _Head, tuple[str, ...]]:
+        """The commit script's arguments, the head it leaves when applied, and the
+        texts of the last message it leaves (as stored, and its redaction if any)."""
         head = seen.head
         messages = request.messages
         elements: builtins.list[bytes] = []
         total, chained = head.total, head.head
         row_hashes: dict[int, str] = {}
+        last = seen.last
         if request.rewritten or len(messages) > start:
+            last = ()
             chained = ZERO_HASH if request.rewritten else head.head
             for index in range(start, len(messages)):
                 body = encode_message(messages[index], f"messages[{index}]")
                 chained = chain_hash(chained, body)
                 row_hashes[index] = chained
                 elements.append(chained.encode("ascii") + body.encode("utf-8"))
+                last = (body,)
             total = len(messages)
+        if total - 1 in redactions and last:
+            last = (last[0], redactions[total - 1])
         older = sorted(i for i in redactions if i not in row_hashes)
         if older:  # the hashes of stored rows; the script's tail check keeps them valid
             found = await self._call(
@@ -768,7 +816,7 @@ class RedisSessionStore(StoreBase):
             *elements,
             *pairs,
         ]
-        return args, after
+        return args, after, last
 
     async def _send(
         self, session_id: str, keys: Keys, args: builtins.list[Any], planned: _Head, after: _Head
