@@ -30,7 +30,7 @@ def store_factory(store_kind: str, tmp_path: Path) -> Callable[..., SessionStore
 
 @pytest.fixture(autouse=True)
 def server_stores() -> Iterator[None]:
-    """Close the server stores a test opened and drop their schemas after it."""
+    """Close the server stores a test opened and drop their schemas (key prefixes)."""
     yield
     opened, session_stores.OPENED[:] = list(session_stores.OPENED), []
     for store in opened:
@@ -41,3 +41,9 @@ def server_stores() -> Iterator[None]:
 
         for schema in schemas:
             drop_schema(schema)
+    prefixes, session_stores.REDIS_PREFIXES = set(session_stores.REDIS_PREFIXES), set()
+    if prefixes:
+        from redis_server import drop_prefix
+
+        for prefix in prefixes:
+            drop_prefix(prefix)

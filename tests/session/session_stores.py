@@ -8,12 +8,13 @@ from typing import Any
 
 from perdure.session import FileSessionStore, SessionStore
 
-STORE_KINDS = ["file", "sqlite", "memory", "postgres"]
+STORE_KINDS = ["file", "sqlite", "memory", "postgres", "redis"]
 
 OPENED: list[Any] = []
 """Stores of server kinds opened in this process, closed (and their schemas dropped)
 after each test by the ``server_stores`` fixture of conftest.py."""
 PG_SCHEMAS: set[str] = set()
+REDIS_PREFIXES: set[str] = set()
 
 
 def make_store(kind: str, path: Path, **options: Any) -> SessionStore:
@@ -47,6 +48,24 @@ def make_store(kind: str, path: Path, **options: Any) -> SessionStore:
         store = PostgresSessionStore(DSN, schema=schema, **options)
         OPENED.append(store)
         return store
+    if kind == "redis":
+        # A key prefix per test directory, as the PostgreSQL schema above.
+        import hashlib
+        import sys
+
+        tests = str(Path(__file__).resolve().parents[1])
+        if tests not in sys.path:
+            sys.path.append(tests)
+        from redis_server import require_server
+
+        url = require_server()
+        from perdure.stores.redis import RedisSessionStore
+
+        prefix = "perdure-t-" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16] + ":"
+        REDIS_PREFIXES.add(prefix)
+        redis_store = RedisSessionStore(url, prefix=prefix, **options)
+        OPENED.append(redis_store)
+        return redis_store
     raise ValueError(kind)
 
 

@@ -39,7 +39,7 @@ async def hold_once(store: SessionStore) -> None:
         pass
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres", "redis"])
 def test_a_lock_taken_again_in_process_is_refused_while_another_process_holds_it(
     tmp_path: Path, kind: str
 ) -> None:

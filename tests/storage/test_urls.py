@@ -26,7 +26,9 @@ from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, open
 def test_a_later_backend_is_refused_naming_its_extra_and_issue(
     url: str, backend: str, extra: str, issue: int
 ) -> None:
-    for opener in (open_storage, open_store):
+    # open_store opens redis:// since issue 18 (test_redis_store.py); blob storage not yet.
+    openers = (open_storage,) if url.startswith("redis") else (open_storage, open_store)
+    for opener in openers:
         with pytest.raises(ValueError) as info:
             opener(url)
         message = str(info.value)

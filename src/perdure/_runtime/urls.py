@@ -23,6 +23,7 @@ __all__ = [
     "LATER_SCHEMES",
     "POSTGRES_OPTIONS",
     "POSTGRES_STORAGE_OPTIONS",
+    "REDIS_OPTIONS",
     "LaterBackend",
     "postgres_url",
     "split_url",
@@ -44,7 +45,7 @@ LATER_SCHEMES: dict[str, LaterBackend] = {
 }
 """Server schemes this version refuses, with what will bring them."""
 
-_NO_PATH = frozenset({"memory", "postgresql", "postgres"})
+_NO_PATH = frozenset({"memory", "postgresql", "postgres", "redis", "rediss"})
 
 POSTGRES_OPTIONS: dict[str, type] = {
     "schema": str,
@@ -55,10 +56,20 @@ POSTGRES_OPTIONS: dict[str, type] = {
 }
 """perdure's options a ``postgresql://`` store URL may carry in its query, and their types."""
 
+REDIS_OPTIONS: dict[str, type] = {
+    "prefix": str,
+    "ttl": float,
+    "lease": float,
+    "max_checkpoints": int,
+}
+"""perdure's options a ``redis://`` store URL may carry in its query, and their types."""
+
 POSTGRES_STORAGE_OPTIONS: dict[str, type] = {"schema": str, "table": str}
 """perdure's options a ``postgresql://`` blob storage URL may carry, and their types."""
 
-_PERDURE_OPTIONS = frozenset(POSTGRES_OPTIONS) | frozenset(POSTGRES_STORAGE_OPTIONS)
+_PERDURE_OPTIONS = (
+    frozenset(POSTGRES_OPTIONS) | frozenset(POSTGRES_STORAGE_OPTIONS) | frozenset(REDIS_OPTIONS)
+)
 
 
 def split_url(url: object, schemes: Sequence[str], what: str) -> tuple[str, Path | None]:
@@ -104,7 +115,9 @@ def split_url(url: object, schemes: Sequence[str], what: str) -> tuple[str, Path
 def postgres_url(
     url: str, options: Mapping[str, type] = POSTGRES_OPTIONS, what: str = "store"
 ) -> tuple[str, dict[str, object]]:
-    """Split a ``postgresql://`` URL into the URL for the driver and perdure's options.
+    """Split a server URL into the URL for the driver and perdure's options.
+
+    Used for ``postgresql://`` and, with :data:`REDIS_OPTIONS`, ``redis://`` URLs.
 
     ``postgresql://user@host:5432/db?schema=app&ttl=1800&sslmode=require`` gives
     ``("postgresql://user@host:5432/db?sslmode=require", {"schema": "app", "ttl":

@@ -11,8 +11,8 @@ every backend). The map of the layer:
   encoding, chain hashing; :mod:`~perdure.session.paging`, ids and ULIDs), and
   :func:`open_store` (:mod:`~perdure.session.urls`: a store chosen by URL).
 - :mod:`perdure.stores` — the backends: the file store (:mod:`perdure.stores.file`,
-  with the journal format), SQLite, memory and PostgreSQL (``perdure[postgres]``:
-  importing its names imports psycopg).
+  with the journal format), SQLite, memory, PostgreSQL (``perdure[postgres]``:
+  importing its names imports psycopg) and Redis (``perdure[redis]``).
 - :mod:`perdure.checkpoints` — the checkpoint stores and the export format.
 - :mod:`perdure.snapshots` — :class:`SnapshotSessionManager` and its format.
 - :mod:`perdure.maintenance` — verify, repair and gc over any store.
@@ -69,6 +69,7 @@ if _typing.TYPE_CHECKING:
         PostgresCheckpointStore as PostgresCheckpointStore,
     )
     from perdure.stores.postgres.sessions import PostgresSessionStore as PostgresSessionStore
+    from perdure.stores.redis.sessions import RedisSessionStore as RedisSessionStore
     from perdure.stores.sqlite import SQLiteCheckpointStore as SQLiteCheckpointStore
     from perdure.stores.sqlite import SQLiteSessionStore as SQLiteSessionStore
 
@@ -89,6 +90,7 @@ _EXPORTS: dict[str, str] = {
     "MigrationReport": "perdure.migrate.strands",
     "PostgresCheckpointStore": "perdure.stores.postgres.checkpoints",
     "PostgresSessionStore": "perdure.stores.postgres.sessions",
+    "RedisSessionStore": "perdure.stores.redis.sessions",
     "RepairReport": "perdure.maintenance",
     "RestoreResult": "perdure.session.results",
     "SQLiteCheckpointStore": "perdure.stores.sqlite",

@@ -10,9 +10,13 @@ it never shadows the function ``perdure.session.open_store`` with a module.)
 ``postgresql://…``    :class:`PostgresSessionStore` (``postgres://`` too);
                       ``?schema=``, ``ttl=``, ``lease=``, ``max_checkpoints=``,
                       ``durability=`` are its options, the rest goes to libpq
+``redis://…``         :class:`RedisSessionStore` (``rediss://`` too);
+                      ``?prefix=``, ``ttl=``, ``lease=``,
+                      ``max_checkpoints=`` are its options, the rest goes
+                      to redis-py
 ====================  ==============================================
 
-Other server schemes (``redis://``, ``s3://``) join this table with their issues;
+Other server schemes (``s3://``) join this table with their issues;
 until then a URL naming one is refused with the backend, its extra and its issue.
 The URL is split by perdure's one parser, :func:`perdure._runtime.urls.split_url`,
 which :func:`perdure.storage.open_storage` uses too.
@@ -22,12 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from perdure._runtime.urls import postgres_url, split_url
+from perdure._runtime.urls import REDIS_OPTIONS, postgres_url, split_url
 from perdure.session.store import SessionStore
 
 __all__ = ["SCHEMES", "open_store"]
 
-SCHEMES = ("file", "sqlite", "memory", "postgresql", "postgres")
+SCHEMES = ("file", "sqlite", "memory", "postgresql", "postgres", "redis", "rediss")
 
 
 def open_store(url: str, **options: Any) -> SessionStore:
@@ -35,12 +39,21 @@ def open_store(url: str, **options: Any) -> SessionStore:
 
     Raises:
         ValueError: the URL is malformed, its scheme unknown (the message lists the
-            known schemes), or its backend (``redis://``, ``s3://``) not in this
+            known schemes), or its backend (``s3://``) not in this
             version (the message names its extra and issue); an option given both
             in the URL and as a keyword.
-        ImportError: a ``postgresql://`` URL without ``perdure[postgres]`` installed.
+        ImportError: a ``postgresql://`` URL without ``perdure[postgres]`` installed,
+            a ``redis://`` one without ``perdure[redis]``.
     """
     scheme, path = split_url(url, SCHEMES, "store")
+    if scheme in ("redis", "rediss"):
+        from perdure.stores.redis.sessions import RedisSessionStore
+
+        target, found = postgres_url(url, REDIS_OPTIONS)
+        twice = sorted(set(found) & set(options))
+        if twice:
+            raise ValueError(f"store URL {url!r} and the keywords both give {', '.join(twice)}")
+        return RedisSessionStore(target, **found, **options)  # type: ignore[arg-type]
     if scheme in ("postgresql", "postgres"):
         from perdure.stores.postgres.sessions import PostgresSessionStore
 

@@ -1,0 +1,168 @@
+"""The Lua scripts of the Redis stores: each one atomic, on one session's keys.
+
+Every script touches only keys with the session's ``{session_id}`` hash tag, all
+passed in ``KEYS``, so a session's scripts run on one slot of a cluster. Keys (see
+:mod:`.sessions`): ``h`` the head hash, ``m`` the message list, ``r`` the
+redactions hash, ``t`` the tombstone, ``l`` the writer lease, ``cm``/``cb`` the
+checkpoints' metas and bodies.
+"""
+
+from __future__ import annotations
+
+_HEAD_FIELDS = "'count', 'head', 'writes', 'tail', 'state', 'state_hash', 'created', 'updated'"
+
+_RENEW_TTL = """
+local function renew(ttl, tomb)
+  if tonumber(ttl) > 0 then
+    for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ttl) end
+    redis.call('SET', KEYS[4], '1', 'PX', tomb)
+  end
+end
+"""
+
+READ = (
+    _RENEW_TTL
+    + f"""
+-- KEYS: h m r t; ARGV: offset, limit (-1: to the end), back, ttl_ms, tomb_ms
+local h = redis.call('HMGET', KEYS[1], {_HEAD_FIELDS})
+if not h[4] then
+  if redis.call('EXISTS', KEYS[1]) == 1 then return {{2}} end
+  return {{0, redis.call('EXISTS', KEYS[4])}}
+end
+local count = tonumber(h[1])
+if not count then return {{2}} end
+local offset = tonumber(ARGV[1])
+local start = math.min(offset, count) - tonumber(ARGV[3])
+if start < 0 then start = 0 end
+local stop = -1
+if tonumber(ARGV[2]) >= 0 then stop = offset + tonumber(ARGV[2]) end
+local rows = {{}}
+if stop == -1 or stop >= start then rows = redis.call('LRANGE', KEYS[2], start, stop) end
+local red = {{}}
+if redis.call('HLEN', KEYS[3]) > 0 then red = redis.call('HGETALL', KEYS[3]) end
+renew(ARGV[4], ARGV[5])
+return {{1, h, start, rows, red}}
+"""
+)
+
+HEAD = f"""
+-- KEYS: h m r t l
+local h = redis.call('HMGET', KEYS[1], {_HEAD_FIELDS})
+local lease = redis.call('GET', KEYS[5])
+if not h[4] then
+  if redis.call('EXISTS', KEYS[1]) == 1 then return {{2}} end
+  return {{0, redis.call('EXISTS', KEYS[4]), lease}}
+end
+local count = tonumber(h[1])
+if not count then return {{2}} end
+local last, lastr = false, false
+if count > 0 then
+  last = redis.call('LINDEX', KEYS[2], count - 1)
+  lastr = redis.call('HGET', KEYS[3], tostring(count - 1))
+end
+return {{1, h, last, lastr, lease, redis.call('LLEN', KEYS[2])}}
+"""
+
+COMMIT = (
+    _RENEW_TTL
+    + """
+-- KEYS: h m r t l
+-- ARGV: 1 planned tail, 2 lease token ('' none), 3 rewrite, 4 count, 5 head,
+--   6 writes, 7 tail, 8 updated, 9 has state, 10 state, 11 state hash, 12 ttl_ms,
+--   13 tomb_ms, 14 planned start, 15 n rows; then the rows, then redaction pairs
+local cur = redis.call('HGET', KEYS[1], 'tail')
+if not cur then return {'missing', redis.call('EXISTS', KEYS[4])} end
+local lease = redis.call('GET', KEYS[5])
+if ARGV[2] ~= '' then
+  if lease ~= ARGV[2] then return {'lease_lost'} end
+elseif lease then
+  return {'leased'}
+end
+if cur ~= ARGV[1] then return {'moved', cur} end
+if ARGV[3] == '1' then
+  redis.call('DEL', KEYS[2], KEYS[3])
+else
+  local length = redis.call('LLEN', KEYS[2])
+  if length ~= tonumber(ARGV[14]) then return {'bad_length', length} end
+end
+local n = tonumber(ARGV[15])
+local i = 16
+while n > 0 do
+  local k = math.min(n, 4000)
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, i + k - 1))
+  i = i + k
+  n = n - k
+end
+while i < #ARGV do
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+redis.call('HSET', KEYS[1], 'count', ARGV[4], 'head', ARGV[5], 'writes', ARGV[6],
+  'tail', ARGV[7], 'updated', ARGV[8])
+if ARGV[9] == '1' then
+  redis.call('HSET', KEYS[1], 'state', ARGV[10], 'state_hash', ARGV[11])
+end
+renew(ARGV[12], ARGV[13])
+return {'ok'}
+"""
+)
+
+CREATE = (
+    _RENEW_TTL
+    + """
+-- KEYS: h m r t cm cb; ARGV: now, tail, zero hash, ttl_ms, tomb_ms
+local h = redis.call('HMGET', KEYS[1], 'created', 'updated', 'count', 'tail')
+if h[4] then return {0, h[1], h[2], h[3], h[4]} end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {2} end
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  redis.call('DEL', KEYS[5], KEYS[6])  -- leftovers from before the session existed
+end
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('HSET', KEYS[1], 'created', ARGV[1], 'updated', ARGV[1], 'count', '0',
+  'head', ARGV[3], 'writes', '0', 'tail', ARGV[2])
+renew(ARGV[4], ARGV[5])
+return {1}
+"""
+)
+
+DELETE = """
+-- KEYS: h m r t cm cb l; ARGV: this writer's lease token ('' none)
+local lease = redis.call('GET', KEYS[7])
+if lease and lease ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+return 1
+"""
+
+RENEW = """
+-- KEYS: l; ARGV: token, ms
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+RELEASE = """
+-- KEYS: l; ARGV: token
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""
+
+PUT_CHECKPOINT = """
+-- KEYS: cm cb; ARGV: checkpoint id, meta, body, max (0: keep all)
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+local max = tonumber(ARGV[4])
+if max > 0 then
+  local ids = redis.call('HKEYS', KEYS[1])
+  table.sort(ids)  -- ULIDs: sorted is oldest first
+  for i = 1, #ids - max do
+    redis.call('HDEL', KEYS[1], ids[i])
+    redis.call('HDEL', KEYS[2], ids[i])
+  end
+end
+return 1
+"""
