@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit, urlunsplit
 
 import redis.exceptions as rexc
 
+from perdure._runtime.redis import UNAVAILABLE, where
 from perdure.errors import SessionCorruptedError, StoreUnavailableError
 
 __all__ = ["UNAVAILABLE", "Keys", "check_prefix", "keys_of", "translate", "where"]
-
-UNAVAILABLE: tuple[type[BaseException], ...] = (rexc.ConnectionError, rexc.TimeoutError)
-"""Driver errors that mean the server could not be reached (or stopped answering)."""
 
 
 class Keys(NamedTuple):
@@ -44,14 +41,6 @@ def check_prefix(prefix: Any) -> str:
     if "{" in prefix or "}" in prefix:
         raise ValueError(f"prefix {prefix!r} must not contain '{{' or '}}' (hash tags)")
     return prefix
-
-
-def where(url: str) -> str:
-    """The server of ``url`` without its password, for messages."""
-    parts = urlsplit(url)
-    host = parts.hostname or "localhost"
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit((parts.scheme, f"{host}{port}", parts.path, "", ""))
 
 
 def translate(exc: BaseException, server: str, doing: str) -> Exception:
