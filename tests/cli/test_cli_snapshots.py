@@ -1,8 +1,9 @@
 """``perdure snapshots list|show|restore`` through the real entry points.
 
 The storage is written by a real ``SnapshotSessionManager`` (with a ``snapshot_trigger``
-appending an immutable snapshot after every invocation), on files, on SQLite and on
-PostgreSQL (a schema of its own, dropped after the test; see postgres_server).
+appending an immutable snapshot after every invocation), on files, on SQLite, on
+PostgreSQL (a schema of its own, dropped after the test; see postgres_server) and on
+Redis (a key prefix of its own, likewise; see redis_server).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import postgres_server
+import redis_server
 from perdure import Agent
 from perdure.cli._common import EXIT_CORRUPTED, EXIT_NOT_FOUND, EXIT_USAGE
 from perdure.cli.main import cli
@@ -62,9 +64,18 @@ def fill(storage: Storage) -> None:
     agent("last one")
 
 
-@pytest.fixture(params=["file", "sqlite", "postgres"])
+@pytest.fixture(params=["file", "sqlite", "postgres", "redis"])
 def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "postgres":
+    if request.param == "redis":
+        server = redis_server.require_server()
+        prefix = redis_server.new_prefix()
+        url = f"{server}?prefix={prefix}"
+        storage = open_storage(url)
+        fill(storage)
+        close(storage)
+        yield url
+        redis_server.drop_prefix(prefix)
+    elif request.param == "postgres":
         url = postgres_server.store_url(request) + "&table=snapshots"
         postgres = open_storage(url)
         fill(postgres)
@@ -209,7 +220,7 @@ def test_bad_ids_cursors_and_urls_are_usage_errors(storage_url: str) -> None:
     ):
         result = invoke("snapshots", *args, "--storage", storage_url)
         assert result.exit_code == EXIT_USAGE, (args, result.stdout, result.stderr)
-    for url in ("redis://x", "file:", "nowhere"):
+    for url in ("s3://x", "file:", "nowhere"):
         result = invoke("snapshots", "list", "s1", "--storage", url)
         assert result.exit_code == EXIT_USAGE, (url, result.stderr)
         assert "--storage" in result.stderr
@@ -242,6 +253,15 @@ def corrupt_postgres(url: str, snapshot_id: str) -> None:
     )
 
 
+def corrupt_redis(url: str, snapshot_id: str) -> None:
+    prefix = url.split("prefix=")[1]
+    key = f"sessions/s1/agents/default/snapshots/{snapshot_id}"
+    with redis_server.client() as c:
+        data = bytearray(c.hget(f"{prefix}{{storage}}:data", key))
+        data[len(data) // 2] ^= 0x01
+        c.hset(f"{prefix}{{storage}}:data", key, bytes(data))
+
+
 def test_a_flipped_byte_is_corruption(storage_url: str) -> None:
     ids = snapshot_ids(storage_url)
     scheme, _, path = storage_url.partition(":")
@@ -249,6 +269,8 @@ def test_a_flipped_byte_is_corruption(storage_url: str) -> None:
         corrupt_file(Path(path), ids[1])
     elif scheme == "sqlite":
         corrupt_sqlite(Path(path), ids[1])
+    elif scheme == "redis":
+        corrupt_redis(storage_url, ids[1])
     else:
         corrupt_postgres(storage_url, ids[1])
     shown = invoke("snapshots", "show", "s1", ids[1], "--storage", storage_url)

@@ -18,17 +18,14 @@ from perdure.storage import LocalFileStorage, MemoryStorage, SQLiteStorage, open
 @pytest.mark.parametrize(
     ("url", "backend", "extra", "issue"),
     [
-        ("redis://localhost:6379/0", "Redis", "redis", 18),
-        ("rediss://cache", "Redis", "redis", 18),
         ("s3://bucket/prefix", "S3", "s3", 19),
     ],
 )
 def test_a_later_backend_is_refused_naming_its_extra_and_issue(
     url: str, backend: str, extra: str, issue: int
 ) -> None:
-    # open_store opens redis:// since issue 18 (test_redis_store.py); blob storage not yet.
-    openers = (open_storage,) if url.startswith("redis") else (open_storage, open_store)
-    for opener in openers:
+    # Both open redis:// since issue 18 (test_redis_store.py, test_redis_storage.py).
+    for opener in (open_storage, open_store):
         with pytest.raises(ValueError) as info:
             opener(url)
         message = str(info.value)

@@ -3,7 +3,7 @@
 :func:`perdure.storage.open_storage` and :func:`perdure.session.open_store` both
 split their URL here, so ``file:``, ``sqlite:``, ``memory:`` and ``postgresql://``
 mean the same in each, and a server scheme that an opener does not ship yet
-(``redis://``, ``s3://``) gets the same clear refusal that names the backend, its
+(``s3://``) gets the same clear refusal that names the backend, its
 extra and the issue that brings it — never "unknown scheme".
 
 A server URL (``postgresql://…``) names no path: :func:`split_url` gives ``None``
@@ -24,6 +24,7 @@ __all__ = [
     "POSTGRES_OPTIONS",
     "POSTGRES_STORAGE_OPTIONS",
     "REDIS_OPTIONS",
+    "REDIS_STORAGE_OPTIONS",
     "LaterBackend",
     "postgres_url",
     "split_url",
@@ -39,8 +40,6 @@ class LaterBackend(NamedTuple):
 
 
 LATER_SCHEMES: dict[str, LaterBackend] = {
-    "redis": LaterBackend("Redis", "redis", 18),
-    "rediss": LaterBackend("Redis", "redis", 18),
     "s3": LaterBackend("S3", "s3", 19),
 }
 """Server schemes this version refuses, with what will bring them."""
@@ -67,8 +66,14 @@ REDIS_OPTIONS: dict[str, type] = {
 POSTGRES_STORAGE_OPTIONS: dict[str, type] = {"schema": str, "table": str}
 """perdure's options a ``postgresql://`` blob storage URL may carry, and their types."""
 
+REDIS_STORAGE_OPTIONS: dict[str, type] = {"prefix": str}
+"""perdure's options a ``redis://`` blob storage URL may carry, and their types."""
+
 _PERDURE_OPTIONS = (
-    frozenset(POSTGRES_OPTIONS) | frozenset(POSTGRES_STORAGE_OPTIONS) | frozenset(REDIS_OPTIONS)
+    frozenset(POSTGRES_OPTIONS)
+    | frozenset(POSTGRES_STORAGE_OPTIONS)
+    | frozenset(REDIS_OPTIONS)
+    | frozenset(REDIS_STORAGE_OPTIONS)
 )
 
 

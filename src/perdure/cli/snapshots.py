@@ -43,7 +43,7 @@ from perdure.types import Message, ToolSpec
 __all__ = ["snapshots"]
 
 DEFAULT_STORAGE = "file:.perdure/storage"
-STORAGE_SCHEMES = ("file", "sqlite", "postgresql", "postgres")
+STORAGE_SCHEMES = ("file", "sqlite", "postgresql", "postgres", "redis", "rediss")
 """The storages the snapshot commands open (a memory: storage would hold nothing)."""
 
 
@@ -150,8 +150,9 @@ storage_option = click.option(
     show_default=True,
     metavar="URL",
     help=(
-        "The snapshot storage: file:DIR, sqlite:PATH or "
-        "postgresql://USER@HOST/DB[?schema=NAME&table=NAME] (env PERDURE_STORAGE)."
+        "The snapshot storage: file:DIR, sqlite:PATH, "
+        "postgresql://USER@HOST/DB[?schema=NAME&table=NAME] or "
+        "redis://HOST:PORT/DB[?prefix=PREFIX] (env PERDURE_STORAGE)."
     ),
 )
 agent_option = click.option(

@@ -3,11 +3,13 @@
 A ``Storage`` only moves bytes; the layers above own the key layout and the formats.
 Backends: :class:`MemoryStorage` (tests), :class:`LocalFileStorage` (a directory),
 :class:`SQLiteStorage` (one database file), :class:`PostgresStorage` (a PostgreSQL
-table, ``perdure[postgres]``: importing the name imports psycopg). Every backend
+table, ``perdure[postgres]``: importing the name imports psycopg), :class:`RedisStorage`
+(Redis, ``perdure[redis]``: importing the name imports redis-py). Every backend
 passes the same contract suite, and every coroutine may be awaited from any event
 loop and thread. :class:`ConditionalStorage` adds versions and compare-and-set
 writes, which raise :class:`~perdure.errors.StorageConflictError` when the blob is
-not at the version the caller expected (:class:`PostgresStorage` implements it).
+not at the version the caller expected (:class:`PostgresStorage` and
+:class:`RedisStorage` implement it).
 The memory and file backends are also :class:`AppendStorage`: conditional appends
 and replaces, which raise the same error when the blob is not as the caller expected.
 """
@@ -25,6 +27,7 @@ from perdure.storage.urls import STORAGE_SCHEMES, open_storage, split_url
 
 if _typing.TYPE_CHECKING:
     from perdure.storage.postgres import PostgresStorage as PostgresStorage
+    from perdure.storage.redis import RedisStorage as RedisStorage
 
 __all__ = [
     "STORAGE_SCHEMES",
@@ -33,6 +36,7 @@ __all__ = [
     "LocalFileStorage",
     "MemoryStorage",
     "PostgresStorage",
+    "RedisStorage",
     "SQLiteStorage",
     "Storage",
     "StorageConflictError",
@@ -42,5 +46,8 @@ __all__ = [
     "validate_prefix",
 ]
 
-# Loaded on first use: the module imports psycopg.
-__getattr__, __dir__ = _lazy_exports(__name__, {"PostgresStorage": "perdure.storage.postgres"})
+# Loaded on first use: the modules import psycopg and redis-py.
+__getattr__, __dir__ = _lazy_exports(
+    __name__,
+    {"PostgresStorage": "perdure.storage.postgres", "RedisStorage": "perdure.storage.redis"},
+)

@@ -1,4 +1,5 @@
-"""Backends by URL (STYLE §8): ``file:DIR``, ``sqlite:PATH``, ``memory:``, ``postgresql://…``.
+"""Backends by URL (STYLE §8): ``file:DIR``, ``sqlite:PATH``, ``memory:``, ``postgresql://…``,
+``redis://…``.
 
 The URL is split by perdure's one parser, :func:`perdure._runtime.urls.split_url`, which
 :func:`perdure.session.open_store` uses too.
@@ -6,7 +7,12 @@ The URL is split by perdure's one parser, :func:`perdure._runtime.urls.split_url
 
 from __future__ import annotations
 
-from perdure._runtime.urls import POSTGRES_STORAGE_OPTIONS, postgres_url, split_url
+from perdure._runtime.urls import (
+    POSTGRES_STORAGE_OPTIONS,
+    REDIS_STORAGE_OPTIONS,
+    postgres_url,
+    split_url,
+)
 from perdure.storage.local_file import LocalFileStorage
 from perdure.storage.memory import MemoryStorage
 from perdure.storage.protocol import Storage
@@ -14,7 +20,7 @@ from perdure.storage.sqlite import SQLiteStorage
 
 __all__ = ["STORAGE_SCHEMES", "open_storage", "split_url"]
 
-STORAGE_SCHEMES = ("file", "sqlite", "memory", "postgresql", "postgres")
+STORAGE_SCHEMES = ("file", "sqlite", "memory", "postgresql", "postgres", "redis", "rediss")
 
 
 def open_storage(url: str) -> Storage:
@@ -27,15 +33,24 @@ def open_storage(url: str) -> Storage:
     ``postgresql://…``    :class:`~perdure.storage.postgres.PostgresStorage`
                           (``postgres://`` too); ``?schema=`` and ``table=``
                           are its options, the rest goes to libpq
+    ``redis://…``         :class:`~perdure.storage.redis.RedisStorage`
+                          (``rediss://`` too); ``?prefix=`` is its option,
+                          the rest goes to redis-py
     ====================  ==============================================
 
     Raises:
         ValueError: the URL is malformed, its scheme unknown, its backend
-            (``redis://``, ``s3://``) not in this version, or an option of a
-            ``postgresql://`` URL bad (the message names it).
-        ImportError: a ``postgresql://`` URL without ``perdure[postgres]`` installed.
+            (``s3://``) not in this version, or an option of a ``postgresql://``
+            or ``redis://`` URL bad (the message names it).
+        ImportError: a ``postgresql://`` URL without ``perdure[postgres]`` installed,
+            a ``redis://`` one without ``perdure[redis]``.
     """
     scheme, path = split_url(url, STORAGE_SCHEMES, "storage")
+    if scheme in ("redis", "rediss"):
+        from perdure.storage.redis import RedisStorage
+
+        target, found = postgres_url(url, REDIS_STORAGE_OPTIONS, "storage")
+        return RedisStorage(target, **found)  # type: ignore[arg-type]
     if scheme in ("postgresql", "postgres"):
         from perdure.storage.postgres import PostgresStorage
 
