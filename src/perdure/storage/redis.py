@@ -24,11 +24,11 @@ Guarantees:
   set of its keys, all with score 0: ``ZRANGEBYLEX`` reads them compared byte by
   byte (``memcmp``) — by their UTF-8 bytes, which is Python's ``sorted`` for the
   keys allowed here — and ``list`` reads one range of it.
-- **Cluster**: the four keys share the hash tag ``{storage}``, so the scripts touch
-  one slot, as Redis Cluster requires — which also means that one storage (one
-  prefix) lives on **one slot, one node**: it does not spread over a cluster. Give
-  storages that must spread prefixes of their own; they still share the slot of
-  ``{storage}``, so a cluster holds them on one node too.
+- **Cluster**: the four keys share the hash tag ``{storage}``, so each script
+  touches one slot, as Redis Cluster requires. The price: a storage — its sorted
+  set of keys above all — lives in **one slot, on one node**, and does not spread
+  over a cluster; nor do several storages, whatever their prefixes (the tag is the
+  same). On a cluster, size that node for every blob the storages hold.
 - **Faults**: a server that cannot be reached raises
   :class:`~perdure.errors.StoreUnavailableError` after three attempts; reads, plain
   writes and deletes are simply sent again meanwhile (doing one twice leaves what
