@@ -85,3 +85,29 @@ class PostgresFloor:
         self.conn.execute(f"DROP TABLE IF EXISTS {self.table}")
         self.conn.commit()
         self.conn.close()
+
+
+class RedisFloor:
+    """The Redis store's floor, one step at a time: one ``RPUSH`` of ``body`` on one
+    synchronous redis-py connection, to the list ``key`` (deleted by :meth:`close`)."""
+
+    def __init__(self, url: str, key: str, body: str) -> None:
+        import redis  # both environments have it; the file and SQLite floors need none
+
+        self.client = redis.Redis.from_url(url, single_connection_client=True)
+        self.key = key
+        self.client.delete(key)
+        self.body = body.encode()
+        self.samples: list[float] = []
+
+    def once(self) -> float:
+        """One step; its seconds, also kept in :attr:`samples`."""
+        start = time.perf_counter()
+        self.client.rpush(self.key, self.body)
+        took = time.perf_counter() - start
+        self.samples.append(took)
+        return took
+
+    def close(self) -> None:
+        self.client.delete(self.key)
+        self.client.close()
