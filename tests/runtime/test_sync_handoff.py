@@ -200,3 +200,19 @@ def test_tasks_a_call_leaves_running_go_on_after_it_returns() -> None:
     while time.monotonic() < deadline and run_blocking(thread_ident()) != threading.get_ident():
         time.sleep(0.05)
     assert run_blocking(thread_ident()) == threading.get_ident()
+
+
+def test_a_long_call_making_many_tasks_keeps_only_the_live_ones_in_mind() -> None:
+    """The loop remembers the tasks a call makes (to see, when it ends, whether any are
+    left to run); finished ones are dropped as they pile up, never kept for the call."""
+    from perdure._runtime.loop import _runner
+
+    async def tick() -> None:
+        await asyncio.sleep(0)
+
+    async def many() -> int:
+        for _ in range(20):
+            await asyncio.gather(*(tick() for _ in range(500)))
+        return len(_runner.value.made)
+
+    assert run_blocking(many()) <= 1024 + 500

@@ -48,6 +48,7 @@ T = TypeVar("T")
 _log = logging.getLogger(__name__)
 
 _IDLE_CHECK = 0.05  # seconds between looks, by the loop thread, for work left to run
+_MADE_PRUNE = 1024  # tasks remembered before the finished ones are dropped
 
 
 class _Runner:
@@ -94,7 +95,10 @@ class _Runner:
         self, loop: asyncio.AbstractEventLoop, coro: Any, **options: Any
     ) -> asyncio.Task[Any]:
         task = asyncio.Task(coro, loop=loop, **options)
-        self.made.append(task)
+        made = self.made
+        if len(made) >= _MADE_PRUNE:  # a long call making many tasks: keep only the live
+            made[:] = [other for other in made if not other.done()]
+        made.append(task)
         return task
 
     def _start_thread(self) -> None:
