@@ -63,7 +63,6 @@ import os
 import statistics
 import sys
 import tempfile
-import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -78,6 +77,7 @@ from perdure.stores.redis import RedisSessionStore
 from perdure.types import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import side_by_side as side
 from agent_path import instant_model
 from floors import RedisFloor
 from peers import ANSWER, QUESTION
@@ -85,6 +85,7 @@ from peers_postgres import history_text
 from peers_redis import FORMAT as PEERS_FORMAT
 from peers_redis import PAGE, drop_prefix, floor_body, prefix_memory
 from peers_venv import PEERS_VENV, ensure_peers_venv, run_peers_script
+from side_by_side import Layout
 
 BENCHMARKS = Path(__file__).resolve().parent
 PEERS_SCRIPT = BENCHMARKS / "peers_redis.py"
@@ -292,31 +293,26 @@ def targets(rows: dict[int, dict[str, float]]) -> list[str]:
 
 # --- the peer, side by side -------------------------------------------------------------
 
-# The peers of the side-by-side table, in its order: (key in peers_redis.py's result, name).
-PEER_ROWS = (("openai", "OpenAI Agents"),)
-# (column, its heading in the first table, in the ratio table, its format)
-SIDE_COLUMNS = (
-    ("turn", "us/msg", "us/msg", "{:.0f}"),
-    ("resume", "resume ms", "resume", "{:.1f}"),
-    ("page", "tail50 ms", "tail50", "{:.2f}"),
-    ("size", "B/msg", "B/msg", "{:.0f}"),
-)
-PEER_KEYS = ("turn_us", "resume_ms", "page_ms", "memory_bytes", "messages")
-PERDURE_LABEL = "perdure, Agent + Session, RedisSessionStore"
-PERDURE_FACES = {
-    "async": "await agent.invoke_async(QUESTION)",
-    "sync": "agent(QUESTION)",
-}
-PERDURE_HOW = (
-    "Agent(model=instant, conversation_manager=NullConversationManager(), "
-    "session_manager=Session.resume(store, id)) over the stored session, then one call a "
-    "turn: {faces}; resume: store.get(id) on a store opened before the clock (the whole "
-    "history, hash chain verified); tail page: read_history_page(store, id, offset=n-50, "
-    "limit=50)"
-)
-PERDURE_NOTE = (
-    "RedisSessionStore: one script a message checks the writer's lease and the tail and "
-    "appends the chained element; the server's own persistence (AOF/RDB) as configured"
+LAYOUT = Layout(
+    peers_script="peers_redis.py",
+    peers_format=PEERS_FORMAT,
+    peer_rows=(("openai", "OpenAI Agents"),),
+    size_key="memory_bytes",
+    size_heading="mem MB",
+    size_meaning="MEMORY USAGE of every key a system created",
+    floor="one RPUSH on one connection",
+    peers_run="the peer's run",
+    perdure_label="perdure, Agent + Session, RedisSessionStore",
+    perdure_note=(
+        "RedisSessionStore: one script a message checks the writer's lease and the tail and "
+        "appends the chained element; the server's own persistence (AOF/RDB) as configured"
+    ),
+    notes_heading="what each system keeps:",
+    not_measured=(
+        "peers: not measured. --peers adds the OpenAI Agents SDK's RedisSession beside these",
+        "  rows (it installs the SDK once in benchmarks/.peers-venv; see "
+        "benchmarks/peers_redis.py).",
+    ),
 )
 
 
@@ -335,176 +331,12 @@ def perdure_side(row: dict[str, float], turns: int) -> dict[str, Any]:
 
 def check_peers(document: Any, size: int, turns: int) -> dict[str, Any]:
     """``document`` if it is a result of ``peers_redis.py`` for these sizes, else ValueError."""
-    if not isinstance(document, dict) or document.get("format") != PEERS_FORMAT:
-        raise ValueError(f"not a result of benchmarks/peers_redis.py (format {PEERS_FORMAT!r})")
-    if (document.get("size"), document.get("turns")) != (size, turns):
-        raise ValueError(
-            f"the peers stored {document.get('size')} messages and ran {document.get('turns')} "
-            f"turns; this run: {size} and {turns}"
-        )
-    peers = document.get("peers")
-    if not isinstance(peers, dict):
-        raise ValueError("the peers' result has no 'peers' object")
-    for name, peer in peers.items():
-        if not isinstance(peer, dict):
-            raise ValueError(f"peer {name!r}: expected an object, got {peer!r}")
-        if "error" in peer:
-            continue
-        if peer.get("face") not in PERDURE_FACES:
-            raise ValueError(
-                f"peer {name!r}: face must be 'sync' or 'async', got {peer.get('face')!r}"
-            )
-        for key in PEER_KEYS:
-            value = peer.get(key)
-            if value is not None and not (isinstance(value, int | float) and value > 0):
-                raise ValueError(f"peer {name!r}: {key} must be a positive number, got {value!r}")
-    return document
-
-
-def peer_figures(peer: dict[str, Any]) -> dict[str, float | None]:
-    """A peer's value per column (None: not reported)."""
-    size = peer.get("memory_bytes")
-    held = peer.get("messages")
-    return {
-        "turn": peer.get("turn_us"),
-        "resume": peer.get("resume_ms"),
-        "page": peer.get("page_ms"),
-        "size": size / held if size is not None and held else None,
-    }
-
-
-def dash(value: float | None, fmt: str) -> str:
-    return "-" if value is None else fmt.format(value)
-
-
-def wrapped(text: str, indent: str) -> list[str]:
-    return textwrap.wrap(text, 100, initial_indent=indent, subsequent_indent=indent + "    ")
+    return side.check_peers(LAYOUT, document, size, turns)
 
 
 def side_by_side(perdure: dict[str, Any], size: int, document: dict[str, Any] | None) -> list[str]:
     """The side-by-side table at ``size`` messages, the ratio table and the verdict."""
-    turns = perdure["turns"]
-    floors = f"perdure's run {perdure['floor_us']:.0f} us"
-    if document is not None and isinstance(document.get("floor_us"), int | float):
-        floors += f", the peer's run {document['floor_us']:.0f} us"
-    lines = [
-        f"side by side on the same server: {size} messages stored, then {turns} turns through "
-        "each full agent path (us per message: median turn / 2)",
-        f"floor (one RPUSH on one connection), median: {floors}",
-    ]
-    width = 48
-    header = (
-        f"{'system':<{width}}{'face':>6}"
-        + "".join(f"{heading:>11}" for _, heading, _, _ in SIDE_COLUMNS[:3])
-        + f"{'mem MB':>10}{'B/msg':>8}{'msgs':>8}"
-    )
-    lines += [header, "-" * len(header)]
-    mine: dict[str, dict[str, float]] = {}
-    for face in ("async", "sync"):
-        mine[face] = {
-            "turn": perdure["faces"][face],
-            "resume": perdure["resume_ms"],
-            "page": perdure["page_ms"],
-            "size": perdure["memory_bytes"] / perdure["messages"],
-        }
-        lines.append(
-            f"{PERDURE_LABEL:<{width}}{face:>6}{perdure['faces'][face]:>11.0f}"
-            f"{perdure['resume_ms']:>11.1f}{perdure['page_ms']:>11.2f}"
-            f"{perdure['memory_bytes'] / 1e6:>10.1f}{mine[face]['size']:>8.0f}"
-            f"{perdure['messages']:>8.0f}"
-        )
-    ratios: list[tuple[float, str]] = []
-    missing: list[str] = []
-    ratio_lines: list[str] = []
-    how = [
-        (
-            "perdure",
-            PERDURE_HOW.format(
-                faces=", ".join(f"{face}: {call}" for face, call in PERDURE_FACES.items())
-            ),
-        )
-    ]
-    notes = [("perdure", PERDURE_NOTE)]
-    peers = document["peers"] if document is not None else {}
-    for key, name in PEER_ROWS:
-        result = peers.get(key)
-        if result is None:
-            missing.append(f"{name} not measured")
-            lines.append(f"{name:<{width}}not measured")
-            continue
-        label = str(result.get("label", name + " {version}")).format(
-            version=result.get("version", "?")
-        )
-        if "error" in result:
-            missing.append(f"{name} failed")
-            lines.append(f"{label:<{width}}failed: {result['error']}"[:200])
-            continue
-        face = result["face"]
-        values = peer_figures(result)
-        total, held = result.get("memory_bytes"), result.get("messages")
-        shown = [
-            *(dash(values[column], fmt) for column, _, _, fmt in SIDE_COLUMNS[:3]),
-            dash(None if total is None else total / 1e6, "{:.1f}"),
-            dash(values["size"], "{:.0f}"),
-            dash(held, "{:.0f}"),
-        ]
-        lines.append(
-            f"{label:<{width}}{face:>6}"
-            + "".join(f"{cell:>{w}}" for cell, w in zip(shown, (11, 11, 11, 10, 8, 8), strict=True))
-        )
-        row = f"{name + ' / perdure ' + face:<{width}}"
-        for column, _, heading, _ in SIDE_COLUMNS:
-            value = values[column]
-            if value is None:
-                missing.append(f"{name} {heading}")
-                row += f"{'-':>9}"
-                continue
-            ratio = value / mine[face][column]
-            ratios.append((ratio, f"{name} {heading}"))
-            row += f"{ratio:>8.2f}x"
-        ratio_lines.append(row)
-        how.append(
-            (
-                name,
-                f"{result.get('turn_how', '?')}; resume: {result.get('resume_how', '?')}; "
-                f"tail page: {result.get('page_how', '?')}",
-            )
-        )
-        notes.append((name, str(result.get("note", ""))))
-    lines.append("")
-    if document is None:
-        lines += [
-            "peers: not measured. --peers adds the OpenAI Agents SDK's RedisSession beside these",
-            "  rows (it installs the SDK once in benchmarks/.peers-venv; see "
-            "benchmarks/peers_redis.py).",
-        ]
-    else:
-        ratio_header = f"{'peer / perdure':<{width}}" + "".join(
-            f"{heading:>9}" for _, _, heading, _ in SIDE_COLUMNS
-        )
-        lines += [ratio_header, "-" * len(ratio_header), *ratio_lines]
-        lines += wrapped(
-            "above 1: perdure is faster (us/msg against perdure's row of the peer's face; resume, "
-            "tail50) or smaller (B/msg: MEMORY USAGE of every key a system created, per message "
-            "it holds)",
-            "",
-        )
-    lines.append("how each system runs a turn, its resume and its tail page:")
-    for name, text in how:
-        lines += wrapped(f"{name}: {text}", "  ")
-    lines.append("what each system keeps:")
-    for name, text in notes:
-        lines += wrapped(f"{name}: {text}", "  ")
-    slower = [f"{where} ({ratio:.2f}x)" for ratio, where in ratios if ratio <= 1]
-    if missing:
-        verdict = "not established: " + ", ".join(missing)
-    elif slower:
-        verdict = "no: perdure is not ahead on " + ", ".join(slower)
-    else:
-        ratio, where = min(ratios)
-        verdict = f"yes (closest: {where}, {ratio:.2f}x)"
-    lines.append(f"perdure ahead on every column (faster; B/msg: smaller): {verdict}")
-    return lines
+    return side.side_by_side(LAYOUT, perdure, size, document)
 
 
 def main(argv: list[str] | None = None) -> int:
