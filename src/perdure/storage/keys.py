@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perdure.errors import StorageConflictError
+
 __all__ = [
     "check_data",
     "check_end",
@@ -21,6 +23,7 @@ __all__ = [
     "validate_key",
     "validate_list_args",
     "validate_prefix",
+    "version_conflict",
 ]
 
 
@@ -134,6 +137,31 @@ def check_expected(expected: Any) -> str | None:
     if expected is not None and not isinstance(expected, str):
         raise TypeError(f"expected must be a version (str) or None, got {type(expected).__name__}")
     return expected
+
+
+def version_conflict(
+    where: str, key: str, expected: str | None, found: str | None, *, lost: bool = False
+) -> StorageConflictError:
+    """The error of a conditional write (``write_if``) that found another version.
+
+    ``where`` names the storage ("PostgreSQL storage postgresql://…"); ``found`` is
+    the version seen (``None``: no blob). With ``lost``, the connection was lost during
+    the write and the key moved on since: ``details["outcome"]`` is ``"unknown"``.
+    """
+    if expected is None:
+        why = f"expected no blob, found version {found}"
+    elif found is None:
+        why = f"expected version {expected}, found no blob"
+    else:
+        why = f"expected version {expected}, found {found}"
+    details: dict[str, Any] = {"key": key, "expected": expected, "found": found}
+    if lost:
+        details["outcome"] = "unknown"
+        why += (
+            "; the connection was lost during the write and the key moved on "
+            "meanwhile: whether the write was applied first cannot be told"
+        )
+    return StorageConflictError(f"{where}: {key!r} was not written: {why}", details=details)
 
 
 def prefix_upper_bound(prefix: str) -> str | None:

@@ -81,6 +81,7 @@ from perdure.storage.keys import (
     prefix_upper_bound,
     validate_key,
     validate_list_args,
+    version_conflict,
 )
 
 __all__ = ["MAX_KEY_BYTES", "STORAGE_VERSION", "PostgresStorage"]
@@ -367,22 +368,8 @@ class PostgresStorage:
     def _conflict(
         self, key: str, expected: str | None, found: str | None, *, lost: bool = False
     ) -> StorageConflictError:
-        if expected is None:
-            why = f"expected no blob, found version {found}"
-        elif found is None:
-            why = f"expected version {expected}, found no blob"
-        else:
-            why = f"expected version {expected}, found {found}"
-        details: dict[str, Any] = {"key": key, "expected": expected, "found": found}
-        if lost:
-            details["outcome"] = "unknown"
-            why += (
-                "; the connection was lost during the write and the key moved on "
-                "meanwhile: whether the write was applied first cannot be told"
-            )
-        return StorageConflictError(
-            f"PostgreSQL storage {self.db.where}: {key!r} was not written: {why}",
-            details=details,
+        return version_conflict(
+            f"PostgreSQL storage {self.db.where}", key, expected, found, lost=lost
         )
 
     def _write_if(self, key: str, blob: bytes, expected: str | None, number: int | None) -> str:

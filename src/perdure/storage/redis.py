@@ -70,6 +70,7 @@ from perdure.storage.keys import (
     prefix_upper_bound,
     validate_key,
     validate_list_args,
+    version_conflict,
 )
 
 __all__ = ["RedisStorage"]
@@ -396,20 +397,4 @@ class RedisStorage:
     def _conflict(
         self, key: str, expected: str | None, found: str | None, *, lost: bool = False
     ) -> StorageConflictError:
-        if expected is None:
-            why = f"expected no blob, found version {found}"
-        elif found is None:
-            why = f"expected version {expected}, found no blob"
-        else:
-            why = f"expected version {expected}, found {found}"
-        details: dict[str, Any] = {"key": key, "expected": expected, "found": found}
-        if lost:
-            details["outcome"] = "unknown"
-            why += (
-                "; the connection was lost during the write and the key moved on "
-                "meanwhile: whether the write was applied first cannot be told"
-            )
-        return StorageConflictError(
-            f"Redis storage at {self.server}: {key!r} was not written: {why}",
-            details=details,
-        )
+        return version_conflict(f"Redis storage at {self.server}", key, expected, found, lost=lost)
