@@ -73,25 +73,22 @@ from typing import Any
 
 import psycopg
 
-from perdure import Agent, NullConversationManager
-from perdure.session import Session, read_history_page
 from perdure.stores.postgres import PostgresSessionStore
 from perdure.types import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import side_by_side as side
-from agent_path import instant_model
 from floors import PostgresFloor
 from peers import ANSWER, QUESTION
 from peers_postgres import FORMAT as PEERS_FORMAT
 from peers_postgres import PAGE, floor_body, history_text, schema_names, schema_tables
 from peers_venv import PEERS_VENV, ensure_peers_venv, run_peers_script
+from server_turns import agent_turns_async, agent_turns_sync, read_back
 from side_by_side import Layout
 
 BENCHMARKS = Path(__file__).resolve().parent
 PEERS_SCRIPT = BENCHMARKS / "peers_postgres.py"
 DSN = "postgresql://postgres@127.0.0.1:5432/test"
-WINDOW = 40
 PEERS_SIZE = 10_000
 
 
@@ -149,71 +146,6 @@ async def store_turns(
     return {"append": times, "hop": hops, "turn": turns}
 
 
-def agent_kwargs(turns: int) -> dict[str, Any]:
-    return {"model": instant_model(turns), "conversation_manager": NullConversationManager()}
-
-
-async def agent_turns_async(
-    store: PostgresSessionStore, session: str, turns: int, floor: PostgresFloor
-) -> list[float]:
-    """Seconds of each of ``turns`` turns of ``await agent.invoke_async`` over the session."""
-    agent = await Agent.create(
-        **agent_kwargs(turns), session_manager=Session.resume(store, session)
-    )
-    times = []
-    for _ in range(turns):
-        floor.once()
-        start = time.perf_counter()
-        await agent.invoke_async(QUESTION)
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def agent_turns_sync(
-    store: PostgresSessionStore, session: str, turns: int, floor: PostgresFloor
-) -> tuple[list[float], list[Message]]:
-    """Seconds of each of ``turns`` turns of ``agent(...)`` over the session; its messages."""
-    agent = Agent(**agent_kwargs(turns), session_manager=Session.resume(store, session))
-    times = []
-    for _ in range(turns):
-        floor.once()
-        start = time.perf_counter()
-        agent(QUESTION)
-        times.append(time.perf_counter() - start)
-    return times, list(agent.messages)
-
-
-async def read_back(
-    dsn: str, schema: str, session: str, history: list[Message]
-) -> dict[str, float]:
-    """Resume, windowed resume and tail page of ``session`` (which holds ``history``)."""
-    reader = PostgresSessionStore(dsn, schema=schema)
-    resume = []
-    for _ in range(3):
-        start = time.perf_counter()
-        record = await reader.get(session)
-        resume.append(time.perf_counter() - start)
-    assert record.messages == history
-    window = []
-    for _ in range(5):
-        start = time.perf_counter()
-        record = await reader.get(session, offset=len(history) - WINDOW)
-        window.append(time.perf_counter() - start)
-    assert len(record.messages) == WINDOW
-    pages = []
-    for _ in range(20):
-        start = time.perf_counter()
-        page = await read_history_page(reader, session, offset=len(history) - PAGE, limit=PAGE)
-        pages.append(time.perf_counter() - start)
-    assert page.messages == history[-PAGE:]
-    reader.close()
-    return {
-        "resume_ms": min(resume) * 1e3,
-        "window_ms": min(window) * 1e3,
-        "page_ms": statistics.median(pages) * 1e3,
-    }
-
-
 def measure(dsn: str, schema: str, size: int, appends: int, turns: int) -> dict[str, float]:
     """One row: a session of ``size`` messages in ``schema`` (which holds nothing else)."""
     history = [message(i) for i in range(size)]
@@ -230,7 +162,7 @@ def measure(dsn: str, schema: str, size: int, appends: int, turns: int) -> dict[
         durable.close()
     expected = history + [m for _ in range(2 * turns) for m in message_pair()]
     assert messages == expected, "the agents' turns are not the stored history"
-    reads = asyncio.run(read_back(dsn, schema, session, messages))
+    reads = asyncio.run(read_back(PostgresSessionStore(dsn, schema=schema), session, messages))
     tables = schema_tables(dsn, schema)
     return {
         "floor_us": statistics.median(floor.samples) * 1e6,

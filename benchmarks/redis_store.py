@@ -71,26 +71,23 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from perdure import Agent, NullConversationManager
-from perdure.session import Session, read_history_page
 from perdure.stores.redis import RedisSessionStore
 from perdure.types import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import side_by_side as side
-from agent_path import instant_model
 from floors import RedisFloor
 from peers import ANSWER, QUESTION
 from peers_postgres import history_text
 from peers_redis import FORMAT as PEERS_FORMAT
 from peers_redis import PAGE, drop_prefix, floor_body, prefix_memory
 from peers_venv import PEERS_VENV, ensure_peers_venv, run_peers_script
+from server_turns import agent_turns_async, agent_turns_sync, read_back
 from side_by_side import Layout
 
 BENCHMARKS = Path(__file__).resolve().parent
 PEERS_SCRIPT = BENCHMARKS / "peers_redis.py"
 URL = "redis://127.0.0.1:6379/0"
-WINDOW = 40
 PEERS_SIZE = 10_000
 # The targets of issue 18: (append / floor, resume ms at 10k, tail page ms at 100k).
 APPEND_FLOORS = 2.0
@@ -164,71 +161,6 @@ async def store_turns(
     return {"append": times, "aio": aios, "turn": turns}
 
 
-def agent_kwargs(turns: int) -> dict[str, Any]:
-    return {"model": instant_model(turns), "conversation_manager": NullConversationManager()}
-
-
-async def agent_turns_async(
-    store: RedisSessionStore, session: str, turns: int, floor: RedisFloor
-) -> list[float]:
-    """Seconds of each of ``turns`` turns of ``await agent.invoke_async`` over the session."""
-    agent = await Agent.create(
-        **agent_kwargs(turns), session_manager=Session.resume(store, session)
-    )
-    times = []
-    for _ in range(turns):
-        floor.once()
-        start = time.perf_counter()
-        await agent.invoke_async(QUESTION)
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def agent_turns_sync(
-    store: RedisSessionStore, session: str, turns: int, floor: RedisFloor
-) -> tuple[list[float], list[Message]]:
-    """Seconds of each of ``turns`` turns of ``agent(...)`` over the session; its messages."""
-    agent = Agent(**agent_kwargs(turns), session_manager=Session.resume(store, session))
-    times = []
-    for _ in range(turns):
-        floor.once()
-        start = time.perf_counter()
-        agent(QUESTION)
-        times.append(time.perf_counter() - start)
-    return times, list(agent.messages)
-
-
-async def read_back(
-    url: str, prefix: str, session: str, history: list[Message]
-) -> dict[str, float]:
-    """Resume, windowed resume and tail page of ``session`` (which holds ``history``)."""
-    reader = RedisSessionStore(url, prefix=prefix)
-    resume = []
-    for _ in range(3):
-        start = time.perf_counter()
-        record = await reader.get(session)
-        resume.append(time.perf_counter() - start)
-    assert record.messages == history
-    window = []
-    for _ in range(5):
-        start = time.perf_counter()
-        record = await reader.get(session, offset=len(history) - WINDOW)
-        window.append(time.perf_counter() - start)
-    assert len(record.messages) == WINDOW
-    pages = []
-    for _ in range(20):
-        start = time.perf_counter()
-        page = await read_history_page(reader, session, offset=len(history) - PAGE, limit=PAGE)
-        pages.append(time.perf_counter() - start)
-    assert page.messages == history[-PAGE:]
-    await reader.aclose()
-    return {
-        "resume_ms": min(resume) * 1e3,
-        "window_ms": min(window) * 1e3,
-        "page_ms": statistics.median(pages) * 1e3,
-    }
-
-
 def measure(
     url: str, prefix: str, size: int, appends: int, turns: int, floor: RedisFloor
 ) -> dict[str, float]:
@@ -249,7 +181,7 @@ def measure(
         store.close()
     expected = history + [m for _ in range(2 * turns) for m in message_pair()]
     assert messages == expected, "the agents' turns are not the stored history"
-    reads = asyncio.run(read_back(url, prefix, session, messages))
+    reads = asyncio.run(read_back(RedisSessionStore(url, prefix=prefix), session, messages))
     memory = prefix_memory(url, prefix)
     return {
         "floor_us": statistics.median(floor.samples[start:]) * 1e6,
