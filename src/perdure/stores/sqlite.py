@@ -34,8 +34,13 @@ Guarantees:
   WAL mode) a commit returns after SQLite fsynced it. ``durability="none"``
   (``synchronous=NORMAL``) skips that fsync: a power cut may lose the latest
   commits but never corrupts the database; :meth:`SQLiteSessionStore.flush` makes
-  them durable. Every commit is one ``BEGIN IMMEDIATE`` transaction: after a crash
-  it is there entirely or not at all — a rewrite never leaves half a history.
+  them durable. Every commit is made in one ``BEGIN IMMEDIATE`` transaction: after a
+  crash it is there entirely or not at all — a rewrite never leaves half a history.
+- **Group commit**: commits (and flushes) go to the store's writer thread
+  (:class:`~perdure._runtime.group.GroupWriter`). Those that arrive while it is
+  busy go together in its next transaction, each in a savepoint of its own, so one
+  sync makes many sessions' commits durable; none returns before that sync, and a
+  commit that fails (a conflict, a lock) fails alone. A lone commit runs at once.
 - **Integrity**: every read verifies the chain over the rows it returns (a page uses
   the hash of the row before it) and checks each message's JSON and shape. A changed
   body, hash or redaction, a missing or extra row, or a database file SQLite cannot
@@ -48,8 +53,8 @@ Guarantees:
   ``<path>.locks/<session_id>.lock``), so a write while another process holds it
   raises :class:`~perdure.errors.SessionLockedError` at once; a database locked by
   some other connection beyond ``busy_timeout`` raises it too.
-- **Any loop, any thread**: SQLite runs in worker threads (``asyncio.to_thread``) on
-  two connections (one for writes, one for reads) guarded by ``threading`` locks;
+- **Any loop, any thread**: SQLite runs in worker threads (the writer's, and
+  ``asyncio.to_thread`` for the rest) on two connections (one for writes, one for reads) guarded by ``threading`` locks;
   nothing is bound to an event loop. A coroutine cancelled while its commit runs
   does not stop the commit. The one exception is a small non-durable append, made
   on the caller's thread because a thread hop would cost more than the append — and
@@ -112,6 +117,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from perdure._runtime.fs import atomic_write
+from perdure._runtime.group import GroupWriter
 from perdure._runtime.sqlite import (
     DRIVER_ERRORS,
     ConnectionSlot,
@@ -504,6 +510,11 @@ class SQLiteSessionStore(StoreBase):
         # inherits its parent's, which runs there only: it would wait for ever).
         self._folding: PerProcess[concurrent.futures.Future[None] | None] = PerProcess(lambda: None)
         self._folder = StoreThread("perdure-sqlite-fold")
+        # Commits (and flushes) go to one writer thread, which makes those that
+        # arrive while it syncs durable together (see _write_batch).
+        self._group: GroupWriter[_Commit | None, CommitResult | None] = GroupWriter(
+            "perdure-sqlite-write", self._write_batch
+        )
         # The session row as this store last wrote it, by session id, with the number
         # of the writer-lock hold it was written under (guarded by the writer slot):
         # while that hold lasts nobody else can change the row, so an append needs
@@ -574,7 +585,9 @@ class SQLiteSessionStore(StoreBase):
             done = self._append_here(commit)
             if done is not None:
                 return done
-        return await asyncio.to_thread(self._commit, commit)
+        result = await self._group.submit(commit)
+        assert result is not None  # a commit's outcome; only a flush has none
+        return result
 
     async def delete(self, session_id: str) -> None:
         """Delete a session with its messages and state; an absent session is fine.
@@ -619,7 +632,7 @@ class SQLiteSessionStore(StoreBase):
         """
         validate_session_id(session_id)
         if self.durability != "commit":
-            await asyncio.to_thread(self._flush)
+            await self._group.submit(None)
 
     def close(self) -> None:
         """Close the database connections (the store reopens them if used again).
@@ -627,7 +640,8 @@ class SQLiteSessionStore(StoreBase):
         Blocks while a running operation finishes; call it outside the event loop
         or at shutdown.
         """
-        self._folder.shutdown()  # a background fold in flight finishes first
+        self._group.shutdown()  # the batches under way finish first
+        self._folder.shutdown()  # and a background fold in flight
         for slot in (self._writer, self._reader):
             with slot.lock:
                 conn, slot.conn = slot.conn, None
@@ -880,6 +894,14 @@ class SQLiteSessionStore(StoreBase):
             exc, _ERRORS, what="SQLite session store", path=self.path, timeout=self.busy_timeout
         )
 
+    def _outcome(self, exc: Exception) -> Exception:
+        """What a caller gets for ``exc`` raised in a batch: translated, caused by it."""
+        if not isinstance(exc, DRIVER_ERRORS):
+            return exc
+        translated = self._translated(exc)
+        translated.__cause__ = exc
+        return translated
+
     def _bad_database(self, detail: str, **details: Any) -> SessionCorruptedError:
         """The whole database is damaged, or is not a perdure session database."""
         return SessionCorruptedError(
@@ -1102,14 +1124,81 @@ class SQLiteSessionStore(StoreBase):
             raise SessionConflictError(f"session {session_id!r} already exists in {self.path}")
         return self._checked_head(session_id, existing).meta(session_id)
 
-    def _commit(self, commit: _Commit) -> CommitResult:
-        session_id = commit.request.session_id
-        with self._locks.for_write(session_id), self._use(self._writer) as conn:
-            remembered = self._heads.pop(session_id, None)  # kept again once committed
-            with self._write_transaction(conn):
-                result, head = self._write_messages(conn, commit, remembered)
-            self._remember(session_id, head)
-            return result
+    def _write_batch(
+        self, items: Sequence[_Commit | None]
+    ) -> builtins.list[CommitResult | BaseException | None]:
+        """Commits and flushes gathered by :attr:`_group`, on its writer thread.
+
+        Every commit of the batch goes into one write transaction, each in a
+        savepoint of its own: a commit that fails (a conflict, a damaged row, a lock
+        another process holds) is rolled back alone and raises to its caller, while
+        the others are made durable by the transaction's one sync
+        (``synchronous=FULL``) before any of them returns. A flush (``None``) syncs
+        the WAL once the commits are in, for every flush of the batch.
+        """
+        outcomes: builtins.list[CommitResult | BaseException | None] = [None] * len(items)
+        commits = [(at, item) for at, item in enumerate(items) if item is not None]
+        with self._use(self._writer) as conn:
+            if commits:
+                self._commit_together(conn, commits, outcomes)
+            if len(commits) < len(items):
+                try:
+                    with self._write_transaction(conn):
+                        self._sync_wal(conn)
+                except Exception as exc:  # the flushes' own: the commits stand
+                    failed = self._outcome(exc)
+                    for at, item in enumerate(items):
+                        if item is None:
+                            outcomes[at] = failed
+        return outcomes
+
+    def _commit_together(
+        self,
+        conn: sqlite3.Connection,
+        commits: Sequence[tuple[int, _Commit]],
+        outcomes: builtins.list[CommitResult | BaseException | None],
+    ) -> None:
+        """The commits' statements in one transaction; each outcome at its index."""
+        written: builtins.list[tuple[int, str, _Head, CommitResult]] = []
+        with contextlib.ExitStack() as holds:
+            try:
+                with self._write_transaction(conn):
+                    # A lone commit needs no savepoint: its failure rolls back the
+                    # whole transaction, which holds nothing else.
+                    alone = len(commits) == 1
+                    for at, commit in commits:
+                        session_id = commit.request.session_id
+                        if not alone:
+                            conn.execute("SAVEPOINT perdure_commit")
+                        try:
+                            holds.enter_context(self._locks.for_write(session_id))
+                            remembered = self._heads.pop(session_id, None)
+                            result, head = self._write_messages(conn, commit, remembered)
+                        except BaseException as exc:
+                            if alone or not isinstance(exc, Exception):
+                                raise
+                            conn.execute("ROLLBACK TO perdure_commit")
+                            conn.execute("RELEASE perdure_commit")
+                            outcomes[at] = self._outcome(exc)
+                            continue
+                        if not alone:
+                            conn.execute("RELEASE perdure_commit")
+                        self._remember(session_id, head)  # the next commit of it reads it
+                        written.append((at, session_id, head, result))
+            except BaseException as exc:
+                # Nothing of the transaction stands: no commit of it returns, and the
+                # rows this store remembered for them are not what is stored.
+                for _, session_id, _, _ in written:
+                    self._heads.pop(session_id, None)
+                if not isinstance(exc, Exception):
+                    raise
+                failed = self._outcome(exc)
+                for at, _ in commits:
+                    if outcomes[at] is None:
+                        outcomes[at] = failed
+                return
+        for at, _, _, result in written:
+            outcomes[at] = result
 
     def _append_here(self, commit: _Commit) -> CommitResult | None:
         """A non-durable append on the caller's thread; None when it would have to wait.
@@ -1612,9 +1701,12 @@ class SQLiteSessionStore(StoreBase):
         clean = plan.keep == len(rows) == head.total and plan.last_hash == head.head
         return None if clean and not plan.state_bad else plan
 
-    def _flush(self) -> None:
-        # Holding a write transaction keeps this process's and others' commits (and
-        # the checkpoints they run) out while the files are synced.
+    def _sync_wal(self, conn: sqlite3.Connection) -> None:
+        """fsync the WAL, and its directory entry once per writer connection.
+
+        Called inside a write transaction: holding it keeps this process's and
+        others' commits (and the checkpoints they run) out while the files are synced.
+        """
         # Never open (and close) the database file itself: closing any descriptor of
         # it drops every POSIX lock this process holds on it, SQLite's included, and
         # another process's last connection would then fold and delete the WAL under
@@ -1625,12 +1717,11 @@ class SQLiteSessionStore(StoreBase):
         # entry synced once under it stays the WAL's. A new connection (after close,
         # in a forked child) syncs it again.
         wal = Path(f"{self.path}-wal")
-        with self._use(self._writer) as conn, self._write_transaction(conn):
-            _fsync_path(wal)
-            if self._wal_named_under is not conn:
-                _fsync_path(self.path.parent, directory=True)
-                if wal.exists():
-                    self._wal_named_under = conn
+        _fsync_path(wal)
+        if self._wal_named_under is not conn:
+            _fsync_path(self.path.parent, directory=True)
+            if wal.exists():
+                self._wal_named_under = conn
 
 
 class SQLiteCheckpointStore:
