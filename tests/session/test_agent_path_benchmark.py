@@ -18,6 +18,7 @@ ROWS = [
     "file invocation",
     "file none",
     "sqlite commit",
+    "sqlite invocation",
     "sqlite none",
     "snapshot message",
 ]
@@ -33,13 +34,17 @@ def test_the_tiny_benchmark_prints_every_row_and_the_summary(
     for label in ROWS:
         row = next(line for line in lines if line.startswith(label + " "))
         cells = row[len(label) :].split()
-        assert len(cells) == 7, row  # fsync/msg, then async and sync: us, added, x fsync
+        # fsync/msg, then async and sync: us, added, x fsync, x off
+        assert len(cells) == 9, row
         assert float(cells[1]) > 0
-        assert float(cells[4]) > 0
-        if label.endswith(("commit", "message")):
-            assert cells[3] != "-"
-            assert cells[6] != "-"
+        assert float(cells[5]) > 0
+        if label.endswith(("commit", "message", "invocation")):
+            for ratio in (cells[3], cells[4], cells[7], cells[8]):
+                assert float(ratio) > 0, row
+        if label == "file commit":
+            assert cells[0] == "1.5"  # one fsync a message and the head's one a turn
     assert "floors, same run: file append+fsync" in out
+    assert "off-loop floors (an fsync that leaves the event loop free): file" in out
     assert "sync/async, bare turn:" in out
     for kind in ("file", "sqlite"):
         resume = next(line for line in lines if line.startswith(f"resume 40 messages, {kind},"))
@@ -265,7 +270,7 @@ def test_the_tiny_benchmark_prints_the_peers_table_from_a_result_file(
         mine = row(lines, f"{kind} commit")
         resume = row(lines, f"resume 40 messages, {kind}, full history kept:")[0]
         restart = row(lines, f"restart to first answer over 40 messages, {kind}, commit:")[0]
-        assert row(lines, f"perdure {kind} commit") == [mine[1], mine[4], resume, restart]
+        assert row(lines, f"perdure {kind} commit") == [mine[1], mine[5], resume, restart]
     assert len(row(lines, "LangGraph 3.0.0, SqliteSaver")) == 8
     assert lines[-1].startswith("perdure fastest on every column: ")
     assert list(work.iterdir()) == []

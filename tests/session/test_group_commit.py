@@ -160,7 +160,7 @@ def test_a_commit_cancelled_before_its_batch_starts_is_not_written(tmp_path: Pat
 
 
 def test_flushes_of_a_non_durable_store_are_synced_together(tmp_path: Path) -> None:
-    store = SQLiteSessionStore(tmp_path / "s.db", durability="none")
+    store = SQLiteSessionStore(tmp_path / "s.db", durability="invocation")
 
     async def run() -> None:
         await seed(store, ["a", "b", "c"], 2)

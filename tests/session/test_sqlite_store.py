@@ -1085,8 +1085,8 @@ def test_a_forked_child_opens_its_own_connections(path: Path) -> None:
 # ---------------------------------------------------------------- durability
 
 
-async def test_durability_none_and_flush(path: Path) -> None:
-    store = SQLiteSessionStore(path, durability="none")
+async def test_durability_invocation_and_flush(path: Path) -> None:
+    store = SQLiteSessionStore(path, durability="invocation")
     await store.create("s")
     await store.commit("s", history(3))
     await store.flush("s")
@@ -1100,13 +1100,39 @@ async def test_durability_none_and_flush(path: Path) -> None:
     reopened.close()
 
 
+def test_durability_none_flushes_nothing_and_invocation_syncs_the_wal(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The three levels mean what they mean in the file store: "none" leaves the
+    # syncing to WAL folds, "invocation" syncs at the end of a turn (flush).
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    for durability, expected in (("none", False), ("invocation", True)):
+        where = path.with_name(f"{durability}.db")
+        store = SQLiteSessionStore(where, durability=durability)  # type: ignore[arg-type]
+        asyncio.run(store.create("s"))
+        asyncio.run(store.commit("s", history(2)))
+        monkeypatch.setattr(os, "fsync", fsync)
+        synced.clear()
+        asyncio.run(store.flush("s"))
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        assert bool(synced) is expected, durability
+        assert asyncio.run(store.get("s")).messages == history(2)
+        store.close()
+
+
 async def test_flush_keeps_sqlites_locks_so_no_other_process_deletes_the_wal(
     path: Path,
 ) -> None:
     # Opening and closing the database file would drop this process's POSIX locks on
     # it; another process's last connection would then fold and delete the live WAL,
     # and the commits after it would go to a deleted file.
-    store = SQLiteSessionStore(path, durability="none")
+    store = SQLiteSessionStore(path, durability="invocation")
     await store.create("s")
     await store.commit("s", history(1))
     await store.flush("s")
@@ -1138,7 +1164,7 @@ def test_flush_syncs_the_wals_directory_entry_once_per_connection(
         synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
         real_fsync(fd)
 
-    store = SQLiteSessionStore(path, durability="none")
+    store = SQLiteSessionStore(path, durability="invocation")
 
     async def turns(count: int) -> None:
         for _ in range(count):

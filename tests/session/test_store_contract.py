@@ -14,7 +14,7 @@ from perdure.testing.sessions import StoreFactory
 
 
 class TestFileSessionStore(SessionStoreSuite):
-    durability_options = ("commit", "none")
+    durability_options = ("commit", "invocation", "none")
     supports_history_page = True
     supports_checkpoints = True
 
@@ -24,7 +24,7 @@ class TestFileSessionStore(SessionStoreSuite):
 
 
 class TestSQLiteSessionStore(SessionStoreSuite):
-    durability_options = ("commit", "none")
+    durability_options = ("commit", "invocation", "none")
     supports_history_page = True
     supports_checkpoints = True
 

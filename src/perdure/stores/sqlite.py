@@ -31,10 +31,13 @@ are each one transaction, durable like a commit.
 Guarantees:
 
 - **Durable**: with ``durability="commit"`` (the default, ``synchronous=FULL`` in
-  WAL mode) a commit returns after SQLite fsynced it. ``durability="none"``
-  (``synchronous=NORMAL``) skips that fsync: a power cut may lose the latest
-  commits but never corrupts the database; :meth:`SQLiteSessionStore.flush` makes
-  them durable. Every commit is made in one ``BEGIN IMMEDIATE`` transaction: after a
+  WAL mode) a commit returns after SQLite fsynced it. ``"invocation"`` and
+  ``"none"`` (``synchronous=NORMAL``) skip that fsync: a power cut may lose the
+  latest commits but never corrupts the database (a killed process loses nothing).
+  With ``"invocation"``, :meth:`SQLiteSessionStore.flush` — which a ``Session``
+  calls when a turn ends — makes them durable; with ``"none"`` it does nothing and
+  the WAL is synced only when it is folded into the database. The same three
+  levels as the file store's. Every commit is made in one ``BEGIN IMMEDIATE`` transaction: after a
   crash it is there entirely or not at all — a rewrite never leaves half a history.
 - **Group commit**: commits (and flushes) go to the store's writer thread
   (:class:`~perdure._runtime.group.GroupWriter`). Those that arrive while it is
@@ -54,9 +57,10 @@ Guarantees:
   raises :class:`~perdure.errors.SessionLockedError` at once; a database locked by
   some other connection beyond ``busy_timeout`` raises it too.
 - **Any loop, any thread**: SQLite runs in worker threads (the writer's, and
-  ``asyncio.to_thread`` for the rest) on two connections (one for writes, one for reads) guarded by ``threading`` locks;
-  nothing is bound to an event loop. A coroutine cancelled while its commit runs
-  does not stop the commit. The one exception is a small non-durable append, made
+  ``asyncio.to_thread`` for the rest) on two connections (one for writes, one for
+  reads) guarded by ``threading`` locks; nothing is bound to an event loop. A
+  coroutine cancelled while its commit runs does not stop the commit (one cancelled
+  while it waits for the writer is not made). The one exception is a small non-durable append, made
   on the caller's thread because a thread hop would cost more than the append — and
   only when it cannot wait: with the writer connection busy, or the database locked
   by another connection, it goes to a thread too. The WAL is folded into the
@@ -77,8 +81,8 @@ Guarantees:
   :meth:`SQLiteSessionStore.release_damaged_wal` (``perdure repair``) moves it to
   quarantine. Damage in the last transaction of the log cannot be told from a
   crash during it. Only a store with ``durability="commit"`` checks: with
-  ``"none"`` SQLite syncs the WAL rarely, and a power cut may leave a hole in front
-  of later frames that is no damage.
+  ``"invocation"`` or ``"none"`` SQLite syncs the WAL rarely, and a power cut may
+  leave a hole in front of later frames that is no damage.
 - **A new database is made whole**: written aside (tables and perdure's
   ``application_id`` in the header), synced, then linked to the path, so a crash
   while it is made leaves only a temporary file and the next open makes it again.
@@ -171,7 +175,7 @@ from perdure.types import Message
 
 __all__ = ["Durability", "SQLiteCheckpointStore", "SQLiteSessionStore"]
 
-Durability = Literal["commit", "none"]
+Durability = Literal["commit", "invocation", "none"]
 
 _log = logging.getLogger(__name__)
 
@@ -200,7 +204,7 @@ _MAX_SID = (1 << 31) - 1  # sid << 32 must fit SQLite's signed 64-bit integers
 # append that grows the file has its fsync commit the new size too (~20% slower),
 # so the file is never cut back below a fold's worth. It is scratch space: the last
 # connection to close folds it and deletes it.
-_WAL_FOLD_PAGES = {"commit": 128, "none": 512}
+_WAL_FOLD_PAGES = {"commit": 128, "invocation": 512, "none": 512}
 # Appends made on the event loop leave their folds to a background thread, which
 # keeps them off the appends' path; but a fold that runs while appends go on never
 # catches up with them, and the WAL only starts over once a fold has. So after this
@@ -458,8 +462,10 @@ class SQLiteSessionStore(StoreBase):
         path: the database file (created with its parent directories on first use).
             ``":memory:"`` is refused: use
             :class:`~perdure.stores.memory.MemorySessionStore`.
-        durability: ``"commit"`` (fsync every commit) or ``"none"`` (no fsync per
-            commit; :meth:`flush` makes earlier commits durable).
+        durability: ``"commit"`` (fsync every commit), ``"invocation"`` (no fsync
+            per commit; :meth:`flush`, at the end of a ``Session``'s turn, makes
+            earlier commits durable) or ``"none"`` (no fsync by the store's
+            commits or flushes; only a WAL fold syncs).
         busy_timeout: seconds a statement waits for a database locked by another
             connection before raising ``SessionLockedError``.
         max_checkpoints: keep at most this many checkpoints per session in
@@ -484,8 +490,10 @@ class SQLiteSessionStore(StoreBase):
                 f"path must name a database file, got {str(path)!r}; "
                 "use MemorySessionStore for sessions kept in memory"
             )
-        if durability not in ("commit", "none"):
-            raise ValueError(f"durability must be 'commit' or 'none', got {durability!r}")
+        if durability not in ("commit", "invocation", "none"):
+            raise ValueError(
+                f"durability must be 'commit', 'invocation' or 'none', got {durability!r}"
+            )
         if (
             isinstance(busy_timeout, bool)
             or not isinstance(busy_timeout, int | float)
@@ -581,7 +589,7 @@ class SQLiteSessionStore(StoreBase):
         agent_state = request.agent_state
         state_text = None if agent_state is None else encode_state(agent_state)
         commit = _Commit(request, state_text, encode_redactions(request.redactions))
-        if self.durability == "none" and not request.rewritten:
+        if self.durability != "commit" and not request.rewritten:
             done = self._append_here(commit)
             if done is not None:
                 return done
@@ -625,13 +633,13 @@ class SQLiteSessionStore(StoreBase):
     async def flush(self, session_id: str) -> None:
         """Make every commit so far durable.
 
-        A no-op with ``durability="commit"``. With ``"none"`` it fsyncs the
-        database's WAL and its directory (the database file is synced by every fold
-        of the WAL into it), so every commit that returned before the call survives
-        a power cut.
+        With ``durability="invocation"`` it fsyncs the database's WAL and its
+        directory (the database file is synced by every fold of the WAL into it), so
+        every commit that returned before the call survives a power cut. A no-op
+        with ``"commit"`` (every commit is durable already) and with ``"none"``.
         """
         validate_session_id(session_id)
-        if self.durability != "commit":
+        if self.durability == "invocation":
             await self._group.submit(None)
 
     def close(self) -> None:

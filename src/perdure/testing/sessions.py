@@ -318,7 +318,7 @@ class SessionStoreSuite:
             pass
         assert (await store.get("s")).messages == conversation(1)
 
-    @pytest.mark.parametrize("durability", ["commit", "none"])
+    @pytest.mark.parametrize("durability", ["commit", "invocation", "none"])
     async def test_a_writer_sees_what_others_committed_between_its_turns(
         self, store_factory: StoreFactory, durability: str
     ) -> None:
