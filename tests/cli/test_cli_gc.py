@@ -21,6 +21,7 @@ from perdure.cli.main import cli
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore, open_store
 from perdure.stores.sqlite import SQLiteSessionStore
+from perdure.testing.checkpoints import put_aged
 
 
 def perdure(*args: str) -> Result:
@@ -129,6 +130,27 @@ def test_gc_keeps_the_newest_checkpoints(tmp_path: Path) -> None:
     }
 
 
+def test_gc_deletes_checkpoints_older_than_the_age(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"])
+    old = asyncio.run(put_aged(store.checkpoints, "a", hours=30)).meta.checkpoint_id
+    young = asyncio.run(put_aged(store.checkpoints, "a", hours=1)).meta.checkpoint_id
+    url = f"file:{store.root}"
+    bad = perdure("gc", "--store", url, "--max-checkpoint-age", "1.5d")
+    assert bad.exit_code == 2
+    assert bad.stderr.startswith("error: --max-checkpoint-age: '1.5d' is not a duration")
+    dry = perdure("gc", "--store", url, "--max-checkpoint-age", "1d")
+    assert dry.exit_code == 0
+    assert "checkpoints older than 1d:" in dry.stdout
+    assert "would delete 0 of 1 session and 1 checkpoint" in dry.stdout
+    done = perdure("gc", "--store", url, "--max-checkpoint-age", "2h", "--apply", "--json")
+    assert done.exit_code == 0
+    report = json.loads(done.stdout)
+    assert report["max_checkpoint_age"] == 7200
+    assert [p["checkpoint_id"] for p in report["pruned"]] == [old]
+    assert checkpoint_ids(store, "a") == [young]
+
+
 def test_gc_ttl_on_sqlite_with_a_given_now(tmp_path: Path) -> None:
     store = SQLiteSessionStore(tmp_path / "p.db")
     populate(store, ["a", "b"], checkpoints=1)
@@ -173,7 +195,7 @@ def test_a_bad_duration_is_a_usage_error_naming_the_option(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "error: nothing to do: give --ttl, --keep-checkpoints or both"),
+        ([], "error: nothing to do: give --ttl, --keep-checkpoints, --max-checkpoint-age"),
         (["--keep-checkpoints", "-1"], "error: --keep-checkpoints must be 0 or more"),
         (["--ttl", "1d", "--store", "redis2:x"], "error: --store: unknown store scheme"),
         (["--ttl", "1d", "--now", "yesterday"], "error: --now: 'yesterday' is not an ISO-8601"),

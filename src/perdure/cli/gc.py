@@ -4,6 +4,7 @@
 
     perdure gc --store sqlite:./perdure.db --ttl 30d                 # dry run
     perdure gc --store file:./data --ttl 12h --keep-checkpoints 5 --apply --json
+    perdure gc --store file:./data --max-checkpoint-age 30d --apply
 
 A thin face over :func:`perdure.maintenance.gc_store`: a dry run unless
 ``--apply`` is given. Durations are a whole number and a unit (``3600s``, ``90m``,
@@ -44,6 +45,12 @@ from perdure.maintenance import GcReport, gc_store, parse_duration
     default=None,
     help="Keep each session's newest N checkpoints; delete older ones, any trigger.",
 )
+@click.option(
+    "--max-checkpoint-age",
+    metavar="DURATION",
+    default=None,
+    help="Delete checkpoints older than this (default: the store URL's max_checkpoint_age).",
+)
 @click.option("--apply", "apply", is_flag=True, help="Delete (without it: a dry run).")
 @click.option(
     "--now",
@@ -58,6 +65,7 @@ from perdure.maintenance import GcReport, gc_store, parse_duration
 def gc(
     ttl: str | None,
     keep_checkpoints: int | None,
+    max_checkpoint_age: str | None,
     apply: bool,
     now: str | None,
     store_url: str,
@@ -66,13 +74,19 @@ def gc(
     """Expire inactive sessions, prune old checkpoints (dry run by default).
 
     A session whose last update is older than --ttl is deleted with its checkpoints;
-    every other session keeps its newest --keep-checkpoints checkpoints. In a file
+    every other session keeps its newest --keep-checkpoints checkpoints and loses
+    those older than --max-checkpoint-age (by default the age limit the store URL
+    sets, ``?max_checkpoint_age=SECONDS``). In a file
     store, temp files of killed writes and sessions a killed fork left empty go too.
     Without --apply nothing is deleted and the report says what would be. Exit 1
     when a session had to be skipped (locked by a writer, or damaged).
     """
-    if ttl is None and keep_checkpoints is None:
-        raise ValueError("nothing to do: give --ttl, --keep-checkpoints or both")
+    age_seconds = None
+    if max_checkpoint_age is not None:
+        try:
+            age_seconds = parse_duration(max_checkpoint_age)
+        except ValueError as exc:
+            raise ValueError(f"--max-checkpoint-age: {exc}") from None
     ttl_seconds = None
     if ttl is not None:
         try:
@@ -83,6 +97,12 @@ def gc(
         raise ValueError(f"--keep-checkpoints must be 0 or more, got {keep_checkpoints}")
     when = _parse_now(now) if now is not None else None
     with session_store(store_url) as store:
+        configured = getattr(getattr(store, "checkpoints", None), "max_checkpoint_age", None)
+        if ttl is None and keep_checkpoints is None and age_seconds is None and configured is None:
+            raise ValueError(
+                "nothing to do: give --ttl, --keep-checkpoints, --max-checkpoint-age "
+                "or a store URL with max_checkpoint_age"
+            )
         report = run(
             gc_store(
                 store,
@@ -90,6 +110,7 @@ def gc(
                 keep_checkpoints=keep_checkpoints,
                 dry_run=not apply,
                 now=when,
+                max_checkpoint_age=age_seconds,
             )
         )
     if as_json:
@@ -129,7 +150,12 @@ def _print(report: GcReport, ttl: str | None) -> None:
             )
         out.print(table)
     if report.pruned:
-        out.print(f"checkpoints beyond each session's newest {report.keep_checkpoints}:")
+        limits = []
+        if report.keep_checkpoints is not None:
+            limits.append(f"beyond each session's newest {report.keep_checkpoints}")
+        if report.max_checkpoint_age is not None:
+            limits.append(f"older than {human_duration(report.max_checkpoint_age)}")
+        out.print(f"checkpoints {' or '.join(limits)}:")
         table = Table()
         table.add_column("session", overflow="fold")
         table.add_column("checkpoint", overflow="fold")
