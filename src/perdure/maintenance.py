@@ -8,6 +8,7 @@ coroutines; scripts and servers call them directly::
     report = await repair_store("./data", dry_run=False)
     report = await gc_store(store, ttl_seconds=30 * 86400, keep_checkpoints=5)  # dry run
     report = await gc_store(store, max_checkpoint_age=7 * 86400, dry_run=False)
+    report = await gc_checkpoints(postgres_checkpoints, max_checkpoint_age=90 * 86400)
 
 Guarantees:
 
@@ -59,6 +60,7 @@ from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     CheckpointStore,
+    ListsCheckpointSessions,
     checkpoint_names,
     get_named_checkpoint,
     scan_checkpoints,
@@ -88,6 +90,7 @@ __all__ = [
     "SessionRepair",
     "SkippedSession",
     "VerifyReport",
+    "gc_checkpoints",
     "gc_store",
     "parse_duration",
     "repair_store",
@@ -1152,6 +1155,77 @@ async def gc_store(
         skipped=tuple(skipped),
         temp_files=leftovers.temp_files,
         orphans=leftovers.orphans,
+        max_checkpoint_age=max_checkpoint_age,
+    )
+
+
+async def gc_checkpoints(
+    checkpoints: CheckpointStore,
+    *,
+    keep_checkpoints: int | None = None,
+    max_checkpoint_age: float | None = None,
+    dry_run: bool = True,
+    now: _dt.datetime | None = None,
+) -> GcReport:
+    """Prune a checkpoint store of its own, session by session; a dry run by default.
+
+    For checkpoints kept apart from their sessions' log —
+    ``Session(RedisSessionStore(url, ttl=…), id, checkpoints=PostgresCheckpointStore(dsn))``
+    — whose sessions may be long gone from the session store: :func:`gc_store` walks
+    the sessions a session store lists, this walks those the checkpoint store names
+    (:class:`~perdure.checkpoints.store.ListsCheckpointSessions`). The rule is
+    :func:`gc_store`'s: each session keeps its newest ``keep_checkpoints`` and
+    loses those older than ``max_checkpoint_age`` (by default the store's own
+    limit); a damaged one goes only when its id says it is old enough.
+
+    Raises:
+        TypeError: ``checkpoints`` cannot name its sessions.
+        ValueError: no limit given nor configured on the store, a limit out of
+            range, or ``now`` naive.
+    """
+    if not isinstance(checkpoints, ListsCheckpointSessions):
+        raise TypeError(
+            f"checkpoints must be a checkpoint store that names its sessions "
+            f"(checkpoint_sessions), got {type(checkpoints).__name__}"
+        )
+    max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
+    if max_checkpoint_age is None:
+        configured = getattr(checkpoints, "max_checkpoint_age", None)
+        max_checkpoint_age = check_max_checkpoint_age(configured)
+    if keep_checkpoints is None and max_checkpoint_age is None:
+        raise ValueError(
+            "gc_checkpoints needs keep_checkpoints or max_checkpoint_age "
+            "(or a store opened with max_checkpoint_age)"
+        )
+    if keep_checkpoints is not None and (
+        isinstance(keep_checkpoints, bool)
+        or not isinstance(keep_checkpoints, int)
+        or keep_checkpoints < 0
+    ):
+        raise ValueError(f"keep_checkpoints must be an int >= 0, got {keep_checkpoints!r}")
+    if now is None:
+        now = _dt.datetime.now(_dt.UTC)
+    elif not isinstance(now, _dt.datetime) or now.utcoffset() is None:
+        raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
+    now_ms = int(now.timestamp() * 1000)
+    sessions = await checkpoints.checkpoint_sessions()
+    pruned: list[PrunedCheckpoint] = []
+    skipped: list[SkippedSession] = []
+    for session_id in sessions:
+        gone, left = await _prune(
+            checkpoints, session_id, keep_checkpoints, max_checkpoint_age, now_ms, dry_run
+        )
+        pruned.extend(gone)
+        skipped.extend(left)
+    return GcReport(
+        dry_run=dry_run,
+        now=now.astimezone(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        ttl_seconds=None,
+        keep_checkpoints=keep_checkpoints,
+        sessions_checked=len(sessions),
+        expired=(),
+        pruned=tuple(pruned),
+        skipped=tuple(skipped),
         max_checkpoint_age=max_checkpoint_age,
     )
 

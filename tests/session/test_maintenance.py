@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from session_stores import STORE_KINDS, make_store
+from session_stores import OPENED, STORE_KINDS, make_store
 
 from helpers import set_created_at
 from perdure import Agent, maintenance
+from perdure.checkpoints.storage import StorageCheckpointStore
+from perdure.checkpoints.store import FileCheckpointStore, MemoryCheckpointStore
 from perdure.maintenance import (
     Damage,
     gc_store,
@@ -27,6 +29,7 @@ from perdure.maintenance import (
 )
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore
+from perdure.storage import LocalFileStorage
 from perdure.stores.memory import MemorySessionStore
 from perdure.stores.sqlite import SQLiteSessionStore
 from perdure.testing.checkpoints import put_aged
@@ -795,6 +798,63 @@ def test_gc_prunes_a_damaged_checkpoint_by_the_age_its_id_tells(tmp_path: Path) 
         (made[2], "session_store_corrupted")  # young: kept for `perdure repair`
     ]
     assert run(store.checkpoints.checkpoint_ids("a")) == made[2:]
+
+
+def own_checkpoint_store(kind: str, tmp_path: Path, **retention: Any) -> Any:
+    """A checkpoint store of its own, over ``tmp_path`` (or the test's schema)."""
+    if kind == "file":
+        return FileCheckpointStore(tmp_path / "cps", **retention)
+    if kind == "storage":
+        return StorageCheckpointStore(LocalFileStorage(tmp_path / "blobs"), **retention)
+    # PostgreSQL: the checkpoints of the test's PostgreSQL session store, seen from a
+    # PostgresCheckpointStore over the same schema (dropped after the test).
+    beside: Any = make_store("postgres", tmp_path)
+    from perdure.stores.postgres import PostgresCheckpointStore
+    from postgres_server import DSN
+
+    store = PostgresCheckpointStore(DSN, schema=beside.schema, **retention)
+    OPENED.append(store)
+    return store
+
+
+@pytest.mark.parametrize("kind", ["file", "storage", "postgres"])
+def test_gc_checkpoints_prunes_a_store_of_its_own_whose_sessions_are_gone(
+    kind: str, tmp_path: Path
+) -> None:
+    # Checkpoints whose sessions live (or lived) elsewhere: no session store lists them.
+    cps = own_checkpoint_store(kind, tmp_path)
+    old = run(put_aged(cps, "gone", hours=48)).meta.checkpoint_id
+    young = run(put_aged(cps, "gone", hours=1)).meta.checkpoint_id
+    other = [run(put_aged(cps, "other", hours=h)).meta.checkpoint_id for h in (30, 3, 2)]
+    with pytest.raises(ValueError, match="gc_checkpoints needs"):
+        run(maintenance.gc_checkpoints(cps))
+    dry = run(maintenance.gc_checkpoints(cps, max_checkpoint_age=86400))
+    assert (dry.dry_run, dry.sessions_checked) == (True, 2)
+    assert [(p.session_id, p.checkpoint_id) for p in dry.pruned] == [
+        ("gone", old),
+        ("other", other[0]),
+    ]
+    assert run(cps.checkpoint_ids("gone")) == [old, young]  # a dry run deletes nothing
+    both = run(maintenance.gc_checkpoints(cps, max_checkpoint_age=86400, keep_checkpoints=1))
+    assert [p.checkpoint_id for p in both.pruned] == [old, *other[:2]]
+    # The store's own limit is the default.
+    limited = own_checkpoint_store(kind, tmp_path, max_checkpoint_age=86400)
+    done = run(maintenance.gc_checkpoints(limited, dry_run=False))
+    assert done.max_checkpoint_age == 86400
+    assert run(cps.checkpoint_ids("gone")) == [young]
+    assert run(cps.checkpoint_ids("other")) == other[1:]
+    json.dumps(done.to_dict())
+
+
+def test_gc_checkpoints_needs_a_store_that_names_its_sessions(tmp_path: Path) -> None:
+    store = SQLiteSessionStore(tmp_path / "s.db")
+    try:
+        with pytest.raises(TypeError, match="names its sessions"):
+            run(maintenance.gc_checkpoints(store.checkpoints, keep_checkpoints=1))
+        with pytest.raises(ValueError, match="max_checkpoint_age"):
+            run(maintenance.gc_checkpoints(MemoryCheckpointStore(), max_checkpoint_age=-1))
+    finally:
+        store.close()
 
 
 def test_gc_skips_a_session_another_writer_holds(tmp_path: Path) -> None:

@@ -19,8 +19,10 @@ import pytest
 
 from perdure import Agent
 from perdure.errors import SessionNotFoundError
+from perdure.maintenance import gc_checkpoints, gc_store
 from perdure.models import ScriptedModel
 from perdure.session import Session
+from perdure.testing.checkpoints import put_aged
 from postgres_server import DSN, execute, import_psycopg, schema_fixture
 from redis_server import client, drop_prefix, import_redis, new_prefix, require_server
 
@@ -138,3 +140,22 @@ def test_after_redis_expires_the_session_its_postgres_checkpoints_restore_it(
         "manual",
         "pre_restore",
     ]
+
+
+def test_gc_checkpoints_prunes_the_checkpoints_of_sessions_redis_forgot(layout: Any) -> None:
+    store, checkpoints = layout(1800)
+    kept = Session(store, "live", checkpoints=checkpoints)
+    Agent(model=ScriptedModel(["hi"]), session_manager=kept)("hello")
+    recent = asyncio.run(kept.checkpoint("recent"))
+    # Checkpoints made 100 days ago of a session Redis no longer holds.
+    forgotten = [asyncio.run(put_aged(checkpoints, "forgotten", hours=2400)) for _ in range(2)]
+    assert [m.session_id for m in asyncio.run(store.list())] == ["live"]
+    # gc over the session store walks the sessions Redis lists: it never sees them.
+    report = asyncio.run(gc_store(store, max_checkpoint_age=90 * 86400, dry_run=False))
+    assert report.pruned == ()
+    report = asyncio.run(gc_checkpoints(checkpoints, max_checkpoint_age=90 * 86400, dry_run=False))
+    assert sorted(p.checkpoint_id for p in report.pruned) == [
+        r.meta.checkpoint_id for r in forgotten
+    ]
+    assert asyncio.run(checkpoints.checkpoint_sessions()) == ["live"]
+    assert [m.checkpoint_id for m in asyncio.run(kept.list_checkpoints())] == [recent.checkpoint_id]

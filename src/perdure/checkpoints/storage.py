@@ -97,6 +97,16 @@ class StorageCheckpointStore:
         # Only direct children named by a ULID are checkpoints.
         return [key[len(base) :] for key in keys if is_ulid(key[len(base) :])]
 
+    async def checkpoint_sessions(self) -> builtins.list[str]:
+        """Every session id with at least one checkpoint, sorted, from the keys alone."""
+        base = f"{self.prefix}/"
+        found = set()
+        for key in await self.storage.list(base):
+            session_id, _, checkpoint_id = key[len(base) :].partition("/")
+            if is_ulid(checkpoint_id):
+                found.add(session_id)
+        return sorted(found)
+
     async def put(self, record: CheckpointRecord) -> None:
         """Write the checkpoint's blob (replacing one with its id), then apply retention.
 

@@ -311,6 +311,21 @@ class ListsCheckpointIds(Protocol):
         ...
 
 
+@runtime_checkable
+class ListsCheckpointSessions(Protocol):
+    """A checkpoint store that can name the sessions it holds checkpoints of.
+
+    A checkpoint store of its own (``FileCheckpointStore``, ``MemoryCheckpointStore``,
+    ``StorageCheckpointStore``, ``PostgresCheckpointStore``) keeps checkpoints after
+    their session's log is gone — the seed-004 layout, where Redis expires the log
+    — so :func:`~perdure.maintenance.gc_checkpoints` walks the sessions it names.
+    """
+
+    async def checkpoint_sessions(self) -> builtins.list[str]:
+        """Every session id with at least one checkpoint stored, sorted."""
+        ...
+
+
 @dataclass(frozen=True)
 class DamagedCheckpoint:
     """A stored checkpoint that cannot be read, as :func:`scan_checkpoints` lists it.
@@ -454,11 +469,14 @@ class FileCheckpointStore:
         max_checkpoints: int | None = None,
         max_checkpoint_age: float | None = None,
         _layout: Callable[[str], Path] | None = None,
+        _sessions_root: Path | None = None,
     ) -> None:
         self.root = Path(dir)
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
         self.max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
         self._layout = _layout or (lambda session_id: self.root / session_id)
+        # The directory whose entries are named by session id (see checkpoint_sessions).
+        self._sessions_root = self.root if _sessions_root is None else _sessions_root
 
     def __repr__(self) -> str:
         return f"FileCheckpointStore({str(self.root)!r})"
@@ -540,6 +558,23 @@ class FileCheckpointStore:
     async def checkpoint_ids(self, session_id: str) -> builtins.list[str]:
         """Every checkpoint id of the session, oldest first, from file names alone."""
         return await asyncio.to_thread(self._ids, self._dir(session_id))
+
+    async def checkpoint_sessions(self) -> builtins.list[str]:
+        """Every session id with at least one checkpoint file, sorted."""
+        return await asyncio.to_thread(self._sessions)
+
+    def _sessions(self) -> builtins.list[str]:
+        if not self._sessions_root.is_dir():
+            return []
+        found = []
+        for entry in self._sessions_root.iterdir():
+            try:
+                directory = self._dir(entry.name)
+            except ValueError:
+                continue  # not named by a session id: not a session's
+            if self._ids(directory):
+                found.append(entry.name)
+        return sorted(found)
 
     def checkpoint_path(self, session_id: str, checkpoint_id: str) -> Path:
         """The file that holds (or would hold) a checkpoint.
@@ -633,6 +668,11 @@ class MemoryCheckpointStore:
         validate_session_id(session_id)
         with self._guard:
             return sorted(self._data.get(session_id, {}))
+
+    async def checkpoint_sessions(self) -> builtins.list[str]:
+        """Every session id with at least one checkpoint, sorted."""
+        with self._guard:
+            return sorted(sid for sid, held in self._data.items() if held)
 
     def drop_session(self, session_id: str) -> None:
         """Forget every checkpoint of a session (its store deleted the session)."""

@@ -5,6 +5,12 @@
     perdure gc --store sqlite:./perdure.db --ttl 30d                 # dry run
     perdure gc --store file:./data --ttl 12h --keep-checkpoints 5 --apply --json
     perdure gc --store file:./data --max-checkpoint-age 30d --apply
+    perdure gc --checkpoints 'postgresql://db/app?schema=app' --max-checkpoint-age 90d
+
+``--checkpoints URL`` prunes a checkpoint store of its own (``postgresql://…`` for a
+``PostgresCheckpointStore``, ``file:DIR`` for a ``FileCheckpointStore``) session by
+session — also the sessions no session store lists any more, as those Redis expired
+in the seed-004 layout (:func:`perdure.maintenance.gc_checkpoints`).
 
 A thin face over :func:`perdure.maintenance.gc_store`: a dry run unless
 ``--apply`` is given. Durations are a whole number and a unit (``3600s``, ``90m``,
@@ -13,22 +19,27 @@ A thin face over :func:`perdure.maintenance.gc_store`: a dry run unless
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+from collections.abc import Iterator
+from typing import Any
 
 import click
 from rich.table import Table
 
 from perdure.cli._common import (
+    EXIT_NOT_FOUND,
     EXIT_PROBLEM,
     console,
     echo_json,
+    fail,
     handle_errors,
     json_option,
     run,
     session_store,
     store_option,
 )
-from perdure.maintenance import GcReport, gc_store, parse_duration
+from perdure.maintenance import GcReport, gc_checkpoints, gc_store, parse_duration
 
 
 @click.command()
@@ -51,6 +62,14 @@ from perdure.maintenance import GcReport, gc_store, parse_duration
     default=None,
     help="Delete checkpoints older than this (default: the store URL's max_checkpoint_age).",
 )
+@click.option(
+    "--checkpoints",
+    "checkpoints_url",
+    metavar="URL",
+    default=None,
+    help="Prune this checkpoint store of its own instead of --store "
+    "(postgresql://…?schema=S or file:DIR), every session it holds checkpoints of.",
+)
 @click.option("--apply", "apply", is_flag=True, help="Delete (without it: a dry run).")
 @click.option(
     "--now",
@@ -66,6 +85,7 @@ def gc(
     ttl: str | None,
     keep_checkpoints: int | None,
     max_checkpoint_age: str | None,
+    checkpoints_url: str | None,
     apply: bool,
     now: str | None,
     store_url: str,
@@ -96,6 +116,27 @@ def gc(
     if keep_checkpoints is not None and keep_checkpoints < 0:
         raise ValueError(f"--keep-checkpoints must be 0 or more, got {keep_checkpoints}")
     when = _parse_now(now) if now is not None else None
+    if checkpoints_url is not None:
+        if ttl is not None:
+            raise ValueError("--ttl expires sessions: give it with --store, not --checkpoints")
+        with _checkpoint_store(checkpoints_url) as checkpoints:
+            configured = getattr(checkpoints, "max_checkpoint_age", None)
+            if keep_checkpoints is None and age_seconds is None and configured is None:
+                raise ValueError(
+                    "nothing to do: give --keep-checkpoints, --max-checkpoint-age "
+                    "or a --checkpoints URL with max_checkpoint_age"
+                )
+            report = run(
+                gc_checkpoints(
+                    checkpoints,
+                    keep_checkpoints=keep_checkpoints,
+                    max_checkpoint_age=age_seconds,
+                    dry_run=not apply,
+                    now=when,
+                )
+            )
+        _report(report, ttl, as_json)
+        return
     with session_store(store_url) as store:
         configured = getattr(getattr(store, "checkpoints", None), "max_checkpoint_age", None)
         if ttl is None and keep_checkpoints is None and age_seconds is None and configured is None:
@@ -113,12 +154,56 @@ def gc(
                 max_checkpoint_age=age_seconds,
             )
         )
+    _report(report, ttl, as_json)
+
+
+def _report(report: GcReport, ttl: str | None, as_json: bool) -> None:
     if as_json:
         echo_json(report.to_dict())
     else:
         _print(report, ttl)
     if report.skipped:
         raise SystemExit(EXIT_PROBLEM)
+
+
+_CHECKPOINT_OPTIONS: dict[str, type] = {
+    "schema": str,
+    "max_checkpoints": int,
+    "max_checkpoint_age": float,
+}
+
+
+@contextlib.contextmanager
+def _checkpoint_store(url: str) -> Iterator[Any]:
+    """Open ``--checkpoints URL`` for the command, closed after; a bad URL is a usage
+    error (exit 2), a store that is not there is not found (exit 3), never created."""
+    store = _open_checkpoint_store(url)
+    try:
+        if hasattr(store, "schema_exists") and not run(store.schema_exists()):
+            fail(f"no checkpoint store at {url} (no perdure tables in its schema)", EXIT_NOT_FOUND)
+        yield store
+    finally:
+        if hasattr(store, "close"):
+            store.close()
+
+
+def _open_checkpoint_store(url: str) -> Any:
+    from perdure._runtime.urls import postgres_url, split_url
+
+    try:
+        _, path = split_url(url, ("file", "postgresql", "postgres"), "checkpoint store")
+        if path is not None:
+            from perdure.checkpoints.store import FileCheckpointStore
+
+            if not path.is_dir():
+                fail(f"no checkpoint store at {path} (--checkpoints {url})", EXIT_NOT_FOUND)
+            return FileCheckpointStore(path)
+        from perdure.stores.postgres import PostgresCheckpointStore
+
+        dsn, found = postgres_url(url, _CHECKPOINT_OPTIONS, "checkpoint store")
+        return PostgresCheckpointStore(dsn, **found)  # type: ignore[arg-type]
+    except (ValueError, ImportError) as exc:  # ImportError: perdure[postgres] is missing
+        raise ValueError(f"--checkpoints: {exc}") from None
 
 
 def _parse_now(text: str) -> _dt.datetime:

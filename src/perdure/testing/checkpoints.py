@@ -34,6 +34,7 @@ from perdure.checkpoints.store import (
     CheckpointRecord,
     CheckpointStore,
     CheckpointTrigger,
+    ListsCheckpointSessions,
     new_checkpoint_id,
     now_iso,
 )
@@ -378,6 +379,18 @@ class CheckpointStoreSuite:
     ) -> None:
         with pytest.raises(ValueError, match="max_checkpoint_age"):
             checkpoint_store_factory(max_checkpoint_age=bad)
+
+    async def test_a_store_of_its_own_names_its_sessions(self, store: CheckpointStore) -> None:
+        if not isinstance(store, ListsCheckpointSessions):
+            pytest.skip("the store names no sessions (checkpoints beside a session store)")
+        assert await store.checkpoint_sessions() == []
+        await put_new(store, "b")
+        gone = await put_new(store, "ab")
+        await put_new(store, "a")
+        await put_new(store, "a")
+        assert await store.checkpoint_sessions() == ["a", "ab", "b"]
+        await store.delete("ab", gone.meta.checkpoint_id)
+        assert await store.checkpoint_sessions() == ["a", "b"]
 
     async def test_sessions_are_isolated(self, store: CheckpointStore) -> None:
         # "a" is a prefix of "ab": a store keyed by prefixes must not mix them up.

@@ -318,6 +318,7 @@ class FileSessionStore(StoreBase):
             max_checkpoints=max_checkpoints,
             max_checkpoint_age=max_checkpoint_age,
             _layout=lambda session_id: self.session_dir(session_id) / "checkpoints",
+            _sessions_root=self.root / "sessions",
         )
         """Checkpoints beside each session (``<session dir>/checkpoints/``), deleted with it."""
         self.attachment_threshold = attachment_threshold

@@ -18,6 +18,7 @@ Every coroutine may be awaited from any loop and any thread.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import json
 import weakref
@@ -156,6 +157,7 @@ class PostgresCheckpointStore:
         self._delete_sql = (
             f"DELETE FROM {table} WHERE session_id = %(sid)s AND checkpoint_id = %(cid)s"
         )
+        self._sessions_sql = f"SELECT DISTINCT session_id FROM {table}"
 
     def __repr__(self) -> str:
         return f"PostgresCheckpointStore({self.db.server!r}, schema={self.db.schema!r})"
@@ -207,6 +209,14 @@ class PostgresCheckpointStore:
             )
         return record
 
+    async def checkpoint_sessions(self) -> builtins.list[str]:
+        """Every session id with at least one checkpoint row, sorted (as Python sorts)."""
+        rows = await self.db.run(
+            lambda conn: conn.execute(self._sessions_sql).fetchall(),
+            doing="listing the sessions of checkpoints",
+        )
+        return sorted(str(row[0]) for row in rows)
+
     async def list(self, session_id: str) -> builtins.list[CheckpointMeta]:
         """The session's checkpoints, oldest first (reads no body).
 
@@ -241,6 +251,10 @@ class PostgresCheckpointStore:
             lambda conn: conn.execute(self._delete_sql, {"sid": session_id, "cid": checkpoint_id}),
             doing="deleting a checkpoint",
         )
+
+    async def schema_exists(self) -> bool:
+        """Whether the store's tables exist in its schema (creates nothing)."""
+        return await asyncio.to_thread(self.db.schema_exists)
 
     def close(self) -> None:
         """Close the connections of a store of its own (a session store's closes with it)."""
