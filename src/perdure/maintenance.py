@@ -7,6 +7,8 @@ coroutines; scripts and servers call them directly::
     report = await repair_store("./data")            # dry run: what quarantine would move
     report = await repair_store("./data", dry_run=False)
     report = await gc_store(store, ttl_seconds=30 * 86400, keep_checkpoints=5)  # dry run
+    report = await gc_store(store, max_checkpoint_age=7 * 86400, dry_run=False)
+    report = await gc_checkpoints(postgres_checkpoints, max_checkpoint_age=90 * 86400)
 
 Guarantees:
 
@@ -58,6 +60,7 @@ from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     CheckpointStore,
+    ListsCheckpointSessions,
     checkpoint_names,
     get_named_checkpoint,
     scan_checkpoints,
@@ -70,6 +73,7 @@ from perdure.errors import (
     SessionNotFoundError,
 )
 from perdure.session.ids import validate_session_id
+from perdure.session.rules import check_max_checkpoint_age, evicted_checkpoints
 from perdure.session.store import SessionMeta, SessionStore
 from perdure.session.ulid import is_ulid, ulid_timestamp_ms
 from perdure.stores.file.store import FileSessionStore, SessionRecoveryReport, StoreLeftovers
@@ -86,6 +90,7 @@ __all__ = [
     "SessionRepair",
     "SkippedSession",
     "VerifyReport",
+    "gc_checkpoints",
     "gc_store",
     "parse_duration",
     "repair_store",
@@ -372,7 +377,8 @@ class ExpiredSession:
 
 @dataclass(frozen=True)
 class PrunedCheckpoint:
-    """A checkpoint :func:`gc_store` deleted (or would delete): older than the newest N.
+    """A checkpoint :func:`gc_store` deleted (or would delete): older than the newest N,
+    or than the age limit.
 
     A damaged one has ``damaged`` set, ``trigger`` ``"unknown"`` and the time its
     id was made as ``created_at``.
@@ -404,6 +410,8 @@ class GcReport:
         now: the time inactivity was measured against (ISO-8601 UTC).
         ttl_seconds: the TTL applied (``None``: sessions were not expired).
         keep_checkpoints: checkpoints kept per session (``None``: none pruned).
+        max_checkpoint_age: seconds; older checkpoints were pruned (``None``: none
+            pruned by age).
         sessions_checked: sessions looked at.
         expired: sessions inactive for longer than the TTL.
         pruned: checkpoints beyond the newest ``keep_checkpoints`` of a session.
@@ -424,6 +432,7 @@ class GcReport:
     skipped: tuple[SkippedSession, ...] = ()
     temp_files: tuple[str, ...] = ()
     orphans: tuple[str, ...] = ()
+    max_checkpoint_age: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data."""
@@ -432,6 +441,7 @@ class GcReport:
             "now": self.now,
             "ttl_seconds": self.ttl_seconds,
             "keep_checkpoints": self.keep_checkpoints,
+            "max_checkpoint_age": self.max_checkpoint_age,
             "sessions_checked": self.sessions_checked,
             "expired": [asdict(e) for e in self.expired],
             "pruned": [asdict(p) for p in self.pruned],
@@ -1025,12 +1035,18 @@ async def gc_store(
     keep_checkpoints: int | None = None,
     dry_run: bool = True,
     now: _dt.datetime | None = None,
+    max_checkpoint_age: float | None = None,
 ) -> GcReport:
     """Expire inactive sessions and prune old checkpoints (SPEC §9); a dry run by default.
 
     A session whose ``updated_at`` is more than ``ttl_seconds`` before ``now`` is
     deleted with its checkpoints. Every other session keeps its newest
-    ``keep_checkpoints`` checkpoints; older ones are deleted, whatever their trigger.
+    ``keep_checkpoints`` checkpoints, and loses those older than
+    ``max_checkpoint_age`` — by default the age limit the store's checkpoints were
+    opened with, so that what a store evicts on write, gc evicts from sessions
+    nobody writes to any more (one rule:
+    :func:`~perdure.session.rules.evicted_checkpoints`, ``now`` for the clock).
+    Pruned checkpoints go whatever their trigger.
     In a file store, what killed writers left is collected too (see
     :meth:`FileSessionStore.collect_leftovers`): temp files of interrupted writes and
     sessions a killed fork left without their history.
@@ -1044,14 +1060,24 @@ async def gc_store(
             checkpoint newer than the oldest kept one is kept and reported in
             ``skipped``; an older one is pruned (``PrunedCheckpoint.damaged``).
         dry_run: report what would be deleted, delete nothing (the default).
-        now: the time to measure inactivity against (aware; default: now).
+        now: the time to measure inactivity and ages against (aware; default: now).
+        max_checkpoint_age: seconds; older checkpoints are pruned (``None``: the
+            store's checkpoints' own ``max_checkpoint_age``, if any). A damaged
+            checkpoint's age is read from its id.
 
     Raises:
-        ValueError: both limits are ``None``, a limit is out of range, or ``now`` is
-            naive.
+        ValueError: no limit given nor configured on the store, a limit is out of
+            range, or ``now`` is naive.
     """
-    if ttl_seconds is None and keep_checkpoints is None:
-        raise ValueError("gc_store needs ttl_seconds, keep_checkpoints or both")
+    max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
+    if max_checkpoint_age is None:
+        configured = getattr(_checkpoint_store(store), "max_checkpoint_age", None)
+        max_checkpoint_age = check_max_checkpoint_age(configured)
+    if ttl_seconds is None and keep_checkpoints is None and max_checkpoint_age is None:
+        raise ValueError(
+            "gc_store needs ttl_seconds, keep_checkpoints or max_checkpoint_age "
+            "(or a store opened with max_checkpoint_age)"
+        )
     if ttl_seconds is not None and (
         isinstance(ttl_seconds, bool)
         or not isinstance(ttl_seconds, int | float)
@@ -1068,7 +1094,9 @@ async def gc_store(
         now = _dt.datetime.now(_dt.UTC)
     elif not isinstance(now, _dt.datetime) or now.utcoffset() is None:
         raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
-    checkpoints = _checkpoint_store(store) if keep_checkpoints is not None else None
+    pruning = keep_checkpoints is not None or max_checkpoint_age is not None
+    checkpoints = _checkpoint_store(store) if pruning else None
+    now_ms = int(now.timestamp() * 1000)
     leftovers = (
         await store.collect_leftovers(dry_run=dry_run)
         if isinstance(store, FileSessionStore)
@@ -1103,8 +1131,15 @@ async def gc_store(
                 expired.append(
                     ExpiredSession(meta.session_id, meta.updated_at, idle, meta.message_count)
                 )
-            elif checkpoints is not None and keep_checkpoints is not None:
-                gone, left = await _prune(checkpoints, meta.session_id, keep_checkpoints, dry_run)
+            elif checkpoints is not None:
+                gone, left = await _prune(
+                    checkpoints,
+                    meta.session_id,
+                    keep_checkpoints,
+                    max_checkpoint_age,
+                    now_ms,
+                    dry_run,
+                )
                 pruned.extend(gone)
                 skipped.extend(left)
         except (SessionLockedError, SessionCorruptedError) as exc:
@@ -1120,27 +1155,113 @@ async def gc_store(
         skipped=tuple(skipped),
         temp_files=leftovers.temp_files,
         orphans=leftovers.orphans,
+        max_checkpoint_age=max_checkpoint_age,
+    )
+
+
+async def gc_checkpoints(
+    checkpoints: CheckpointStore,
+    *,
+    keep_checkpoints: int | None = None,
+    max_checkpoint_age: float | None = None,
+    dry_run: bool = True,
+    now: _dt.datetime | None = None,
+) -> GcReport:
+    """Prune a checkpoint store of its own, session by session; a dry run by default.
+
+    For checkpoints kept apart from their sessions' log —
+    ``Session(RedisSessionStore(url, ttl=…), id, checkpoints=PostgresCheckpointStore(dsn))``
+    — whose sessions may be long gone from the session store: :func:`gc_store` walks
+    the sessions a session store lists, this walks those the checkpoint store names
+    (:class:`~perdure.checkpoints.store.ListsCheckpointSessions`). The rule is
+    :func:`gc_store`'s: each session keeps its newest ``keep_checkpoints`` and
+    loses those older than ``max_checkpoint_age`` (by default the store's own
+    limit); a damaged one goes only when its id says it is old enough.
+
+    Raises:
+        TypeError: ``checkpoints`` cannot name its sessions.
+        ValueError: no limit given nor configured on the store, a limit out of
+            range, or ``now`` naive.
+    """
+    if not isinstance(checkpoints, ListsCheckpointSessions):
+        raise TypeError(
+            f"checkpoints must be a checkpoint store that names its sessions "
+            f"(checkpoint_sessions), got {type(checkpoints).__name__}"
+        )
+    max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
+    if max_checkpoint_age is None:
+        configured = getattr(checkpoints, "max_checkpoint_age", None)
+        max_checkpoint_age = check_max_checkpoint_age(configured)
+    if keep_checkpoints is None and max_checkpoint_age is None:
+        raise ValueError(
+            "gc_checkpoints needs keep_checkpoints or max_checkpoint_age "
+            "(or a store opened with max_checkpoint_age)"
+        )
+    if keep_checkpoints is not None and (
+        isinstance(keep_checkpoints, bool)
+        or not isinstance(keep_checkpoints, int)
+        or keep_checkpoints < 0
+    ):
+        raise ValueError(f"keep_checkpoints must be an int >= 0, got {keep_checkpoints!r}")
+    if now is None:
+        now = _dt.datetime.now(_dt.UTC)
+    elif not isinstance(now, _dt.datetime) or now.utcoffset() is None:
+        raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
+    now_ms = int(now.timestamp() * 1000)
+    sessions = await checkpoints.checkpoint_sessions()
+    pruned: list[PrunedCheckpoint] = []
+    skipped: list[SkippedSession] = []
+    for session_id in sessions:
+        gone, left = await _prune(
+            checkpoints, session_id, keep_checkpoints, max_checkpoint_age, now_ms, dry_run
+        )
+        pruned.extend(gone)
+        skipped.extend(left)
+    return GcReport(
+        dry_run=dry_run,
+        now=now.astimezone(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        ttl_seconds=None,
+        keep_checkpoints=keep_checkpoints,
+        sessions_checked=len(sessions),
+        expired=(),
+        pruned=tuple(pruned),
+        skipped=tuple(skipped),
+        max_checkpoint_age=max_checkpoint_age,
     )
 
 
 async def _prune(
-    checkpoints: CheckpointStore, session_id: str, keep: int, dry_run: bool
+    checkpoints: CheckpointStore,
+    session_id: str,
+    keep: int | None,
+    max_age: float | None,
+    now_ms: int,
+    dry_run: bool,
 ) -> tuple[list[PrunedCheckpoint], list[SkippedSession]]:
-    """Delete all but the newest ``keep`` readable checkpoints (see :func:`gc_store`)."""
+    """Delete the checkpoints retention evicts (see :func:`gc_store`): the stores' rule
+    on the readable ones; a damaged one goes when its id is past the age limit or
+    older than the oldest readable one kept."""
     found = await scan_checkpoints(checkpoints, session_id)  # oldest first
-    intact = [item for item in found if isinstance(item, CheckpointMeta)]
-    kept = intact[max(0, len(intact) - keep) :] if keep else []
-    oldest_kept = kept[0].checkpoint_id if kept else None
+    intact = [item.checkpoint_id for item in found if isinstance(item, CheckpointMeta)]
+    if keep == 0:
+        evicted = set(intact)
+    else:
+        evicted = set(evicted_checkpoints(intact, keep, max_age, now_ms=now_ms))
+    kept = [cid for cid in intact if cid not in evicted]
+    by_count = keep is not None and (keep == 0 or bool(kept))
+    aged = set(
+        evicted_checkpoints([item.checkpoint_id for item in found], None, max_age, now_ms=now_ms)
+    )
     pruned: list[PrunedCheckpoint] = []
     left: list[SkippedSession] = []
     for item in found:
         if isinstance(item, CheckpointMeta):
-            if item not in kept:
+            if item.checkpoint_id in evicted:
                 pruned.append(
                     PrunedCheckpoint(session_id, item.checkpoint_id, item.trigger, item.created_at)
                 )
         elif is_ulid(item.checkpoint_id) and (
-            keep == 0 or (oldest_kept is not None and item.checkpoint_id < oldest_kept)
+            item.checkpoint_id in aged or (by_count and (keep == 0 or item.checkpoint_id < kept[0]))
         ):
             pruned.append(
                 PrunedCheckpoint(

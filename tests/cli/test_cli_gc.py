@@ -16,11 +16,13 @@ from click.testing import CliRunner, Result
 import postgres_server
 from helpers import set_created_at
 from perdure import Agent
+from perdure.checkpoints.store import FileCheckpointStore
 from perdure.cli.gc import human_duration, short_time
 from perdure.cli.main import cli
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore, open_store
 from perdure.stores.sqlite import SQLiteSessionStore
+from perdure.testing.checkpoints import put_aged
 
 
 def perdure(*args: str) -> Result:
@@ -129,6 +131,27 @@ def test_gc_keeps_the_newest_checkpoints(tmp_path: Path) -> None:
     }
 
 
+def test_gc_deletes_checkpoints_older_than_the_age(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"])
+    old = asyncio.run(put_aged(store.checkpoints, "a", hours=30)).meta.checkpoint_id
+    young = asyncio.run(put_aged(store.checkpoints, "a", hours=1)).meta.checkpoint_id
+    url = f"file:{store.root}"
+    bad = perdure("gc", "--store", url, "--max-checkpoint-age", "1.5d")
+    assert bad.exit_code == 2
+    assert bad.stderr.startswith("error: --max-checkpoint-age: '1.5d' is not a duration")
+    dry = perdure("gc", "--store", url, "--max-checkpoint-age", "1d")
+    assert dry.exit_code == 0
+    assert "checkpoints older than 1d:" in dry.stdout
+    assert "would delete 0 of 1 session and 1 checkpoint" in dry.stdout
+    done = perdure("gc", "--store", url, "--max-checkpoint-age", "2h", "--apply", "--json")
+    assert done.exit_code == 0
+    report = json.loads(done.stdout)
+    assert report["max_checkpoint_age"] == 7200
+    assert [p["checkpoint_id"] for p in report["pruned"]] == [old]
+    assert checkpoint_ids(store, "a") == [young]
+
+
 def test_gc_ttl_on_sqlite_with_a_given_now(tmp_path: Path) -> None:
     store = SQLiteSessionStore(tmp_path / "p.db")
     populate(store, ["a", "b"], checkpoints=1)
@@ -173,7 +196,7 @@ def test_a_bad_duration_is_a_usage_error_naming_the_option(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "error: nothing to do: give --ttl, --keep-checkpoints or both"),
+        ([], "error: nothing to do: give --ttl, --keep-checkpoints, --max-checkpoint-age"),
         (["--keep-checkpoints", "-1"], "error: --keep-checkpoints must be 0 or more"),
         (["--ttl", "1d", "--store", "redis2:x"], "error: --store: unknown store scheme"),
         (["--ttl", "1d", "--now", "yesterday"], "error: --now: 'yesterday' is not an ISO-8601"),
@@ -226,3 +249,65 @@ def test_gc_ttl_on_postgres_deletes_the_idle_session_with_its_checkpoints(
     assert checkpoint_ids(store, "a") == []
     assert len(checkpoint_ids(store, "b")) == 1
     getattr(store, "close", lambda: None)()
+
+
+def test_gc_checkpoints_prunes_a_postgres_checkpoint_store_of_its_own(
+    request: pytest.FixtureRequest,
+) -> None:
+    postgres_server.require_server()
+    from perdure.stores.postgres import PostgresCheckpointStore
+
+    schema = postgres_server.new_schema_name()
+    request.addfinalizer(lambda: postgres_server.drop_schema(schema))
+    url = f"{postgres_server.DSN}?schema={schema}"
+    absent = perdure("gc", "--checkpoints", url, "--max-checkpoint-age", "1d")
+    assert absent.exit_code == 3  # no tables: reported, nothing created
+    assert absent.stderr.startswith("error: no checkpoint store at")
+    store = PostgresCheckpointStore(postgres_server.DSN, schema=schema)
+    try:
+        # Sessions that live in another store (Redis, say), or lived there once.
+        old = asyncio.run(put_aged(store, "gone", hours=100 * 24)).meta.checkpoint_id
+        young = asyncio.run(put_aged(store, "live", hours=1)).meta.checkpoint_id
+        dry = perdure("gc", "--checkpoints", url, "--max-checkpoint-age", "90d")
+        assert dry.exit_code == 0, dry.stderr
+        assert "would delete 0 of 2 sessions and 1 checkpoint" in dry.stdout
+        done = perdure(
+            "gc", "--checkpoints", f"{url}&max_checkpoint_age=7776000", "--apply", "--json"
+        )
+        assert done.exit_code == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert (report["max_checkpoint_age"], report["sessions_checked"]) == (7776000, 2)
+        assert [p["checkpoint_id"] for p in report["pruned"]] == [old]
+        assert asyncio.run(store.checkpoint_ids("gone")) == []
+        assert asyncio.run(store.checkpoint_ids("live")) == [young]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-checkpoint-age", "1d", "--ttl", "1d"], "error: --ttl expires sessions"),
+        ([], "error: nothing to do: give --keep-checkpoints, --max-checkpoint-age"),
+        (["--keep-checkpoints", "1", "--checkpoints", "sqlite:x.db"], "error: --checkpoints:"),
+        (["--keep-checkpoints", "1", "--checkpoints", "postgresql://h/d?ttl=1"], "error: --check"),
+    ],
+)
+def test_gc_checkpoints_bad_inputs_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    cps = FileCheckpointStore(tmp_path / "cps")
+    asyncio.run(put_aged(cps, "s", hours=1))
+    result = perdure("gc", "--checkpoints", f"file:{cps.root}", *args)
+    assert result.exit_code == 2, result.stdout
+    assert result.stderr.startswith(message)
+
+
+def test_gc_checkpoints_on_a_file_checkpoint_store(tmp_path: Path) -> None:
+    cps = FileCheckpointStore(tmp_path / "cps")
+    made = [asyncio.run(put_aged(cps, sid, hours=h)) for sid, h in (("a", 50), ("a", 1), ("b", 2))]
+    missing = perdure("gc", "--checkpoints", f"file:{tmp_path}/none", "--keep-checkpoints", "1")
+    assert missing.exit_code == 3
+    done = perdure("gc", "--checkpoints", f"file:{cps.root}", "--keep-checkpoints", "1", "--apply")
+    assert done.exit_code == 0, done.stderr
+    assert "deleted 0 of 2 sessions and 1 checkpoint" in done.stdout
+    assert asyncio.run(cps.checkpoint_sessions()) == ["a", "b"]
+    assert asyncio.run(cps.checkpoint_ids("a")) == [made[1].meta.checkpoint_id]

@@ -60,31 +60,32 @@ class Bench:
         self._closers: list[Callable[[], None]] = []
         self._memory_storage = MemoryStorage()
 
-    def make(self, *, max_checkpoints: int | None = None) -> CheckpointStore:
-        """A store of this kind; persistent kinds see the data earlier ones wrote."""
+    def make(self, **retention: Any) -> CheckpointStore:
+        """A store of this kind; persistent kinds see the data earlier ones wrote.
+
+        ``retention``: ``max_checkpoints``, ``max_checkpoint_age``.
+        """
         kind, path = self.kind, self.path
         if kind == "file":
-            return FileCheckpointStore(path / "checkpoints", max_checkpoints=max_checkpoints)
+            return FileCheckpointStore(path / "checkpoints", **retention)
         if kind == "file_session":
-            return FileSessionStore(path / "fs", max_checkpoints=max_checkpoints).checkpoints
+            return FileSessionStore(path / "fs", **retention).checkpoints
         if kind == "sqlite_session":
-            sqlite_store = SQLiteSessionStore(path / "s.db", max_checkpoints=max_checkpoints)
+            sqlite_store = SQLiteSessionStore(path / "s.db", **retention)
             self._closers.append(sqlite_store.close)
             return sqlite_store.checkpoints
         if kind == "memory_session":
-            return MemorySessionStore(max_checkpoints=max_checkpoints).checkpoints
+            return MemorySessionStore(**retention).checkpoints
         if kind == "memory":
-            return MemoryCheckpointStore(max_checkpoints=max_checkpoints)
+            return MemoryCheckpointStore(**retention)
         if kind == "storage_memory":
-            return StorageCheckpointStore(self._memory_storage, max_checkpoints=max_checkpoints)
+            return StorageCheckpointStore(self._memory_storage, **retention)
         if kind == "storage_local_file":
-            return StorageCheckpointStore(
-                LocalFileStorage(path / "blobs"), max_checkpoints=max_checkpoints
-            )
+            return StorageCheckpointStore(LocalFileStorage(path / "blobs"), **retention)
         if kind == "storage_sqlite":
             storage = SQLiteStorage(path / "blobs.db")
             self._closers.append(storage.close)
-            return StorageCheckpointStore(storage, max_checkpoints=max_checkpoints)
+            return StorageCheckpointStore(storage, **retention)
         raise ValueError(kind)
 
     def close(self) -> None:

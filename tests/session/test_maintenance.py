@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from session_stores import make_store
+from session_stores import OPENED, STORE_KINDS, make_store
 
 from helpers import set_created_at
 from perdure import Agent, maintenance
+from perdure.checkpoints.storage import StorageCheckpointStore
+from perdure.checkpoints.store import FileCheckpointStore, MemoryCheckpointStore
 from perdure.maintenance import (
     Damage,
     gc_store,
@@ -27,8 +29,10 @@ from perdure.maintenance import (
 )
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore
+from perdure.storage import LocalFileStorage
 from perdure.stores.memory import MemorySessionStore
 from perdure.stores.sqlite import SQLiteSessionStore
+from perdure.testing.checkpoints import put_aged
 
 NOW = dt.datetime.now(dt.UTC)
 
@@ -732,6 +736,127 @@ def test_gc_prunes_past_damaged_checkpoints_and_keeps_newest_readable(
     assert run(cps.checkpoint_ids("a")) == []
 
 
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_gc_prunes_checkpoints_older_than_the_age(kind: str, tmp_path: Path) -> None:
+    store = make_store(kind, tmp_path)
+    populate(store, ["a", "b"], checkpoints=0)
+    cps: Any = store.checkpoints  # type: ignore[attr-defined]
+    a = [run(put_aged(cps, "a", hours=h)).meta.checkpoint_id for h in (3, 1.5, 0.1)]
+    b = run(put_aged(cps, "b", hours=2)).meta.checkpoint_id
+    dry = run(gc_store(store, max_checkpoint_age=3600))
+    assert [(p.session_id, p.checkpoint_id) for p in dry.pruned] == [
+        ("a", a[0]),
+        ("a", a[1]),
+        ("b", b),
+    ]
+    assert dry.to_dict()["max_checkpoint_age"] == 3600
+    assert [m.checkpoint_id for m in run(cps.list("a"))] == a  # a dry run deletes nothing
+    # Ages are measured against `now`: three hours on, the newest is past an hour too.
+    later = run(gc_store(store, max_checkpoint_age=3600, now=NOW + dt.timedelta(hours=3)))
+    assert [p.checkpoint_id for p in later.pruned] == [*a, b]
+    # With a count too, the stores' one rule: the aged go, then the oldest past it.
+    both = run(gc_store(store, max_checkpoint_age=2 * 3600, keep_checkpoints=1))
+    assert [p.checkpoint_id for p in both.pruned] == [*a[:2], b]  # b: 2 h and a moment
+    run(gc_store(store, max_checkpoint_age=3600, dry_run=False))
+    assert [m.checkpoint_id for m in run(cps.list("a"))] == a[2:]
+    assert run(cps.list("b")) == []
+    assert len(run(store.list())) == 2  # sessions stay
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres", "redis"])
+def test_gc_applies_the_age_limit_the_store_was_opened_with(kind: str, tmp_path: Path) -> None:
+    unlimited = make_store(kind, tmp_path)
+    populate(unlimited, ["a"], checkpoints=0)
+    cps: Any = unlimited.checkpoints  # type: ignore[attr-defined]
+    made = [run(put_aged(cps, "a", hours=h)).meta.checkpoint_id for h in (5, 0.5)]
+    with pytest.raises(ValueError, match="gc_store needs"):
+        run(gc_store(unlimited))
+    limited = make_store(kind, tmp_path, max_checkpoint_age=3600)
+    report = run(gc_store(limited, dry_run=False))
+    assert (report.max_checkpoint_age, [p.checkpoint_id for p in report.pruned]) == (
+        3600,
+        made[:1],
+    )
+    assert [m.checkpoint_id for m in run(cps.list("a"))] == made[1:]
+    # An explicit limit wins over the store's.
+    report = run(gc_store(limited, max_checkpoint_age=600))
+    assert [p.checkpoint_id for p in report.pruned] == made[1:]
+
+
+def test_gc_prunes_a_damaged_checkpoint_by_the_age_its_id_tells(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    populate(store, ["a"], checkpoints=0)
+    made = [run(put_aged(store.checkpoints, "a", hours=h)).meta.checkpoint_id for h in (3, 2, 0)]
+    for damaged in (made[0], made[2]):
+        (store.session_dir("a") / "checkpoints" / f"{damaged}.json").write_bytes(b"{}")
+    report = run(gc_store(store, max_checkpoint_age=3600, dry_run=False))
+    assert [(p.checkpoint_id, p.damaged) for p in report.pruned] == [
+        (made[0], True),
+        (made[1], False),
+    ]
+    assert [(s.checkpoint_id, s.code) for s in report.skipped] == [
+        (made[2], "session_store_corrupted")  # young: kept for `perdure repair`
+    ]
+    assert run(store.checkpoints.checkpoint_ids("a")) == made[2:]
+
+
+def own_checkpoint_store(kind: str, tmp_path: Path, **retention: Any) -> Any:
+    """A checkpoint store of its own, over ``tmp_path`` (or the test's schema)."""
+    if kind == "file":
+        return FileCheckpointStore(tmp_path / "cps", **retention)
+    if kind == "storage":
+        return StorageCheckpointStore(LocalFileStorage(tmp_path / "blobs"), **retention)
+    # PostgreSQL: the checkpoints of the test's PostgreSQL session store, seen from a
+    # PostgresCheckpointStore over the same schema (dropped after the test).
+    beside: Any = make_store("postgres", tmp_path)
+    from perdure.stores.postgres import PostgresCheckpointStore
+    from postgres_server import DSN
+
+    store = PostgresCheckpointStore(DSN, schema=beside.schema, **retention)
+    OPENED.append(store)
+    return store
+
+
+@pytest.mark.parametrize("kind", ["file", "storage", "postgres"])
+def test_gc_checkpoints_prunes_a_store_of_its_own_whose_sessions_are_gone(
+    kind: str, tmp_path: Path
+) -> None:
+    # Checkpoints whose sessions live (or lived) elsewhere: no session store lists them.
+    cps = own_checkpoint_store(kind, tmp_path)
+    old = run(put_aged(cps, "gone", hours=48)).meta.checkpoint_id
+    young = run(put_aged(cps, "gone", hours=1)).meta.checkpoint_id
+    other = [run(put_aged(cps, "other", hours=h)).meta.checkpoint_id for h in (30, 3, 2)]
+    with pytest.raises(ValueError, match="gc_checkpoints needs"):
+        run(maintenance.gc_checkpoints(cps))
+    dry = run(maintenance.gc_checkpoints(cps, max_checkpoint_age=86400))
+    assert (dry.dry_run, dry.sessions_checked) == (True, 2)
+    assert [(p.session_id, p.checkpoint_id) for p in dry.pruned] == [
+        ("gone", old),
+        ("other", other[0]),
+    ]
+    assert run(cps.checkpoint_ids("gone")) == [old, young]  # a dry run deletes nothing
+    both = run(maintenance.gc_checkpoints(cps, max_checkpoint_age=86400, keep_checkpoints=1))
+    assert [p.checkpoint_id for p in both.pruned] == [old, *other[:2]]
+    # The store's own limit is the default.
+    limited = own_checkpoint_store(kind, tmp_path, max_checkpoint_age=86400)
+    done = run(maintenance.gc_checkpoints(limited, dry_run=False))
+    assert done.max_checkpoint_age == 86400
+    assert run(cps.checkpoint_ids("gone")) == [young]
+    assert run(cps.checkpoint_ids("other")) == other[1:]
+    json.dumps(done.to_dict())
+
+
+def test_gc_checkpoints_needs_a_store_that_names_its_sessions(tmp_path: Path) -> None:
+    store = SQLiteSessionStore(tmp_path / "s.db")
+    try:
+        with pytest.raises(TypeError, match="names its sessions"):
+            run(maintenance.gc_checkpoints(store.checkpoints, keep_checkpoints=1))
+        with pytest.raises(ValueError, match="max_checkpoint_age"):
+            run(maintenance.gc_checkpoints(MemoryCheckpointStore(), max_checkpoint_age=-1))
+    finally:
+        store.close()
+
+
 def test_gc_skips_a_session_another_writer_holds(tmp_path: Path) -> None:
     store = FileSessionStore(tmp_path / "data")
     populate(store, ["a", "b"])
@@ -817,6 +942,8 @@ def test_gc_arguments_are_checked() -> None:
     store: Any = object()
     for kwargs in (
         {},
+        {"max_checkpoint_age": 0},
+        {"max_checkpoint_age": "1h"},
         {"ttl_seconds": 0},
         {"ttl_seconds": -5},
         {"ttl_seconds": True},

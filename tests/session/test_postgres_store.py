@@ -76,7 +76,7 @@ class TestPostgresSessionStoreCheckpoints(CheckpointStoreSuite):
     def checkpoint_store_factory(
         self, opened: Callable[..., PostgresSessionStore]
     ) -> CheckpointStoreFactory:
-        return lambda max_checkpoints=None: opened(max_checkpoints=max_checkpoints).checkpoints
+        return lambda **retention: opened(**retention).checkpoints
 
 
 class TestPostgresCheckpointStore(CheckpointStoreSuite):
@@ -84,8 +84,8 @@ class TestPostgresCheckpointStore(CheckpointStoreSuite):
     def checkpoint_store_factory(self, schema: str) -> Iterator[CheckpointStoreFactory]:
         stores: list[PostgresCheckpointStore] = []
 
-        def factory(max_checkpoints: int | None = None) -> PostgresCheckpointStore:
-            store = PostgresCheckpointStore(DSN, schema=schema, max_checkpoints=max_checkpoints)
+        def factory(**retention: Any) -> PostgresCheckpointStore:
+            store = PostgresCheckpointStore(DSN, schema=schema, **retention)
             stores.append(store)
             return store
 

@@ -74,7 +74,7 @@ class TestRedisSessionStoreCheckpoints(CheckpointStoreSuite):
     def checkpoint_store_factory(
         self, opened: Callable[..., RedisSessionStore]
     ) -> CheckpointStoreFactory:
-        return lambda max_checkpoints=None: opened(max_checkpoints=max_checkpoints).checkpoints
+        return lambda **retention: opened(**retention).checkpoints
 
 
 async def test_a_second_writer_gets_session_locked(
@@ -197,9 +197,12 @@ def test_a_session_unused_past_its_ttl_is_gone_and_says_expired(
 
 def test_open_store_opens_redis_urls_with_their_options(prefix: str) -> None:
     url = require_server()
-    store = open_store(f"{url}?prefix={prefix}&ttl=30&lease=5&max_checkpoints=3")
+    store = open_store(
+        f"{url}?prefix={prefix}&ttl=30&lease=5&max_checkpoints=3&max_checkpoint_age=3600"
+    )
     assert isinstance(store, RedisSessionStore)
     assert (store.prefix, store.ttl, store.lease, store.max_checkpoints) == (prefix, 30, 5, 3)
+    assert store.max_checkpoint_age == store.checkpoints.max_checkpoint_age == 3600.0
     asyncio.run(store.create("s"))
     assert asyncio.run(open_store(f"{url}?prefix={prefix}").get("s")).message_count == 0
     with pytest.raises(ValueError, match="both give"):

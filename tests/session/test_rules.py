@@ -5,6 +5,7 @@ stores do."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import tempfile
@@ -27,12 +28,15 @@ from perdure.session.rules import (
     chain_hash,
     check_extends,
     check_get_args,
+    check_max_checkpoint_age,
     check_max_checkpoints,
+    checkpoint_age_cutoff,
     commit_request,
     evicted_checkpoints,
     plan_commit,
     writes_anything,
 )
+from perdure.session.ulid import encode_ulid
 from perdure.storage import MemoryStorage
 from perdure.stores.file import journal
 from perdure.stores.file.store import FileSessionStore
@@ -268,6 +272,77 @@ def test_retention_evicts_the_oldest_past_the_limit(ids: list[str], keep: int | 
     kept = sorted(set(ids) - set(evicted))
     assert len(kept) == min(keep, len(ids))
     assert all(old < new for old in evicted for new in kept)
+
+
+@pytest.mark.parametrize("bad", [0, -1, -0.5, True, False, "60", float("nan"), float("inf"), [1]])
+def test_max_checkpoint_age_is_none_or_positive_seconds(bad: Any) -> None:
+    message = "max_checkpoint_age must be None or a number of seconds > 0"
+    with pytest.raises(ValueError, match=message):
+        check_max_checkpoint_age(bad)
+    makers: list[Any] = [
+        lambda: MemoryCheckpointStore(max_checkpoint_age=bad),
+        lambda: FileCheckpointStore("unused", max_checkpoint_age=bad),
+        lambda: StorageCheckpointStore(MemoryStorage(), max_checkpoint_age=bad),
+        lambda: MemorySessionStore(max_checkpoint_age=bad),
+        lambda: FileSessionStore("unused", max_checkpoint_age=bad),
+        lambda: SQLiteSessionStore("unused.db", max_checkpoint_age=bad),
+    ]
+    with contextlib.suppress(ImportError):  # constructors do no I/O: no server needed
+        from perdure.stores.postgres import PostgresCheckpointStore, PostgresSessionStore
+
+        makers.append(lambda: PostgresSessionStore("postgresql://x/y", max_checkpoint_age=bad))
+        makers.append(lambda: PostgresCheckpointStore("postgresql://x/y", max_checkpoint_age=bad))
+    with contextlib.suppress(ImportError):
+        from perdure.stores.redis import RedisSessionStore
+
+        makers.append(lambda: RedisSessionStore("redis://x:1/0", max_checkpoint_age=bad))
+    for make in makers:
+        with pytest.raises(ValueError, match=message):
+            make()
+    assert check_max_checkpoint_age(None) is None
+    assert check_max_checkpoint_age(90) == 90.0
+    assert check_max_checkpoint_age(0.25) == 0.25
+
+
+NOW_MS = 1_750_000_000_000
+
+
+def test_age_retention_evicts_ids_made_before_the_cutoff() -> None:
+    hour = 3_600_000
+    made = [encode_ulid(NOW_MS - ms, 7) for ms in (3 * hour, hour + 1, hour, hour - 1, 0)]
+    assert evicted_checkpoints(made, None, 3600, now_ms=NOW_MS) == made[:2]  # age > 1 h
+    cutoff = checkpoint_age_cutoff(3600, NOW_MS)
+    assert cutoff == encode_ulid(NOW_MS - hour, 0)
+    assert [cid < cutoff for cid in made] == [True, True, False, False, False]
+    assert checkpoint_age_cutoff(None, NOW_MS) is None
+    assert checkpoint_age_cutoff(10**10, NOW_MS) == encode_ulid(0, 0)  # before 1970: nothing
+    # With a count as well: the aged go first, then the oldest past the count.
+    assert evicted_checkpoints(made, 2, 3600, now_ms=NOW_MS) == made[:3]
+    assert evicted_checkpoints(made, 4, 3600, now_ms=NOW_MS) == made[:2]
+    # An id that is no ULID has no age: only the count evicts it.
+    odd = ["0-damaged", *made]  # sorts first
+    assert evicted_checkpoints(odd, None, 3600, now_ms=NOW_MS) == made[:2]
+    assert evicted_checkpoints(odd, 1, 3600, now_ms=NOW_MS) == ["0-damaged", *made[:4]]
+    # The clock is the default now.
+    assert evicted_checkpoints([encode_ulid(NOW_MS, 1)], None, 1) == [encode_ulid(NOW_MS, 1)]
+
+
+@given(
+    ages=st.lists(st.integers(0, 10 * 3_600_000), unique=True),
+    keep=st.none() | st.integers(1, 8),
+    limit=st.none() | st.integers(1, 10 * 3600),
+)
+def test_retention_keeps_the_newest_young_enough(
+    ages: list[int], keep: int | None, limit: int | None
+) -> None:
+    made = [encode_ulid(NOW_MS - age, 3) for age in ages]
+    evicted = evicted_checkpoints(made, keep, limit, now_ms=NOW_MS)
+    young = [
+        cid for cid, age in zip(made, ages, strict=True) if limit is None or age <= limit * 1000
+    ]
+    expected_kept = sorted(young)[-keep:] if keep is not None else sorted(young)
+    assert sorted(set(made) - set(evicted)) == expected_kept
+    assert evicted == sorted(evicted)
 
 
 # ---------------------------------------------------------------- the stores agree

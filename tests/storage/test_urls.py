@@ -79,17 +79,20 @@ def test_a_postgres_url_opens_the_postgres_store_without_io() -> None:
 
     store = open_store(
         "postgresql://alice@db.example:6432/app?schema=agents&sslmode=require&ttl=1800"
-        "&lease=10&max_checkpoints=3"
+        "&lease=10&max_checkpoints=3&max_checkpoint_age=86400"
     )
     assert isinstance(store, PostgresSessionStore)
     assert store.schema == "agents"
     assert (store.ttl, store.lease, store.max_checkpoints) == (1800.0, 10.0, 3)
+    assert store.max_checkpoint_age == store.checkpoints.max_checkpoint_age == 86400.0
     assert store.db.dsn == "postgresql://alice@db.example:6432/app?sslmode=require"
     plain = open_store("postgres://db/app", schema="other")
     assert isinstance(plain, PostgresSessionStore)
     assert plain.schema == "other"
     with pytest.raises(ValueError, match="both give schema"):
         open_store("postgresql://db/app?schema=a", schema="b")
+    with pytest.raises(ValueError, match="max_checkpoint_age must be None or a number"):
+        open_store("postgresql://db/app?max_checkpoint_age=0")
 
 
 @pytest.mark.parametrize(
@@ -97,6 +100,7 @@ def test_a_postgres_url_opens_the_postgres_store_without_io() -> None:
     [
         ("postgresql://db/app?ttl=soon", "ttl='soon' is not a number"),
         ("postgresql://db/app?max_checkpoints=2.5", "max_checkpoints='2.5' is not an integer"),
+        ("postgresql://db/app?max_checkpoint_age=1d", "max_checkpoint_age='1d' is not a number"),
         ("postgresql://db/app?schema=a&schema=b", "schema= twice"),
         ("postgresql://db/app?table=blobs", "table= is not an option of the store"),
     ],

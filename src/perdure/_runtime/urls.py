@@ -51,6 +51,7 @@ POSTGRES_OPTIONS: dict[str, type] = {
     "ttl": float,
     "lease": float,
     "max_checkpoints": int,
+    "max_checkpoint_age": float,
     "durability": str,
 }
 """perdure's options a ``postgresql://`` store URL may carry in its query, and their types."""
@@ -60,6 +61,7 @@ REDIS_OPTIONS: dict[str, type] = {
     "ttl": float,
     "lease": float,
     "max_checkpoints": int,
+    "max_checkpoint_age": float,
 }
 """perdure's options a ``redis://`` store URL may carry in its query, and their types."""
 

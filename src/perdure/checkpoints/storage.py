@@ -11,10 +11,10 @@ whose last segment is not a ULID are not checkpoints and are ignored.
 
 Guarantees: a put is one ``Storage.write``, atomic and durable on a durable backend
 (:class:`~perdure.storage.LocalFileStorage`, :class:`~perdure.storage.SQLiteStorage`).
-Retention (``max_checkpoints``) runs after the write, one ``delete`` per evicted
-checkpoint, oldest first: ``Storage`` has no transactions, so a crash in between
-leaves more checkpoints than the limit (never fewer, never a partial one) until the
-next put of that session evicts them. Every blob is a sealed record checked
+Retention (``max_checkpoints``, ``max_checkpoint_age``) runs after the write, one
+``delete`` per evicted checkpoint, oldest first: ``Storage`` has no transactions, so
+a crash in between leaves more checkpoints than the limit (never fewer, never a
+partial one) until the next put of that session evicts them. Every blob is a sealed record checked
 against its sha256 on every read: a damaged blob (or one written by perdure 0.1,
 without a hash) raises :class:`~perdure.errors.SessionCorruptedError` on ``get``
 and ``list``; :func:`~perdure.checkpoints.store.scan_checkpoints` lists the
@@ -35,7 +35,11 @@ from perdure.checkpoints.store import (
 )
 from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
-from perdure.session.rules import check_max_checkpoints, evicted_checkpoints
+from perdure.session.rules import (
+    check_max_checkpoint_age,
+    check_max_checkpoints,
+    evicted_checkpoints,
+)
 from perdure.session.ulid import is_ulid
 from perdure.storage import Storage, validate_key
 
@@ -51,11 +55,14 @@ class StorageCheckpointStore:
             ``"checkpoints"`` or ``"app/checkpoints"``).
         max_checkpoints: keep at most this many per session (oldest evicted first,
             whatever their trigger).
+        max_checkpoint_age: seconds; older checkpoints of a session are evicted when
+            it gets a new one (and by ``perdure gc``).
 
     Raises:
         TypeError: ``storage`` is not a ``Storage``, or ``prefix`` not a ``str``.
-        ValueError: ``prefix`` is not a valid key, or ``max_checkpoints`` is not
-            ``None`` or an int >= 1.
+        ValueError: ``prefix`` is not a valid key, ``max_checkpoints`` is not
+            ``None`` or an int >= 1, or ``max_checkpoint_age`` not ``None`` or
+            seconds > 0.
     """
 
     def __init__(
@@ -64,12 +71,14 @@ class StorageCheckpointStore:
         *,
         prefix: str = "checkpoints",
         max_checkpoints: int | None = None,
+        max_checkpoint_age: float | None = None,
     ) -> None:
         if not isinstance(storage, Storage):
             raise TypeError(f"storage must be a Storage, got {type(storage).__name__}")
         self.storage = storage
         self.prefix = validate_key(prefix, "prefix")
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
+        self.max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
 
     def __repr__(self) -> str:
         return f"StorageCheckpointStore({self.storage!r}, prefix={self.prefix!r})"
@@ -88,6 +97,16 @@ class StorageCheckpointStore:
         # Only direct children named by a ULID are checkpoints.
         return [key[len(base) :] for key in keys if is_ulid(key[len(base) :])]
 
+    async def checkpoint_sessions(self) -> builtins.list[str]:
+        """Every session id with at least one checkpoint, sorted, from the keys alone."""
+        base = f"{self.prefix}/"
+        found = set()
+        for key in await self.storage.list(base):
+            session_id, _, checkpoint_id = key[len(base) :].partition("/")
+            if is_ulid(checkpoint_id):
+                found.add(session_id)
+        return sorted(found)
+
     async def put(self, record: CheckpointRecord) -> None:
         """Write the checkpoint's blob (replacing one with its id), then apply retention.
 
@@ -101,9 +120,9 @@ class StorageCheckpointStore:
         data = record.to_json_bytes()
         base = self._session_prefix(meta.session_id)
         await self.storage.write(base + meta.checkpoint_id, data)
-        if self.max_checkpoints is not None:
+        if self.max_checkpoints is not None or self.max_checkpoint_age is not None:
             ids = await self._ids(meta.session_id)
-            for stale in evicted_checkpoints(ids, self.max_checkpoints):
+            for stale in evicted_checkpoints(ids, self.max_checkpoints, self.max_checkpoint_age):
                 await self.storage.delete(base + stale)
 
     async def get(self, session_id: str, checkpoint_id: str) -> CheckpointRecord:

@@ -11,9 +11,11 @@ away. Where checkpoints live is explicit (seed 002):
   ``delete``), e.g. :class:`MemoryCheckpointStore`.
 
 Checkpoint files are written durably (temp file + fsync + rename). Retention
-(``max_checkpoints``) evicts the oldest checkpoints of a session, whatever their
-trigger. Ids are ULIDs, monotonic per session: each new id sorts after every earlier
-one of its session, even within one millisecond.
+(``max_checkpoints``, ``max_checkpoint_age``) evicts the oldest checkpoints of a
+session, whatever their trigger, after each put of that session — the rule of every
+store, :func:`~perdure.session.rules.evicted_checkpoints`. Ids are ULIDs, monotonic
+per session: each new id sorts after every earlier one of its session, even within
+one millisecond.
 
 A stored checkpoint is sealed (SPEC §7.1): :meth:`CheckpointRecord.to_json_bytes`
 writes one UTF-8 JSON object::
@@ -52,7 +54,12 @@ from perdure._runtime.fs import atomic_write
 from perdure._runtime.threads import ProcessLock
 from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
-from perdure.session.rules import check_max_checkpoints, evicted_checkpoints, utc_now
+from perdure.session.rules import (
+    check_max_checkpoint_age,
+    check_max_checkpoints,
+    evicted_checkpoints,
+    utc_now,
+)
 from perdure.session.ulid import MonotonicUlid, is_ulid
 from perdure.types import Message, decode_bytes_values, encode_bytes_values, validate_message
 from perdure.types.json import compact_json_bytes
@@ -304,6 +311,21 @@ class ListsCheckpointIds(Protocol):
         ...
 
 
+@runtime_checkable
+class ListsCheckpointSessions(Protocol):
+    """A checkpoint store that can name the sessions it holds checkpoints of.
+
+    A checkpoint store of its own (``FileCheckpointStore``, ``MemoryCheckpointStore``,
+    ``StorageCheckpointStore``, ``PostgresCheckpointStore``) keeps checkpoints after
+    their session's log is gone — the seed-004 layout, where Redis expires the log
+    — so :func:`~perdure.maintenance.gc_checkpoints` walks the sessions it names.
+    """
+
+    async def checkpoint_sessions(self) -> builtins.list[str]:
+        """Every session id with at least one checkpoint stored, sorted."""
+        ...
+
+
 @dataclass(frozen=True)
 class DamagedCheckpoint:
     """A stored checkpoint that cannot be read, as :func:`scan_checkpoints` lists it.
@@ -436,6 +458,8 @@ class FileCheckpointStore:
         dir: the root directory (created on demand). Its lifecycle is its own: use
             ``FileSessionStore.checkpoints`` for checkpoints deleted with the session.
         max_checkpoints: keep at most this many per session (oldest evicted first).
+        max_checkpoint_age: seconds; older checkpoints of a session are evicted when
+            it gets a new one (and by ``perdure gc``).
     """
 
     def __init__(
@@ -443,11 +467,16 @@ class FileCheckpointStore:
         dir: str | os.PathLike[str],
         *,
         max_checkpoints: int | None = None,
+        max_checkpoint_age: float | None = None,
         _layout: Callable[[str], Path] | None = None,
+        _sessions_root: Path | None = None,
     ) -> None:
         self.root = Path(dir)
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
+        self.max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
         self._layout = _layout or (lambda session_id: self.root / session_id)
+        # The directory whose entries are named by session id (see checkpoint_sessions).
+        self._sessions_root = self.root if _sessions_root is None else _sessions_root
 
     def __repr__(self) -> str:
         return f"FileCheckpointStore({str(self.root)!r})"
@@ -464,8 +493,10 @@ class FileCheckpointStore:
         directory.mkdir(parents=True, exist_ok=True)
         check_checkpoint_id(record.meta.checkpoint_id)
         atomic_write(directory / f"{record.meta.checkpoint_id}.json", record.to_json_bytes())
-        if self.max_checkpoints is not None:
-            for stale in evicted_checkpoints(self._ids(directory), self.max_checkpoints):
+        if self.max_checkpoints is not None or self.max_checkpoint_age is not None:
+            for stale in evicted_checkpoints(
+                self._ids(directory), self.max_checkpoints, self.max_checkpoint_age
+            ):
                 (directory / f"{stale}.json").unlink(missing_ok=True)
 
     async def get(self, session_id: str, checkpoint_id: str) -> CheckpointRecord:
@@ -528,6 +559,23 @@ class FileCheckpointStore:
         """Every checkpoint id of the session, oldest first, from file names alone."""
         return await asyncio.to_thread(self._ids, self._dir(session_id))
 
+    async def checkpoint_sessions(self) -> builtins.list[str]:
+        """Every session id with at least one checkpoint file, sorted."""
+        return await asyncio.to_thread(self._sessions)
+
+    def _sessions(self) -> builtins.list[str]:
+        if not self._sessions_root.is_dir():
+            return []
+        found = []
+        for entry in self._sessions_root.iterdir():
+            try:
+                directory = self._dir(entry.name)
+            except ValueError:
+                continue  # not named by a session id: not a session's
+            if self._ids(directory):
+                found.append(entry.name)
+        return sorted(found)
+
     def checkpoint_path(self, session_id: str, checkpoint_id: str) -> Path:
         """The file that holds (or would hold) a checkpoint.
 
@@ -560,10 +608,19 @@ def _file_damage(
 
 
 class MemoryCheckpointStore:
-    """Checkpoints in a dict, deep-copied in and out (for tests and ephemeral use)."""
+    """Checkpoints in a dict, deep-copied in and out (for tests and ephemeral use).
 
-    def __init__(self, *, max_checkpoints: int | None = None) -> None:
+    Args:
+        max_checkpoints: keep at most this many per session (oldest evicted first).
+        max_checkpoint_age: seconds; older checkpoints of a session are evicted when
+            it gets a new one (and by ``perdure gc``).
+    """
+
+    def __init__(
+        self, *, max_checkpoints: int | None = None, max_checkpoint_age: float | None = None
+    ) -> None:
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
+        self.max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
         self._data: dict[str, dict[str, bytes]] = {}
         self._guard = ProcessLock()
 
@@ -575,7 +632,9 @@ class MemoryCheckpointStore:
         with self._guard:
             session = self._data.setdefault(record.meta.session_id, {})
             session[record.meta.checkpoint_id] = data
-            for stale in evicted_checkpoints(list(session), self.max_checkpoints):
+            for stale in evicted_checkpoints(
+                list(session), self.max_checkpoints, self.max_checkpoint_age
+            ):
                 del session[stale]
 
     async def get(self, session_id: str, checkpoint_id: str) -> CheckpointRecord:
@@ -609,6 +668,11 @@ class MemoryCheckpointStore:
         validate_session_id(session_id)
         with self._guard:
             return sorted(self._data.get(session_id, {}))
+
+    async def checkpoint_sessions(self) -> builtins.list[str]:
+        """Every session id with at least one checkpoint, sorted."""
+        with self._guard:
+            return sorted(sid for sid, held in self._data.items() if held)
 
     def drop_session(self, session_id: str) -> None:
         """Forget every checkpoint of a session (its store deleted the session)."""

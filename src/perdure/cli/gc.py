@@ -4,6 +4,13 @@
 
     perdure gc --store sqlite:./perdure.db --ttl 30d                 # dry run
     perdure gc --store file:./data --ttl 12h --keep-checkpoints 5 --apply --json
+    perdure gc --store file:./data --max-checkpoint-age 30d --apply
+    perdure gc --checkpoints 'postgresql://db/app?schema=app' --max-checkpoint-age 90d
+
+``--checkpoints URL`` prunes a checkpoint store of its own (``postgresql://…`` for a
+``PostgresCheckpointStore``, ``file:DIR`` for a ``FileCheckpointStore``) session by
+session — also the sessions no session store lists any more, as those Redis expired
+in the seed-004 layout (:func:`perdure.maintenance.gc_checkpoints`).
 
 A thin face over :func:`perdure.maintenance.gc_store`: a dry run unless
 ``--apply`` is given. Durations are a whole number and a unit (``3600s``, ``90m``,
@@ -12,22 +19,27 @@ A thin face over :func:`perdure.maintenance.gc_store`: a dry run unless
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+from collections.abc import Iterator
+from typing import Any
 
 import click
 from rich.table import Table
 
 from perdure.cli._common import (
+    EXIT_NOT_FOUND,
     EXIT_PROBLEM,
     console,
     echo_json,
+    fail,
     handle_errors,
     json_option,
     run,
     session_store,
     store_option,
 )
-from perdure.maintenance import GcReport, gc_store, parse_duration
+from perdure.maintenance import GcReport, gc_checkpoints, gc_store, parse_duration
 
 
 @click.command()
@@ -44,6 +56,20 @@ from perdure.maintenance import GcReport, gc_store, parse_duration
     default=None,
     help="Keep each session's newest N checkpoints; delete older ones, any trigger.",
 )
+@click.option(
+    "--max-checkpoint-age",
+    metavar="DURATION",
+    default=None,
+    help="Delete checkpoints older than this (default: the store URL's max_checkpoint_age).",
+)
+@click.option(
+    "--checkpoints",
+    "checkpoints_url",
+    metavar="URL",
+    default=None,
+    help="Prune this checkpoint store of its own instead of --store "
+    "(postgresql://…?schema=S or file:DIR), every session it holds checkpoints of.",
+)
 @click.option("--apply", "apply", is_flag=True, help="Delete (without it: a dry run).")
 @click.option(
     "--now",
@@ -58,6 +84,8 @@ from perdure.maintenance import GcReport, gc_store, parse_duration
 def gc(
     ttl: str | None,
     keep_checkpoints: int | None,
+    max_checkpoint_age: str | None,
+    checkpoints_url: str | None,
     apply: bool,
     now: str | None,
     store_url: str,
@@ -66,13 +94,19 @@ def gc(
     """Expire inactive sessions, prune old checkpoints (dry run by default).
 
     A session whose last update is older than --ttl is deleted with its checkpoints;
-    every other session keeps its newest --keep-checkpoints checkpoints. In a file
+    every other session keeps its newest --keep-checkpoints checkpoints and loses
+    those older than --max-checkpoint-age (by default the age limit the store URL
+    sets, ``?max_checkpoint_age=SECONDS``). In a file
     store, temp files of killed writes and sessions a killed fork left empty go too.
     Without --apply nothing is deleted and the report says what would be. Exit 1
     when a session had to be skipped (locked by a writer, or damaged).
     """
-    if ttl is None and keep_checkpoints is None:
-        raise ValueError("nothing to do: give --ttl, --keep-checkpoints or both")
+    age_seconds = None
+    if max_checkpoint_age is not None:
+        try:
+            age_seconds = parse_duration(max_checkpoint_age)
+        except ValueError as exc:
+            raise ValueError(f"--max-checkpoint-age: {exc}") from None
     ttl_seconds = None
     if ttl is not None:
         try:
@@ -82,7 +116,34 @@ def gc(
     if keep_checkpoints is not None and keep_checkpoints < 0:
         raise ValueError(f"--keep-checkpoints must be 0 or more, got {keep_checkpoints}")
     when = _parse_now(now) if now is not None else None
+    if checkpoints_url is not None:
+        if ttl is not None:
+            raise ValueError("--ttl expires sessions: give it with --store, not --checkpoints")
+        with _checkpoint_store(checkpoints_url) as checkpoints:
+            configured = getattr(checkpoints, "max_checkpoint_age", None)
+            if keep_checkpoints is None and age_seconds is None and configured is None:
+                raise ValueError(
+                    "nothing to do: give --keep-checkpoints, --max-checkpoint-age "
+                    "or a --checkpoints URL with max_checkpoint_age"
+                )
+            report = run(
+                gc_checkpoints(
+                    checkpoints,
+                    keep_checkpoints=keep_checkpoints,
+                    max_checkpoint_age=age_seconds,
+                    dry_run=not apply,
+                    now=when,
+                )
+            )
+        _report(report, ttl, as_json)
+        return
     with session_store(store_url) as store:
+        configured = getattr(getattr(store, "checkpoints", None), "max_checkpoint_age", None)
+        if ttl is None and keep_checkpoints is None and age_seconds is None and configured is None:
+            raise ValueError(
+                "nothing to do: give --ttl, --keep-checkpoints, --max-checkpoint-age "
+                "or a store URL with max_checkpoint_age"
+            )
         report = run(
             gc_store(
                 store,
@@ -90,14 +151,59 @@ def gc(
                 keep_checkpoints=keep_checkpoints,
                 dry_run=not apply,
                 now=when,
+                max_checkpoint_age=age_seconds,
             )
         )
+    _report(report, ttl, as_json)
+
+
+def _report(report: GcReport, ttl: str | None, as_json: bool) -> None:
     if as_json:
         echo_json(report.to_dict())
     else:
         _print(report, ttl)
     if report.skipped:
         raise SystemExit(EXIT_PROBLEM)
+
+
+_CHECKPOINT_OPTIONS: dict[str, type] = {
+    "schema": str,
+    "max_checkpoints": int,
+    "max_checkpoint_age": float,
+}
+
+
+@contextlib.contextmanager
+def _checkpoint_store(url: str) -> Iterator[Any]:
+    """Open ``--checkpoints URL`` for the command, closed after; a bad URL is a usage
+    error (exit 2), a store that is not there is not found (exit 3), never created."""
+    store = _open_checkpoint_store(url)
+    try:
+        if hasattr(store, "schema_exists") and not run(store.schema_exists()):
+            fail(f"no checkpoint store at {url} (no perdure tables in its schema)", EXIT_NOT_FOUND)
+        yield store
+    finally:
+        if hasattr(store, "close"):
+            store.close()
+
+
+def _open_checkpoint_store(url: str) -> Any:
+    from perdure._runtime.urls import postgres_url, split_url
+
+    try:
+        _, path = split_url(url, ("file", "postgresql", "postgres"), "checkpoint store")
+        if path is not None:
+            from perdure.checkpoints.store import FileCheckpointStore
+
+            if not path.is_dir():
+                fail(f"no checkpoint store at {path} (--checkpoints {url})", EXIT_NOT_FOUND)
+            return FileCheckpointStore(path)
+        from perdure.stores.postgres import PostgresCheckpointStore
+
+        dsn, found = postgres_url(url, _CHECKPOINT_OPTIONS, "checkpoint store")
+        return PostgresCheckpointStore(dsn, **found)  # type: ignore[arg-type]
+    except (ValueError, ImportError) as exc:  # ImportError: perdure[postgres] is missing
+        raise ValueError(f"--checkpoints: {exc}") from None
 
 
 def _parse_now(text: str) -> _dt.datetime:
@@ -129,7 +235,12 @@ def _print(report: GcReport, ttl: str | None) -> None:
             )
         out.print(table)
     if report.pruned:
-        out.print(f"checkpoints beyond each session's newest {report.keep_checkpoints}:")
+        limits = []
+        if report.keep_checkpoints is not None:
+            limits.append(f"beyond each session's newest {report.keep_checkpoints}")
+        if report.max_checkpoint_age is not None:
+            limits.append(f"older than {human_duration(report.max_checkpoint_age)}")
+        out.print(f"checkpoints {' or '.join(limits)}:")
         table = Table()
         table.add_column("session", overflow="fold")
         table.add_column("checkpoint", overflow="fold")

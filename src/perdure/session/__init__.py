@@ -38,6 +38,7 @@ if _typing.TYPE_CHECKING:
     from perdure.maintenance import GcReport as GcReport
     from perdure.maintenance import RepairReport as RepairReport
     from perdure.maintenance import VerifyReport as VerifyReport
+    from perdure.maintenance import gc_checkpoints as gc_checkpoints
     from perdure.maintenance import gc_store as gc_store
     from perdure.maintenance import repair_store as repair_store
     from perdure.maintenance import verify_store as verify_store
@@ -109,6 +110,7 @@ _EXPORTS: dict[str, str] = {
     "SupportsFlush": "perdure.session.store",
     "SupportsHistoryPage": "perdure.session.store",
     "VerifyReport": "perdure.maintenance",
+    "gc_checkpoints": "perdure.maintenance",
     "gc_store": "perdure.maintenance",
     "migrate_strands": "perdure.migrate.strands",
     "new_session_id": "perdure.session.ids",

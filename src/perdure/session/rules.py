@@ -20,13 +20,15 @@ are decided here, the same way for every store:
   comes back through :func:`decode_message`, which checks its shape.
 - **Argument checks** for ``list``, ``get`` and ``commit``, so every store rejects
   the same misuse with the same ``TypeError``/``ValueError``.
-- **Retention**: :func:`check_max_checkpoints` and :func:`evicted_checkpoints`.
+- **Retention**: :func:`check_max_checkpoints`, :func:`check_max_checkpoint_age`,
+  :func:`checkpoint_age_cutoff` and :func:`evicted_checkpoints`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -34,6 +36,7 @@ from typing import Any, NamedTuple, cast
 
 from perdure.errors import SessionConflictError
 from perdure.session.ids import validate_session_id
+from perdure.session.ulid import encode_ulid, is_ulid
 from perdure.types import (
     Message,
     decode_bytes_values,
@@ -564,12 +567,76 @@ def check_max_checkpoints(max_checkpoints: Any) -> int | None:
     return max_checkpoints
 
 
-def evicted_checkpoints(ids: Sequence[str], max_checkpoints: int | None) -> list[str]:
-    """The checkpoint ids retention evicts: past ``max_checkpoints``, the oldest.
+def check_max_checkpoint_age(max_checkpoint_age: Any) -> float | None:
+    """``max_checkpoint_age`` checked: ``None`` (no age limit) or seconds > 0.
+
+    Raises:
+        ValueError: anything else — a bool, a string, zero, a negative number, NaN or
+            infinity (the message names the argument).
+    """
+    if max_checkpoint_age is None:
+        return None
+    if (
+        isinstance(max_checkpoint_age, bool)
+        or not isinstance(max_checkpoint_age, int | float)
+        or not math.isfinite(max_checkpoint_age)
+        or not max_checkpoint_age > 0
+    ):
+        raise ValueError(
+            "max_checkpoint_age must be None or a number of seconds > 0, "
+            f"got {max_checkpoint_age!r}"
+        )
+    return float(max_checkpoint_age)
+
+
+def checkpoint_age_cutoff(
+    max_checkpoint_age: float | None, now_ms: int | None = None
+) -> str | None:
+    """The checkpoint id below which a checkpoint is older than ``max_checkpoint_age``.
+
+    A checkpoint's age is measured from the millisecond its id was made (ids are
+    ULIDs, and :attr:`CheckpointMeta.created_at` is stamped at the same moment), so
+    the rule needs no body nor meta: a checkpoint is too old when its id sorts
+    before ``encode_ulid(now_ms - age_ms, 0)``, the smallest id of the cutoff
+    millisecond. Stores that cannot call :func:`evicted_checkpoints` where they
+    evict (a Redis script) compare ids with this string instead.
+
+    Args:
+        max_checkpoint_age: seconds (``None``: no limit, and the result is ``None``).
+        now_ms: the current Unix time in milliseconds (default: the clock).
+    """
+    if max_checkpoint_age is None:
+        return None
+    if now_ms is None:
+        now_ms = time.time_ns() // 1_000_000
+    return encode_ulid(max(0, now_ms - round(max_checkpoint_age * 1000)), 0)
+
+
+def evicted_checkpoints(
+    ids: Sequence[str],
+    max_checkpoints: int | None,
+    max_checkpoint_age: float | None = None,
+    *,
+    now_ms: int | None = None,
+) -> list[str]:
+    """The checkpoint ids retention evicts, oldest first — the one rule of every store.
 
     ``ids`` are one session's checkpoint ids; ids are ULIDs, so sorted order is age
-    order whatever the trigger. ``None`` keeps everything.
+    order whatever the trigger. First every checkpoint older than
+    ``max_checkpoint_age`` seconds goes (see :func:`checkpoint_age_cutoff`); then,
+    of those left, the oldest past ``max_checkpoints``. An id that is no ULID has
+    no known age: only the count evicts it. ``None`` lifts a limit; both ``None``
+    keeps everything.
     """
-    if max_checkpoints is None or len(ids) <= max_checkpoints:
-        return []
-    return sorted(ids)[: len(ids) - max_checkpoints]
+    ordered = sorted(ids)
+    cutoff = checkpoint_age_cutoff(max_checkpoint_age, now_ms)
+    if cutoff is None:
+        aged: list[str] = []
+        kept = ordered
+    else:
+        aged = [cid for cid in ordered if cid < cutoff and is_ulid(cid)]
+        gone = set(aged)
+        kept = [cid for cid in ordered if cid not in gone]
+    if max_checkpoints is None or len(kept) <= max_checkpoints:
+        return aged
+    return sorted([*aged, *kept[: len(kept) - max_checkpoints]])

@@ -9,11 +9,12 @@ it never shadows the function ``perdure.session.open_store`` with a module.)
 ``memory:``           a new :class:`MemorySessionStore`
 ``postgresql://…``    :class:`PostgresSessionStore` (``postgres://`` too);
                       ``?schema=``, ``ttl=``, ``lease=``, ``max_checkpoints=``,
-                      ``durability=`` are its options, the rest goes to libpq
+                      ``max_checkpoint_age=``, ``durability=`` are its
+                      options, the rest goes to libpq
 ``redis://…``         :class:`RedisSessionStore` (``rediss://`` too);
                       ``?prefix=``, ``ttl=``, ``lease=``,
-                      ``max_checkpoints=`` are its options, the rest goes
-                      to redis-py
+                      ``max_checkpoints=``, ``max_checkpoint_age=`` are its
+                      options, the rest goes to redis-py
 ====================  ==============================================
 
 Other server schemes (``s3://``) join this table with their issues;

@@ -57,15 +57,22 @@ class MemorySessionStore(StoreBase):
     Args:
         max_checkpoints: keep at most this many checkpoints per session in
             :attr:`checkpoints` (the oldest are evicted, whatever their trigger).
+        max_checkpoint_age: seconds; older checkpoints of a session are evicted when
+            it gets a new one (and by ``perdure gc``).
     """
 
-    def __init__(self, *, max_checkpoints: int | None = None) -> None:
+    def __init__(
+        self, *, max_checkpoints: int | None = None, max_checkpoint_age: float | None = None
+    ) -> None:
         self._sessions: dict[str, _Entry] = {}
         self._guard = Lock()
         self._locks = LockTable()
-        self.checkpoints = MemoryCheckpointStore(max_checkpoints=max_checkpoints)
+        self.checkpoints = MemoryCheckpointStore(
+            max_checkpoints=max_checkpoints, max_checkpoint_age=max_checkpoint_age
+        )
         """Checkpoints kept beside the sessions, dropped with their session."""
         self.max_checkpoints = self.checkpoints.max_checkpoints
+        self.max_checkpoint_age = self.checkpoints.max_checkpoint_age
 
     def __repr__(self) -> str:
         return f"MemorySessionStore(<{len(self._sessions)} sessions>)"

@@ -67,10 +67,11 @@ Guarantees:
   database (which fsyncs) only on worker threads.
 - **Checkpoints**: ``checkpoints.get`` verifies the body against its hash and its
   meta columns and parses it; a damaged checkpoint raises ``SessionCorruptedError``
-  naming the session and the checkpoint. ``max_checkpoints`` retention runs in the
-  put's transaction. A session's checkpoints are deleted with it, and a session
-  created anew starts without any (a put for a session that does not exist yet is
-  kept until the session is created or deleted, as in the file store).
+  naming the session and the checkpoint. Retention (``max_checkpoints``,
+  ``max_checkpoint_age``) runs in the put's transaction. A session's checkpoints are
+  deleted with it, and a session created anew starts without any (a put for a
+  session that does not exist yet is kept until the session is created or deleted,
+  as in the file store).
 - **The WAL**: SQLite replays a ``-wal`` left by a crash up to its first bad frame
   and silently drops the commits after it. The first connection of a store checks
   the frames SQLite did not accept (:mod:`perdure._runtime.sqlite_wal`): a bad frame
@@ -156,6 +157,7 @@ from perdure.session.rules import (
     check_extends,
     check_get_args,
     check_list_args,
+    check_max_checkpoint_age,
     check_max_checkpoints,
     decode_message,
     decode_state,
@@ -470,6 +472,8 @@ class SQLiteSessionStore(StoreBase):
             connection before raising ``SessionLockedError``.
         max_checkpoints: keep at most this many checkpoints per session in
             :attr:`checkpoints` (the oldest are evicted, whatever their trigger).
+        max_checkpoint_age: seconds; older checkpoints of a session are evicted when
+            it gets a new one (and by ``perdure gc``).
 
     The store opens its connections on first use; :meth:`close` closes them (the
     store stays usable and reopens on the next call).
@@ -482,6 +486,7 @@ class SQLiteSessionStore(StoreBase):
         durability: Durability = "commit",
         busy_timeout: float = 5.0,
         max_checkpoints: int | None = None,
+        max_checkpoint_age: float | None = None,
     ) -> None:
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
@@ -504,6 +509,7 @@ class SQLiteSessionStore(StoreBase):
         self.durability: Durability = durability
         self.busy_timeout = float(busy_timeout)
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
+        self.max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
         self._locks = LockTable(Path(str(path) + ".locks"))
         self._writer = ConnectionSlot()
         # The writer connection under which the WAL's directory entry was last fsynced.
@@ -1475,7 +1481,7 @@ class SQLiteSessionStore(StoreBase):
                     blob_hash(body),
                 ),
             )
-            if self.max_checkpoints is not None:
+            if self.max_checkpoints is not None or self.max_checkpoint_age is not None:
                 ids = [
                     row[0]
                     for row in conn.execute(
@@ -1488,7 +1494,9 @@ class SQLiteSessionStore(StoreBase):
                     "DELETE FROM perdure_checkpoints WHERE session_id = ? AND checkpoint_id = ?",
                     [
                         (meta.session_id, stale)
-                        for stale in evicted_checkpoints(ids, self.max_checkpoints)
+                        for stale in evicted_checkpoints(
+                            ids, self.max_checkpoints, self.max_checkpoint_age
+                        )
                     ],
                 )
 
@@ -1753,6 +1761,11 @@ class SQLiteCheckpointStore:
     def max_checkpoints(self) -> int | None:
         """The store's retention limit per session (``None``: no limit)."""
         return self._sessions.max_checkpoints
+
+    @property
+    def max_checkpoint_age(self) -> float | None:
+        """The store's checkpoint age limit in seconds (``None``: no limit)."""
+        return self._sessions.max_checkpoint_age
 
     async def put(self, record: CheckpointRecord) -> None:
         """Store ``record`` (replacing one with its id), then apply retention; one transaction.

@@ -1,15 +1,17 @@
 """The CheckpointStore conformance suite (SPEC §7): every checkpoint store runs it.
 
 Subclass :class:`CheckpointStoreSuite` in a ``Test*`` class and give it one fixture,
-``checkpoint_store_factory``: a callable taking ``max_checkpoints=None`` that opens
-your store over one test's data (each call a new instance over the same data)::
+``checkpoint_store_factory``: a callable taking ``max_checkpoints=None`` and
+``max_checkpoint_age=None`` that opens your store over one test's data (each call a
+new instance over the same data)::
 
     class TestMyCheckpoints(CheckpointStoreSuite):
         @pytest.fixture
         def checkpoint_store_factory(self, tmp_path):
-            return lambda max_checkpoints=None: MyCheckpoints(
-                tmp_path / "cp", max_checkpoints=max_checkpoints
-            )
+            return lambda **retention: MyCheckpoints(tmp_path / "cp", **retention)
+
+Retention by age is tested without waiting: a checkpoint's age is the time in its id
+(a ULID), so the suite puts checkpoints under ids made hours ago.
 
 The suite covers what holds wherever checkpoints are placed (their own store, beside
 a session, in a ``Storage``); what a placement adds (dying with the session, damage
@@ -19,6 +21,8 @@ reports of its format) is the backend's own to test.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -30,6 +34,7 @@ from perdure.checkpoints.store import (
     CheckpointRecord,
     CheckpointStore,
     CheckpointTrigger,
+    ListsCheckpointSessions,
     new_checkpoint_id,
     now_iso,
 )
@@ -48,6 +53,7 @@ __all__ = [
     "ids",
     "json_copy",
     "make_record",
+    "put_aged",
     "put_new",
 ]
 
@@ -110,6 +116,19 @@ async def put_new(
     record = make_record(
         session_id, await new_checkpoint_id(store, session_id), trigger=trigger, **kw
     )
+    await store.put(record)
+    return record
+
+
+_aged_randomness = iter(range(1, 2**62))
+
+
+async def put_aged(
+    store: CheckpointStore, session_id: str, *, hours: float, **kw: Any
+) -> CheckpointRecord:
+    """Put a record of ``session_id`` under an id made ``hours`` ago (its age); return it."""
+    made_ms = time.time_ns() // 1_000_000 - round(hours * 3_600_000)
+    record = make_record(session_id, encode_ulid(made_ms, next(_aged_randomness)), **kw)
     await store.put(record)
     return record
 
@@ -299,6 +318,79 @@ class CheckpointStoreSuite:
         for _ in range(3):
             newest = await put_new(store, "s", "pre_compaction")
         assert ids(await store.list("s")) == [newest.meta.checkpoint_id]
+
+    async def test_age_retention_evicts_older_checkpoints_on_put(
+        self, checkpoint_store_factory: CheckpointStoreFactory
+    ) -> None:
+        store = checkpoint_store_factory(max_checkpoint_age=3600)
+        session = fresh_session()
+        # Put under an id made two hours ago (a copy, say): past the age, evicted at once.
+        stale = await put_aged(store, session, hours=2)
+        assert ids(await store.list(session)) == []
+        with pytest.raises(CheckpointNotFoundError):
+            await store.get(session, stale.meta.checkpoint_id)
+        recent = await put_aged(store, session, hours=0.5)
+        fresh = await put_new(store, session)
+        assert ids(await store.list(session)) == [
+            recent.meta.checkpoint_id,
+            fresh.meta.checkpoint_id,
+        ]
+
+    async def test_age_retention_on_put_evicts_what_was_kept_before(
+        self, checkpoint_store_factory: CheckpointStoreFactory
+    ) -> None:
+        if not self.durable_across_reopen:
+            pytest.skip("the store keeps nothing past its instance (durable_across_reopen)")
+        unlimited = checkpoint_store_factory()
+        session, other = fresh_session(), fresh_session()
+        old = [await put_aged(unlimited, session, hours=h) for h in (3, 2, 1.5)]
+        kept = await put_aged(unlimited, session, hours=0.25)
+        elsewhere = await put_aged(unlimited, other, hours=3)
+        assert len(await unlimited.list(session)) == 4  # no limit: all kept
+        limited = checkpoint_store_factory(max_checkpoint_age=3600)
+        assert ids(await limited.list(session)) == [
+            *ids([r.meta for r in old]),
+            kept.meta.checkpoint_id,
+        ]
+        new = await put_new(limited, session)
+        assert ids(await limited.list(session)) == [kept.meta.checkpoint_id, new.meta.checkpoint_id]
+        for record in old:
+            with pytest.raises(CheckpointNotFoundError):
+                await limited.get(session, record.meta.checkpoint_id)
+        # On write the rule runs for the session written: another keeps its own.
+        assert ids(await limited.list(other)) == [elsewhere.meta.checkpoint_id]
+
+    async def test_age_and_count_retention_together(
+        self, checkpoint_store_factory: CheckpointStoreFactory
+    ) -> None:
+        store = checkpoint_store_factory(max_checkpoints=2, max_checkpoint_age=3600)
+        session = fresh_session()
+        made = [await put_aged(store, session, hours=h) for h in (0.9, 0.6, 0.3)]
+        assert ids(await store.list(session)) == ids([r.meta for r in made[1:]])
+        newest = await put_new(store, session, "pre_compaction")
+        assert ids(await store.list(session)) == [
+            made[2].meta.checkpoint_id,
+            newest.meta.checkpoint_id,
+        ]
+
+    @pytest.mark.parametrize("bad", [0, -1, True, "60", math.nan, math.inf, [60]])
+    def test_a_bad_max_checkpoint_age_is_a_value_error(
+        self, checkpoint_store_factory: CheckpointStoreFactory, bad: Any
+    ) -> None:
+        with pytest.raises(ValueError, match="max_checkpoint_age"):
+            checkpoint_store_factory(max_checkpoint_age=bad)
+
+    async def test_a_store_of_its_own_names_its_sessions(self, store: CheckpointStore) -> None:
+        if not isinstance(store, ListsCheckpointSessions):
+            pytest.skip("the store names no sessions (checkpoints beside a session store)")
+        assert await store.checkpoint_sessions() == []
+        await put_new(store, "b")
+        gone = await put_new(store, "ab")
+        await put_new(store, "a")
+        await put_new(store, "a")
+        assert await store.checkpoint_sessions() == ["a", "ab", "b"]
+        await store.delete("ab", gone.meta.checkpoint_id)
+        assert await store.checkpoint_sessions() == ["a", "b"]
 
     async def test_sessions_are_isolated(self, store: CheckpointStore) -> None:
         # "a" is a prefix of "ab": a store keyed by prefixes must not mix them up.

@@ -119,6 +119,7 @@ from perdure.session.rules import (
     check_extends,
     check_get_args,
     check_list_args,
+    check_max_checkpoint_age,
     check_max_checkpoints,
     looks_like_message,
     plan_commit,
@@ -257,6 +258,8 @@ class FileSessionStore(StoreBase):
         quarantine_dir: where quarantined records go (default
             ``<dir>/.session-recovery-quarantine``).
         max_checkpoints: checkpoint retention (for session checkpoints).
+        max_checkpoint_age: seconds; older checkpoints of a session are evicted when
+            it gets a new one (and by ``perdure gc``).
         attachment_threshold: ``bytes`` values at least this long are stored as
             attachments.
     """
@@ -272,6 +275,7 @@ class FileSessionStore(StoreBase):
         quarantine_dir: str | os.PathLike[str] | None = None,
         max_checkpoints: int | None = None,
         attachment_threshold: int = 1024,
+        max_checkpoint_age: float | None = None,
     ) -> None:
         if durability not in ("commit", "invocation", "none"):
             raise ValueError(
@@ -288,6 +292,7 @@ class FileSessionStore(StoreBase):
                 f"segmentation must be a Segmentation, None or False, got {segmentation!r}"
             )
         check_max_checkpoints(max_checkpoints)
+        max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
         if (
             isinstance(attachment_threshold, bool)
             or not isinstance(attachment_threshold, int)
@@ -307,10 +312,13 @@ class FileSessionStore(StoreBase):
             else self.root / ".session-recovery-quarantine"
         )
         self.max_checkpoints = max_checkpoints
+        self.max_checkpoint_age = max_checkpoint_age
         self.checkpoints = FileCheckpointStore(
             self.root,
             max_checkpoints=max_checkpoints,
+            max_checkpoint_age=max_checkpoint_age,
             _layout=lambda session_id: self.session_dir(session_id) / "checkpoints",
+            _sessions_root=self.root / "sessions",
         )
         """Checkpoints beside each session (``<session dir>/checkpoints/``), deleted with it."""
         self.attachment_threshold = attachment_threshold

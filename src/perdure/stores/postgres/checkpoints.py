@@ -11,13 +11,14 @@ The same table serves a :class:`~.sessions.PostgresSessionStore`'s ``checkpoints
 (deleted with their session, wiped when an id is created anew) and a
 ``PostgresCheckpointStore`` of its own over the same schema: both see the same
 checkpoints. Puts are durable like a commit; a put and its retention
-(``max_checkpoints``) are one transaction, serialised per session by a
+(``max_checkpoints``, ``max_checkpoint_age``) are one transaction, serialised per session by a
 transaction-level advisory lock, so two puts at once never keep more than the limit.
 Every coroutine may be awaited from any loop and any thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import json
 import weakref
@@ -40,7 +41,12 @@ from perdure.errors import (
     StoreUnavailableError,
 )
 from perdure.session.ids import validate_session_id
-from perdure.session.rules import blob_hash, check_max_checkpoints, evicted_checkpoints
+from perdure.session.rules import (
+    blob_hash,
+    check_max_checkpoint_age,
+    check_max_checkpoints,
+    evicted_checkpoints,
+)
 from perdure.stores.postgres.schema import SESSIONS
 
 __all__ = ["PostgresCheckpointStore"]
@@ -68,6 +74,8 @@ class PostgresCheckpointStore:
         schema: the schema holding the tables (created on first use).
         max_checkpoints: keep at most this many checkpoints per session (the oldest
             are evicted, whatever their trigger).
+        max_checkpoint_age: seconds; older checkpoints of a session are evicted when
+            it gets a new one (and by ``perdure gc``).
         max_connections, connect_timeout, reconnect_timeout: as for
             :class:`~perdure.stores.postgres.sessions.PostgresSessionStore`.
     """
@@ -78,6 +86,7 @@ class PostgresCheckpointStore:
         *,
         schema: str = "perdure",
         max_checkpoints: int | None = None,
+        max_checkpoint_age: float | None = None,
         max_connections: int = 4,
         connect_timeout: float = 10.0,
         reconnect_timeout: float = 15.0,
@@ -92,19 +101,37 @@ class PostgresCheckpointStore:
             connect_timeout=connect_timeout,
             reconnect_timeout=reconnect_timeout,
         )
-        self._setup(db, check_max_checkpoints(max_checkpoints), owns=True)
+        self._setup(
+            db,
+            check_max_checkpoints(max_checkpoints),
+            check_max_checkpoint_age(max_checkpoint_age),
+            owns=True,
+        )
         weakref.finalize(self, db.close)  # connections given back even without close()
 
     @classmethod
-    def _beside(cls, db: PostgresDatabase, max_checkpoints: int | None) -> PostgresCheckpointStore:
+    def _beside(
+        cls,
+        db: PostgresDatabase,
+        max_checkpoints: int | None,
+        max_checkpoint_age: float | None = None,
+    ) -> PostgresCheckpointStore:
         """The checkpoints of a session store, on its database (closed with it)."""
         store = cls.__new__(cls)
-        store._setup(db, max_checkpoints, owns=False)
+        store._setup(db, max_checkpoints, max_checkpoint_age, owns=False)
         return store
 
-    def _setup(self, db: PostgresDatabase, max_checkpoints: int | None, *, owns: bool) -> None:
+    def _setup(
+        self,
+        db: PostgresDatabase,
+        max_checkpoints: int | None,
+        max_checkpoint_age: float | None,
+        *,
+        owns: bool,
+    ) -> None:
         self.db = db
         self.max_checkpoints = max_checkpoints
+        self.max_checkpoint_age = max_checkpoint_age
         self._owns = owns
         table = f"{db.q}.perdure_checkpoints"
         self._put_sql = (
@@ -130,6 +157,7 @@ class PostgresCheckpointStore:
         self._delete_sql = (
             f"DELETE FROM {table} WHERE session_id = %(sid)s AND checkpoint_id = %(cid)s"
         )
+        self._sessions_sql = f"SELECT DISTINCT session_id FROM {table}"
 
     def __repr__(self) -> str:
         return f"PostgresCheckpointStore({self.db.server!r}, schema={self.db.schema!r})"
@@ -181,6 +209,14 @@ class PostgresCheckpointStore:
             )
         return record
 
+    async def checkpoint_sessions(self) -> builtins.list[str]:
+        """Every session id with at least one checkpoint row, sorted (as Python sorts)."""
+        rows = await self.db.run(
+            lambda conn: conn.execute(self._sessions_sql).fetchall(),
+            doing="listing the sessions of checkpoints",
+        )
+        return sorted(str(row[0]) for row in rows)
+
     async def list(self, session_id: str) -> builtins.list[CheckpointMeta]:
         """The session's checkpoints, oldest first (reads no body).
 
@@ -216,6 +252,10 @@ class PostgresCheckpointStore:
             doing="deleting a checkpoint",
         )
 
+    async def schema_exists(self) -> bool:
+        """Whether the store's tables exist in its schema (creates nothing)."""
+        return await asyncio.to_thread(self.db.schema_exists)
+
     def close(self) -> None:
         """Close the connections of a store of its own (a session store's closes with it)."""
         if self._owns:
@@ -232,14 +272,15 @@ class PostgresCheckpointStore:
             "body": body,
             "hash": blob_hash(body),
         }
+        retains = self.max_checkpoints is not None or self.max_checkpoint_age is not None
         with conn.transaction():
-            if self.max_checkpoints is not None:  # one put of a session at a time
+            if retains:  # one put of a session at a time
                 key = zlib.crc32(f"{self.db.schema}\x00{meta.session_id}".encode()) - 2**31
                 conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (17, key))
             conn.execute(self._put_sql, params)
-            if self.max_checkpoints is not None:
+            if retains:
                 ids = [r[0] for r in conn.execute(self._ids_sql, params).fetchall()]
-                stale = evicted_checkpoints(ids, self.max_checkpoints)
+                stale = evicted_checkpoints(ids, self.max_checkpoints, self.max_checkpoint_age)
                 if stale:
                     conn.execute(self._evict_sql, {"sid": meta.session_id, "ids": stale})
 

@@ -102,6 +102,7 @@ from perdure.session.rules import (
     check_extends,
     check_get_args,
     check_list_args,
+    check_max_checkpoint_age,
     check_max_checkpoints,
     decode_message,
     decode_state,
@@ -199,6 +200,8 @@ class PostgresSessionStore(StoreBase):
         ttl: seconds of inactivity after which a session expires (``None``: never).
         max_checkpoints: keep at most this many checkpoints per session in
             :attr:`checkpoints` (the oldest are evicted, whatever their trigger).
+        max_checkpoint_age: seconds; older checkpoints of a session are evicted when
+            it gets a new one (and by ``perdure gc``).
         lease: seconds a writer's lease lasts without renewal: a holder that
             vanished with its machine blocks others at most that long.
         durability: ``"commit"`` (every commit flushed by the server before it
@@ -224,6 +227,7 @@ class PostgresSessionStore(StoreBase):
         max_connections: int = 10,
         connect_timeout: float = 10.0,
         reconnect_timeout: float = 15.0,
+        max_checkpoint_age: float | None = None,
     ) -> None:
         for name, value in (
             ("lease", lease),
@@ -245,6 +249,7 @@ class PostgresSessionStore(StoreBase):
         self.lease = float(lease)
         self.durability: Durability = durability
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
+        self.max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
         self.db = PostgresDatabase(
             dsn,
             schema=schema,
@@ -263,7 +268,9 @@ class PostgresSessionStore(StoreBase):
         self._heads_guard = ProcessLock()
         self._sql = _Statements(self.db.q, self.ttl)
         self._flush_lock = threading.Lock()
-        self.checkpoints = PostgresCheckpointStore._beside(self.db, self.max_checkpoints)
+        self.checkpoints = PostgresCheckpointStore._beside(
+            self.db, self.max_checkpoints, self.max_checkpoint_age
+        )
         """Checkpoints in the same schema, deleted with their session."""
         # A store dropped without close() still gives back its connections (the
         # lease keeper's is the pool's only connection that would otherwise warn).

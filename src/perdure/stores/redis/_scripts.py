@@ -152,16 +152,31 @@ return 0
 """
 
 PUT_CHECKPOINT = """
--- KEYS: cm cb; ARGV: checkpoint id, meta, body, max (0: keep all)
+-- KEYS: cm cb; ARGV: checkpoint id, meta, body, max (0: keep all), cutoff ('': no age)
+-- The rule of perdure.session.rules.evicted_checkpoints: ULIDs sorting before the
+-- cutoff are too old; of the rest, the oldest past max.
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 local max = tonumber(ARGV[4])
-if max > 0 then
+local cutoff = ARGV[5]
+if max > 0 or cutoff ~= '' then
   local ids = redis.call('HKEYS', KEYS[1])
   table.sort(ids)  -- ULIDs: sorted is oldest first
-  for i = 1, #ids - max do
-    redis.call('HDEL', KEYS[1], ids[i])
-    redis.call('HDEL', KEYS[2], ids[i])
+  local kept = {}
+  for i = 1, #ids do
+    local id = ids[i]
+    if cutoff ~= '' and #id == 26 and id < cutoff and not string.find(id, '[^0-9A-Z]') then
+      redis.call('HDEL', KEYS[1], id)
+      redis.call('HDEL', KEYS[2], id)
+    else
+      kept[#kept + 1] = id
+    end
+  end
+  if max > 0 then
+    for i = 1, #kept - max do
+      redis.call('HDEL', KEYS[1], kept[i])
+      redis.call('HDEL', KEYS[2], kept[i])
+    end
   end
 end
 return 1

@@ -6,7 +6,9 @@ sealed record (:meth:`~perdure.checkpoints.store.CheckpointRecord.to_json_bytes`
 behind its hash (:func:`~perdure.session.rules.blob_hash`). Reads check that hash,
 the seal, and that the body's meta is the stored one: a value changed behind the store's back raises
 :class:`~perdure.errors.SessionCorruptedError` naming the checkpoint. A put and its
-retention (``max_checkpoints``, the oldest evicted) are one script. Checkpoints do
+retention (``max_checkpoint_age``, then ``max_checkpoints``: the rule of
+:func:`~perdure.session.rules.evicted_checkpoints`, the age given to the script as
+:func:`~perdure.session.rules.checkpoint_age_cutoff`) are one script. Checkpoints do
 not expire with the session's ``ttl`` (a restore needs them after it): they are
 deleted with their session, or when its id is created again after a delete.
 """
@@ -20,7 +22,7 @@ from typing import Any
 from perdure.checkpoints.store import CheckpointMeta, CheckpointRecord, check_checkpoint_id
 from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
-from perdure.session.rules import HASH_LEN, blob_hash
+from perdure.session.rules import HASH_LEN, blob_hash, checkpoint_age_cutoff
 from perdure.stores.redis._client import Connection, PerLoop
 from perdure.stores.redis._keys import UNAVAILABLE, keys_of, translate
 
@@ -33,12 +35,18 @@ class RedisCheckpointStore:
     """The checkpoints beside a Redis session store (see the module docstring)."""
 
     def __init__(
-        self, clients: PerLoop, prefix: str, server: str, max_checkpoints: int | None
+        self,
+        clients: PerLoop,
+        prefix: str,
+        server: str,
+        max_checkpoints: int | None,
+        max_checkpoint_age: float | None = None,
     ) -> None:
         self._clients = clients
         self._prefix = prefix
         self._server = server
         self.max_checkpoints = max_checkpoints
+        self.max_checkpoint_age = max_checkpoint_age
 
     def __repr__(self) -> str:
         return f"RedisCheckpointStore({self._server!r}, prefix={self._prefix!r})"
@@ -71,6 +79,7 @@ class RedisCheckpointStore:
                     meta_text,
                     blob_hash(body).encode("ascii") + body,
                     self.max_checkpoints or 0,
+                    checkpoint_age_cutoff(self.max_checkpoint_age) or "",
                 ],
             )
         except Exception as exc:

@@ -91,6 +91,7 @@ from perdure.session.rules import (
     check_extends,
     check_get_args,
     check_list_args,
+    check_max_checkpoint_age,
     check_max_checkpoints,
     decode_message,
     decode_state,
@@ -152,6 +153,8 @@ class RedisSessionStore(StoreBase):
         ttl: seconds of inactivity after which a session expires (``None``: never).
         max_checkpoints: keep at most this many checkpoints per session in
             :attr:`checkpoints` (the oldest are evicted, whatever their trigger).
+        max_checkpoint_age: seconds; older checkpoints of a session are evicted when
+            it gets a new one (and by ``perdure gc``).
         lease: seconds a writer's lease lasts without renewal.
         socket_timeout: seconds to wait for an answer of the server.
         connect_timeout: seconds to wait for a connection.
@@ -169,6 +172,7 @@ class RedisSessionStore(StoreBase):
         lease: float = 30.0,
         socket_timeout: float = 10.0,
         connect_timeout: float = 5.0,
+        max_checkpoint_age: float | None = None,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r}")
@@ -185,6 +189,7 @@ class RedisSessionStore(StoreBase):
         self.ttl = None if ttl is None else float(ttl)
         self.lease = float(lease)
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
+        self.max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
         self.server = where(url)
         self._clients = PerLoop(
             url, socket_timeout=float(socket_timeout), connect_timeout=float(connect_timeout)
@@ -197,7 +202,7 @@ class RedisSessionStore(StoreBase):
         self._heads: dict[str, _Seen] = {}  # the head each session's last commit left
         self._heads_guard = threading.Lock()
         self.checkpoints = RedisCheckpointStore(
-            self._clients, self.prefix, self.server, self.max_checkpoints
+            self._clients, self.prefix, self.server, self.max_checkpoints, self.max_checkpoint_age
         )
         """Checkpoints in the same Redis, deleted with their session."""
 
