@@ -82,6 +82,14 @@ Guarantees:
   instead of opening as a new, empty database whose sessions read as not found,
   and so does a database marked as perdure's whose tables are all gone. Another
   application's database gets perdure's tables beside its own.
+- **TTL** (``ttl=`` seconds of inactivity): each session's last use (a commit, a
+  ``get``, a ``create``) is the modification time of ``<path>.ttl/<session_id>``
+  (:mod:`perdure.session._stamps`). Past it, reads and commits raise
+  ``session_not_found`` with ``details["reason"] == "expired"`` (an id never seen:
+  ``"unknown"``), ``list`` leaves the session out, ``create`` starts it afresh
+  (its checkpoints kept), and :meth:`SQLiteSessionStore.collect_expired`
+  (``perdure gc``) deletes its rows but its checkpoints; the stamp stays as its
+  tombstone for ``max(10 × ttl, 7 days)``.
 - **Repair**: :meth:`SQLiteSessionStore.quarantine` keeps a damaged session's
   verifiable prefix of rows and moves the rest to a quarantine file.
 - sqlite3 exceptions never leak, sorted by :func:`perdure._runtime.sqlite.translate`
@@ -135,6 +143,8 @@ from perdure.errors import (
     SessionNotFoundError,
 )
 from perdure.session._locks import LockTable
+from perdure.session._stamps import DirStamps, Expiry, collect_expired, live_listing
+from perdure.session.expiry import check_ttl
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_of, page_read_range
 from perdure.session.rules import (
@@ -159,7 +169,14 @@ from perdure.session.rules import (
     utc_now,
     verify_rows,
 )
-from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
+from perdure.session.store import (
+    CommitResult,
+    ExpiredSessionInfo,
+    HistoryPage,
+    SessionMeta,
+    SessionRecord,
+    StoreBase,
+)
 from perdure.stores.file.store import SessionRecoveryReport
 from perdure.types import Message
 
@@ -458,6 +475,7 @@ class SQLiteSessionStore(StoreBase):
             connection before raising ``SessionLockedError``.
         max_checkpoints: keep at most this many checkpoints per session in
             :attr:`checkpoints` (the oldest are evicted, whatever their trigger).
+        ttl: seconds of inactivity after which a session expires (``None``: never).
 
     The store opens its connections on first use; :meth:`close` closes them (the
     store stays usable and reopens on the next call).
@@ -470,6 +488,7 @@ class SQLiteSessionStore(StoreBase):
         durability: Durability = "commit",
         busy_timeout: float = 5.0,
         max_checkpoints: int | None = None,
+        ttl: float | None = None,
     ) -> None:
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
@@ -490,6 +509,8 @@ class SQLiteSessionStore(StoreBase):
         self.durability: Durability = durability
         self.busy_timeout = float(busy_timeout)
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
+        self.ttl = check_ttl(ttl)
+        self._expiry = Expiry(self.ttl, DirStamps(Path(str(path) + ".ttl")), str(self.path))
         self._locks = LockTable(Path(str(path) + ".locks"))
         self._writer = ConnectionSlot()
         # The writer connection under which the WAL's directory entry was last fsynced.
@@ -540,7 +561,9 @@ class SQLiteSessionStore(StoreBase):
             SessionCorruptedError: a row read is damaged (the error names it).
         """
         check_get_args(session_id, offset)
-        return await asyncio.to_thread(self._get, session_id, offset)
+        return await asyncio.to_thread(
+            self._expiry.use, session_id, lambda: self._get(session_id, offset)
+        )
 
     async def list(
         self, *, limit: int | None = None, after: str | None = None
@@ -552,7 +575,29 @@ class SQLiteSessionStore(StoreBase):
                 a valid session id.
         """
         check_list_args(limit, after)
-        return await asyncio.to_thread(self._list, limit, after)
+        return await asyncio.to_thread(live_listing, self._expiry, self._list, limit, after)
+
+    async def collect_expired(self, *, dry_run: bool = True) -> builtins.list[ExpiredSessionInfo]:
+        """Delete the rows of every expired session but its checkpoints (``perdure gc``).
+
+        Each keeps its tombstone (it still reads as expired); tombstones past their
+        time go. A session a writer holds is left for the next time. A dry run
+        deletes nothing.
+        """
+        return await asyncio.to_thread(self._collect_expired, dry_run)
+
+    def _collect_expired(self, dry_run: bool) -> builtins.list[ExpiredSessionInfo]:
+        with self._use(self._reader) as conn, transaction(conn, "BEGIN"):
+            rows = conn.execute(
+                "SELECT id, message_count FROM perdure_sessions ORDER BY id"
+            ).fetchall()
+        return collect_expired(self._expiry, rows, self._purge, dry_run)
+
+    def _purge(self, session_id: str) -> None:
+        """Delete an expired session's rows, keeping its checkpoints and tombstone."""
+        with self._locks.for_write(session_id):
+            if self._expiry.is_expired(session_id):
+                self._delete(session_id, keep_checkpoints=True)
 
     async def _apply_commit(self, request: CommitRequest) -> CommitResult:
         """Persist a checked commit: append what is new, or rewrite the history.
@@ -570,11 +615,18 @@ class SQLiteSessionStore(StoreBase):
         agent_state = request.agent_state
         state_text = None if agent_state is None else encode_state(agent_state)
         commit = _Commit(request, state_text, encode_redactions(request.redactions))
+        if self.ttl is not None:  # the stamp's file I/O stays off the event loop
+            return await asyncio.to_thread(
+                self._expiry.use, request.session_id, lambda: self._commit(commit)
+            )
         if self.durability == "none" and not request.rewritten:
             done = self._append_here(commit)
             if done is not None:
                 return done
-        return await asyncio.to_thread(self._commit, commit)
+        try:
+            return await asyncio.to_thread(self._commit, commit)
+        except SessionNotFoundError:
+            raise self._expiry.not_found(request.session_id) from None
 
     async def delete(self, session_id: str) -> None:
         """Delete a session with its messages and state; an absent session is fine.
@@ -583,7 +635,12 @@ class SQLiteSessionStore(StoreBase):
             SessionLockedError: another writer holds the session's lock.
         """
         validate_session_id(session_id)
-        await asyncio.to_thread(self._delete, session_id)
+        await asyncio.to_thread(self._delete_forgotten, session_id)
+
+    def _delete_forgotten(self, session_id: str) -> None:
+        """Delete a session and its tombstone: the id is unknown afterwards."""
+        self._delete(session_id)
+        self._expiry.forget(session_id)
 
     def writer_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Hold the session's writer lock for an ``async with`` block.
@@ -607,7 +664,12 @@ class SQLiteSessionStore(StoreBase):
         """
         validate_session_id(session_id)
         check_page_args(offset, limit)
-        return await asyncio.to_thread(self._history_page, session_id, offset, limit)
+        return await asyncio.to_thread(
+            self._expiry.use,
+            session_id,
+            lambda: self._history_page(session_id, offset, limit),
+            renew=False,
+        )
 
     async def flush(self, session_id: str) -> None:
         """Make every commit so far durable.
@@ -900,7 +962,7 @@ class SQLiteSessionStore(StoreBase):
         row = conn.execute(_SELECT_SESSION, (session_id,)).fetchone()
         if row is None:
             self._check_absent(conn, session_id)
-            raise SessionNotFoundError(f"session {session_id!r} not found in {self.path}")
+            raise self._expiry.not_found(session_id, expired=False)
         return self._checked_head(session_id, row)
 
     def _check_index(self, conn: sqlite3.Connection) -> None:
@@ -1075,6 +1137,14 @@ class SQLiteSessionStore(StoreBase):
     # ------------------------------------------------------------------ writing
 
     def _create(self, session_id: str, exist_ok: bool) -> SessionMeta:
+        meta = self._create_row(session_id, exist_ok)
+        self._expiry.renew(session_id)
+        return meta
+
+    def _create_row(self, session_id: str, exist_ok: bool) -> SessionMeta:
+        expired = self._expiry.is_expired(session_id)
+        if expired:  # starts afresh, its checkpoints kept (SPEC §7)
+            self._delete(session_id, keep_checkpoints=True)
         with self._use(self._reader) as conn:
             existing = conn.execute(_SELECT_SESSION, (session_id,)).fetchone()
         if existing is None:
@@ -1095,8 +1165,10 @@ class SQLiteSessionStore(StoreBase):
                     if cursor.lastrowid is None or cursor.lastrowid > _MAX_SID:
                         raise OSError(f"SQLite session store {self.path} has run out of ids")
                     # A new session starts without checkpoints, even ones put before
-                    # it existed (the file store wipes such leftovers the same way).
-                    conn.execute(_DELETE_CHECKPOINTS, (session_id,))
+                    # it existed (the file store wipes such leftovers the same way);
+                    # an expired one keeps its own.
+                    if not expired:
+                        conn.execute(_DELETE_CHECKPOINTS, (session_id,))
                     return SessionMeta(session_id, now, now, 0)
         if not exist_ok:
             raise SessionConflictError(f"session {session_id!r} already exists in {self.path}")
@@ -1338,14 +1410,15 @@ class SQLiteSessionStore(StoreBase):
         if hold is not None:
             self._heads[session_id] = (hold, head)
 
-    def _delete(self, session_id: str) -> None:
+    def _delete(self, session_id: str, *, keep_checkpoints: bool = False) -> None:
         with (
             self._locks.for_write(session_id),
             self._use(self._writer) as conn,
             self._write_transaction(conn),
         ):
             self._heads.pop(session_id, None)
-            conn.execute(_DELETE_CHECKPOINTS, (session_id,))
+            if not keep_checkpoints:
+                conn.execute(_DELETE_CHECKPOINTS, (session_id,))
             row = conn.execute(
                 "SELECT sid FROM perdure_sessions WHERE id = ?", (session_id,)
             ).fetchone()

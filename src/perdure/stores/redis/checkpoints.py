@@ -6,8 +6,10 @@ sealed record (:meth:`~perdure.checkpoints.store.CheckpointRecord.to_json_bytes`
 behind its hash (:func:`~perdure.session.rules.blob_hash`). Reads check that hash,
 the seal, and that the body's meta is the stored one: a value changed behind the store's back raises
 :class:`~perdure.errors.SessionCorruptedError` naming the checkpoint. A put and its
-retention (``max_checkpoints``, the oldest evicted) are one script. Checkpoints do
-not expire with the session's ``ttl`` (a restore needs them after it): they are
+retention (``max_checkpoints``, the oldest evicted) are one script. Checkpoints
+expire with a session that has a ``ttl`` (SPEC §9: every key of a session
+together; a put gives them the session's time left, every renewal renews them);
+give the ``Session`` a ``checkpoints=`` store to keep them past it. They are
 deleted with their session, or when its id is created again after a delete.
 """
 
@@ -65,7 +67,7 @@ class RedisCheckpointStore:
         conn = await self._conn(doing)
         try:
             await conn.put_checkpoint(
-                [keys.cp_meta, keys.cp_body],
+                [keys.cp_meta, keys.cp_body, keys.head],
                 [
                     meta.checkpoint_id,
                     meta_text,
