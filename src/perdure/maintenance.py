@@ -70,7 +70,7 @@ from perdure.errors import (
     SessionNotFoundError,
 )
 from perdure.session.ids import validate_session_id
-from perdure.session.store import SessionMeta, SessionStore
+from perdure.session.store import SessionMeta, SessionStore, SupportsExpiry
 from perdure.session.ulid import is_ulid, ulid_timestamp_ms
 from perdure.stores.file.store import FileSessionStore, SessionRecoveryReport, StoreLeftovers
 from perdure.stores.sqlite import SQLiteSessionStore
@@ -362,7 +362,11 @@ class RepairReport:
 
 @dataclass(frozen=True)
 class ExpiredSession:
-    """A session :func:`gc_store` deleted (or would delete): inactive past the TTL."""
+    """A session :func:`gc_store` deleted (or would delete): inactive past the TTL.
+
+    ``updated_at`` is its last update (``ttl_seconds``), or its last use when the
+    store's own ``ttl`` expired it.
+    """
 
     session_id: str
     updated_at: str
@@ -1028,8 +1032,13 @@ async def gc_store(
 ) -> GcReport:
     """Expire inactive sessions and prune old checkpoints (SPEC §9); a dry run by default.
 
-    A session whose ``updated_at`` is more than ``ttl_seconds`` before ``now`` is
-    deleted with its checkpoints. Every other session keeps its newest
+    A store with its own ``ttl`` (file, SQLite, memory, PostgreSQL) deletes the
+    messages and state of every session its ttl expired (measured on its own clock,
+    not ``now``), keeping their tombstones and checkpoints (SPEC §9), and the
+    tombstones whose time is over (:meth:`SupportsExpiry.collect_expired`); a
+    Redis store expires by itself. Besides, a session whose ``updated_at`` is more
+    than ``ttl_seconds`` before ``now`` is deleted with its checkpoints and its
+    tombstone. Every other session keeps its newest
     ``keep_checkpoints`` checkpoints; older ones are deleted, whatever their trigger.
     In a file store, what killed writers left is collected too (see
     :meth:`FileSessionStore.collect_leftovers`): temp files of interrupted writes and
@@ -1037,8 +1046,8 @@ async def gc_store(
 
     Args:
         store: the store to clean.
-        ttl_seconds: seconds of inactivity after which a session expires (``None``:
-            expire nothing).
+        ttl_seconds: seconds of inactivity after which a session is deleted
+            (``None``: only what the store's own ttl expired).
         keep_checkpoints: readable checkpoints to keep per session, newest first
             (``None``: keep all; ``0``: delete all, damaged ones too). A damaged
             checkpoint newer than the oldest kept one is kept and reported in
@@ -1047,11 +1056,14 @@ async def gc_store(
         now: the time to measure inactivity against (aware; default: now).
 
     Raises:
-        ValueError: both limits are ``None``, a limit is out of range, or ``now`` is
-            naive.
+        ValueError: both limits are ``None`` and the store has no ttl, a limit is out
+            of range, or ``now`` is naive.
     """
-    if ttl_seconds is None and keep_checkpoints is None:
-        raise ValueError("gc_store needs ttl_seconds, keep_checkpoints or both")
+    own_ttl = store.ttl if isinstance(store, SupportsExpiry) else None
+    if ttl_seconds is None and keep_checkpoints is None and own_ttl is None:
+        raise ValueError(
+            "gc_store needs ttl_seconds, keep_checkpoints or both (or a store with a ttl)"
+        )
     if ttl_seconds is not None and (
         isinstance(ttl_seconds, bool)
         or not isinstance(ttl_seconds, int | float)
@@ -1074,6 +1086,15 @@ async def gc_store(
         if isinstance(store, FileSessionStore)
         else StoreLeftovers((), (), ())
     )
+    expired: list[ExpiredSession] = []
+    if own_ttl is not None and isinstance(store, SupportsExpiry):
+        for info in await store.collect_expired(dry_run=dry_run):
+            try:
+                idle = (now - _parse_time(info.used_at)).total_seconds()
+            except ValueError:
+                idle = own_ttl
+            expired.append(ExpiredSession(info.session_id, info.used_at, idle, info.message_count))
+    collected = len(expired)  # the store's own expired sessions, which list() leaves out
     metas, listing_damage = await _walk(store)
     # An orphan is gone; a locked session is skipped once, below, for its leftovers.
     passed_over = {*leftovers.orphans, *leftovers.locked}
@@ -1085,7 +1106,6 @@ async def gc_store(
         SkippedSession(sid, "session_locked", "leftovers of a killed writer; a writer holds it")
         for sid in leftovers.locked
     )
-    expired: list[ExpiredSession] = []
     pruned: list[PrunedCheckpoint] = []
     for meta in metas:
         if meta.damaged is not None:  # never expired nor pruned on guessed metadata
@@ -1112,9 +1132,9 @@ async def gc_store(
     return GcReport(
         dry_run=dry_run,
         now=now.astimezone(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
-        ttl_seconds=ttl_seconds,
+        ttl_seconds=ttl_seconds if ttl_seconds is not None else own_ttl,
         keep_checkpoints=keep_checkpoints,
-        sessions_checked=len(metas),
+        sessions_checked=len(metas) + collected,
         expired=tuple(expired),
         pruned=tuple(pruned),
         skipped=tuple(skipped),

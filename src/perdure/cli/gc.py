@@ -28,6 +28,7 @@ from perdure.cli._common import (
     store_option,
 )
 from perdure.maintenance import GcReport, gc_store, parse_duration
+from perdure.session.store import SupportsExpiry
 
 
 @click.command()
@@ -65,14 +66,15 @@ def gc(
 ) -> None:
     """Expire inactive sessions, prune old checkpoints (dry run by default).
 
-    A session whose last update is older than --ttl is deleted with its checkpoints;
-    every other session keeps its newest --keep-checkpoints checkpoints. In a file
+    A store opened with a ttl (file:DIR?ttl=3600, sqlite:P?ttl=…, postgresql://…?ttl=…)
+    deletes the messages of the sessions its ttl expired, keeping their
+    checkpoints and a tombstone (they still read as expired). A session whose last
+    update is older than --ttl is deleted with its checkpoints; every other session
+    keeps its newest --keep-checkpoints checkpoints. In a file
     store, temp files of killed writes and sessions a killed fork left empty go too.
     Without --apply nothing is deleted and the report says what would be. Exit 1
     when a session had to be skipped (locked by a writer, or damaged).
     """
-    if ttl is None and keep_checkpoints is None:
-        raise ValueError("nothing to do: give --ttl, --keep-checkpoints or both")
     ttl_seconds = None
     if ttl is not None:
         try:
@@ -83,6 +85,12 @@ def gc(
         raise ValueError(f"--keep-checkpoints must be 0 or more, got {keep_checkpoints}")
     when = _parse_now(now) if now is not None else None
     with session_store(store_url) as store:
+        own_ttl = store.ttl if isinstance(store, SupportsExpiry) else None
+        if ttl is None and keep_checkpoints is None and own_ttl is None:
+            raise ValueError(
+                "nothing to do: give --ttl, --keep-checkpoints or both, or a store URL "
+                "with a ttl (file:DIR?ttl=86400)"
+            )
         report = run(
             gc_store(
                 store,
@@ -95,7 +103,10 @@ def gc(
     if as_json:
         echo_json(report.to_dict())
     else:
-        _print(report, ttl)
+        label = ttl
+        if label is None and report.ttl_seconds is not None:
+            label = f"{report.ttl_seconds:g}s (the store's ttl)"
+        _print(report, label)
     if report.skipped:
         raise SystemExit(EXIT_PROBLEM)
 
