@@ -89,7 +89,8 @@ Guarantees:
   ``"unknown"``), ``list`` leaves the session out, ``create`` starts it afresh
   (its checkpoints kept), and :meth:`SQLiteSessionStore.collect_expired`
   (``perdure gc``) deletes its rows but its checkpoints; the stamp stays as its
-  tombstone for ``max(10 × ttl, 7 days)``.
+  tombstone for ``max(10 × ttl, 7 days)``. A commit checks and renews the stamp on
+  the caller's thread (a ``stat`` and a ``utime``: less than a thread hop).
 - **Repair**: :meth:`SQLiteSessionStore.quarantine` keeps a damaged session's
   verifiable prefix of rows and moves the rest to a quarantine file.
 - sqlite3 exceptions never leak, sorted by :func:`perdure._runtime.sqlite.translate`
@@ -615,18 +616,25 @@ class SQLiteSessionStore(StoreBase):
         agent_state = request.agent_state
         state_text = None if agent_state is None else encode_state(agent_state)
         commit = _Commit(request, state_text, encode_redactions(request.redactions))
-        if self.ttl is not None:  # the stamp's file I/O stays off the event loop
-            return await asyncio.to_thread(
-                self._expiry.use, request.session_id, lambda: self._commit(commit)
-            )
-        if self.durability == "none" and not request.rewritten:
+        session_id = request.session_id
+        # With a ttl, the session's stamp is checked and renewed here: a stat and a
+        # utime, done on the caller's thread as the inline append below is (both
+        # cost less than a thread hop).
+        renewed = self._expiry.check(session_id)
+        try:
+            result = await self._apply(commit)
+        except SessionNotFoundError:
+            raise self._expiry.not_found(session_id) from None
+        if not renewed:
+            self._expiry.renew(session_id)
+        return result
+
+    async def _apply(self, commit: _Commit) -> CommitResult:
+        if self.durability == "none" and not commit.request.rewritten:
             done = self._append_here(commit)
             if done is not None:
                 return done
-        try:
-            return await asyncio.to_thread(self._commit, commit)
-        except SessionNotFoundError:
-            raise self._expiry.not_found(request.session_id) from None
+        return await asyncio.to_thread(self._commit, commit)
 
     async def delete(self, session_id: str) -> None:
         """Delete a session with its messages and state; an absent session is fine.

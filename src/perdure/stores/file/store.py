@@ -74,7 +74,8 @@ Guarantees:
   checkpoints kept), and :meth:`FileSessionStore.collect_expired` (``perdure gc``)
   deletes its files but ``checkpoints/``, ``meta.json`` first; the stamp stays as
   its tombstone for ``max(10 × ttl, 7 days)``, and a directory without
-  ``meta.json`` whose stamp says expired is what such a gc left, not damage.
+  ``meta.json`` whose stamp says expired is what such a gc left, not damage. A
+  commit checks and renews the stamp on the caller's thread, as it appends.
 - **Readers never lock**: ``get``, ``list`` and pages read while another process or
   thread appends, seals or rewrites. A read that a seal or rewrite moved files under
   (a file gone, a chain that no longer meets) is retried on the new volume; only
@@ -445,13 +446,9 @@ class FileSessionStore(StoreBase):
 
     async def _apply_commit(self, request: CommitRequest) -> CommitResult:
         """Append what is new (or rewrite everything). See :class:`SessionStore`."""
-        if self.ttl is None:
-            try:
-                return await self._apply(request)
-            except SessionNotFoundError:
-                raise self._expiry.not_found(request.session_id, expired=False) from None
-        # The stamp is a stat and a utime, done here as the inline append writes its
-        # few hundred bytes here: both cost less than a thread hop.
+        # With a ttl, the session's stamp is checked and renewed here: a stat and a
+        # utime, done on the caller's thread as the inline append writes its few
+        # hundred bytes (both cost less than a thread hop).
         session_id = request.session_id
         renewed = self._expiry.check(session_id)
         try:
