@@ -571,6 +571,8 @@ class SQLiteSessionStore(StoreBase):
     ) -> builtins.list[SessionMeta]:
         """Metadata of sessions sorted by id, ids greater than ``after``; reads no content.
 
+        With ``ttl``, an expired session is left out and the others carry ``expires_at``.
+
         Raises:
             ValueError: ``limit`` is not ``None`` or an int >= 0, or ``after`` is not
                 a valid session id.

@@ -385,6 +385,8 @@ class FileSessionStore(StoreBase):
     ) -> builtins.list[SessionMeta]:
         """Session metadata sorted by id (reads no message content).
 
+        With ``ttl``, an expired session is left out and the others carry ``expires_at``.
+
         A session whose ``meta.json`` or head is unreadable or lost, or whose journal
         falls short of its head, is listed with ``damaged`` set, never skipped.
         """

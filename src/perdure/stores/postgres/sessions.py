@@ -312,7 +312,9 @@ class PostgresSessionStore(StoreBase):
     async def list(
         self, *, limit: int | None = None, after: str | None = None
     ) -> builtins.list[SessionMeta]:
-        """Metadata of sessions sorted by id, ids greater than ``after``; reads no content.
+        """Metadata of live sessions sorted by id, ids greater than ``after``; reads no
+        content. With ``ttl``, an expired session is left out and the others carry
+        ``expires_at``.
 
         Raises:
             ValueError: ``limit`` is not ``None`` or an int >= 0, or ``after`` is not
