@@ -74,7 +74,7 @@ from perdure.errors import (
 )
 from perdure.session.ids import validate_session_id
 from perdure.session.rules import check_max_checkpoint_age, evicted_checkpoints
-from perdure.session.store import SessionMeta, SessionStore
+from perdure.session.store import SessionMeta, SessionStore, SupportsExpiry
 from perdure.session.ulid import is_ulid, ulid_timestamp_ms
 from perdure.stores.file.store import FileSessionStore, SessionRecoveryReport, StoreLeftovers
 from perdure.stores.sqlite import SQLiteSessionStore
@@ -367,7 +367,11 @@ class RepairReport:
 
 @dataclass(frozen=True)
 class ExpiredSession:
-    """A session :func:`gc_store` deleted (or would delete): inactive past the TTL."""
+    """A session :func:`gc_store` deleted (or would delete): inactive past the TTL.
+
+    ``updated_at`` is its last update (``ttl_seconds``), or its last use when the
+    store's own ``ttl`` expired it.
+    """
 
     session_id: str
     updated_at: str
@@ -1039,12 +1043,16 @@ async def gc_store(
 ) -> GcReport:
     """Expire inactive sessions and prune old checkpoints (SPEC §9); a dry run by default.
 
-    A session whose ``updated_at`` is more than ``ttl_seconds`` before ``now`` is
-    deleted with its checkpoints. Every other session keeps its newest
-    ``keep_checkpoints`` checkpoints, and loses those older than
-    ``max_checkpoint_age`` — by default the age limit the store's checkpoints were
-    opened with, so that what a store evicts on write, gc evicts from sessions
-    nobody writes to any more (one rule:
+    A store with its own ``ttl`` (file, SQLite, memory, PostgreSQL) deletes the
+    messages and state of every session its ttl expired (measured on its own clock,
+    not ``now``), keeping their tombstones and checkpoints (SPEC §9), and the
+    tombstones whose time is over (:meth:`SupportsExpiry.collect_expired`); a
+    Redis store expires by itself. Besides, a session whose ``updated_at`` is more
+    than ``ttl_seconds`` before ``now`` is deleted with its checkpoints and its
+    tombstone. Every other session keeps its newest ``keep_checkpoints``
+    checkpoints, and loses those older than ``max_checkpoint_age`` — by default the
+    age limit the store's checkpoints were opened with, so that what a store evicts
+    on write, gc evicts from sessions nobody writes to any more (one rule:
     :func:`~perdure.session.rules.evicted_checkpoints`, ``now`` for the clock).
     Pruned checkpoints go whatever their trigger.
     In a file store, what killed writers left is collected too (see
@@ -1053,8 +1061,8 @@ async def gc_store(
 
     Args:
         store: the store to clean.
-        ttl_seconds: seconds of inactivity after which a session expires (``None``:
-            expire nothing).
+        ttl_seconds: seconds of inactivity after which a session is deleted
+            (``None``: only what the store's own ttl expired).
         keep_checkpoints: readable checkpoints to keep per session, newest first
             (``None``: keep all; ``0``: delete all, damaged ones too). A damaged
             checkpoint newer than the oldest kept one is kept and reported in
@@ -1066,17 +1074,23 @@ async def gc_store(
             checkpoint's age is read from its id.
 
     Raises:
-        ValueError: no limit given nor configured on the store, a limit is out of
-            range, or ``now`` is naive.
+        ValueError: no limit given nor configured on the store (no ttl, no
+            checkpoint age), a limit is out of range, or ``now`` is naive.
     """
     max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
     if max_checkpoint_age is None:
         configured = getattr(_checkpoint_store(store), "max_checkpoint_age", None)
         max_checkpoint_age = check_max_checkpoint_age(configured)
-    if ttl_seconds is None and keep_checkpoints is None and max_checkpoint_age is None:
+    own_ttl = store.ttl if isinstance(store, SupportsExpiry) else None
+    if (
+        ttl_seconds is None
+        and keep_checkpoints is None
+        and max_checkpoint_age is None
+        and own_ttl is None
+    ):
         raise ValueError(
             "gc_store needs ttl_seconds, keep_checkpoints or max_checkpoint_age "
-            "(or a store opened with max_checkpoint_age)"
+            "(or a store opened with a ttl or a max_checkpoint_age)"
         )
     if ttl_seconds is not None and (
         isinstance(ttl_seconds, bool)
@@ -1102,6 +1116,15 @@ async def gc_store(
         if isinstance(store, FileSessionStore)
         else StoreLeftovers((), (), ())
     )
+    expired: list[ExpiredSession] = []
+    if own_ttl is not None and isinstance(store, SupportsExpiry):
+        for info in await store.collect_expired(dry_run=dry_run):
+            try:
+                idle = (now - _parse_time(info.used_at)).total_seconds()
+            except ValueError:
+                idle = own_ttl
+            expired.append(ExpiredSession(info.session_id, info.used_at, idle, info.message_count))
+    collected = len(expired)  # the store's own expired sessions, which list() leaves out
     metas, listing_damage = await _walk(store)
     # An orphan is gone; a locked session is skipped once, below, for its leftovers.
     passed_over = {*leftovers.orphans, *leftovers.locked}
@@ -1113,7 +1136,6 @@ async def gc_store(
         SkippedSession(sid, "session_locked", "leftovers of a killed writer; a writer holds it")
         for sid in leftovers.locked
     )
-    expired: list[ExpiredSession] = []
     pruned: list[PrunedCheckpoint] = []
     for meta in metas:
         if meta.damaged is not None:  # never expired nor pruned on guessed metadata
@@ -1147,9 +1169,9 @@ async def gc_store(
     return GcReport(
         dry_run=dry_run,
         now=now.astimezone(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
-        ttl_seconds=ttl_seconds,
+        ttl_seconds=ttl_seconds if ttl_seconds is not None else own_ttl,
         keep_checkpoints=keep_checkpoints,
-        sessions_checked=len(metas),
+        sessions_checked=len(metas) + collected,
         expired=tuple(expired),
         pruned=tuple(pruned),
         skipped=tuple(skipped),

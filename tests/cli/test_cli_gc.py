@@ -19,6 +19,7 @@ from perdure import Agent
 from perdure.checkpoints.store import FileCheckpointStore
 from perdure.cli.gc import human_duration, short_time
 from perdure.cli.main import cli
+from perdure.errors import SessionNotFoundError
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore, open_store
 from perdure.stores.sqlite import SQLiteSessionStore
@@ -311,3 +312,88 @@ def test_gc_checkpoints_on_a_file_checkpoint_store(tmp_path: Path) -> None:
     assert "deleted 0 of 2 sessions and 1 checkpoint" in done.stdout
     assert asyncio.run(cps.checkpoint_sessions()) == ["a", "b"]
     assert asyncio.run(cps.checkpoint_ids("a")) == [made[1].meta.checkpoint_id]
+
+
+@pytest.fixture(params=["file", "sqlite", "postgres"])
+def ttl_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL with ``ttl=3600`` (an hour of inactivity)."""
+    if request.param == "postgres":
+        return postgres_server.store_url(request) + "&ttl=3600"
+    if request.param == "file":
+        return f"file:{tmp_path / 'store'}?ttl=3600"
+    return f"sqlite:{tmp_path / 'p.db'}?ttl=3600"
+
+
+def last_used(url: str, session_id: str, seconds_ago: float) -> None:
+    """Make the session's last use ``seconds_ago`` (behind the store's back)."""
+    if url.startswith("postgresql"):
+        schema = url.split("schema=", 1)[1].split("&", 1)[0]
+        postgres_server.execute(
+            f'UPDATE "{schema}".perdure_sessions SET touched_at = now() - %s * interval '
+            "'1 second' WHERE id = %s",
+            (seconds_ago, session_id),
+        )
+        return
+    path = Path(url.split(":", 1)[1].split("?", 1)[0])
+    stamps = path / ".ttl" if url.startswith("file:") else Path(f"{path}.ttl")
+    when = dt.datetime.now(dt.UTC).timestamp() - seconds_ago
+    os.utime(stamps / session_id, (when, when))
+
+
+def stored_messages(url: str) -> int:
+    """Messages stored in the store's files or rows, read behind its back."""
+    path = Path(url.split(":", 1)[1].split("?", 1)[0])
+    if url.startswith("postgresql"):
+        schema = url.split("schema=", 1)[1].split("&", 1)[0]
+        rows = postgres_server.execute(f'SELECT count(*) FROM "{schema}".perdure_messages')
+        return int(str(rows[0][0]))
+    if url.startswith("sqlite:"):
+        with sqlite3.connect(path) as conn:
+            return int(conn.execute("SELECT count(*) FROM perdure_messages").fetchone()[0])
+    return sum(
+        len(p.read_bytes().splitlines()) - 1  # the genesis record is no message
+        for p in (path / "sessions").glob("*/journal.jsonl")
+    )
+
+
+def test_gc_deletes_what_the_stores_own_ttl_expired_and_keeps_its_tombstone(
+    ttl_url: str,
+) -> None:
+    store = open_store(ttl_url)
+    populate(store, ["idle", "used"], checkpoints=1)
+    before = stored_messages(ttl_url)
+    last_used(ttl_url, "idle", 2 * 3600)
+
+    dry = json.loads(perdure("gc", "--store", ttl_url, "--json").stdout)
+    assert dry["ttl_seconds"] == 3600
+    assert [(e["session_id"], e["message_count"]) for e in dry["expired"]] == [("idle", 2)]
+    assert dry["expired"][0]["idle_seconds"] == pytest.approx(7200, abs=60)
+    assert stored_messages(ttl_url) == before
+
+    table = perdure("gc", "--store", ttl_url, "--apply")
+    assert table.exit_code == 0, table.output
+    assert "sessions inactive for more than 3600s (the store's ttl):" in table.stdout
+    assert "deleted 1 of 2 sessions and 0 checkpoints" in table.stdout
+    assert stored_messages(ttl_url) == before - 2  # idle's two messages are gone
+    assert ids(store) == ["used"]
+    with pytest.raises(SessionNotFoundError) as info:
+        asyncio.run(store.get("idle"))
+    assert info.value.details["reason"] == "expired"  # its tombstone
+    assert len(checkpoint_ids(store, "idle")) == 1  # kept (SPEC §9)
+    assert len(asyncio.run(store.get("used")).messages) == 2
+
+    # The tombstone lives max(10 × ttl, 7 days) after the last use; then gc drops it.
+    last_used(ttl_url, "idle", 8 * 86400)
+    again = json.loads(perdure("gc", "--store", ttl_url, "--apply", "--json").stdout)
+    assert again["expired"] == []
+    with pytest.raises(SessionNotFoundError) as info:
+        asyncio.run(store.get("idle"))
+    assert info.value.details["reason"] == "unknown"
+    getattr(store, "close", lambda: None)()
+
+
+def test_gc_without_limits_on_a_store_without_a_ttl_has_nothing_to_do(tmp_path: Path) -> None:
+    populate(FileSessionStore(tmp_path / "d"), ["a"])
+    result = perdure("gc", "--store", f"file:{tmp_path / 'd'}")
+    assert result.exit_code == 2
+    assert "a store URL with a ttl" in result.stderr

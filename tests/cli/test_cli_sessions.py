@@ -129,9 +129,13 @@ def test_list_shows_metadata_never_content(seeded: str) -> None:
         "updated_at",
         "message_count",
         "damaged",
+        "expires_at",
+        "expires_in",
     }
     assert data["sessions"][0]["message_count"] == 6
     assert data["sessions"][0]["damaged"] is None
+    assert data["sessions"][0]["expires_at"] is None  # no ttl
+    assert data["sessions"][0]["expires_in"] is None
     assert data["next_after"] is None
 
 
@@ -463,3 +467,24 @@ def test_render_names_binaries_and_survives_odd_blocks() -> None:
     assert render_message(failed) == "user\n  ✗ boom"
     assert format_time("2025-01-02T03:04:05.123456Z") == "2025-01-02 03:04:05"
     assert format_time("yesterday") == "yesterday"
+
+
+def with_ttl(url: str, seconds: int) -> str:
+    return f"{url}{'&' if '?' in url else '?'}ttl={seconds}"
+
+
+def test_list_shows_the_time_to_expiry_in_a_store_with_a_ttl(store_url: str) -> None:
+    url = with_ttl(store_url, 3600)
+    seed(url, "s1")
+    result = invoke("sessions", "list", "--store", url)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if "id" in line)
+    assert header.split() == ["id", "created", "updated", "messages", "expires", "in"]
+    row = next(line for line in lines if line.split()[:1] == ["s1"])
+    assert row.split()[-3:] == ["6", "59m", "59s"]  # 3600 s, less the moments since
+
+    data = json.loads(invoke("sessions", "list", "--store", url, "--json").stdout)
+    listed = data["sessions"][0]
+    assert 3500 < listed["expires_in"] <= 3600
+    assert listed["expires_at"] > listed["updated_at"]

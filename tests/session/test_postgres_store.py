@@ -25,7 +25,7 @@ from perdure.errors import (
     SessionLockedError,
     SessionNotFoundError,
 )
-from perdure.session import Session
+from perdure.session import Session, SessionStore
 from perdure.testing import CheckpointStoreSuite, SessionStoreSuite
 from perdure.testing.checkpoints import CheckpointStoreFactory, put_new
 from perdure.testing.corruption import SESSION, write_precious
@@ -65,6 +65,15 @@ class TestPostgresSessionStore(SessionStoreSuite):
     durability_options = ("commit", "none")
     supports_history_page = True
     supports_checkpoints = True
+    supports_ttl = True
+
+    def stored_message_count(self, store: SessionStore, needle: str) -> int | None:
+        assert isinstance(store, PostgresSessionStore)
+        rows = execute(
+            f'SELECT count(*) FROM "{store.schema}".perdure_messages WHERE body LIKE %s',
+            (f"%{needle}%",),
+        )
+        return int(str(rows[0][0]))
 
     @pytest.fixture
     def store_factory(self, opened: Callable[..., PostgresSessionStore]) -> StoreFactory:

@@ -33,7 +33,7 @@ from pg_proxy import CuttingProxy, cutting_proxy
 from redis_server import client, drop_prefix, import_redis, new_prefix, require_server
 
 import_redis()
-from perdure.session import RedisSessionStore, open_store  # noqa: E402  (needs redis)
+from perdure.session import RedisSessionStore, SessionStore, open_store  # noqa: E402
 
 
 @pytest.fixture
@@ -63,6 +63,19 @@ def opened(prefix: str) -> Iterator[Callable[..., RedisSessionStore]]:
 class TestRedisSessionStore(SessionStoreSuite):
     supports_history_page = True
     supports_checkpoints = True
+    supports_ttl = True
+    checkpoints_outlive_ttl = False
+
+    def stored_message_count(self, store: SessionStore, needle: str) -> int | None:
+        assert isinstance(store, RedisSessionStore)
+        c = client()
+        try:
+            keys = list(c.scan_iter(match=f"{store.prefix}*:m"))
+            return sum(
+                1 for key in keys for element in c.lrange(key, 0, -1) if needle.encode() in element
+            )
+        finally:
+            c.close()
 
     @pytest.fixture
     def store_factory(self, opened: Callable[..., RedisSessionStore]) -> StoreFactory:

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 
 import pytest
 from session_stores import make_store
 
-from perdure.session import SessionStore
+from perdure.session import FileSessionStore, SessionStore
+from perdure.stores.sqlite import SQLiteSessionStore
 from perdure.testing import SessionStoreSuite
 from perdure.testing.sessions import StoreFactory
 
@@ -17,6 +20,15 @@ class TestFileSessionStore(SessionStoreSuite):
     durability_options = ("commit", "invocation", "none")
     supports_history_page = True
     supports_checkpoints = True
+    supports_ttl = True
+
+    def stored_message_count(self, store: SessionStore, needle: str) -> int | None:
+        assert isinstance(store, FileSessionStore)
+        found = 0
+        for path in (store.root / "sessions").rglob("*"):
+            if path.is_file() and "checkpoints" not in path.relative_to(store.root).parts:
+                found += path.read_bytes().count(needle.encode())
+        return found
 
     @pytest.fixture
     def store_factory(self, tmp_path: Path) -> StoreFactory:
@@ -27,6 +39,15 @@ class TestSQLiteSessionStore(SessionStoreSuite):
     durability_options = ("commit", "invocation", "none")
     supports_history_page = True
     supports_checkpoints = True
+    supports_ttl = True
+
+    def stored_message_count(self, store: SessionStore, needle: str) -> int | None:
+        assert isinstance(store, SQLiteSessionStore)
+        with contextlib.closing(sqlite3.connect(store.path)) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM perdure_messages WHERE body LIKE ?", (f"%{needle}%",)
+            ).fetchone()
+        return int(row[0])
 
     @pytest.fixture
     def store_factory(self, tmp_path: Path) -> StoreFactory:
@@ -37,6 +58,7 @@ class TestMemorySessionStore(SessionStoreSuite):
     durable_across_reopen = False
     supports_history_page = True
     supports_checkpoints = True
+    supports_ttl = True
 
     @pytest.fixture
     def store_factory(self) -> StoreFactory:

@@ -26,6 +26,7 @@ __all__ = [
     "REDIS_OPTIONS",
     "REDIS_STORAGE_OPTIONS",
     "LaterBackend",
+    "local_options",
     "postgres_url",
     "split_url",
 ]
@@ -55,6 +56,14 @@ POSTGRES_OPTIONS: dict[str, type] = {
     "durability": str,
 }
 """perdure's options a ``postgresql://`` store URL may carry in its query, and their types."""
+
+LOCAL_OPTIONS: dict[str, dict[str, type]] = {
+    "file": {"ttl": float, "max_checkpoints": int, "durability": str},
+    "sqlite": {"ttl": float, "max_checkpoints": int, "durability": str},
+    "memory": {"ttl": float, "max_checkpoints": int},
+}
+"""perdure's options a ``file:``, ``sqlite:`` or ``memory:`` store URL may carry
+after a ``?`` (``sqlite:./p.db?ttl=1800``), and their types."""
 
 REDIS_OPTIONS: dict[str, type] = {
     "prefix": str,
@@ -117,6 +126,46 @@ def split_url(url: object, schemes: Sequence[str], what: str) -> tuple[str, Path
     if not rest:
         raise ValueError(f"{what} URL {url!r} names no path")
     return scheme, Path(rest).expanduser()
+
+
+def local_options(url: str, scheme: str, what: str = "store") -> tuple[str, dict[str, object]]:
+    """Split a ``file:``/``sqlite:``/``memory:`` store URL into the URL without its
+    options and the options (:data:`LOCAL_OPTIONS`), converted to their types.
+
+    ``sqlite:./p.db?ttl=60`` gives ``("sqlite:./p.db", {"ttl": 60.0})``. Only a
+    ``?`` followed by ``name=value`` pairs starts options: a path with another ``?``
+    in it stays a path.
+
+    Raises:
+        ValueError: an option this store does not take, given twice, or whose value is
+            not of its type; the message names it.
+    """
+    from urllib.parse import parse_qsl
+
+    head, mark, query = url.rpartition("?")
+    if not mark or not query:
+        return url, {}
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        return url, {}
+    options = LOCAL_OPTIONS[scheme]
+    found: dict[str, object] = {}
+    for key, value in pairs:
+        kind = options.get(key)
+        if kind is None:
+            raise ValueError(
+                f"{what} URL {url!r}: {key}= is not an option of a {scheme}: {what}; "
+                f"its options are {', '.join(f'{o}=' for o in options)}"
+            )
+        if key in found:
+            raise ValueError(f"{what} URL {url!r} gives {key}= twice")
+        try:
+            found[key] = kind(value)
+        except ValueError:
+            wanted = "an integer" if kind is int else "a number"
+            raise ValueError(f"{what} URL {url!r}: {key}={value!r} is not {wanted}") from None
+    return head, found
 
 
 def postgres_url(

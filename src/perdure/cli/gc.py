@@ -40,6 +40,7 @@ from perdure.cli._common import (
     store_option,
 )
 from perdure.maintenance import GcReport, gc_checkpoints, gc_store, parse_duration
+from perdure.session.store import SupportsExpiry
 
 
 @click.command()
@@ -93,10 +94,13 @@ def gc(
 ) -> None:
     """Expire inactive sessions, prune old checkpoints (dry run by default).
 
-    A session whose last update is older than --ttl is deleted with its checkpoints;
-    every other session keeps its newest --keep-checkpoints checkpoints and loses
-    those older than --max-checkpoint-age (by default the age limit the store URL
-    sets, ``?max_checkpoint_age=SECONDS``). In a file
+    A store opened with a ttl (file:DIR?ttl=3600, sqlite:P?ttl=…, postgresql://…?ttl=…)
+    deletes the messages of the sessions its ttl expired, keeping their
+    checkpoints and a tombstone (they still read as expired). A session whose last
+    update is older than --ttl is deleted with its checkpoints; every other session
+    keeps its newest --keep-checkpoints checkpoints and loses those older than
+    --max-checkpoint-age (by default the age limit the store URL sets,
+    ``?max_checkpoint_age=SECONDS``). In a file
     store, temp files of killed writes and sessions a killed fork left empty go too.
     Without --apply nothing is deleted and the report says what would be. Exit 1
     when a session had to be skipped (locked by a writer, or damaged).
@@ -139,10 +143,17 @@ def gc(
         return
     with session_store(store_url) as store:
         configured = getattr(getattr(store, "checkpoints", None), "max_checkpoint_age", None)
-        if ttl is None and keep_checkpoints is None and age_seconds is None and configured is None:
+        own_ttl = store.ttl if isinstance(store, SupportsExpiry) else None
+        if (
+            ttl is None
+            and keep_checkpoints is None
+            and age_seconds is None
+            and configured is None
+            and own_ttl is None
+        ):
             raise ValueError(
-                "nothing to do: give --ttl, --keep-checkpoints, --max-checkpoint-age "
-                "or a store URL with max_checkpoint_age"
+                "nothing to do: give --ttl, --keep-checkpoints, --max-checkpoint-age, "
+                "or a store URL with a ttl or max_checkpoint_age (file:DIR?ttl=86400)"
             )
         report = run(
             gc_store(
@@ -161,7 +172,10 @@ def _report(report: GcReport, ttl: str | None, as_json: bool) -> None:
     if as_json:
         echo_json(report.to_dict())
     else:
-        _print(report, ttl)
+        label = ttl
+        if label is None and report.ttl_seconds is not None:
+            label = f"{report.ttl_seconds:g}s (the store's ttl)"
+        _print(report, label)
     if report.skipped:
         raise SystemExit(EXIT_PROBLEM)
 

@@ -18,6 +18,8 @@ does not exist is reported (exit 3) instead of being made empty.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any
 
 import click
@@ -37,6 +39,7 @@ from perdure.cli._common import (
     store_option,
     to_jsonable,
 )
+from perdure.cli.gc import human_duration
 from perdure.cli.render import format_time, print_table, rich_message
 from perdure.errors import SessionCorruptedError, SessionNotFoundError
 from perdure.session import (
@@ -49,6 +52,7 @@ from perdure.session import (
     read_history_page,
     scan_checkpoints,
 )
+from perdure.session.expiry import epoch_of
 
 DEFAULT_PAGE = 20
 """Messages per history page unless ``--limit`` says otherwise."""
@@ -107,6 +111,9 @@ def list_sessions(limit: int, after: str | None, store_url: str, as_json: bool) 
 
     Shows id, created, updated and message count, sorted by id; page with --after.
     A damaged session is listed too, marked damaged (`perdure verify` says how).
+    In a store with a ttl (file:DIR?ttl=3600, …), the time left before each session
+    expires unless used (JSON: "expires_at" and "expires_in" seconds); expired
+    sessions are not listed.
     """
     check_positive("--limit", limit)
     with session_store(store_url) as store:
@@ -114,7 +121,12 @@ def list_sessions(limit: int, after: str | None, store_url: str, as_json: bool) 
     shown, more = found[:limit], len(found) > limit
     next_after = shown[-1].session_id if more else None
     if as_json:
-        echo_json({"sessions": shown, "next_after": next_after})
+        now = time.time()
+        listed = [
+            {**to_jsonable(dataclasses.asdict(meta)), "expires_in": _expires_in(meta, now)}
+            for meta in shown
+        ]
+        echo_json({"sessions": listed, "next_after": next_after})
         return
     out = console()
     if not shown:
@@ -278,22 +290,37 @@ def delete(session_id: str, yes: bool, store_url: str, as_json: bool) -> None:
         click.echo(f"deleted session {session_id!r}")
 
 
+def _expires_in(meta: SessionMeta, now: float) -> float | None:
+    """Seconds before ``meta``'s session expires unless used (``None``: no ttl)."""
+    if meta.expires_at is None:
+        return None
+    at = epoch_of(meta.expires_at)
+    return None if at is None else round(max(at - now, 0.0), 3)
+
+
 def _sessions_table(metas: list[SessionMeta]) -> Table:
     table = Table(box=box.SIMPLE)
     table.add_column("id", no_wrap=True)
     table.add_column("created", no_wrap=True)
     table.add_column("updated", no_wrap=True)
     table.add_column("messages", justify="right")
+    with_ttl = any(meta.expires_at is not None for meta in metas)
+    if with_ttl:
+        table.add_column("expires in", justify="right", no_wrap=True)
+    now = time.time()
     for meta in metas:
         if meta.damaged is not None:
             table.add_row(
                 Text(meta.session_id),
                 *(Text(format_time(t) or "-", "dim") for t in (meta.created_at, meta.updated_at)),
                 Text("damaged", "red"),
+                *([Text("-", "dim")] if with_ttl else []),
             )
             continue
         cells = (meta.session_id, format_time(meta.created_at), format_time(meta.updated_at))
-        table.add_row(*map(Text, cells), Text(str(meta.message_count)))
+        left = _expires_in(meta, now)
+        expiry = [Text("-" if left is None else human_duration(left))] if with_ttl else []
+        table.add_row(*map(Text, cells), Text(str(meta.message_count)), *expiry)
     return table
 
 

@@ -43,6 +43,9 @@ class SessionMeta:
             :class:`~perdure.errors.SessionCorruptedError` that reading it raises,
             code ``session_store_corrupted``), and the fields it could not read
             empty. ``get`` on it raises that error.
+        expires_at: in a store with a ``ttl``, when the session expires unless it is
+            used before (ISO-8601 UTC); ``None`` without a ttl. A listing shows
+            live sessions only: an expired one is left out in every store.
     """
 
     session_id: str
@@ -50,6 +53,7 @@ class SessionMeta:
     updated_at: str
     message_count: int
     damaged: str | None = None
+    expires_at: str | None = None
 
 
 @dataclass
@@ -216,6 +220,36 @@ class StoreBase:
     async def _apply_commit(self, request: CommitRequest) -> CommitResult:
         """Store a checked commit (see :meth:`commit`)."""
         raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ExpiredSessionInfo:
+    """A session whose ttl ran out, as :meth:`SupportsExpiry.collect_expired` found it.
+
+    Attributes:
+        session_id: its id.
+        used_at: its last use (ISO-8601 UTC).
+        message_count: messages its history held (``0`` when not read).
+    """
+
+    session_id: str
+    used_at: str
+    message_count: int
+
+
+@runtime_checkable
+class SupportsExpiry(Protocol):
+    """A store with a ``ttl`` that expires on read and deletes what expired on demand."""
+
+    ttl: float | None
+
+    async def collect_expired(self, *, dry_run: bool = True) -> list[ExpiredSessionInfo]:
+        """Delete the messages and state of every expired session (``perdure gc``).
+
+        Each keeps its tombstone (so it still reads as expired) and its checkpoints;
+        tombstones past their time are deleted. A dry run deletes nothing.
+        """
+        ...
 
 
 @runtime_checkable

@@ -6,7 +6,9 @@ it never shadows the function ``perdure.session.open_store`` with a module.)
 ====================  ==============================================
 ``file:DIR``          :class:`FileSessionStore` rooted at ``DIR``
 ``sqlite:PATH``       :class:`SQLiteSessionStore` in the file ``PATH``
-``memory:``           a new :class:`MemorySessionStore`
+``memory:``           a new :class:`MemorySessionStore`;
+                      these three take ``?ttl=``, ``max_checkpoints=``
+                      (and ``durability=`` but memory)
 ``postgresql://…``    :class:`PostgresSessionStore` (``postgres://`` too);
                       ``?schema=``, ``ttl=``, ``lease=``, ``max_checkpoints=``,
                       ``max_checkpoint_age=``, ``durability=`` are its
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perdure._runtime.urls import REDIS_OPTIONS, postgres_url, split_url
+from perdure._runtime.urls import REDIS_OPTIONS, local_options, postgres_url, split_url
 from perdure.session.store import SessionStore
 
 __all__ = ["SCHEMES", "open_store"]
@@ -63,6 +65,13 @@ def open_store(url: str, **options: Any) -> SessionStore:
         if twice:
             raise ValueError(f"store URL {url!r} and the keywords both give {', '.join(twice)}")
         return PostgresSessionStore(dsn, **found, **options)  # type: ignore[arg-type]
+    bare, found = local_options(url, scheme)
+    twice = sorted(set(found) & set(options))
+    if twice:
+        raise ValueError(f"store URL {url!r} and the keywords both give {', '.join(twice)}")
+    options = {**found, **options}
+    if found:
+        scheme, path = split_url(bare, SCHEMES, "store")
     if scheme == "file":
         from perdure.stores.file.store import FileSessionStore
 

@@ -16,22 +16,39 @@ Guarantees: a commit is applied entirely or not at all (everything is encoded
 before anything changes). Nothing survives the process. Every coroutine may be
 awaited from any event loop and any thread (a ``threading`` lock guards the data;
 nothing blocks on I/O). Writer locks exclude holders inside this process only.
+
+With ``ttl=`` (seconds of inactivity) a session expires as in the file and SQLite
+stores (:mod:`perdure.session._stamps`): every commit, ``get`` and ``create`` renews
+it; past it, reads and commits raise ``session_not_found`` with
+``details["reason"] == "expired"``, ``list`` leaves it out, ``create`` starts it
+afresh (its checkpoints kept), and :meth:`MemorySessionStore.collect_expired`
+(``perdure gc``) drops its messages, keeping a tombstone.
 """
 
 from __future__ import annotations
 
 import builtins
+import time
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from threading import Lock
 
 import perdure.session.rules as rules
 from perdure.checkpoints.store import MemoryCheckpointStore
-from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
+from perdure.errors import SessionConflictError, SessionCorruptedError
 from perdure.session._locks import LockTable
+from perdure.session._stamps import Expiry, MemoryStamps
+from perdure.session.expiry import check_ttl, iso_time
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_of, page_read_range
-from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
+from perdure.session.store import (
+    CommitResult,
+    ExpiredSessionInfo,
+    HistoryPage,
+    SessionMeta,
+    SessionRecord,
+    StoreBase,
+)
 from perdure.types import Message
 
 __all__ = ["MemorySessionStore"]
@@ -55,6 +72,7 @@ class MemorySessionStore(StoreBase):
     """Sessions in memory with the semantics of the persistent stores (see the module).
 
     Args:
+        ttl: seconds of inactivity after which a session expires (``None``: never).
         max_checkpoints: keep at most this many checkpoints per session in
             :attr:`checkpoints` (the oldest are evicted, whatever their trigger).
         max_checkpoint_age: seconds; older checkpoints of a session are evicted when
@@ -62,8 +80,14 @@ class MemorySessionStore(StoreBase):
     """
 
     def __init__(
-        self, *, max_checkpoints: int | None = None, max_checkpoint_age: float | None = None
+        self,
+        *,
+        ttl: float | None = None,
+        max_checkpoints: int | None = None,
+        max_checkpoint_age: float | None = None,
     ) -> None:
+        self.ttl = check_ttl(ttl)
+        self._expiry = Expiry(self.ttl, MemoryStamps(), "the memory store")
         self._sessions: dict[str, _Entry] = {}
         self._guard = Lock()
         self._locks = LockTable()
@@ -87,29 +111,38 @@ class MemorySessionStore(StoreBase):
         validate_session_id(session_id)
         with self._guard:
             entry = self._sessions.get(session_id)
-        if entry is None:
+        if entry is None or self._expiry.is_expired(session_id):
             with self._locks.for_write(session_id), self._guard:
                 entry = self._sessions.get(session_id)
-                if entry is None:
+                expired = self._expiry.is_expired(session_id)
+                if entry is None or expired:
                     now = rules.utc_now()
                     entry = self._sessions[session_id] = _Entry(now, now, rules.new_tail(0))
-                    # Leftovers put before the session existed do not belong to it.
-                    self.checkpoints.drop_session(session_id)
-                    return entry.meta(session_id)
+                    if not expired:
+                        # Leftovers put before the session existed do not belong to
+                        # it; an expired session's checkpoints stay (SPEC §7).
+                        self.checkpoints.drop_session(session_id)
+                    self._expiry.renew(session_id)
+                    return self._meta(session_id, entry)
         if not exist_ok:
             raise SessionConflictError(f"session {session_id!r} already exists")
+        self._expiry.renew(session_id)
         with self._guard:
-            return entry.meta(session_id)
+            return self._meta(session_id, entry)
 
     async def get(self, session_id: str, *, offset: int = 0) -> SessionRecord:
         """A fresh copy of a session: metadata, messages from ``offset``, state, tail.
 
+        With ``ttl`` it renews the session.
+
         Raises:
-            SessionNotFoundError: no such session.
+            SessionNotFoundError: no such session (``details["reason"]``:
+                ``"unknown"`` or ``"expired"``).
         """
         rules.check_get_args(session_id, offset)
         with self._guard:
             entry = self._entry(session_id)
+            self._expiry.renew(session_id)
             start = min(offset, len(entry.bodies))
             texts = [
                 entry.redacted.get(i, entry.bodies[i]) for i in range(start, len(entry.bodies))
@@ -126,16 +159,40 @@ class MemorySessionStore(StoreBase):
     async def list(
         self, *, limit: int | None = None, after: str | None = None
     ) -> builtins.list[SessionMeta]:
-        """Metadata of sessions sorted by id, ids greater than ``after``.
+        """Metadata of live sessions sorted by id, ids greater than ``after``.
 
         Raises:
             ValueError: a bad ``limit`` or ``after``.
         """
         rules.check_list_args(limit, after)
         with self._guard:
-            ids = sorted(i for i in self._sessions if after is None or i > after)
+            ids = sorted(
+                i
+                for i in self._sessions
+                if (after is None or i > after) and not self._expiry.is_expired(i)
+            )
             ids = ids if limit is None else ids[:limit]
-            return [self._sessions[i].meta(i) for i in ids]
+            return [self._meta(i, self._sessions[i]) for i in ids]
+
+    async def collect_expired(self, *, dry_run: bool = True) -> builtins.list[ExpiredSessionInfo]:
+        """Drop the messages and state of every expired session (``perdure gc``).
+
+        Each keeps its tombstone (it still reads as expired) and its checkpoints;
+        tombstones past their time go. A dry run changes nothing.
+        """
+        found: builtins.list[ExpiredSessionInfo] = []
+        with self._guard:
+            for session_id in sorted(self._sessions):
+                if self._expiry.is_expired(session_id) and not self._locks.is_held(session_id):
+                    used = self._expiry.stamps.used_at(session_id) or time.time()
+                    count = len(self._sessions[session_id].bodies)
+                    found.append(ExpiredSessionInfo(session_id, iso_time(used), count))
+                    if not dry_run:
+                        del self._sessions[session_id]
+            if not dry_run:
+                for session_id in self._expiry.dead_tombstones(set(self._sessions)):
+                    self._expiry.forget(session_id)
+        return found
 
     async def _apply_commit(self, request: rules.CommitRequest) -> CommitResult:
         """Store a checked commit, planned by the rules; applied entirely or not at all.
@@ -152,6 +209,7 @@ class MemorySessionStore(StoreBase):
         redaction_texts = rules.encode_redactions(request.redactions)
         with self._locks.for_write(session_id), self._guard:
             entry = self._entry(session_id)
+            self._expiry.renew(session_id)
             stored = len(entry.bodies)
             plan = rules.plan_commit(request, stored, entry.tail)
             if plan.compare_last:
@@ -191,6 +249,7 @@ class MemorySessionStore(StoreBase):
         validate_session_id(session_id)
         with self._locks.for_write(session_id), self._guard:
             self._sessions.pop(session_id, None)
+            self._expiry.forget(session_id)
             self.checkpoints.drop_session(session_id)
 
     def writer_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
@@ -219,10 +278,25 @@ class MemorySessionStore(StoreBase):
         return page_of(total, offset, limit, lo, window)
 
     def _entry(self, session_id: str) -> _Entry:
+        """The live session's entry (expired: ``session_not_found``, reason expired)."""
         entry = self._sessions.get(session_id)
         if entry is None:
-            raise SessionNotFoundError(f"session {session_id!r} not found")
+            raise self._expiry.not_found(session_id)
+        if self._expiry.is_expired(session_id):
+            raise self._expiry.not_found(session_id, expired=True)
         return entry
+
+    def _meta(self, session_id: str, entry: _Entry) -> SessionMeta:
+        meta = entry.meta(session_id)
+        if self.ttl is None:
+            return meta
+        return SessionMeta(
+            session_id,
+            meta.created_at,
+            meta.updated_at,
+            meta.message_count,
+            expires_at=self._expiry.expires_at(session_id),
+        )
 
     @staticmethod
     def _decode(session_id: str, index: int, text: str) -> Message:

@@ -92,6 +92,15 @@ Guarantees:
   instead of opening as a new, empty database whose sessions read as not found,
   and so does a database marked as perdure's whose tables are all gone. Another
   application's database gets perdure's tables beside its own.
+- **TTL** (``ttl=`` seconds of inactivity): each session's last use (a commit, a
+  ``get``, a ``create``) is the modification time of ``<path>.ttl/<session_id>``
+  (:mod:`perdure.session._stamps`). Past it, reads and commits raise
+  ``session_not_found`` with ``details["reason"] == "expired"`` (an id never seen:
+  ``"unknown"``), ``list`` leaves the session out, ``create`` starts it afresh
+  (its checkpoints kept), and :meth:`SQLiteSessionStore.collect_expired`
+  (``perdure gc``) deletes its rows but its checkpoints; the stamp stays as its
+  tombstone for ``max(10 × ttl, 7 days)``. A commit checks and renews the stamp on
+  the caller's thread (a ``stat`` and a ``utime``: less than a thread hop).
 - **Repair**: :meth:`SQLiteSessionStore.quarantine` keeps a damaged session's
   verifiable prefix of rows and moves the rest to a quarantine file.
 - sqlite3 exceptions never leak, sorted by :func:`perdure._runtime.sqlite.translate`
@@ -146,6 +155,8 @@ from perdure.errors import (
     SessionNotFoundError,
 )
 from perdure.session._locks import LockTable
+from perdure.session._stamps import DirStamps, Expiry, collect_expired, live_listing
+from perdure.session.expiry import check_ttl
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_of, page_read_range
 from perdure.session.rules import (
@@ -171,7 +182,14 @@ from perdure.session.rules import (
     utc_now,
     verify_rows,
 )
-from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
+from perdure.session.store import (
+    CommitResult,
+    ExpiredSessionInfo,
+    HistoryPage,
+    SessionMeta,
+    SessionRecord,
+    StoreBase,
+)
 from perdure.stores.file.store import SessionRecoveryReport
 from perdure.types import Message
 
@@ -474,6 +492,7 @@ class SQLiteSessionStore(StoreBase):
             :attr:`checkpoints` (the oldest are evicted, whatever their trigger).
         max_checkpoint_age: seconds; older checkpoints of a session are evicted when
             it gets a new one (and by ``perdure gc``).
+        ttl: seconds of inactivity after which a session expires (``None``: never).
 
     The store opens its connections on first use; :meth:`close` closes them (the
     store stays usable and reopens on the next call).
@@ -487,6 +506,7 @@ class SQLiteSessionStore(StoreBase):
         busy_timeout: float = 5.0,
         max_checkpoints: int | None = None,
         max_checkpoint_age: float | None = None,
+        ttl: float | None = None,
     ) -> None:
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
@@ -510,6 +530,8 @@ class SQLiteSessionStore(StoreBase):
         self.busy_timeout = float(busy_timeout)
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
         self.max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
+        self.ttl = check_ttl(ttl)
+        self._expiry = Expiry(self.ttl, DirStamps(Path(str(path) + ".ttl")), str(self.path))
         self._locks = LockTable(Path(str(path) + ".locks"))
         self._writer = ConnectionSlot()
         # The writer connection under which the WAL's directory entry was last fsynced.
@@ -565,19 +587,45 @@ class SQLiteSessionStore(StoreBase):
             SessionCorruptedError: a row read is damaged (the error names it).
         """
         check_get_args(session_id, offset)
-        return await asyncio.to_thread(self._get, session_id, offset)
+        return await asyncio.to_thread(
+            self._expiry.use, session_id, lambda: self._get(session_id, offset)
+        )
 
     async def list(
         self, *, limit: int | None = None, after: str | None = None
     ) -> builtins.list[SessionMeta]:
         """Metadata of sessions sorted by id, ids greater than ``after``; reads no content.
 
+        With ``ttl``, an expired session is left out and the others carry ``expires_at``.
+
         Raises:
             ValueError: ``limit`` is not ``None`` or an int >= 0, or ``after`` is not
                 a valid session id.
         """
         check_list_args(limit, after)
-        return await asyncio.to_thread(self._list, limit, after)
+        return await asyncio.to_thread(live_listing, self._expiry, self._list, limit, after)
+
+    async def collect_expired(self, *, dry_run: bool = True) -> builtins.list[ExpiredSessionInfo]:
+        """Delete the rows of every expired session but its checkpoints (``perdure gc``).
+
+        Each keeps its tombstone (it still reads as expired); tombstones past their
+        time go. A session a writer holds is left for the next time. A dry run
+        deletes nothing.
+        """
+        return await asyncio.to_thread(self._collect_expired, dry_run)
+
+    def _collect_expired(self, dry_run: bool) -> builtins.list[ExpiredSessionInfo]:
+        with self._use(self._reader) as conn, transaction(conn, "BEGIN"):
+            rows = conn.execute(
+                "SELECT id, message_count FROM perdure_sessions ORDER BY id"
+            ).fetchall()
+        return collect_expired(self._expiry, rows, self._purge, dry_run)
+
+    def _purge(self, session_id: str) -> None:
+        """Delete an expired session's rows, keeping its checkpoints and tombstone."""
+        with self._locks.for_write(session_id):
+            if self._expiry.is_expired(session_id):
+                self._delete(session_id, keep_checkpoints=True)
 
     async def _apply_commit(self, request: CommitRequest) -> CommitResult:
         """Persist a checked commit: append what is new, or rewrite the history.
@@ -595,7 +643,21 @@ class SQLiteSessionStore(StoreBase):
         agent_state = request.agent_state
         state_text = None if agent_state is None else encode_state(agent_state)
         commit = _Commit(request, state_text, encode_redactions(request.redactions))
-        if self.durability != "commit" and not request.rewritten:
+        session_id = request.session_id
+        # With a ttl, the session's stamp is checked and renewed here: a stat and a
+        # utime, done on the caller's thread as the inline append below is (both
+        # cost less than a thread hop).
+        renewed = self._expiry.check(session_id)
+        try:
+            result = await self._apply(commit)
+        except SessionNotFoundError:
+            raise self._expiry.not_found(session_id) from None
+        if not renewed:
+            self._expiry.renew(session_id)
+        return result
+
+    async def _apply(self, commit: _Commit) -> CommitResult:
+        if self.durability != "commit" and not commit.request.rewritten:
             done = self._append_here(commit)
             if done is not None:
                 return done
@@ -610,7 +672,12 @@ class SQLiteSessionStore(StoreBase):
             SessionLockedError: another writer holds the session's lock.
         """
         validate_session_id(session_id)
-        await asyncio.to_thread(self._delete, session_id)
+        await asyncio.to_thread(self._delete_forgotten, session_id)
+
+    def _delete_forgotten(self, session_id: str) -> None:
+        """Delete a session and its tombstone: the id is unknown afterwards."""
+        self._delete(session_id)
+        self._expiry.forget(session_id)
 
     def writer_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Hold the session's writer lock for an ``async with`` block.
@@ -634,7 +701,12 @@ class SQLiteSessionStore(StoreBase):
         """
         validate_session_id(session_id)
         check_page_args(offset, limit)
-        return await asyncio.to_thread(self._history_page, session_id, offset, limit)
+        return await asyncio.to_thread(
+            self._expiry.use,
+            session_id,
+            lambda: self._history_page(session_id, offset, limit),
+            renew=False,
+        )
 
     async def flush(self, session_id: str) -> None:
         """Make every commit so far durable.
@@ -936,7 +1008,7 @@ class SQLiteSessionStore(StoreBase):
         row = conn.execute(_SELECT_SESSION, (session_id,)).fetchone()
         if row is None:
             self._check_absent(conn, session_id)
-            raise SessionNotFoundError(f"session {session_id!r} not found in {self.path}")
+            raise self._expiry.not_found(session_id, expired=False)
         return self._checked_head(session_id, row)
 
     def _check_index(self, conn: sqlite3.Connection) -> None:
@@ -1111,6 +1183,14 @@ class SQLiteSessionStore(StoreBase):
     # ------------------------------------------------------------------ writing
 
     def _create(self, session_id: str, exist_ok: bool) -> SessionMeta:
+        meta = self._create_row(session_id, exist_ok)
+        self._expiry.renew(session_id)
+        return meta
+
+    def _create_row(self, session_id: str, exist_ok: bool) -> SessionMeta:
+        expired = self._expiry.is_expired(session_id)
+        if expired:  # starts afresh, its checkpoints kept (SPEC §7)
+            self._delete(session_id, keep_checkpoints=True)
         with self._use(self._reader) as conn:
             existing = conn.execute(_SELECT_SESSION, (session_id,)).fetchone()
         if existing is None:
@@ -1131,8 +1211,10 @@ class SQLiteSessionStore(StoreBase):
                     if cursor.lastrowid is None or cursor.lastrowid > _MAX_SID:
                         raise OSError(f"SQLite session store {self.path} has run out of ids")
                     # A new session starts without checkpoints, even ones put before
-                    # it existed (the file store wipes such leftovers the same way).
-                    conn.execute(_DELETE_CHECKPOINTS, (session_id,))
+                    # it existed (the file store wipes such leftovers the same way);
+                    # an expired one keeps its own.
+                    if not expired:
+                        conn.execute(_DELETE_CHECKPOINTS, (session_id,))
                     return SessionMeta(session_id, now, now, 0)
         if not exist_ok:
             raise SessionConflictError(f"session {session_id!r} already exists in {self.path}")
@@ -1441,14 +1523,15 @@ class SQLiteSessionStore(StoreBase):
         if hold is not None:
             self._heads[session_id] = (hold, head)
 
-    def _delete(self, session_id: str) -> None:
+    def _delete(self, session_id: str, *, keep_checkpoints: bool = False) -> None:
         with (
             self._locks.for_write(session_id),
             self._use(self._writer) as conn,
             self._write_transaction(conn),
         ):
             self._heads.pop(session_id, None)
-            conn.execute(_DELETE_CHECKPOINTS, (session_id,))
+            if not keep_checkpoints:
+                conn.execute(_DELETE_CHECKPOINTS, (session_id,))
             row = conn.execute(
                 "SELECT sid FROM perdure_sessions WHERE id = ?", (session_id,)
             ).fetchone()

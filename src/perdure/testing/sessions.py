@@ -79,12 +79,28 @@ class SessionStoreSuite:
             without reading the whole history); checked against the generic pager.
         supports_checkpoints: the store has a ``checkpoints`` :class:`CheckpointStore`
             (run :class:`~perdure.testing.CheckpointStoreSuite` on it too).
+        supports_ttl: the store takes ``ttl=`` (seconds of inactivity, SPEC §9).
+        checkpoints_outlive_ttl: the store's own checkpoints stay when its session
+            expires (true but in Redis, which drops every key of a session together).
+
+    Override :meth:`stored_message_count` to let the TTL test check that ``perdure
+    gc`` (or the store itself) removed an expired session's messages from the disk
+    or the database.
     """
 
     durable_across_reopen: ClassVar[bool] = True
     durability_options: ClassVar[tuple[str, ...]] = ()
     supports_history_page: ClassVar[bool] = False
     supports_checkpoints: ClassVar[bool] = False
+    supports_ttl: ClassVar[bool] = False
+    checkpoints_outlive_ttl: ClassVar[bool] = True
+
+    def stored_message_count(self, store: SessionStore, needle: str) -> int | None:
+        """How many stored messages (rows, records, list elements) contain ``needle``,
+        read from the disk or the database behind the store's back; ``None`` (the
+        default): the store cannot tell, and that check is skipped."""
+        del store, needle
+        return None
 
     @pytest.fixture
     def store(self, store_factory: StoreFactory) -> SessionStore:
@@ -564,3 +580,90 @@ class SessionStoreSuite:
         assert isinstance(getattr(store, "checkpoints", None), CheckpointStore)
         await store.create("s")
         assert await store.checkpoints.list("s") == []  # type: ignore[attr-defined]
+
+    async def test_ttl_expires_idle_sessions_and_keeps_used_ones(
+        self, store_factory: StoreFactory
+    ) -> None:
+        """SPEC §9: with ``ttl=1``, a session unused for 2 s is gone (``expired``), one
+        used every 0.5 s for 3 s lives; an unknown id is ``unknown``; gc removes what
+        expired, the tombstone stays, and a Session on the id starts afresh."""
+        if not self.supports_ttl:
+            pytest.skip("the store takes no ttl (supports_ttl)")
+        from perdure.checkpoints.store import new_checkpoint_id
+        from perdure.maintenance import gc_store
+        from perdure.session.store import SupportsExpiry
+        from perdure.testing.checkpoints import make_record
+
+        store = store_factory(ttl=1)
+        for bad in (0, -1, "60", True, float("nan")):
+            with pytest.raises(ValueError, match="ttl"):
+                store_factory(ttl=bad)
+        idle_words = [text("user", "idle-needle-0"), text("assistant", "idle-needle-1")]
+        await store.create("idle")
+        await store.commit("idle", idle_words, agent_state={"k": 1})
+        checkpoints = getattr(store, "checkpoints", None) if self.supports_checkpoints else None
+        kept = None
+        if checkpoints is not None:
+            made = await new_checkpoint_id(checkpoints, "idle")
+            kept = make_record("idle", made, messages=conversation(1))
+            await checkpoints.put(kept)
+        busy = conversation(2)
+        await store.create("busy")
+        await store.commit("busy", busy)
+        listed = await store.list()
+        assert [m.session_id for m in listed] == ["busy", "idle"]
+        assert all(m.expires_at is not None for m in listed)
+        with pytest.raises(SessionNotFoundError) as info:
+            await store.get("never")
+        assert (info.value.code, info.value.details["reason"]) == ("session_not_found", "unknown")
+
+        for step in range(1, 7):  # 3 s: "busy" used every 0.5 s, by a get or a commit
+            await asyncio.sleep(0.5)
+            if step % 2:
+                assert (await store.get("busy")).messages == busy
+            else:
+                busy = [*busy, text("user", f"b{step}")]
+                await store.commit("busy", busy)
+            if step == 4:  # 2 s without a use: "idle" is gone
+                for attempt in (
+                    store.get("idle"),
+                    store.commit("idle", [*idle_words, text("user", "late")]),
+                    read_history_page(store, "idle", offset=0, limit=5),
+                ):
+                    with pytest.raises(SessionNotFoundError) as info:
+                        await attempt
+                    assert info.value.code == "session_not_found"
+                    assert info.value.details["reason"] == "expired"
+                assert [m.session_id for m in await store.list()] == ["busy"]
+
+        record = await store.get("busy")
+        assert record.messages == busy
+        if isinstance(store, SupportsExpiry):
+            report = await gc_store(store, dry_run=False)
+            assert [e.session_id for e in report.expired] == ["idle"]
+            assert [e.message_count for e in report.expired] == [2]
+        if self.stored_message_count(store, "idle-needle") is not None:
+            assert self.stored_message_count(store, "idle-needle") == 0
+        with pytest.raises(SessionNotFoundError) as info:
+            await store.get("idle")
+        assert info.value.details["reason"] == "expired"  # the tombstone
+        assert (await store.get("busy")).messages == busy  # gc left the live one
+        if checkpoints is not None and kept is not None:
+            listed_ids = [m.checkpoint_id for m in await checkpoints.list("idle")]
+            if self.checkpoints_outlive_ttl:
+                assert listed_ids == [kept.meta.checkpoint_id]
+            else:
+                assert listed_ids == []
+
+        # An expired id starts afresh (SPEC §7), its checkpoints still there.
+        meta = await store.create("idle")
+        assert meta.message_count == 0
+        assert (await store.get("idle")).messages == []
+        if checkpoints is not None and kept is not None and self.checkpoints_outlive_ttl:
+            restored = await checkpoints.get("idle", kept.meta.checkpoint_id)
+            assert restored.messages == conversation(1)
+        await store.delete("idle")
+        with pytest.raises(SessionNotFoundError) as info:
+            await store.get("idle")
+        assert info.value.details["reason"] == "unknown"  # deleted, not expired
+        close(store)

@@ -66,6 +66,16 @@ Guarantees:
   session had) reads as no session and is cleared by the next ``create``.
   :meth:`FileSessionStore.rebuild_meta` writes ``meta.json`` again from the
   journal's first record (``perdure repair --apply``).
+- **TTL** (``ttl=`` seconds of inactivity): each session's last use (a commit, a
+  ``get``, a ``create``) is the modification time of ``<dir>/.ttl/<session_id>``
+  (:mod:`perdure.session._stamps`). Past it, reads and commits raise
+  ``session_not_found`` with ``details["reason"] == "expired"`` (an id never seen:
+  ``"unknown"``), ``list`` leaves the session out, ``create`` starts it afresh (its
+  checkpoints kept), and :meth:`FileSessionStore.collect_expired` (``perdure gc``)
+  deletes its files but ``checkpoints/``, ``meta.json`` first; the stamp stays as
+  its tombstone for ``max(10 × ttl, 7 days)``, and a directory without
+  ``meta.json`` whose stamp says expired is what such a gc left, not damage. A
+  commit checks and renews the stamp on the caller's thread, as it appends.
 - **Readers never lock**: ``get``, ``list`` and pages read while another process or
   thread appends, seals or rewrites. A read that a seal or rewrite moved files under
   (a file gone, a chain that no longer meets) is retried on the new volume; only
@@ -105,12 +115,14 @@ from perdure.errors import (
     SessionNotFoundError,
 )
 from perdure.session._locks import LockTable
+from perdure.session._stamps import DirStamps, Expiry, collect_expired, live_listing
 from perdure.session.attachments import (
     ATTACHMENT_MARKER,
     decode_with_attachments,
     extract_attachments,
     is_valid_digest,
 )
+from perdure.session.expiry import check_ttl
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_of, page_read_range
 from perdure.session.rules import (
@@ -125,7 +137,14 @@ from perdure.session.rules import (
     plan_commit,
     utc_now,
 )
-from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
+from perdure.session.store import (
+    CommitResult,
+    ExpiredSessionInfo,
+    HistoryPage,
+    SessionMeta,
+    SessionRecord,
+    StoreBase,
+)
 from perdure.stores.file import journal
 from perdure.stores.file.journal import GENESIS, End, JournalDamage, Record
 from perdure.stores.file.layout import (
@@ -262,6 +281,7 @@ class FileSessionStore(StoreBase):
             it gets a new one (and by ``perdure gc``).
         attachment_threshold: ``bytes`` values at least this long are stored as
             attachments.
+        ttl: seconds of inactivity after which a session expires (``None``: never).
     """
 
     def __init__(
@@ -276,6 +296,7 @@ class FileSessionStore(StoreBase):
         max_checkpoints: int | None = None,
         attachment_threshold: int = 1024,
         max_checkpoint_age: float | None = None,
+        ttl: float | None = None,
     ) -> None:
         if durability not in ("commit", "invocation", "none"):
             raise ValueError(
@@ -302,6 +323,8 @@ class FileSessionStore(StoreBase):
                 f"attachment_threshold must be an int >= 1, got {attachment_threshold!r}"
             )
         self.root = Path(dir)
+        self.ttl = check_ttl(ttl)
+        self._expiry = Expiry(self.ttl, DirStamps(self.root / ".ttl"), str(self.root))
         self.durability: Durability = durability
         self.segmentation = segmentation
         self.recovery: Recovery = recovery
@@ -361,21 +384,92 @@ class FileSessionStore(StoreBase):
         :func:`~perdure.session.verify_store` reads everything.
         """
         check_get_args(session_id, offset)
-        return await asyncio.to_thread(self._get, session_id, offset)
+        return await asyncio.to_thread(
+            self._expiry.use, session_id, lambda: self._get(session_id, offset)
+        )
 
     async def list(
         self, *, limit: int | None = None, after: str | None = None
     ) -> builtins.list[SessionMeta]:
         """Session metadata sorted by id (reads no message content).
 
+        With ``ttl``, an expired session is left out and the others carry ``expires_at``.
+
         A session whose ``meta.json`` or head is unreadable or lost, or whose journal
         falls short of its head, is listed with ``damaged`` set, never skipped.
         """
         check_list_args(limit, after)
-        return await asyncio.to_thread(self._list, limit, after)
+        return await asyncio.to_thread(live_listing, self._expiry, self._list, limit, after)
+
+    async def collect_expired(self, *, dry_run: bool = True) -> builtins.list[ExpiredSessionInfo]:
+        """Delete the files of every expired session but its checkpoints (``perdure gc``).
+
+        Each keeps its tombstone (it still reads as expired); tombstones past their
+        time go. A session a writer holds is left for the next time. A dry run
+        deletes nothing.
+        """
+        return await asyncio.to_thread(self._collect_expired, dry_run)
+
+    def _collect_expired(self, dry_run: bool) -> builtins.list[ExpiredSessionInfo]:
+        base = self.root / "sessions"
+        found: builtins.list[tuple[str, int]] = []
+        names = sorted(p.name for p in base.iterdir()) if base.is_dir() else []
+        for name in names:
+            if not is_session_name(name) or not self._expiry.is_expired(name):
+                continue
+            sdir = base / name
+            if not (sdir / META).exists() and create_leftovers(sdir):
+                continue  # purged already: only its checkpoints are left
+            try:
+                count = self._meta(name).message_count
+            except (SessionNotFoundError, SessionCorruptedError):
+                count = 0  # half purged by a gc a crash stopped: finished now
+            found.append((name, count))
+        return collect_expired(self._expiry, found, self._purge, dry_run)
+
+    def _purge(self, session_id: str) -> None:
+        """Delete an expired session's files but its checkpoints (``meta.json`` first:
+        from then on it is no session; the stamp says it expired)."""
+        sdir = self.session_dir(session_id)
+        with self._guard, self._locks.for_write(session_id):
+            if not self._expiry.is_expired(session_id):
+                return
+            durable = self.durability != "none"
+            with contextlib.suppress(FileNotFoundError):
+                (sdir / META).unlink()
+                if durable:
+                    fsync_dir(sdir)
+            for entry in os.listdir(sdir) if sdir.is_dir() else []:
+                if entry == "checkpoints":
+                    continue
+                path = sdir / entry
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            if sdir.is_dir() and not os.listdir(sdir):
+                sdir.rmdir()  # no checkpoints: the stamp alone is the tombstone
+            elif durable and sdir.is_dir():
+                fsync_dir(sdir)
+            self._forget(session_id)
+            self._durable.pop(session_id, None)
 
     async def _apply_commit(self, request: CommitRequest) -> CommitResult:
         """Append what is new (or rewrite everything). See :class:`SessionStore`."""
+        # With a ttl, the session's stamp is checked and renewed here: a stat and a
+        # utime, done on the caller's thread as the inline append writes its few
+        # hundred bytes (both cost less than a thread hop).
+        session_id = request.session_id
+        renewed = self._expiry.check(session_id)
+        try:
+            result = await self._apply(request)
+        except SessionNotFoundError:
+            raise self._expiry.not_found(session_id) from None
+        if not renewed:
+            self._expiry.renew(session_id)
+        return result
+
+    async def _apply(self, request: CommitRequest) -> CommitResult:
         loop = asyncio.get_running_loop()
         if not request.rewritten:
             inline = self._append_inline(request)
@@ -396,7 +490,12 @@ class FileSessionStore(StoreBase):
     async def delete(self, session_id: str) -> None:
         """Delete the session directory (idempotent; refuses while another writer holds it)."""
         validate_session_id(session_id)
-        await asyncio.to_thread(self._delete, session_id)
+        await asyncio.to_thread(self._delete_forgotten, session_id)
+
+    def _delete_forgotten(self, session_id: str) -> None:
+        """Delete a session and its tombstone: the id is unknown afterwards."""
+        self._delete(session_id)
+        self._expiry.forget(session_id)
 
     def writer_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Hold the session's writer lock (``SessionLockedError`` at once if held).
@@ -454,7 +553,12 @@ class FileSessionStore(StoreBase):
         """One pair-aligned page, reading only the segments it covers."""
         validate_session_id(session_id)
         check_page_args(offset, limit)
-        return await asyncio.to_thread(self._history_page, session_id, offset, limit)
+        return await asyncio.to_thread(
+            self._expiry.use,
+            session_id,
+            lambda: self._history_page(session_id, offset, limit),
+            renew=False,
+        )
 
     async def _synced(self, session_id: str, synced: asyncio.Future[None]) -> None:
         """Wait for a journal fsync started by an append or a flush.
@@ -518,6 +622,14 @@ class FileSessionStore(StoreBase):
     # ------------------------------------------------------------------ create / list / delete
 
     def _create(self, session_id: str, exist_ok: bool) -> SessionMeta:
+        expired = self._expiry.is_expired(session_id)
+        if expired:  # starts afresh, its checkpoints kept (SPEC §7)
+            self._purge(session_id)
+        meta = self._create_files(session_id, exist_ok, expired)
+        self._expiry.renew(session_id)
+        return meta
+
+    def _create_files(self, session_id: str, exist_ok: bool, expired: bool) -> SessionMeta:
         sdir = self.session_dir(session_id)
         # A create made while the caller holds the writer lock is one step of a larger
         # operation (Session.fork: create, then commit the history, under one hold).
@@ -533,9 +645,15 @@ class FileSessionStore(StoreBase):
                 if not create_leftovers(sdir):
                     raise self._meta_missing(session_id, sdir)
                 # What an interrupted create of ours left (no meta.json: it was never
-                # created, nothing of it was acknowledged): start clean.
-                shutil.rmtree(sdir)
-            sdir.mkdir(parents=True)
+                # created, nothing of it was acknowledged): start clean. An expired
+                # session's checkpoints stay with its id.
+                if expired:
+                    for entry in os.listdir(sdir):
+                        if entry != "checkpoints":
+                            (sdir / entry).unlink()
+                else:
+                    shutil.rmtree(sdir)
+            sdir.mkdir(parents=True, exist_ok=True)
             created = utc_now()
             genesis: dict[str, Any] = {
                 "n": 0,
@@ -626,7 +744,7 @@ class FileSessionStore(StoreBase):
         except FileNotFoundError:
             if sdir.is_dir() and not create_leftovers(sdir):
                 raise self._meta_missing(session_id, sdir) from None
-            raise SessionNotFoundError(f"session {session_id!r} not found in {self.root}") from None
+            raise self._expiry.not_found(session_id, expired=False) from None
         try:
             created = check_meta(json.loads(raw), session_id)
         except ValueError as exc:

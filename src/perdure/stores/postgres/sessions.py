@@ -52,9 +52,12 @@ Guarantees:
 - **TTL** (``ttl=`` seconds of inactivity): every commit and every ``get`` renews a
   session (server time); past it, reads and commits raise ``session_not_found``
   with ``details["reason"] == "expired"`` (an id never seen has ``"unknown"``),
-  ``create`` starts the id afresh (its checkpoints are kept), and the row stays as
-  the tombstone until ``delete`` (``perdure gc``) removes it; ``list`` still
-  lists it.
+  ``create`` starts the id afresh (its checkpoints are kept), ``list`` leaves it
+  out (as every store does). :meth:`PostgresSessionStore.collect_expired`
+  (``perdure gc``) deletes its messages and state; the session row stays as its
+  tombstone until ``max(10 × ttl, 7 days)`` after its last use
+  (:func:`~perdure.session.expiry.tomb_seconds`), then goes too. The rules are
+  :mod:`perdure.session.expiry`'s.
 - **Any loop, any thread**: psycopg runs in worker threads on a thread-safe pool;
   nothing is bound to an event loop. A coroutine cancelled while its commit runs
   does not stop the commit.
@@ -92,6 +95,7 @@ from perdure.errors import (
     StoreUnavailableError,
 )
 from perdure.session._locks import LockTable
+from perdure.session.expiry import check_ttl, expires_at, not_found, tomb_seconds
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_of, page_read_range
 from perdure.session.rules import (
@@ -116,7 +120,14 @@ from perdure.session.rules import (
     verify_rows,
     writes_anything,
 )
-from perdure.session.store import CommitResult, HistoryPage, SessionMeta, SessionRecord, StoreBase
+from perdure.session.store import (
+    CommitResult,
+    ExpiredSessionInfo,
+    HistoryPage,
+    SessionMeta,
+    SessionRecord,
+    StoreBase,
+)
 from perdure.stores.postgres.checkpoints import PostgresCheckpointStore
 from perdure.stores.postgres.leases import LeaseKeeper, holder_alive
 from perdure.stores.postgres.schema import SESSIONS
@@ -235,8 +246,7 @@ class PostgresSessionStore(StoreBase):
             ("reconnect_timeout", reconnect_timeout),
         ):
             _check_seconds(name, value)
-        if ttl is not None:
-            _check_seconds("ttl", ttl)
+        checked_ttl = check_ttl(ttl)
         if durability not in ("commit", "none"):
             raise ValueError(f"durability must be 'commit' or 'none', got {durability!r}")
         if (
@@ -245,7 +255,7 @@ class PostgresSessionStore(StoreBase):
             or max_connections < 1
         ):
             raise ValueError(f"max_connections must be an int >= 1, got {max_connections!r}")
-        self.ttl = None if ttl is None else float(ttl)
+        self.ttl = checked_ttl
         self.lease = float(lease)
         self.durability: Durability = durability
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
@@ -309,7 +319,9 @@ class PostgresSessionStore(StoreBase):
     async def list(
         self, *, limit: int | None = None, after: str | None = None
     ) -> builtins.list[SessionMeta]:
-        """Metadata of sessions sorted by id, ids greater than ``after``; reads no content.
+        """Metadata of live sessions sorted by id, ids greater than ``after``; reads no
+        content. With ``ttl``, an expired session is left out and the others carry
+        ``expires_at``.
 
         Raises:
             ValueError: ``limit`` is not ``None`` or an int >= 0, or ``after`` is not
@@ -483,16 +495,10 @@ class PostgresSessionStore(StoreBase):
         )
 
     def _not_found(self, session_id: str, expired: bool) -> SessionNotFoundError:
-        if expired:
-            return SessionNotFoundError(
-                f"session {session_id!r} expired ({self.db.where}): it was not used for "
-                f"{self.ttl:g} s (ttl)",
-                details={"session_id": session_id, "reason": "expired"},
-            )
-        return SessionNotFoundError(
-            f"session {session_id!r} not found in {self.db.where}",
-            details={"session_id": session_id, "reason": "unknown"},
+        error: SessionNotFoundError = not_found(
+            session_id, self.db.where, expired=expired, ttl=self.ttl
         )
+        return error
 
     def _checked_head(self, session_id: str, row: Sequence[Any], last: Any = None) -> _Head:
         """A session row (the columns of ``_SESSION_COLUMNS``), checked for sense."""
@@ -616,7 +622,37 @@ class PostgresSessionStore(StoreBase):
         rows = conn.execute(
             self._sql.list, {"after": "" if after is None else after, "limit": limit}
         ).fetchall()
-        return [SessionMeta(*row) for row in rows]
+        return [
+            SessionMeta(row[0], row[1], row[2], row[3], expires_at=expires_at(row[4], self.ttl))
+            for row in rows
+        ]
+
+    async def collect_expired(self, *, dry_run: bool = True) -> builtins.list[ExpiredSessionInfo]:
+        """Delete the messages and state of every expired session (``perdure gc``).
+
+        Each keeps its session row (the tombstone: it still reads as expired) and its
+        checkpoints; rows whose tombstone's time is over go too. A session whose
+        writer lease is live is left alone. A dry run deletes nothing.
+        """
+        if self.ttl is None:
+            return []
+        return await self.db.run(lambda conn: self._collect(conn, dry_run), doing="collecting")
+
+    def _collect(
+        self, conn: psycopg.Connection[Any], dry_run: bool
+    ) -> builtins.list[ExpiredSessionInfo]:
+        assert self.ttl is not None
+        params = {"tomb": tomb_seconds(self.ttl)}
+        with conn.transaction():
+            rows = conn.execute(self._sql.expired, params).fetchall()
+            if not dry_run:
+                conn.execute(self._sql.purge_expired, params)
+                conn.execute(self._sql.drop_tombstones, params)
+        for session_id, *_ in rows:
+            self._forget(session_id)
+        return [
+            ExpiredSessionInfo(session_id, used_at, count) for session_id, used_at, count in rows
+        ]
 
     # ------------------------------------------------------------------ writing
 
@@ -1061,8 +1097,33 @@ class _Statements:
             "AND m.idx < %(offset)s + %(limit)s + 1 ORDER BY m.idx"
         )
         self.list = (
-            f"SELECT id, created_at, updated_at, message_count FROM {sessions} "
-            "WHERE id > %(after)s ORDER BY id LIMIT %(limit)s"
+            "SELECT id, created_at, updated_at, message_count, "
+            f"extract(epoch FROM touched_at)::float8 FROM {sessions} "
+            f"WHERE id > %(after)s AND {fresh} ORDER BY id LIMIT %(limit)s"
+        )
+        # gc (with a ttl): expired sessions that still hold messages or a state;
+        # purging them keeps the row (the tombstone) and the checkpoints.
+        alive = holder_alive("l")
+        no_live_lease = (
+            f"NOT EXISTS (SELECT 1 FROM {leases} l WHERE l.session_id = s.id "
+            f"AND l.expires_at > now() AND {alive})"
+        )
+        stale = f"NOT ({fresh.replace('touched_at', 's.touched_at')}) AND {no_live_lease}"
+        held = "s.tail NOT LIKE 'expired-%%'"  # not purged yet (a tail is "<n>-<hex>")
+        self.expired = (
+            "SELECT s.id, to_char(s.touched_at AT TIME ZONE 'UTC', "
+            """'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), s.message_count """
+            f"FROM {sessions} s WHERE {stale} AND {held} ORDER BY s.id FOR UPDATE OF s"
+        )
+        self.purge_expired = (
+            f"WITH gone AS (UPDATE {sessions} s SET message_count = 0, head = '{ZERO_HASH}', "
+            "state = NULL, state_hash = NULL, tail = 'expired-' || s.sid "
+            f"WHERE {stale} AND {held} RETURNING s.sid) "
+            f"DELETE FROM {messages} WHERE sid IN (SELECT sid FROM gone)"
+        )
+        self.drop_tombstones = (
+            f"DELETE FROM {sessions} s WHERE s.touched_at < now() - "
+            f"%(tomb)s * interval '1 second' AND NOT ({held}) AND {no_live_lease}"
         )
         self.create = (
             f"WITH made AS (INSERT INTO {sessions} (id, created_at, updated_at, "
@@ -1083,7 +1144,6 @@ class _Statements:
         self.delete_session = f"DELETE FROM {sessions} WHERE sid = %(sid)s"
         self.delete_checkpoints = f"DELETE FROM {q}.perdure_checkpoints WHERE session_id = %(id)s"
         self.lock_sid = f"SELECT sid FROM {sessions} WHERE id = %(id)s FOR UPDATE"
-        alive = holder_alive("l")
         self.lease_of = (
             f"SELECT token, expires_at > now() AND {alive}, owner FROM {leases} l "
             "WHERE session_id = %(id)s"

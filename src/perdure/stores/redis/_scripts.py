@@ -12,9 +12,13 @@ from __future__ import annotations
 _HEAD_FIELDS = "'count', 'head', 'writes', 'tail', 'state', 'state_hash', 'created', 'updated'"
 
 _RENEW_TTL = """
-local function renew(ttl, tomb)
+-- cp: the index in KEYS of the checkpoints' keys (cm, then cb): they expire together
+-- with the session (SPEC §9)
+local function renew(ttl, tomb, cp)
   if tonumber(ttl) > 0 then
     for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ttl) end
+    redis.call('PEXPIRE', KEYS[cp], ttl)
+    redis.call('PEXPIRE', KEYS[cp + 1], ttl)
     redis.call('SET', KEYS[4], '1', 'PX', tomb)
   end
 end
@@ -23,7 +27,7 @@ end
 READ = (
     _RENEW_TTL
     + f"""
--- KEYS: h m r t; ARGV: offset, limit (-1: to the end), back, ttl_ms, tomb_ms
+-- KEYS: h m r t cm cb; ARGV: offset, limit (-1: to the end), back, ttl_ms, tomb_ms
 local h = redis.call('HMGET', KEYS[1], {_HEAD_FIELDS})
 if not h[4] then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {{2}} end
@@ -40,7 +44,7 @@ local rows = {{}}
 if stop == -1 or stop >= start then rows = redis.call('LRANGE', KEYS[2], start, stop) end
 local red = {{}}
 if redis.call('HLEN', KEYS[3]) > 0 then red = redis.call('HGETALL', KEYS[3]) end
-renew(ARGV[4], ARGV[5])
+renew(ARGV[4], ARGV[5], 5)
 return {{1, h, start, rows, red}}
 """
 )
@@ -66,7 +70,7 @@ return {{1, h, last, lastr, lease, redis.call('LLEN', KEYS[2])}}
 COMMIT = (
     _RENEW_TTL
     + """
--- KEYS: h m r t l
+-- KEYS: h m r t l cm cb
 -- ARGV: 1 planned tail, 2 lease token ('' none), 3 rewrite, 4 count, 5 head,
 --   6 writes, 7 tail, 8 updated, 9 has state, 10 state, 11 state hash, 12 ttl_ms,
 --   13 tomb_ms, 14 planned start, 15 n rows; then the rows, then redaction pairs
@@ -102,7 +106,7 @@ redis.call('HSET', KEYS[1], 'count', ARGV[4], 'head', ARGV[5], 'writes', ARGV[6]
 if ARGV[9] == '1' then
   redis.call('HSET', KEYS[1], 'state', ARGV[10], 'state_hash', ARGV[11])
 end
-renew(ARGV[12], ARGV[13])
+renew(ARGV[12], ARGV[13], 6)
 return {'ok'}
 """
 )
@@ -120,7 +124,7 @@ end
 redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('HSET', KEYS[1], 'created', ARGV[1], 'updated', ARGV[1], 'count', '0',
   'head', ARGV[3], 'writes', '0', 'tail', ARGV[2])
-renew(ARGV[4], ARGV[5])
+renew(ARGV[4], ARGV[5], 5)
 return {1}
 """
 )
@@ -152,11 +156,16 @@ return 0
 """
 
 PUT_CHECKPOINT = """
--- KEYS: cm cb; ARGV: checkpoint id, meta, body, max (0: keep all), cutoff ('': no age)
+-- KEYS: cm cb h; ARGV: checkpoint id, meta, body, max (0: keep all), cutoff ('': no age)
 -- The rule of perdure.session.rules.evicted_checkpoints: ULIDs sorting before the
 -- cutoff are too old; of the rest, the oldest past max.
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+local left = redis.call('PTTL', KEYS[3])
+if left > 0 then  -- a session with a ttl: its checkpoints expire with it
+  redis.call('PEXPIRE', KEYS[1], left)
+  redis.call('PEXPIRE', KEYS[2], left)
+end
 local max = tonumber(ARGV[4])
 local cutoff = ARGV[5]
 if max > 0 or cutoff ~= '' then

@@ -8,8 +8,10 @@ the seal, and that the body's meta is the stored one: a value changed behind the
 :class:`~perdure.errors.SessionCorruptedError` naming the checkpoint. A put and its
 retention (``max_checkpoint_age``, then ``max_checkpoints``: the rule of
 :func:`~perdure.session.rules.evicted_checkpoints`, the age given to the script as
-:func:`~perdure.session.rules.checkpoint_age_cutoff`) are one script. Checkpoints do
-not expire with the session's ``ttl`` (a restore needs them after it): they are
+:func:`~perdure.session.rules.checkpoint_age_cutoff`) are one script. Checkpoints
+expire with a session that has a ``ttl`` (SPEC §9: every key of a session
+together; a put gives them the session's time left, every renewal renews them);
+give the ``Session`` a ``checkpoints=`` store to keep them past it. They are
 deleted with their session, or when its id is created again after a delete.
 """
 
@@ -73,7 +75,7 @@ class RedisCheckpointStore:
         conn = await self._conn(doing)
         try:
             await conn.put_checkpoint(
-                [keys.cp_meta, keys.cp_body],
+                [keys.cp_meta, keys.cp_body, keys.head],
                 [
                     meta.checkpoint_id,
                     meta_text,

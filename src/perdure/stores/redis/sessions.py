@@ -52,8 +52,9 @@ Guarantees:
   ``max(10 × ttl, 7 days)``: while it lives an expired session reads as
   ``session_not_found`` with ``details["reason"] == "expired"`` (an id never seen, or
   whose tombstone expired too, has ``"unknown"``). ``create`` starts an expired id
-  afresh (its checkpoints are kept). ``list`` shows only live sessions. The lease
-  and the checkpoints do not expire with the session.
+  afresh. ``list`` shows only live sessions. The session's checkpoints expire with
+  it (SPEC §9: give a ``Session`` a ``checkpoints=`` store to keep them past the
+  ttl); the lease does not. The rules are :mod:`perdure.session.expiry`'s.
 - **Any loop, any thread**: one client (and pool) per event loop, closed with its
   loop (see :mod:`._client`).
 
@@ -66,8 +67,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import secrets
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, NamedTuple
@@ -80,6 +83,7 @@ from perdure.errors import (
     StoreUnavailableError,
 )
 from perdure.session._locks import LockTable
+from perdure.session.expiry import check_ttl, iso_time, not_found, tomb_seconds
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_of, page_read_range
 from perdure.session.rules import (
@@ -116,7 +120,6 @@ __all__ = ["RedisSessionStore"]
 _COMMIT_ATTEMPTS = 6  # plans against a moved session, or resends after a lost reply
 _HEADS_KEPT = 4096  # heads remembered per store (the guess a commit plans with)
 _READ_ATTEMPTS = 3  # sendings of a read (or a checked script) over lost connections
-_TOMB_MIN = 7 * 24 * 3600.0  # seconds a tombstone outlives its session at least
 _SCAN_COUNT = 1000
 
 
@@ -182,11 +185,10 @@ class RedisSessionStore(StoreBase):
             ("connect_timeout", connect_timeout),
         ):
             _check_seconds(name, value)
-        if ttl is not None:
-            _check_seconds("ttl", ttl)
+        checked_ttl = check_ttl(ttl)
         self.url = url
         self.prefix = check_prefix(prefix)
-        self.ttl = None if ttl is None else float(ttl)
+        self.ttl = checked_ttl
         self.lease = float(lease)
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
         self.max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
@@ -195,7 +197,7 @@ class RedisSessionStore(StoreBase):
             url, socket_timeout=float(socket_timeout), connect_timeout=float(connect_timeout)
         )
         self._ttl_ms = 0 if self.ttl is None else max(1, round(self.ttl * 1000))
-        self._tomb_ms = 0 if self.ttl is None else round(max(10 * self.ttl, _TOMB_MIN) * 1000)
+        self._tomb_ms = 0 if self.ttl is None else round(tomb_seconds(self.ttl) * 1000)
         self._locks = LockTable()
         self._tokens: dict[str, str] = {}
         self._tokens_guard = threading.Lock()
@@ -316,12 +318,19 @@ class RedisSessionStore(StoreBase):
                 chosen = chosen[len(batch) :]
                 async with conn.client.pipeline(transaction=False) as pipe:
                     for session_id in batch:
-                        pipe.hmget(
-                            self._keys(session_id).head, "created", "updated", "count", "tail"
-                        )
+                        head = self._keys(session_id).head
+                        pipe.hmget(head, "created", "updated", "count", "tail")
+                        if self.ttl is not None:
+                            pipe.pttl(head)
                     replies = await pipe.execute(raise_on_error=False)
-                for session_id, reply in zip(batch, replies, strict=True):
-                    meta = self._listed(session_id, reply)
+                now = time.time()
+                step = 1 if self.ttl is None else 2
+                for at, session_id in enumerate(batch):
+                    meta = self._listed(session_id, replies[at * step])
+                    if meta is not None and step == 2 and meta.damaged is None:
+                        left = replies[at * step + 1]
+                        if isinstance(left, int) and left >= 0:
+                            meta = dataclasses.replace(meta, expires_at=iso_time(now + left / 1000))
                     if meta is not None:
                         metas.append(meta)
             return metas
@@ -568,16 +577,10 @@ class RedisSessionStore(StoreBase):
         )
 
     def _not_found(self, session_id: str, expired: bool) -> SessionNotFoundError:
-        if expired:
-            return SessionNotFoundError(
-                f"session {session_id!r} expired (Redis store at {self.server}): it was "
-                f"not used for {self.ttl:g} s (ttl)",
-                details={"session_id": session_id, "reason": "expired"},
-            )
-        return SessionNotFoundError(
-            f"session {session_id!r} not found in the Redis store at {self.server}",
-            details={"session_id": session_id, "reason": "unknown"},
+        error: SessionNotFoundError = not_found(
+            session_id, f"the Redis store at {self.server}", expired=expired, ttl=self.ttl
         )
+        return error
 
     # ------------------------------------------------------------------ reading
 
@@ -606,7 +609,8 @@ class RedisSessionStore(StoreBase):
         self, session_id: str, keys: Keys, args: builtins.list[Any], doing: str
     ) -> tuple[_Head, int, builtins.list[bytes], dict[int, bytes]]:
         reply = await self._call(
-            lambda c: c.read(keys.session, args), f"{doing} session {session_id!r}"
+            lambda c: c.read([*keys.session, keys.cp_meta, keys.cp_body], args),
+            f"{doing} session {session_id!r}",
         )
         if reply[0] == 0:
             raise self._not_found(session_id, bool(reply[1]))
@@ -837,7 +841,9 @@ class RedisSessionStore(StoreBase):
         conn = await self._conn(doing)
         for _ in range(_COMMIT_ATTEMPTS):
             try:
-                reply = await conn.commit([*keys.session, keys.lease], args)
+                reply = await conn.commit(
+                    [*keys.session, keys.lease, keys.cp_meta, keys.cp_body], args
+                )
             except UNAVAILABLE as exc:
                 tail, count, hash_there = await self._settle(session_id, keys, after, exc)
                 if tail is None:
