@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -312,3 +313,89 @@ async def test_a_lost_answer_while_another_writer_moves_on_is_resolved_or_typed(
 
 async def _commit(store: RedisSessionStore, messages: Any, *, rewritten: bool = False) -> None:
     await store.commit("s", messages, rewritten=rewritten)
+
+
+def _chained(prev: bytes, body: bytes) -> bytes:
+    return hashlib.sha256(prev + body).hexdigest()[:32].encode() + body
+
+
+@pytest.mark.parametrize("ttl", [None, 60.0])  # None: read with MULTI; ttl: the READ script
+async def test_each_damage_to_the_list_is_named_with_its_message(
+    opened: Callable[..., RedisSessionStore], prefix: str, ttl: float | None
+) -> None:
+    store = opened(ttl=ttl)
+    await store.create("s")
+    await store.commit("s", conversation(6))
+    key = f"{prefix}{{s}}:m"
+    with client() as c:
+        good = c.lrange(key, 0, -1)
+
+    async def finding(elements: list[bytes], offset: int = 0) -> tuple[int, str]:
+        with client() as c:
+            c.delete(key)
+            c.rpush(key, *elements)
+        with pytest.raises(SessionCorruptedError) as info:
+            await store.get("s", offset=offset)
+        return info.value.details["row"], info.value.details["kind"]
+
+    def changed(at: int, element: bytes) -> list[bytes]:
+        return [element if i == at else e for i, e in enumerate(good)]
+
+    assert (await store.get("s")).messages == conversation(6)
+    assert await finding(changed(3, good[3].replace(b"m3", b"M3"))) == (3, "bad_hash")
+    assert await finding(changed(2, b"0" * 32 + good[2][32:])) == (2, "bad_hash")
+    assert await finding(changed(1, b"no hash")) == (1, "bad_payload")
+    assert await finding(good[:2] + good[3:]) == (2, "bad_hash")  # one removed
+    assert await finding([*good, good[-1]]) == (6, "bad_sequence")  # one added
+    assert await finding(good[:5]) == (5, "bad_sequence")  # the last one removed
+    # Chained as the store chains, the head moved along, but no message.
+    forged = _chained(good[4][:32], b"[1]")
+    with client() as c:
+        head = c.hget(f"{prefix}{{s}}:h", "head")
+        c.hset(f"{prefix}{{s}}:h", "head", forged[:32])
+    assert await finding(changed(5, forged)) == (5, "bad_payload")
+    with client() as c:
+        c.hset(f"{prefix}{{s}}:h", "head", head)
+    # From an offset: the element before it is checked through its hash.
+    assert await finding(changed(3, b"0" * 32 + good[3][32:]), offset=4) == (4, "bad_hash")
+    with client() as c:  # all there, but the head names another hash
+        c.hset(f"{prefix}{{s}}:h", "head", "f" * 32)
+    assert await finding(good) == (5, "broken_chain")
+    with client() as c:
+        c.hset(f"{prefix}{{s}}:h", "head", head)
+    with client() as c:  # a page short of its end
+        c.ltrim(key, 0, 2)
+    with pytest.raises(SessionCorruptedError) as info:
+        await store.history_page("s", 2, 2)
+    assert (info.value.details["row"], info.value.details["kind"]) == (3, "bad_sequence")
+    with client() as c:
+        c.delete(key)
+        c.rpush(key, *good)
+    assert (await store.get("s", offset=4)).messages == conversation(6)[4:]
+    page = await store.history_page("s", 2, 2)
+    assert page.messages == conversation(6)[2:4]
+
+
+async def test_reads_past_the_end_and_odd_heads_say_what_they_find(
+    opened: Callable[..., RedisSessionStore], prefix: str
+) -> None:
+    store = opened()
+    await store.create("s")
+    await store.commit("s", conversation(4))
+    record = await store.get("s", offset=9)  # past the end: the script's answer
+    assert (record.messages, record.offset, record.meta.message_count) == ([], 4, 4)
+    with client() as c:
+        c.set(f"{prefix}{{t}}:h", "not a hash")
+        c.hset(f"{prefix}{{u}}:h", "other", "1")
+        c.hset(f"{prefix}{{v}}:h", mapping={"count": "x", "tail": "1-a", "head": "0" * 32})
+        c.set(f"{prefix}{{w}}:t", "1")  # only the tombstone of an expired session
+    for session_id in ("t", "u", "v"):
+        with pytest.raises(SessionCorruptedError) as info:
+            await store.get(session_id)
+        assert info.value.details["kind"] == "bad_meta", session_id
+    with pytest.raises(SessionNotFoundError) as missing:
+        await store.get("w")
+    assert missing.value.details["reason"] == "expired"
+    with pytest.raises(SessionNotFoundError) as missing:
+        await store.get("x")
+    assert missing.value.details["reason"] == "unknown"
