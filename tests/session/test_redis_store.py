@@ -37,6 +37,12 @@ import_redis()
 from perdure.session import RedisSessionStore, open_store  # noqa: E402  (needs redis)
 
 
+def redis_exceptions() -> Any:
+    import redis.exceptions
+
+    return redis.exceptions
+
+
 @pytest.fixture
 def prefix() -> Iterator[str]:
     require_server()
@@ -399,3 +405,20 @@ async def test_reads_past_the_end_and_odd_heads_say_what_they_find(
     with pytest.raises(SessionNotFoundError) as missing:
         await store.get("x")
     assert missing.value.details["reason"] == "unknown"
+
+
+async def test_a_script_the_server_does_not_know_is_loaded_and_asked_again(
+    opened: Callable[..., RedisSessionStore], prefix: str
+) -> None:
+    from perdure.stores.redis._client import Connection
+
+    store = opened()
+    await store.create("s")  # the store's own connection, made on this loop
+    connection: Connection = await store._clients.get()
+    # A script no server has seen (its text is new): EVALSHA says NOSCRIPT first.
+    script = connection._script(f"return {{ARGV[1], '{prefix}'}}")
+    assert await script([], ["x"]) == [b"x", prefix.encode()]
+    assert await script([], ["y"]) == [b"y", prefix.encode()]
+    with pytest.raises(redis_exceptions().ResponseError):  # the server's own refusal
+        await connection._script(f"error('no {prefix}')")([], [])
+    assert (await store.get("s")).messages == []  # the connection went back clean
