@@ -532,3 +532,32 @@ def test_verify_rows_names_each_kind_of_damage_and_its_row(as_bytes: bool) -> No
     nothing = b"[1]" if as_bytes else "[1]"
     rows = [*good[:3], (3, nothing, chain_hash(good[2][2], nothing), None, None)]
     assert _finding(rows, 4, rows[-1][2]) == (3, "bad_payload")
+
+
+def test_a_long_parse_pauses_the_collector_and_leaves_it_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+
+    seen: list[bool] = []
+    loads = json.loads
+
+    def spying(text: Any) -> Any:
+        seen.append(gc.isenabled())
+        return loads(text)
+
+    monkeypatch.setattr(rules.json, "loads", spying)
+    one = b'{"role":"user","content":[{"text":"x"}]}'
+    assert gc.isenabled()
+    assert len(rules.decode_messages([one] * 1000)) == 1000
+    assert rules.decode_messages([one] * 3) is not None
+    assert seen == [False, True]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert rules.decode_messages([one] * 1000) is not None
+        assert not gc.isenabled()  # not this call's to resume
+    finally:
+        gc.enable()
+    assert rules.decode_messages([one] * 999 + [b"[1"]) is None
+    assert gc.isenabled()

@@ -25,6 +25,7 @@ are decided here, the same way for every store:
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import secrets
@@ -219,7 +220,7 @@ def decode_messages(texts: Sequence[str] | Sequence[bytes]) -> list[Message] | N
             parts[0] = "[" + parts[0]
             parts[-1] = parts[-1] + "]"
             joined = ",".join(parts)
-        values = json.loads(joined)
+        values = _parse_many(joined, len(texts))
         if len(values) != len(texts):
             return None
         if may_hold_encoded(joined):
@@ -243,6 +244,27 @@ def decode_messages(texts: Sequence[str] | Sequence[bytes]) -> list[Message] | N
 
 
 _ROLES = ("user", "assistant")
+
+
+_PAUSE_GC_FROM = 1000  # texts: below, a parse allocates too little to wake the collector
+
+
+def _parse_many(joined: str | bytes, count: int) -> Any:
+    """``json.loads(joined)``, the cyclic garbage collector paused for a long history.
+
+    Each message is a few new containers, so a parse of thousands wakes the
+    collector again and again, and its older generations walk every object the
+    process holds (a long history read before, the agent's own): most of the time
+    of a long resume in a busy process, for objects that are all alive. Only a
+    collector this call paused is resumed.
+    """
+    if count < _PAUSE_GC_FROM or not gc.isenabled():
+        return json.loads(joined)
+    gc.disable()
+    try:
+        return json.loads(joined)
+    finally:
+        gc.enable()
 
 
 Damage = Callable[[int, str, str], Exception]
