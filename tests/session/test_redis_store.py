@@ -422,3 +422,33 @@ async def test_a_script_the_server_does_not_know_is_loaded_and_asked_again(
     with pytest.raises(redis_exceptions().ResponseError):  # the server's own refusal
         await connection._script(f"error('no {prefix}')")([], [])
     assert (await store.get("s")).messages == []  # the connection went back clean
+
+
+async def test_a_kept_connection_the_server_closed_is_made_afresh_before_a_commit(
+    prefix: str, opened: Callable[..., RedisSessionStore]
+) -> None:
+    import socket
+
+    reader = opened()
+    with through_proxy(prefix) as (proxy, store):
+        await store.create("s")
+        await store.commit("s", [text("user", "first")])  # the scripts keep a connection
+        settled: list[str] = []
+        settle = store._settle
+
+        async def spying(session_id: str, *args: Any) -> Any:
+            settled.append(session_id)
+            return await settle(session_id, *args)
+
+        store._settle = spying  # type: ignore[method-assign]
+        for sock in list(proxy._sockets):  # the server side closes every connection
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        await asyncio.sleep(0.2)  # the close reaches the client
+        history = [text("user", "first"), text("assistant", "after-the-close")]
+        proxy.watch(b"after-the-close")
+        result = await store.commit("s", history)
+        assert settled == []  # sent once, on a fresh connection: nothing to settle
+        assert proxy.forwarded(b"after-the-close") == 1
+        record = await reader.get("s")
+        assert (record.messages, record.tail) == (history, result.tail)
