@@ -45,7 +45,9 @@ Guarantees:
   from the hash of the element before it), the last one against the head, the
   state against its hash, and each message's JSON and shape: an element changed,
   removed or added behind the store's back raises
-  :class:`~perdure.errors.SessionCorruptedError`. A read is one script: one snapshot.
+  :class:`~perdure.errors.SessionCorruptedError`. A read is one snapshot: one script,
+  or (``get`` without ``ttl``) plain reads in one ``MULTI``/``EXEC``, which spares
+  copying every element into Lua and out.
 - **TTL** (``ttl=`` seconds of inactivity): the session's keys (head, messages,
   redactions) carry Redis's own expiry, renewed together by every commit and every
   ``get``; Redis drops them together. A tombstone key, renewed with them, lives
