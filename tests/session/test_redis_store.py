@@ -452,3 +452,20 @@ async def test_a_kept_connection_the_server_closed_is_made_afresh_before_a_commi
         assert proxy.forwarded(b"after-the-close") == 1
         record = await reader.get("s")
         assert (record.messages, record.tail) == (history, result.tail)
+
+
+def test_commands_are_packed_as_redis_py_packs_them() -> None:
+    import redis.asyncio as aioredis
+
+    from perdure.stores.redis._client import pack
+
+    connection = aioredis.Connection()  # never connected: packing only
+    for command in (
+        ("EVALSHA", "a" * 40, 5, "perdure:{s}:h", "", b"", "é\u4e2d", -7, 0, 2.5, 10**20),
+        ("RPUSH", "k", b"x" * 100_000, b"\r\n$3\r\n"),  # past redis-py's chunking cutoff
+        ("PING",),
+    ):
+        assert pack(command) == b"".join(connection.pack_command(*command)), command
+    for bad in (True, None, [1]):
+        with pytest.raises(TypeError):
+            pack(("SET", "k", bad))
