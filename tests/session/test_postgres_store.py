@@ -519,3 +519,33 @@ async def test_a_lost_answer_while_another_writer_moves_on_is_resolved_or_typed(
 
 async def _commit(store: PostgresSessionStore, messages: Any, *, rewritten: bool = False) -> None:
     await store.commit("s", messages, rewritten=rewritten)
+
+
+def test_rows_stored_out_of_order_on_disk_read_back_in_order(
+    opened: Callable[..., PostgresSessionStore], schema: str
+) -> None:
+    """A resume reads its rows unordered (no server sort) and puts them in order."""
+    store = opened()
+    history = conversation(6)
+    asyncio.run(store.create("s"))
+    asyncio.run(store.commit("s", history))
+    # Rows 0 and 2 moved to the end of the heap (changing the key is never an
+    # in-place update), then back to their own keys: same rows, other places.
+    for index in (0, 2):
+        execute(f'UPDATE "{schema}".perdure_messages SET idx = idx + 100 WHERE idx = {index}')
+        execute(f'UPDATE "{schema}".perdure_messages SET idx = idx - 100 WHERE idx >= 100')
+    listed = execute(f'SELECT idx FROM "{schema}".perdure_messages')
+    assert [row[0] for row in listed] != sorted(row[0] for row in listed)  # really moved
+    reader = opened()
+    configure = reader.db._configure
+    assert configure is not None
+
+    def scan_in_heap_order(conn: Any) -> None:  # as the planner does for long sessions
+        configure(conn)
+        conn.execute("SET enable_indexscan TO off")
+        conn.execute("SET enable_indexonlyscan TO off")
+
+    reader.db._configure = scan_in_heap_order
+    assert asyncio.run(reader.get("s")).messages == history
+    assert asyncio.run(reader.get("s", offset=1)).messages == history[1:]
+    assert asyncio.run(reader.history_page("s", 0, 4)).messages == history[:4]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +35,12 @@ from redis_server import client, drop_prefix, import_redis, new_prefix, require_
 
 import_redis()
 from perdure.session import RedisSessionStore, SessionStore, open_store  # noqa: E402
+
+
+def redis_exceptions() -> Any:
+    import redis.exceptions
+
+    return redis.exceptions
 
 
 @pytest.fixture
@@ -328,3 +335,153 @@ async def test_a_lost_answer_while_another_writer_moves_on_is_resolved_or_typed(
 
 async def _commit(store: RedisSessionStore, messages: Any, *, rewritten: bool = False) -> None:
     await store.commit("s", messages, rewritten=rewritten)
+
+
+def _chained(prev: bytes, body: bytes) -> bytes:
+    return hashlib.sha256(prev + body).hexdigest()[:32].encode() + body
+
+
+@pytest.mark.parametrize("ttl", [None, 60.0])  # None: read with MULTI; ttl: the READ script
+async def test_each_damage_to_the_list_is_named_with_its_message(
+    opened: Callable[..., RedisSessionStore], prefix: str, ttl: float | None
+) -> None:
+    store = opened(ttl=ttl)
+    await store.create("s")
+    await store.commit("s", conversation(6))
+    key = f"{prefix}{{s}}:m"
+    with client() as c:
+        good = c.lrange(key, 0, -1)
+
+    async def finding(elements: list[bytes], offset: int = 0) -> tuple[int, str]:
+        with client() as c:
+            c.delete(key)
+            c.rpush(key, *elements)
+        with pytest.raises(SessionCorruptedError) as info:
+            await store.get("s", offset=offset)
+        return info.value.details["row"], info.value.details["kind"]
+
+    def changed(at: int, element: bytes) -> list[bytes]:
+        return [element if i == at else e for i, e in enumerate(good)]
+
+    assert (await store.get("s")).messages == conversation(6)
+    assert await finding(changed(3, good[3].replace(b"m3", b"M3"))) == (3, "bad_hash")
+    assert await finding(changed(2, b"0" * 32 + good[2][32:])) == (2, "bad_hash")
+    assert await finding(changed(1, b"no hash")) == (1, "bad_payload")
+    assert await finding(good[:2] + good[3:]) == (2, "bad_hash")  # one removed
+    assert await finding([*good, good[-1]]) == (6, "bad_sequence")  # one added
+    assert await finding(good[:5]) == (5, "bad_sequence")  # the last one removed
+    # Chained as the store chains, the head moved along, but no message.
+    forged = _chained(good[4][:32], b"[1]")
+    with client() as c:
+        head = c.hget(f"{prefix}{{s}}:h", "head")
+        c.hset(f"{prefix}{{s}}:h", "head", forged[:32])
+    assert await finding(changed(5, forged)) == (5, "bad_payload")
+    with client() as c:
+        c.hset(f"{prefix}{{s}}:h", "head", head)
+    # From an offset: the element before it is checked through its hash.
+    assert await finding(changed(3, b"0" * 32 + good[3][32:]), offset=4) == (4, "bad_hash")
+    with client() as c:  # all there, but the head names another hash
+        c.hset(f"{prefix}{{s}}:h", "head", "f" * 32)
+    assert await finding(good) == (5, "broken_chain")
+    with client() as c:
+        c.hset(f"{prefix}{{s}}:h", "head", head)
+    with client() as c:  # a page short of its end
+        c.ltrim(key, 0, 2)
+    with pytest.raises(SessionCorruptedError) as info:
+        await store.history_page("s", 2, 2)
+    assert (info.value.details["row"], info.value.details["kind"]) == (3, "bad_sequence")
+    with client() as c:
+        c.delete(key)
+        c.rpush(key, *good)
+    assert (await store.get("s", offset=4)).messages == conversation(6)[4:]
+    page = await store.history_page("s", 2, 2)
+    assert page.messages == conversation(6)[2:4]
+
+
+async def test_reads_past_the_end_and_odd_heads_say_what_they_find(
+    opened: Callable[..., RedisSessionStore], prefix: str
+) -> None:
+    store = opened()
+    await store.create("s")
+    await store.commit("s", conversation(4))
+    record = await store.get("s", offset=9)  # past the end: the script's answer
+    assert (record.messages, record.offset, record.meta.message_count) == ([], 4, 4)
+    with client() as c:
+        c.set(f"{prefix}{{t}}:h", "not a hash")
+        c.hset(f"{prefix}{{u}}:h", "other", "1")
+        c.hset(f"{prefix}{{v}}:h", mapping={"count": "x", "tail": "1-a", "head": "0" * 32})
+        c.set(f"{prefix}{{w}}:t", "1")  # only the tombstone of an expired session
+    for session_id in ("t", "u", "v"):
+        with pytest.raises(SessionCorruptedError) as info:
+            await store.get(session_id)
+        assert info.value.details["kind"] == "bad_meta", session_id
+    with pytest.raises(SessionNotFoundError) as missing:
+        await store.get("w")
+    assert missing.value.details["reason"] == "expired"
+    with pytest.raises(SessionNotFoundError) as missing:
+        await store.get("x")
+    assert missing.value.details["reason"] == "unknown"
+
+
+async def test_a_script_the_server_does_not_know_is_loaded_and_asked_again(
+    opened: Callable[..., RedisSessionStore], prefix: str
+) -> None:
+    from perdure.stores.redis._client import Connection
+
+    store = opened()
+    await store.create("s")  # the store's own connection, made on this loop
+    connection: Connection = await store._clients.get()
+    # A script no server has seen (its text is new): EVALSHA says NOSCRIPT first.
+    script = connection._script(f"return {{ARGV[1], '{prefix}'}}")
+    assert await script([], ["x"]) == [b"x", prefix.encode()]
+    assert await script([], ["y"]) == [b"y", prefix.encode()]
+    with pytest.raises(redis_exceptions().ResponseError):  # the server's own refusal
+        await connection._script(f"error('no {prefix}')")([], [])
+    assert (await store.get("s")).messages == []  # the connection went back clean
+
+
+async def test_a_kept_connection_the_server_closed_is_made_afresh_before_a_commit(
+    prefix: str, opened: Callable[..., RedisSessionStore]
+) -> None:
+    import socket
+
+    reader = opened()
+    with through_proxy(prefix) as (proxy, store):
+        await store.create("s")
+        await store.commit("s", [text("user", "first")])  # the scripts keep a connection
+        settled: list[str] = []
+        settle = store._settle
+
+        async def spying(session_id: str, *args: Any) -> Any:
+            settled.append(session_id)
+            return await settle(session_id, *args)
+
+        store._settle = spying  # type: ignore[method-assign]
+        for sock in list(proxy._sockets):  # the server side closes every connection
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        await asyncio.sleep(0.2)  # the close reaches the client
+        history = [text("user", "first"), text("assistant", "after-the-close")]
+        proxy.watch(b"after-the-close")
+        result = await store.commit("s", history)
+        assert settled == []  # sent once, on a fresh connection: nothing to settle
+        assert proxy.forwarded(b"after-the-close") == 1
+        record = await reader.get("s")
+        assert (record.messages, record.tail) == (history, result.tail)
+
+
+def test_commands_are_packed_as_redis_py_packs_them() -> None:
+    import redis.asyncio as aioredis
+
+    from perdure.stores.redis._client import pack
+
+    connection = aioredis.Connection()  # never connected: packing only
+    for command in (
+        ("EVALSHA", "a" * 40, 5, "perdure:{s}:h", "", b"", "é\u4e2d", -7, 0, 2.5, 10**20),
+        ("RPUSH", "k", b"x" * 100_000, b"\r\n$3\r\n"),  # past redis-py's chunking cutoff
+        ("PING",),
+    ):
+        assert pack(command) == b"".join(connection.pack_command(*command)), command
+    for bad in (True, None, [1]):
+        with pytest.raises(TypeError):
+            pack(("SET", "k", bad))

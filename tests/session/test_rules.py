@@ -539,3 +539,100 @@ def test_decode_messages_parses_many_texts_at_once_and_refuses_what_is_not_one_e
         {"role": "user", "content": [{"text": "a"}]},
     ]
     assert rules.decode_messages([encoded + b'{"__bytes_encoded__":true,"data":"!!"}}}}]}']) is None
+
+
+# ---------------------------------------------------------------- verify_rows
+
+
+def _rows(n: int, *, as_bytes: bool, base: int = 0) -> list[tuple[Any, ...]]:
+    """Rows as a row store reads them: ``(key, body, hash, redacted, redacted_hash)``."""
+    rows, prev = [], ZERO_HASH
+    for i in range(n):
+        body = json.dumps({"role": "user", "content": [{"text": f"m{i}"}]}, separators=(",", ":"))
+        prev = chain_hash(prev, body)
+        rows.append((i + base, body.encode() if as_bytes else body, prev, None, None))
+    return rows
+
+
+def _damage(at: int, kind: str, detail: str) -> Exception:
+    return ValueError((at, kind))
+
+
+def _finding(rows: list[tuple[Any, ...]], end: int, head: str | None) -> tuple[int, str]:
+    with pytest.raises(ValueError) as info:
+        rules.verify_rows(rows, 0, ZERO_HASH, end, head, _damage)
+    return info.value.args[0]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_verify_rows_returns_the_messages_of_sound_rows_and_their_redactions(
+    as_bytes: bool,
+) -> None:
+    rows = _rows(5, as_bytes=as_bytes, base=7)
+    replacement = '{"role":"user","content":[{"text":"[redacted]"}]}'
+    text = replacement.encode() if as_bytes else replacement
+    rows[2] = (*rows[2][:3], text, chain_hash(rows[2][2], text))
+    got = rules.verify_rows(rows, 0, ZERO_HASH, 5, rows[-1][2], _damage, base=7)
+    assert [m["content"][0]["text"] for m in got] == ["m0", "m1", "[redacted]", "m3", "m4"]
+    tail = rules.verify_rows(iter(rows[3:]), 3, rows[2][2], 5, rows[-1][2], _damage, base=7)
+    assert [m["content"][0]["text"] for m in tail] == ["m3", "m4"]
+
+
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_verify_rows_names_each_kind_of_damage_and_its_row(as_bytes: bool) -> None:
+    """Sound rows take a fast pass; every damage still gets the slow pass's name."""
+
+    def edited(i: int, **change: Any) -> list[tuple[Any, ...]]:
+        rows = _rows(5, as_bytes=as_bytes)
+        key, body, stored, redacted, redacted_hash = rows[i]
+        row = {"key": key, "body": body, "stored": stored, "redacted": redacted}
+        row.update(change)
+        rows[i] = (row["key"], row["body"], row["stored"], row["redacted"], redacted_hash)
+        return rows
+
+    good = _rows(5, as_bytes=as_bytes)
+    head = good[-1][2]
+    body2 = good[2][1]
+    other = body2.replace(b"m2", b"M2") if as_bytes else body2.replace("m2", "M2")
+    assert _finding(edited(2, body=other), 5, head) == (2, "bad_hash")
+    assert _finding(edited(3, stored="0" * 32), 5, head) == (3, "bad_hash")
+    assert _finding(good[:2] + good[3:], 5, head) == (2, "bad_sequence")
+    assert _finding(good[:4], 5, head) == (4, "bad_sequence")
+    assert _finding(good, 4, None) == (4, "bad_sequence")
+    assert _finding(good, 5, "f" * 32) == (4, "broken_chain")
+    assert _finding(edited(1, key=9), 5, head) == (1, "bad_sequence")
+    assert _finding(edited(1, body=None), 5, head) == (1, "bad_payload")
+    assert _finding(edited(4, redacted=body2), 5, head) == (4, "bad_hash")
+    # A body whose hash holds but that is no message: named after the chain checks.
+    nothing = b"[1]" if as_bytes else "[1]"
+    rows = [*good[:3], (3, nothing, chain_hash(good[2][2], nothing), None, None)]
+    assert _finding(rows, 4, rows[-1][2]) == (3, "bad_payload")
+
+
+def test_a_long_parse_pauses_the_collector_and_leaves_it_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+
+    seen: list[bool] = []
+    loads = json.loads
+
+    def spying(text: Any) -> Any:
+        seen.append(gc.isenabled())
+        return loads(text)
+
+    monkeypatch.setattr(rules.json, "loads", spying)
+    one = b'{"role":"user","content":[{"text":"x"}]}'
+    assert gc.isenabled()
+    assert len(rules.decode_messages([one] * 1000)) == 1000
+    assert rules.decode_messages([one] * 3) is not None
+    assert seen == [False, True]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert rules.decode_messages([one] * 1000) is not None
+        assert not gc.isenabled()  # not this call's to resume
+    finally:
+        gc.enable()
+    assert rules.decode_messages([one] * 999 + [b"[1"]) is None
+    assert gc.isenabled()

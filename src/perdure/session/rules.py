@@ -26,6 +26,7 @@ are decided here, the same way for every store:
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
@@ -211,11 +212,18 @@ def decode_messages(texts: Sequence[str] | Sequence[bytes]) -> list[Message] | N
         return []
     joined: str | bytes
     try:
-        if isinstance(texts[0], bytes):
-            joined = b"[" + b",".join(cast(Sequence[bytes], texts)) + b"]"
+        # The brackets go on the first and last texts, not around the joined text:
+        # ``"[" + joined + "]"`` copies megabytes twice more on a long resume.
+        parts: list[Any] = list(texts)
+        if isinstance(parts[0], bytes):
+            parts[0] = b"[" + parts[0]
+            parts[-1] = parts[-1] + b"]"
+            joined = b",".join(parts)
         else:
-            joined = "[" + ",".join(cast(Sequence[str], texts)) + "]"
-        values = json.loads(joined)
+            parts[0] = "[" + parts[0]
+            parts[-1] = parts[-1] + "]"
+            joined = ",".join(parts)
+        values = _parse_many(joined, len(texts))
         if len(values) != len(texts):
             return None
         if may_hold_encoded(joined):
@@ -225,10 +233,41 @@ def decode_messages(texts: Sequence[str] | Sequence[bytes]) -> list[Message] | N
             ]
     except (TypeError, ValueError, RecursionError):  # TypeError: str and bytes mixed
         return None
+    # looks_like_message inlined: a call per message is a tenth of this loop's cost.
     for value in values:
-        if not looks_like_message(value):
+        if type(value) is not dict or value.get("role") not in _ROLES:
             return None
+        content = value.get("content")
+        if type(content) is not list:
+            return None
+        for block in content:
+            if type(block) is not dict:
+                return None
     return cast(list[Message], values)
+
+
+_ROLES = ("user", "assistant")
+
+
+_PAUSE_GC_FROM = 1000  # texts: below, a parse allocates too little to wake the collector
+
+
+def _parse_many(joined: str | bytes, count: int) -> Any:
+    """``json.loads(joined)``, the cyclic garbage collector paused for a long history.
+
+    Each message is a few new containers, so a parse of thousands wakes the
+    collector again and again, and its older generations walk every object the
+    process holds (a long history read before, the agent's own): most of the time
+    of a long resume in a busy process, for objects that are all alive. Only a
+    collector this call paused is resumed.
+    """
+    if count < _PAUSE_GC_FROM or not gc.isenabled():
+        return json.loads(joined)
+    gc.disable()
+    try:
+        return json.loads(joined)
+    finally:
+        gc.enable()
 
 
 Damage = Callable[[int, str, str], Exception]
@@ -257,7 +296,70 @@ def verify_rows(
     parse in one pass (:func:`decode_messages`); the first that is no message is
     named. ``damage`` makes the error for each finding (``bad_sequence``,
     ``bad_payload``, ``bad_hash``, ``broken_chain``).
+
+    Sound rows take one tight pass (:func:`_verified_texts`); any doubt sends them
+    through the checks below, one finding at a time, which name the row.
     """
+    if not isinstance(rows, list | tuple):
+        rows = list(rows)
+    texts = _verified_texts(rows, first, prev, end, head, base)
+    if texts is not None:
+        messages = decode_messages(texts)
+        if messages is not None:
+            return messages
+    return _verify_rows_slowly(rows, first, prev, end, head, damage, base)
+
+
+def _verified_texts(
+    rows: Sequence[tuple[Any, ...]], first: int, prev: str, end: int, head: str | None, base: int
+) -> list[Any] | None:
+    """The texts of ``rows`` (redacted ones replaced) when every check of
+    :func:`verify_rows` holds; ``None`` at the first doubt (no error: the slow pass
+    then finds and names it). The hot loop of a long resume: no call per row but
+    the hash's own."""
+    if len(rows) != end - first:
+        return None
+    sha256 = hashlib.sha256
+    texts: list[Any] = []
+    append = texts.append
+    key_wanted = first + base
+    try:
+        for key, body, stored, redacted, redacted_hash in rows:
+            if key != key_wanted:
+                return None
+            if type(body) is str:
+                digest = sha256((prev + body).encode("utf-8")).hexdigest()[:HASH_LEN]
+            elif type(body) is bytes:
+                digest = sha256(prev.encode("ascii") + body).hexdigest()[:HASH_LEN]
+            else:
+                return None
+            if type(stored) is not str or digest != stored:
+                return None
+            if redacted is None:
+                append(body)
+            elif type(redacted) is type(body) and redacted_hash == chain_hash(stored, redacted):
+                append(redacted)
+            else:
+                return None
+            prev = stored
+            key_wanted += 1
+    except (TypeError, ValueError):  # a malformed row (UnicodeError is a ValueError)
+        return None
+    if head is not None and prev != head:
+        return None
+    return texts
+
+
+def _verify_rows_slowly(
+    rows: Iterable[tuple[Any, ...]],
+    first: int,
+    prev: str,
+    end: int,
+    head: str | None,
+    damage: Damage,
+    base: int,
+) -> list[Message]:
+    """:func:`verify_rows`, one check at a time: raises ``damage`` for the first finding."""
     texts: list[Any] = []
     index = first
     for key, body, stored, redacted, redacted_hash in rows:

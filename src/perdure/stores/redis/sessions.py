@@ -45,7 +45,9 @@ Guarantees:
   from the hash of the element before it), the last one against the head, the
   state against its hash, and each message's JSON and shape: an element changed,
   removed or added behind the store's back raises
-  :class:`~perdure.errors.SessionCorruptedError`. A read is one script: one snapshot.
+  :class:`~perdure.errors.SessionCorruptedError`. A read is one snapshot: one script,
+  or (``get`` without ``ttl``) plain reads in one ``MULTI``/``EXEC``, which spares
+  copying every element into Lua and out.
 - **TTL** (``ttl=`` seconds of inactivity): the session's keys (head, messages,
   redactions) carry Redis's own expiry, renewed together by every commit and every
   ``get``; Redis drops them together. A tombstone key, renewed with them, lives
@@ -68,6 +70,7 @@ import asyncio
 import builtins
 import contextlib
 import dataclasses
+import hashlib
 import secrets
 import threading
 import time
@@ -98,6 +101,7 @@ from perdure.session.rules import (
     check_max_checkpoint_age,
     check_max_checkpoints,
     decode_message,
+    decode_messages,
     decode_state,
     encode_message,
     encode_redactions,
@@ -258,9 +262,12 @@ class RedisSessionStore(StoreBase):
         """
         check_get_args(session_id, offset)
         keys = self._keys(session_id)
-        head, start, rows, redacted = await self._read(
-            session_id, keys, [offset, -1, 1, self._ttl_ms, self._tomb_ms], "reading"
-        )
+        found = None if self.ttl is not None else await self._read_whole(session_id, keys, offset)
+        if found is None:  # renews the TTL, or the offset lies past the end
+            found = await self._read(
+                session_id, keys, [offset, -1, 1, self._ttl_ms, self._tomb_ms], "reading"
+            )
+        head, start, rows, redacted = found
         first = min(offset, head.total)
         messages = self._verify(session_id, head, rows, start, redacted, first, head.total)
         return SessionRecord(
@@ -626,6 +633,48 @@ class RedisSessionStore(StoreBase):
                 raise self._bad_meta(session_id, "a redaction of no message") from None
         return head, int(reply[2]), list(reply[3]), redacted
 
+    async def _read_whole(
+        self, session_id: str, keys: Keys, offset: int
+    ) -> tuple[_Head, int, builtins.list[bytes], dict[int, bytes]] | None:
+        """What the READ script returns for ``get`` without TTL, read by plain commands
+        in one ``MULTI``/``EXEC`` (one snapshot, one round trip): the script would copy
+        every element into Lua and out again. ``None`` when ``offset`` lies past the
+        end (the script then reads the last element, which this cannot know).
+        """
+        start = max(0, offset - 1)
+
+        async def work(conn: Connection) -> Any:
+            async with conn.client.pipeline(transaction=True) as pipe:
+                pipe.hmget(keys.head, *_HEAD_FIELDS)
+                pipe.lrange(keys.messages, start, -1)
+                pipe.hgetall(keys.redactions)
+                pipe.exists(keys.head, keys.tomb)
+                replies = await pipe.execute(raise_on_error=False)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply  # as the server said it (WRONGTYPE: a damaged key)
+            return replies
+
+        fields, rows, pairs, exists = await self._call(work, f"reading session {session_id!r}")
+        if fields[3] is None:  # no tail: no session, or a damaged head
+            if exists:  # a head or a tombstone: the script tells damage from expiry
+                return None
+            raise self._not_found(session_id, False)
+        try:
+            total = int(fields[0])
+        except (TypeError, ValueError):
+            raise self._bad_meta(session_id) from None
+        if offset > total:
+            return None
+        head = self._head(session_id, fields)
+        redacted: dict[int, bytes] = {}
+        for index, text in pairs.items():
+            try:
+                redacted[int(index)] = text
+            except ValueError:
+                raise self._bad_meta(session_id, "a redaction of no message") from None
+        return head, start, rows, redacted
+
     def _verify(
         self,
         session_id: str,
@@ -639,6 +688,13 @@ class RedisSessionStore(StoreBase):
         """Check that ``elements`` (from index ``base``) hold messages ``first..end-1``
         chained from the one before ``first``; decode them (the rows' one check,
         :func:`~perdure.session.rules.verify_rows`)."""
+        if not redacted:
+            messages = _verified(
+                elements, base, first, end, head.head if end == head.total else None
+            )
+            if messages is not None:
+                return messages
+        # Redactions, or a doubt: the rows' one check finds and names the damage.
         rows: builtins.list[tuple[int, bytes, str, bytes | None, str | None]] = []
         for at, element in enumerate(elements, start=base):
             body, stored = self._split(session_id, at, element)
@@ -928,6 +984,41 @@ class RedisSessionStore(StoreBase):
             "or may not have been applied: reopen the session once the server is back",
             details={"session_id": session_id, "server": self.server, "outcome": "unknown"},
         ) from cause
+
+
+_HEAD_FIELDS = ("count", "head", "writes", "tail", "state", "state_hash", "created", "updated")
+_ZERO = ZERO_HASH.encode("ascii")
+
+
+def _verified(
+    elements: Sequence[bytes], base: int, first: int, end: int, head: str | None
+) -> builtins.list[Message] | None:
+    """Messages ``first..end-1`` of ``elements`` (from index ``base``, no redaction
+    among them) when each element's hash is its body chained to the element before
+    (the one before ``first`` too, when ``first > 0``), the last one is ``head`` (when
+    given) and every body is a message; ``None`` at the first doubt, for the
+    one-check-at-a-time path of :meth:`RedisSessionStore._verify` to name it.
+
+    The hot loop of a long resume: no call per element but the hash's own.
+    """
+    skip = first - base
+    if skip not in (0, 1) or (skip == 1) != (first > 0) or len(elements) - skip != end - first:
+        return None
+    prev = _ZERO if skip == 0 else bytes(elements[0][:HASH_LEN])
+    sha256 = hashlib.sha256
+    bodies: builtins.list[bytes] = []
+    append = bodies.append
+    for at in range(skip, len(elements)):
+        element = elements[at]
+        body = element[HASH_LEN:]
+        digest = sha256(prev + body).hexdigest()[:HASH_LEN].encode("ascii")
+        if not element.startswith(digest):
+            return None
+        append(body)
+        prev = digest
+    if head is not None and prev != head.encode("ascii"):
+        return None
+    return decode_messages(bodies)
 
 
 async def _lindex_many(conn: Connection, key: str, indexes: Sequence[int]) -> Any:
