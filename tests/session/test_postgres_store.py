@@ -62,7 +62,7 @@ def opened(schema: str) -> Iterator[Callable[..., PostgresSessionStore]]:
 
 
 class TestPostgresSessionStore(SessionStoreSuite):
-    durability_options = ("commit", "none")
+    durability_options = ("commit", "invocation", "none")
     supports_history_page = True
     supports_checkpoints = True
     supports_ttl = True
@@ -355,18 +355,31 @@ async def test_a_cancelled_lock_wait_leaves_no_lease_behind(
 
 
 async def test_without_fsync_per_commit_flush_makes_the_commits_durable(
-    opened: Callable[..., PostgresSessionStore],
+    opened: Callable[..., PostgresSessionStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from perdure.stores.postgres import sessions as sessions_module
+
     def setting(store: PostgresSessionStore) -> str:
         return str(store.db.call(lambda c: c.execute("SHOW synchronous_commit").fetchone()[0],
                                  doing="reading a setting"))  # fmt: skip
 
-    store = opened(durability="none")
-    await store.create("s")
-    assert setting(store) == "off"
-    await store.commit("s", conversation(3))
-    await store.flush("s")
-    assert (await opened().get("s")).messages == conversation(3)
+    flushed: list[object] = []
+    real_flush_log = sessions_module._flush_log
+
+    def flush_log(conn: object) -> None:
+        flushed.append(conn)
+        real_flush_log(conn)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sessions_module, "_flush_log", flush_log)
+    for durability, flushes in (("invocation", True), ("none", False)):
+        store = opened(durability=durability)
+        await store.create(durability)
+        assert setting(store) == "off"
+        await store.commit(durability, conversation(3))
+        flushed.clear()
+        await store.flush(durability)
+        assert bool(flushed) is flushes, durability
+        assert (await opened().get(durability)).messages == conversation(3)
     assert setting(opened()) == "on"
 
 

@@ -23,9 +23,12 @@ Guarantees:
   transaction that starts with the same checked ``UPDATE``.
 - **Durable**: with ``durability="commit"`` (the default) a commit returns once the
   server has flushed it (``synchronous_commit`` is turned on for the store's
-  connections if the server has it off). ``durability="none"`` turns it off: the
-  server may lose the last commits of a crash of its own (never half of one);
-  :meth:`PostgresSessionStore.flush` makes them durable.
+  connections if the server has it off). ``"invocation"`` and ``"none"`` turn it
+  off: the server may lose the last commits of a crash of its own (never half of
+  one). With ``"invocation"``, :meth:`PostgresSessionStore.flush` — which a
+  ``Session`` calls when a turn ends — makes them durable; with ``"none"`` it does
+  nothing (the server's WAL writer flushes within ``wal_writer_delay``). The same
+  three levels as the file and SQLite stores'.
 - **One writer across machines**: :meth:`~PostgresSessionStore.writer_lock` takes
   the session's lease (:mod:`.leases`): another writer anywhere gets
   ``session_locked`` at once; a crashed holder's lease is free as soon as its
@@ -136,7 +139,7 @@ from perdure.types import Message
 
 __all__ = ["Durability", "PostgresSessionStore"]
 
-Durability = Literal["commit", "none"]
+Durability = Literal["commit", "invocation", "none"]
 
 
 def _environment_error(message: str, *, details: dict[str, Any] | None = None) -> OSError:
@@ -217,7 +220,9 @@ class PostgresSessionStore(StoreBase):
         lease: seconds a writer's lease lasts without renewal: a holder that
             vanished with its machine blocks others at most that long.
         durability: ``"commit"`` (every commit flushed by the server before it
-            returns) or ``"none"`` (``synchronous_commit`` off; see :meth:`flush`).
+            returns), ``"invocation"`` (``synchronous_commit`` off; :meth:`flush`,
+            at the end of a ``Session``'s turn, makes the commits durable) or
+            ``"none"`` (``synchronous_commit`` off, and :meth:`flush` does nothing).
         max_connections: most connections the store opens in one process.
         connect_timeout: seconds to wait for a connection.
         reconnect_timeout: seconds an operation waits for a server that went away
@@ -248,8 +253,10 @@ class PostgresSessionStore(StoreBase):
         ):
             _check_seconds(name, value)
         checked_ttl = check_ttl(ttl)
-        if durability not in ("commit", "none"):
-            raise ValueError(f"durability must be 'commit' or 'none', got {durability!r}")
+        if durability not in ("commit", "invocation", "none"):
+            raise ValueError(
+                f"durability must be 'commit', 'invocation' or 'none', got {durability!r}"
+            )
         if (
             isinstance(max_connections, bool)
             or not isinstance(max_connections, int)
@@ -385,12 +392,13 @@ class PostgresSessionStore(StoreBase):
     async def flush(self, session_id: str) -> None:
         """Make every commit so far durable.
 
-        A no-op with ``durability="commit"``. With ``"none"`` it commits one
-        transaction with ``synchronous_commit`` on, which waits for the server to
-        flush its log up to it, and so every commit before it.
+        With ``durability="invocation"`` it commits one transaction with
+        ``synchronous_commit`` on, which waits for the server to flush its log up to
+        it, and so every commit before it. A no-op with ``"commit"`` (every commit is
+        durable already) and with ``"none"``.
         """
         validate_session_id(session_id)
-        if self.durability != "commit":
+        if self.durability == "invocation":
             await self.db.run(_flush_log, doing="flushing")
 
     async def schema_exists(self) -> bool:
@@ -427,7 +435,7 @@ class PostgresSessionStore(StoreBase):
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         """Every new connection: the durability the store promises."""
-        if self.durability == "none":
+        if self.durability != "commit":
             conn.execute("SET synchronous_commit TO off")
             return
         row = conn.execute("SHOW synchronous_commit").fetchone()
