@@ -1055,9 +1055,11 @@ async def gc_store(
     on write, gc evicts from sessions nobody writes to any more (one rule:
     :func:`~perdure.session.rules.evicted_checkpoints`, ``now`` for the clock).
     Pruned checkpoints go whatever their trigger.
-    In a file store, what killed writers left is collected too (see
-    :meth:`FileSessionStore.collect_leftovers`): temp files of interrupted writes and
-    sessions a killed fork left without their history.
+    What killed writers left is collected too: in a file store
+    (:meth:`FileSessionStore.collect_leftovers`) temp files of interrupted writes and
+    sessions a killed fork left without their history; in an SQLite store
+    (:meth:`SQLiteSessionStore.collect_leftovers`) new databases a killed process
+    never linked into place.
 
     Args:
         store: the store to clean.
@@ -1113,7 +1115,7 @@ async def gc_store(
     now_ms = int(now.timestamp() * 1000)
     leftovers = (
         await store.collect_leftovers(dry_run=dry_run)
-        if isinstance(store, FileSessionStore)
+        if isinstance(store, FileSessionStore | SQLiteSessionStore)
         else StoreLeftovers((), (), ())
     )
     expired: list[ExpiredSession] = []

@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -1006,3 +1007,32 @@ def test_gc_skips_a_locked_session_with_leftovers_once(tmp_path: Path) -> None:
     report = run(scenario())
     assert [(s.session_id, s.code) for s in report.skipped] == [("a", "session_locked")]
     assert report.expired == ()
+
+
+def test_gc_collects_new_sqlite_databases_a_killed_process_left(tmp_path: Path) -> None:
+    # A new database is made aside and linked into place whole; a process killed in
+    # between leaves the file (and SQLite's side files). gc removes those of dead
+    # processes and stale ones; one a live process may still be making stays.
+    store = SQLiteSessionStore(tmp_path / "s.db")
+    asyncio.run(store.create("a"))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead_pid = int(dead.stdout)
+    killed = [tmp_path / f".s.db.new-{dead_pid}-0badf00d{side}" for side in ("", "-journal")]
+    stale = tmp_path / f".s.db.new-{os.getpid()}-00000001"
+    making = tmp_path / f".s.db.new-{os.getpid()}-00000002"
+    other_db = tmp_path / f".other.db.new-{dead_pid}-0badf00d"
+    for path in (*killed, stale, making, other_db):
+        path.write_bytes(b"SQLite format 3\x00")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    dry = asyncio.run(gc_store(store, keep_checkpoints=5))
+    assert sorted(dry.temp_files) == sorted(str(p) for p in (*killed, stale))
+    assert all(p.exists() for p in (*killed, stale, making))
+    done = asyncio.run(gc_store(store, keep_checkpoints=5, dry_run=False))
+    assert sorted(done.temp_files) == sorted(dry.temp_files)
+    assert not any(p.exists() for p in (*killed, stale))
+    assert making.exists()  # a live process may still be making it
+    assert other_db.exists()  # another database's
+    assert asyncio.run(store.get("a")).messages == []
+    store.close()

@@ -122,6 +122,7 @@ import errno
 import json
 import logging
 import os
+import re
 import sqlite3
 import stat
 import time
@@ -190,6 +191,7 @@ from perdure.session.store import (
     SessionRecord,
     StoreBase,
 )
+from perdure.stores.file.leftovers import StoreLeftovers
 from perdure.stores.file.store import SessionRecoveryReport
 from perdure.types import Message
 
@@ -277,6 +279,11 @@ _SCHEMA = (
 # The database header's application_id ("prdr") marks a file perdure made or took:
 # perdure's tables missing from such a file are damage, not a new database.
 _APPLICATION_ID = 0x70726472
+# A new database made aside (see _create_database), with SQLite's side files.
+_NEW_DATABASE = re.compile(r"\.(.+)\.new-([0-9]+)-[0-9a-f]{8}(?:-journal|-wal|-shm)?")
+# A new database older than this (seconds) is a leftover even if its maker's pid
+# names a live process (a pid used again): making one takes milliseconds.
+_LEFTOVER_AGE = 600.0
 # What os.link raises on a file system without hard links.
 _NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV})
 # A database made before checkpoints existed lacks the last table: the schema
@@ -363,6 +370,21 @@ class _Chain:
         body = encode_message(messages[index], f"messages[{index}]")
         self.head = chain_hash(self.head, body)
         return self.base + index, body, self.head
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether a process with this id exists (one of another user counts as alive)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:
+        return False
+    return True
 
 
 def _fsync_path(path: Path, *, directory: bool = False) -> None:
@@ -870,6 +892,43 @@ class SQLiteSessionStore(StoreBase):
             for leftover in ("", "-journal", "-wal", "-shm"):
                 with contextlib.suppress(FileNotFoundError):
                     Path(f"{temp}{leftover}").unlink()
+
+    async def collect_leftovers(self, *, dry_run: bool = True) -> StoreLeftovers:
+        """Find (and unless ``dry_run`` remove) new databases a killed process left.
+
+        A new database is made aside as ``.<name>.new-<pid>-<hex>`` (with its
+        ``-journal``, ``-wal`` and ``-shm``) and linked into place whole; a process
+        killed in between leaves the file behind. One whose process is gone, or that
+        is older than :data:`_LEFTOVER_AGE` seconds whoever made it, is a leftover;
+        one a live process may still be making is left alone. ``perdure gc``
+        collects them.
+        """
+        return await asyncio.to_thread(self._collect_leftovers, dry_run)
+
+    def _collect_leftovers(self, dry_run: bool) -> StoreLeftovers:
+        found: builtins.list[str] = []
+        directory = self.path.parent
+        try:
+            names = sorted(os.listdir(directory))
+        except FileNotFoundError:
+            return StoreLeftovers((), (), ())
+        now = time.time()
+        for name in names:
+            match = _NEW_DATABASE.fullmatch(name)
+            if match is None or match.group(1) != self.path.name:
+                continue
+            path = directory / name
+            try:
+                age = now - path.lstat().st_mtime
+            except FileNotFoundError:
+                continue
+            if _process_alive(int(match.group(2))) and age < _LEFTOVER_AGE:
+                continue
+            found.append(str(path))
+            if not dry_run:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        return StoreLeftovers(tuple(found), (), ())
 
     def _check_wal(self, conn: sqlite3.Connection) -> None:
         """Refuse a ``-wal`` whose damage SQLite took for its end (see ``_sqlite_wal``).
