@@ -37,8 +37,9 @@ Guarantees:
   With ``"invocation"``, :meth:`SQLiteSessionStore.flush` — which a ``Session``
   calls when a turn ends — makes them durable; with ``"none"`` it does nothing and
   the WAL is synced only when it is folded into the database. The same three
-  levels as the file store's. Every commit is made in one ``BEGIN IMMEDIATE`` transaction: after a
-  crash it is there entirely or not at all — a rewrite never leaves half a history.
+  levels as the file store's. Every commit is made in one ``BEGIN IMMEDIATE``
+  transaction: after a crash it is there entirely or not at all — a rewrite never
+  leaves half a history.
 - **Group commit**: commits (and flushes) go to the store's writer thread
   (:class:`~perdure._runtime.group.GroupWriter`). Those that arrive while it is
   busy go together in its next transaction, each in a savepoint of its own, so one
@@ -60,11 +61,11 @@ Guarantees:
   ``asyncio.to_thread`` for the rest) on two connections (one for writes, one for
   reads) guarded by ``threading`` locks; nothing is bound to an event loop. A
   coroutine cancelled while its commit runs does not stop the commit (one cancelled
-  while it waits for the writer is not made). The one exception is a small non-durable append, made
-  on the caller's thread because a thread hop would cost more than the append — and
-  only when it cannot wait: with the writer connection busy, or the database locked
-  by another connection, it goes to a thread too. The WAL is folded into the
-  database (which fsyncs) only on worker threads.
+  while it waits for the writer is not made). The one exception is a small
+  non-durable append, made on the caller's thread because a thread hop would cost
+  more than the append — and only when it cannot wait: with the writer connection
+  busy, or the database locked by another connection, it goes to the writer thread
+  too. The WAL is folded into the database (which fsyncs) only on worker threads.
 - **Checkpoints**: ``checkpoints.get`` verifies the body against its hash and its
   meta columns and parses it; a damaged checkpoint raises ``SessionCorruptedError``
   naming the session and the checkpoint. Retention (``max_checkpoints``,
@@ -373,7 +374,13 @@ class _Chain:
 
 
 def _process_alive(pid: int) -> bool:
-    """Whether a process with this id exists (one of another user counts as alive)."""
+    """Whether a process with this id exists (one of another user counts as alive).
+
+    Off POSIX (where signal 0 is no probe) every process counts as alive, so only age
+    makes a leftover there.
+    """
+    if os.name != "posix":
+        return True
     if pid <= 0:
         return False
     try:
