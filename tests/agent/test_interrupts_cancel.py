@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -221,4 +222,59 @@ def test_cancel_does_not_wait_for_a_silent_model() -> None:
     timer.join()
     assert result.stop_reason == "cancelled"
     assert elapsed < 2, f"cancel took {elapsed:.1f} s"
+    assert agent.messages == [{"role": "user", "content": [{"text": "hello?"}]}]
+
+
+async def test_a_cancelled_wait_for_the_model_leaves_the_callers_task_uncancelled() -> None:
+    # cancel() interrupts the wait for the model by cancelling the waiting task; the
+    # cancellation is taken back, so the caller's own timeouts and awaits go on.
+    agent = Agent(model=SilentModel())  # type: ignore[arg-type]
+    asyncio.get_running_loop().call_later(0.1, agent.cancel)
+    async with asyncio.timeout(5):
+        result = await agent.invoke_async("hello?")
+        assert result.stop_reason == "cancelled"
+        current = asyncio.current_task()
+        assert current is not None
+        assert current.cancelling() == 0
+        await asyncio.sleep(0.01)  # no CancelledError left pending for this task
+
+
+async def test_a_cancel_while_the_caller_handles_an_event_does_not_reach_the_callers_code() -> None:
+    # Stream events are handed to the caller in the same task; a cancel() arriving
+    # while the caller's own code awaits must stop the stream before its next event,
+    # never cancel what the caller awaits.
+    model = ScriptedModel(["one two three four five six"], delay=0.001)
+    agent = Agent(model=model)
+    seen = 0
+    async for _event in agent.stream_async("go"):
+        seen += 1
+        if seen == 2:
+            threading.Thread(target=agent.cancel).start()
+            await asyncio.sleep(0.05)  # the caller's await: must not be cancelled
+    assert agent.messages == [{"role": "user", "content": [{"text": "go"}]}]
+
+
+class StubbornModel:
+    """A model that swallows the cancellation of its wait and keeps streaming."""
+
+    async def stream(self, messages: Any, *, tool_specs: Any, system_prompt: Any) -> Any:
+        from perdure.models import ModelResponse, TextDelta
+
+        with contextlib.suppress(asyncio.CancelledError):  # ignores it
+            await asyncio.sleep(30)
+        yield TextDelta("still here")
+        yield ModelResponse(
+            message={"role": "assistant", "content": [{"text": "still here"}]},
+            stop_reason="end_turn",
+        )
+
+
+async def test_a_model_that_swallows_the_interrupt_is_still_stopped() -> None:
+    agent = Agent(model=StubbornModel())  # type: ignore[arg-type]
+    asyncio.get_running_loop().call_later(0.1, agent.cancel)
+    result = await agent.invoke_async("hello?")
+    assert result.stop_reason == "cancelled"
+    current = asyncio.current_task()
+    assert current is not None
+    assert current.cancelling() == 0
     assert agent.messages == [{"role": "user", "content": [{"text": "hello?"}]}]

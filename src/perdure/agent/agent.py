@@ -14,7 +14,13 @@ from perdure._runtime.loop import in_running_loop, run_blocking, run_sync
 from perdure._runtime.threads import ProcessLock
 from perdure.agent.checkpoint import Checkpoint
 from perdure.agent.conversation import ConversationManager, SlidingWindowConversationManager
-from perdure.agent.event_loop import LoopStart, pending_tool_uses, placeholder_results, run_loop
+from perdure.agent.event_loop import (
+    LoopStart,
+    StreamInterrupt,
+    pending_tool_uses,
+    placeholder_results,
+    run_loop,
+)
 from perdure.agent.events import AgentEvent, ResultEvent
 from perdure.agent.interrupt_state import InterruptState
 from perdure.agent.plugin import Plugin
@@ -152,6 +158,7 @@ class Agent:
 
         self._turn_lock = ProcessLock()
         self._cancel = threading.Event()
+        self._stream_interrupt = StreamInterrupt()
         self._pending_init: list[Callable[[], Awaitable[None]]] = []
         self._initializing = False
         # initialize() runs once at a time, from any loop or thread: the others wait.
@@ -260,6 +267,7 @@ class Agent:
         """
         if self._turn_lock.locked():
             self._cancel.set()
+            self._stream_interrupt.poke()  # a wait for the model ends now
 
     @property
     def cancel_requested(self) -> bool:

@@ -274,7 +274,47 @@ async def _call_model(
         return
 
 
-CANCEL_POLL_SECONDS = 0.1
+class StreamInterrupt:
+    """Lets :meth:`Agent.cancel` stop the wait for a model's next stream event.
+
+    While an invocation waits for the model (and only then: never while the event is
+    handed to the caller, whose own code runs in the same task), the waiting task is
+    *armed* here. ``cancel()`` (any thread) sets the agent's flag, then *pokes*: on
+    the task's loop, an armed task is cancelled, which ends the wait at once — a
+    model that goes quiet (a slow first token, a stalled connection) does not make
+    ``cancel()`` wait for its next event. The waiter arms before it reads the flag,
+    and ``cancel()`` sets the flag before it reads the arm, so one of them sees the
+    other. The cancellation is taken back (``Task.uncancel``) once the wait ended.
+
+    This replaced a task and a timed wait per stream event (half the CPU of a
+    short turn).
+    """
+
+    __slots__ = ("fired", "loop", "task")
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.fired = False
+
+    def arm(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        self.loop, self.task = loop, task
+
+    def disarm(self) -> None:
+        self.task = None
+
+    def poke(self) -> None:
+        """Interrupt the armed wait, if any (any thread)."""
+        loop = self.loop
+        if loop is not None and self.task is not None:
+            with contextlib.suppress(RuntimeError):  # that loop is closed
+                loop.call_soon_threadsafe(self._fire)
+
+    def _fire(self) -> None:
+        task = self.task
+        if task is not None and not task.done():
+            self.fired = True
+            task.cancel()
 
 
 async def _until_cancelled(
@@ -282,24 +322,34 @@ async def _until_cancelled(
 ) -> AsyncIterator[ModelStreamEvent]:
     """The stream's events until it ends or the invocation is cancelled.
 
-    A model that goes quiet (a slow first token, a stalled connection) must not
-    make ``agent.cancel()`` wait for its next event: the wait for each event is
-    checked against the cancel flag every :data:`CANCEL_POLL_SECONDS`.
+    A cancel while the model is awaited interrupts the wait (see
+    :class:`StreamInterrupt`); one while an event is being handled stops the stream
+    before the next.
     """
     iterator = stream.__aiter__()
-    while not agent.cancel_requested:
-        pending = asyncio.ensure_future(iterator.__anext__())
-        while not pending.done():
-            await asyncio.wait({pending}, timeout=CANCEL_POLL_SECONDS)
-            if agent.cancel_requested and not pending.done():
-                pending.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await pending
-                return
+    interrupt: StreamInterrupt = agent._stream_interrupt
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    while True:
+        if task is not None:
+            interrupt.arm(loop, task)
+        if agent.cancel_requested:
+            interrupt.disarm()
+            return
         try:
-            yield pending.result()
+            event = await iterator.__anext__()
         except StopAsyncIteration:
             return
+        except asyncio.CancelledError:
+            if not interrupt.fired:
+                raise
+            return  # the finally below takes the cancellation back
+        finally:
+            interrupt.disarm()
+            if interrupt.fired and task is not None:
+                interrupt.fired = False
+                task.uncancel()
+        yield event
 
 
 def _check_response(agent: Agent, response: ModelResponse) -> None:
