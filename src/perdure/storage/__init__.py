@@ -8,8 +8,7 @@ table, ``perdure[postgres]``: importing the name imports psycopg), :class:`Redis
 passes the same contract suite, and every coroutine may be awaited from any event
 loop and thread. :class:`ConditionalStorage` adds versions and compare-and-set
 writes, which raise :class:`~perdure.errors.StorageConflictError` when the blob is
-not at the version the caller expected (:class:`PostgresStorage` and
-:class:`RedisStorage` implement it).
+not at the version the caller expected (every backend here implements it).
 The memory and file backends are also :class:`AppendStorage`: conditional appends
 and replaces, which raise the same error when the blob is not as the caller expected.
 """
