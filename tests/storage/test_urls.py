@@ -34,6 +34,8 @@ def test_a_later_backend_is_refused_naming_its_extra_and_issue(
         assert f"perdure[{extra}]" in message
         assert f"issue {issue}" in message
         assert "unknown" not in message
+        assert "perdure has no S3 store" in message
+        assert "open_storage" in message
 
 
 def test_an_unknown_scheme_lists_the_known_ones_in_both_openers() -> None:

@@ -34,17 +34,19 @@ __all__ = [
 
 
 class LaterBackend(NamedTuple):
-    """A backend that joins perdure with a later issue."""
+    """A backend that joins perdure with a later issue (or that only some openers open)."""
 
     name: str
     extra: str
     issue: int
+    opened_by: str = ""  # the opener that does take it, if one does
 
 
 LATER_SCHEMES: dict[str, LaterBackend] = {
-    "s3": LaterBackend("S3", "s3", 19),
+    "s3": LaterBackend("S3", "s3", 19, opened_by="storage"),
 }
-"""Server schemes this version refuses, with what will bring them."""
+"""Server schemes an opener refuses, with what brings them (``opened_by``: the
+opener that takes them already; ``s3://`` is blob storage, not a session store)."""
 
 _NO_PATH = frozenset({"memory", "postgresql", "postgres", "redis", "rediss"})
 
@@ -123,6 +125,13 @@ def split_url(url: object, schemes: Sequence[str], what: str) -> tuple[str, Path
     scheme, _, rest = url.partition(":")
     if scheme not in schemes:
         later = LATER_SCHEMES.get(scheme)
+        if later is not None and later.opened_by:
+            raise ValueError(
+                f"{what} URL {url!r}: perdure has no {later.name} {what}; issue "
+                f"{later.issue} brought {later.name} as blob {later.opened_by} for snapshots "
+                f"and checkpoints (open_{later.opened_by}, the extra 'perdure[{later.extra}]'); "
+                f"available: {known}"
+            )
         if later is not None:
             raise ValueError(
                 f"{what} URL {url!r}: the {later.name} backend is not in this version of "
