@@ -33,7 +33,9 @@ It is also a :class:`~perdure.storage.ConditionalStorage`. A blob's version is i
 file's inode number, size and modification time, and every write (plain, conditional
 or an append) sets that time to the current millisecond plus a random number of
 nanoseconds: a file that reuses a freed inode, at the same size, in the same
-millisecond, would need the same one of a million draws to repeat a version. A
+millisecond, would need the same one of a million draws to repeat a version (on a
+file system keeping nanosecond times: ext4, XFS, Btrfs, tmpfs, APFS; one with coarse
+times, FAT say, makes a repeat likelier). A
 conditional write writes and syncs a temp file, then, holding the current file's
 ``flock``, compares its version and renames the temp file over it (a create links
 the temp file to the name, which fails if it exists). A plain ``write`` and a
