@@ -2,8 +2,8 @@
 
 ``moto.server.ThreadedMotoServer`` serves S3's HTTP API on 127.0.0.1 at a free port,
 started once per test process; each test gets a bucket of its own. No AWS account
-is used: the credentials are dummies set in this process's environment (moto takes
-any), and every request goes to the loopback address. Without obstore or moto the
+is used: the credentials are dummies (``ENV``, which moto takes), set by the tests
+for as long as they run, and every request goes to the loopback address. Without obstore or moto the
 tests are skipped with the reason — except under ``CI=true``, where they must run:
 they fail instead.
 """
@@ -23,7 +23,8 @@ import pytest
 
 IN_CI = os.environ.get("CI") == "true"
 
-# Dummy credentials for moto: set for this process and its children, never real ones.
+# Dummy credentials for moto (any are taken), never real ones: a test sets them in
+# its environment (monkeypatch) while it runs, and its subprocesses inherit them.
 ENV = {
     "AWS_ACCESS_KEY_ID": "perdure-test",
     "AWS_SECRET_ACCESS_KEY": "perdure-test-secret",
@@ -76,7 +77,6 @@ def endpoint() -> str:
         from moto.server import ThreadedMotoServer
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-        os.environ.update(ENV)
         port = _free_port()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()
