@@ -20,6 +20,12 @@ with ``--quick`` (a few seconds). For agents of 100, 1k and 10k messages, each b
 Then 1,000 immutable snapshots of an agent growing to 1k messages, and a verdict on
 each target of issues 4 and 16. Times are wall-clock on this machine; nothing here
 gates CI.
+
+With ``--s3`` (needs ``obstore`` and ``moto[server]``) the ``s3`` backend joins: an
+``S3Storage`` against moto's S3 server on loopback (started here, dummy credentials,
+a bucket per cell; no AWS account), and the verdict on issue 19's target — the save's
+cost stays flat in the history's length. Its ``floor``/``fsync`` columns are the local
+disk's, printed for reference only.
 """
 
 from __future__ import annotations
@@ -48,6 +54,43 @@ from perdure.types import Message
 
 STRATEGIES = ("message", "invocation", "trigger")
 BACKENDS = ("local", "sqlite", "memory")
+
+_S3: dict[str, str] = {}  # "endpoint" once start_s3() ran
+
+
+def start_s3() -> None:
+    """Start moto's S3 server on a free loopback port, with dummy credentials."""
+    import logging
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    os.environ.update(
+        {
+            "AWS_ACCESS_KEY_ID": "perdure-bench",
+            "AWS_SECRET_ACCESS_KEY": "perdure-bench-secret",
+            "AWS_REGION": "us-east-1",
+        }
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False).start()
+    _S3["endpoint"] = f"http://127.0.0.1:{port}"
+
+
+def _s3_storage() -> Storage:
+    """An S3Storage on a new bucket of the moto server."""
+    import urllib.request
+
+    from perdure.storage.s3 import S3Storage
+
+    bucket = f"bench-{uuid.uuid4().hex[:20]}"
+    request = urllib.request.Request(f"{_S3['endpoint']}/{bucket}", method="PUT")
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+    return S3Storage(bucket, prefix="bench", endpoint_url=_S3["endpoint"])
 
 
 def _vocabulary(size: int = 5000) -> list[str]:
@@ -174,6 +217,8 @@ def open_backend(name: str, directory: Path) -> Storage:
         return SQLiteStorage(directory / "blobs.db")
     if name == "memory":
         return MemoryStorage()
+    if name == "s3":
+        return _s3_storage()
     raise ValueError(f"unknown backend {name!r}")
 
 
@@ -362,7 +407,7 @@ def run(
     small, large = min(sizes), max(sizes)
     for backend in backends:
         lo, hi = by.get((backend, "message", small)), by.get((backend, "message", large))
-        if lo is None or hi is None or backend == "memory":
+        if lo is None or hi is None or backend in ("memory", "s3"):
             continue
         ratio = hi.save_ms / lo.save_ms
         out(
@@ -387,6 +432,16 @@ def run(
             f"  [{'ok' if worst <= 100 else 'MISSED'}] local restore of {large} messages: "
             f"{worst:.1f} ms at worst (target <= 100)"
         )
+    if "s3" in backends:
+        out("targets (issue 19):")
+        base_size = 1000 if 1000 in sizes else small
+        lo, hi = by.get(("s3", "message", base_size)), by.get(("s3", "message", large))
+        if lo is not None and hi is not None and large > base_size:
+            ratio = hi.save_ms / lo.save_ms
+            out(
+                f"  [{'ok' if ratio <= 1.5 else 'MISSED'}] s3: message save at {large} msgs "
+                f"/ at {base_size} msgs = {ratio:.2f} (target <= 1.5; moto on loopback)"
+            )
     out("targets (issue 16):")
     for size in sizes:
         row = by.get(("local", "message", size))
@@ -405,13 +460,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller and faster run")
     parser.add_argument("--dir", type=Path, default=None, help="where to put temp data")
+    parser.add_argument(
+        "--s3", action="store_true", help="add S3Storage on moto's server on loopback"
+    )
     args = parser.parse_args(argv)
+    backends = BACKENDS
+    if args.s3:
+        start_s3()
+        backends = (*BACKENDS, "s3")
     base = Path(tempfile.mkdtemp(prefix="perdure-bench-", dir=args.dir))
     try:
         if args.quick:
-            run((100, 1000), BACKENDS, STRATEGIES, 40, 3, 200, base)
+            run((100, 1000), backends, STRATEGIES, 40, 3, 200, base)
         else:
-            run((100, 1000, 10_000), BACKENDS, STRATEGIES, 400, 9, 1000, base)
+            run((100, 1000, 10_000), backends, STRATEGIES, 400, 9, 1000, base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0

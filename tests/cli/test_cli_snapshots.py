@@ -2,12 +2,14 @@
 
 The storage is written by a real ``SnapshotSessionManager`` (with a ``snapshot_trigger``
 appending an immutable snapshot after every invocation), on files, on SQLite, on
-PostgreSQL (a schema of its own, dropped after the test; see postgres_server) and on
-Redis (a key prefix of its own, likewise; see redis_server).
+PostgreSQL (a schema of its own, dropped after the test; see postgres_server), on
+Redis (a key prefix of its own, likewise; see redis_server) and on S3 (moto's server
+on loopback, a bucket of its own; see s3_server).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -22,6 +24,7 @@ from click.testing import CliRunner, Result
 
 import postgres_server
 import redis_server
+import s3_server
 from perdure import Agent
 from perdure.cli._common import EXIT_CORRUPTED, EXIT_NOT_FOUND, EXIT_USAGE
 from perdure.cli.main import cli
@@ -64,9 +67,21 @@ def fill(storage: Storage) -> None:
     agent("last one")
 
 
-@pytest.fixture(params=["file", "sqlite", "postgres", "redis"])
-def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "redis":
+@pytest.fixture(params=["file", "sqlite", "postgres", "redis", "s3"])
+def storage_url(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    if request.param == "s3":
+        endpoint = s3_server.endpoint()
+        for name, value in s3_server.ENV.items():
+            monkeypatch.setenv(name, value)
+        bucket = s3_server.new_bucket()
+        storage = open_storage(f"s3://{bucket}/snaps?endpoint_url={endpoint}")
+        fill(storage)
+        # The endpoint from the environment, as any AWS tool takes it.
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        yield f"s3://{bucket}/snaps"
+    elif request.param == "redis":
         server = redis_server.require_server()
         prefix = redis_server.new_prefix()
         url = f"{server}?prefix={prefix}"
@@ -187,6 +202,10 @@ def test_unknown_snapshot_session_or_storage_is_not_found(storage_url: str, tmp_
         result = invoke("snapshots", *args, "--storage", storage_url)
         assert result.exit_code == EXIT_NOT_FOUND, (args, result.stdout, result.stderr)
         assert result.stderr.startswith("error: ")
+    if storage_url.startswith("s3://"):
+        gone = invoke("snapshots", "list", "s1", "--storage", "s3://perdure-no-such-bucket/p")
+        assert gone.exit_code == EXIT_NOT_FOUND, gone.stderr
+        assert "no such bucket" in gone.stderr
     missing = invoke("snapshots", "list", "s1", "--storage", f"file:{tmp_path / 'nowhere'}")
     assert missing.exit_code == EXIT_NOT_FOUND
     assert "no snapshot storage" in missing.stderr
@@ -220,7 +239,7 @@ def test_bad_ids_cursors_and_urls_are_usage_errors(storage_url: str) -> None:
     ):
         result = invoke("snapshots", *args, "--storage", storage_url)
         assert result.exit_code == EXIT_USAGE, (args, result.stdout, result.stderr)
-    for url in ("s3://x", "file:", "nowhere"):
+    for url in ("ftp://x", "file:", "nowhere", "s3://bucket/p?colour=red"):
         result = invoke("snapshots", "list", "s1", "--storage", url)
         assert result.exit_code == EXIT_USAGE, (url, result.stderr)
         assert "--storage" in result.stderr
@@ -262,6 +281,14 @@ def corrupt_redis(url: str, snapshot_id: str) -> None:
         c.hset(f"{prefix}{{storage}}:data", key, bytes(data))
 
 
+def corrupt_s3(url: str, snapshot_id: str) -> None:
+    storage = open_storage(url)
+    key = f"sessions/s1/agents/default/snapshots/{snapshot_id}"
+    data = bytearray(asyncio.run(storage.read(key)) or b"")
+    data[len(data) // 2] ^= 0x01
+    asyncio.run(storage.write(key, bytes(data)))
+
+
 def test_a_flipped_byte_is_corruption(storage_url: str) -> None:
     ids = snapshot_ids(storage_url)
     scheme, _, path = storage_url.partition(":")
@@ -271,6 +298,8 @@ def test_a_flipped_byte_is_corruption(storage_url: str) -> None:
         corrupt_sqlite(Path(path), ids[1])
     elif scheme == "redis":
         corrupt_redis(storage_url, ids[1])
+    elif scheme == "s3":
+        corrupt_s3(storage_url, ids[1])
     else:
         corrupt_postgres(storage_url, ids[1])
     shown = invoke("snapshots", "show", "s1", ids[1], "--storage", storage_url)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from helpers import load_benchmark
 
 
@@ -51,3 +53,20 @@ def test_the_message_mix_is_valid_and_deterministic() -> None:
     assert {"toolUse", "toolResult", "text"} <= {
         key for m in messages for block in m["content"] for key in block
     }
+
+
+def test_the_s3_rows_run_against_moto_on_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import s3_server
+
+    s3_server.require_s3()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
+        monkeypatch.setenv(name, "")  # start_s3 sets dummies: restored after the test
+    bench = load()
+    bench.start_s3()
+    lines: list[str] = []
+    result = bench.run((20, 60), ("s3",), ("message",), 3, 1, 0, tmp_path, out=lines.append)
+    assert [row.backend for row in result["rows"]] == ["s3", "s3"]
+    assert all(row.stored > 0 for row in result["rows"])
+    assert "s3: message save at 60 msgs / at 20 msgs" in "\n".join(lines)

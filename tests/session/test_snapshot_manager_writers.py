@@ -1,5 +1,9 @@
 """SnapshotSessionManager on a storage that appends: one record per save, and writers.
 
+On a storage that cannot append but has versions (``ConditionalStorage``: SQLite,
+PostgreSQL, Redis, S3) the same writers' tests run: each save of ``latest`` is a
+``write_if`` on the version the manager last read or wrote.
+
 ``snapshot_latest`` is a log there (:mod:`perdure.snapshots.log`): a save appends one
 record (one write and one fsync on ``LocalFileStorage``), conditional on the log
 ending as the manager last saw it, so two writers never silently overwrite each
@@ -23,7 +27,14 @@ from perdure.errors import SessionConflictError, SessionCorruptedError
 from perdure.models import ScriptedModel
 from perdure.snapshots import log as snapshot_log
 from perdure.snapshots.manager import SnapshotSessionManager
-from perdure.storage import AppendStorage, LocalFileStorage, MemoryStorage, Storage
+from perdure.storage import (
+    AppendStorage,
+    ConditionalStorage,
+    LocalFileStorage,
+    MemoryStorage,
+    SQLiteStorage,
+    Storage,
+)
 
 KEY = "sessions/s/agents/default/latest"
 
@@ -94,6 +105,28 @@ class LostAcks(PlainStorage):
         await self.files.replace(key, data, size=size, tail=tail)
 
 
+class VersionedOnly(PlainStorage):
+    """A ``ConditionalStorage`` that cannot append (as SQLite, PostgreSQL, S3), with
+    ``write_if`` raising before or after the inner write (fault injection)."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        assert isinstance(inner, ConditionalStorage)
+        self.versions: ConditionalStorage = inner
+        self.fail: str | None = None
+
+    async def version(self, key: str) -> str | None:
+        return await self.versions.version(key)
+
+    async def write_if(self, key: str, data: bytes, *, expected: str | None) -> str:
+        if self.fail == "before":
+            raise OSError("connection reset")
+        made = await self.versions.write_if(key, data, expected=expected)
+        if self.fail == "after":
+            raise asyncio.CancelledError
+        return made
+
+
 # ----------------------------------------------------------------- appends
 
 
@@ -157,14 +190,22 @@ async def test_a_restored_writer_appends_only_what_is_new(tmp_path: Path) -> Non
 # ------------------------------------------------------------- two writers
 
 
-@pytest.mark.parametrize("kind", ["local_file", "memory"])
+@pytest.mark.parametrize("kind", ["local_file", "memory", "sqlite", "memory_versions"])
 async def test_a_second_writer_gets_a_conflict_and_overwrites_nothing(
     tmp_path: Path, kind: str
 ) -> None:
     shared = MemoryStorage()
 
     def open_storage() -> Storage:
+        if kind == "sqlite":
+            return SQLiteStorage(tmp_path / "blobs.db")
+        if kind == "memory_versions":
+            return VersionedOnly(shared)
         return LocalFileStorage(tmp_path) if kind == "local_file" else shared
+
+    if kind in ("sqlite", "memory_versions"):
+        assert not isinstance(open_storage(), AppendStorage)
+        assert isinstance(open_storage(), ConditionalStorage)
 
     seed = agent_of(None)
     seed.messages = [text(0)]  # type: ignore[list-item]
@@ -195,10 +236,18 @@ async def test_a_second_writer_gets_a_conflict_and_overwrites_nothing(
     assert await restored(open_storage()) == [text(0), text(1), text(2)]
 
 
-async def test_two_writers_creating_one_latest_do_not_both_succeed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["local_file", "sqlite"])
+async def test_two_writers_creating_one_latest_do_not_both_succeed(
+    tmp_path: Path, kind: str
+) -> None:
+    def open_storage() -> Storage:
+        if kind == "sqlite":
+            return SQLiteStorage(tmp_path / "blobs.db")
+        return LocalFileStorage(tmp_path)
+
     one, two = agent_of(None), agent_of(None)
-    first = SnapshotSessionManager("s", storage=LocalFileStorage(tmp_path))
-    second = SnapshotSessionManager("s", storage=LocalFileStorage(tmp_path))
+    first = SnapshotSessionManager("s", storage=open_storage())
+    second = SnapshotSessionManager("s", storage=open_storage())
     assert not await first.restore_snapshot(one)
     assert not await second.restore_snapshot(two)
     one.messages.append(text(1))  # type: ignore[arg-type]
@@ -206,7 +255,7 @@ async def test_two_writers_creating_one_latest_do_not_both_succeed(tmp_path: Pat
     await first.save_snapshot(one, is_latest=True)
     with pytest.raises(SessionConflictError):
         await second.save_snapshot(two, is_latest=True)
-    assert await restored(LocalFileStorage(tmp_path)) == [text(1)]
+    assert await restored(open_storage()) == [text(1)]
 
 
 async def test_time_travel_replaces_latest_only_if_nobody_wrote_it_since(tmp_path: Path) -> None:
@@ -355,6 +404,55 @@ async def test_after_an_unknown_outcome_another_writers_save_is_still_a_conflict
     storage.fail = None
     other.messages.append(text(9))  # type: ignore[arg-type]
     with pytest.raises(SessionConflictError):  # the lost ack's record did land
+        await other_manager.save_snapshot(other, is_latest=True)
+    assert await other_manager.restore_snapshot(other)
+    other.messages.append(text(9))  # type: ignore[arg-type]
+    await other_manager.save_snapshot(other, is_latest=True)
+    agent.messages.append(text(2))  # type: ignore[arg-type]
+    with pytest.raises(SessionConflictError):
+        await manager.save_snapshot(agent, is_latest=True)
+    assert await restored(storage) == [text(0), text(1), text(9)]
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_a_conditional_save_whose_outcome_is_unknown_is_settled_by_the_next_one(
+    tmp_path: Path, when: str
+) -> None:
+    storage = VersionedOnly(SQLiteStorage(tmp_path / "blobs.db"))
+    manager = SnapshotSessionManager("s", storage=storage)
+    agent = agent_of(None)
+    agent.messages = [text(0)]  # type: ignore[list-item]
+    await manager.save_snapshot(agent, is_latest=True)
+    agent.messages.append(text(1))  # type: ignore[arg-type]
+    storage.fail = when
+    with pytest.raises((OSError, asyncio.CancelledError)):
+        await manager.save_snapshot(agent, is_latest=True)
+    storage.fail = None
+    held = await restored(storage)
+    assert held == ([text(0)] if when == "before" else [text(0), text(1)])
+    agent.messages.append(text(2))  # type: ignore[arg-type]
+    await manager.save_snapshot(agent, is_latest=True)  # no false conflict either way
+    assert await restored(storage) == [text(0), text(1), text(2)]
+
+
+async def test_after_an_unknown_conditional_outcome_another_save_is_still_a_conflict(
+    tmp_path: Path,
+) -> None:
+    storage = VersionedOnly(SQLiteStorage(tmp_path / "blobs.db"))
+    manager = SnapshotSessionManager("s", storage=storage)
+    agent = agent_of(None)
+    agent.messages = [text(0)]  # type: ignore[list-item]
+    await manager.save_snapshot(agent, is_latest=True)
+    other = agent_of(None)
+    other_manager = SnapshotSessionManager("s", storage=SQLiteStorage(tmp_path / "blobs.db"))
+    assert await other_manager.restore_snapshot(other)
+    agent.messages.append(text(1))  # type: ignore[arg-type]
+    storage.fail = "after"
+    with pytest.raises(asyncio.CancelledError):
+        await manager.save_snapshot(agent, is_latest=True)
+    storage.fail = None
+    other.messages.append(text(9))  # type: ignore[arg-type]
+    with pytest.raises(SessionConflictError):  # the lost ack's write did land
         await other_manager.save_snapshot(other, is_latest=True)
     assert await other_manager.restore_snapshot(other)
     other.messages.append(text(9))  # type: ignore[arg-type]

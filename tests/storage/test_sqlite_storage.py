@@ -19,8 +19,34 @@ async def test_database_is_in_wal_mode_with_schema_version(tmp_path: Path) -> No
     conn = sqlite3.connect(tmp_path / "db" / "blobs.db")
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
         assert conn.execute("SELECT key, data FROM perdure_blobs").fetchall() == [("k", b"v")]
+    finally:
+        conn.close()
+
+
+async def test_a_version_1_file_is_upgraded_and_its_blobs_get_versions(tmp_path: Path) -> None:
+    path = tmp_path / "blobs.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE perdure_blobs (key TEXT PRIMARY KEY NOT NULL, data BLOB NOT NULL)")
+    conn.executemany("INSERT INTO perdure_blobs VALUES (?, ?)", [("a", b"1"), ("b", b"2")])
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    storage = SQLiteStorage(path)
+    try:
+        assert await storage.read("a") == b"1"
+        first, second = await storage.version("a"), await storage.version("b")
+        assert first is not None
+        assert second not in (None, first)
+        made = await storage.write_if("a", b"new", expected=first)
+        assert made != first
+        assert await storage.read("a") == b"new"
+    finally:
+        storage.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
     finally:
         conn.close()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from storage_backends import make_storage
 
-from perdure.testing import AppendStorageSuite, StorageSuite
+from perdure.testing import AppendStorageSuite, ConditionalStorageSuite, StorageSuite
 from perdure.testing.storage import StorageFactory
 
 
@@ -25,6 +25,24 @@ class TestLocalFileStorage(AppendStorageSuite):
 
 
 class TestSQLiteStorage(StorageSuite):
+    @pytest.fixture
+    def storage_factory(self, tmp_path: Path) -> StorageFactory:
+        return lambda: make_storage("sqlite", tmp_path)
+
+
+class TestMemoryConditionalStorage(ConditionalStorageSuite):
+    @pytest.fixture
+    def storage_factory(self, tmp_path: Path) -> StorageFactory:
+        return lambda: make_storage("memory", tmp_path)
+
+
+class TestLocalFileConditionalStorage(ConditionalStorageSuite):
+    @pytest.fixture
+    def storage_factory(self, tmp_path: Path) -> StorageFactory:
+        return lambda: make_storage("local_file", tmp_path)
+
+
+class TestSQLiteConditionalStorage(ConditionalStorageSuite):
     @pytest.fixture
     def storage_factory(self, tmp_path: Path) -> StorageFactory:
         return lambda: make_storage("sqlite", tmp_path)

@@ -28,22 +28,25 @@ __all__ = [
     "LaterBackend",
     "local_options",
     "postgres_url",
+    "s3_url",
     "split_url",
 ]
 
 
 class LaterBackend(NamedTuple):
-    """A backend that joins perdure with a later issue."""
+    """A backend that joins perdure with a later issue (or that only some openers open)."""
 
     name: str
     extra: str
     issue: int
+    opened_by: str = ""  # the opener that does take it, if one does
 
 
 LATER_SCHEMES: dict[str, LaterBackend] = {
-    "s3": LaterBackend("S3", "s3", 19),
+    "s3": LaterBackend("S3", "s3", 19, opened_by="storage"),
 }
-"""Server schemes this version refuses, with what will bring them."""
+"""Server schemes an opener refuses, with what brings them (``opened_by``: the
+opener that takes them already; ``s3://`` is blob storage, not a session store)."""
 
 _NO_PATH = frozenset({"memory", "postgresql", "postgres", "redis", "rediss"})
 
@@ -80,6 +83,16 @@ POSTGRES_STORAGE_OPTIONS: dict[str, type] = {"schema": str, "table": str}
 REDIS_STORAGE_OPTIONS: dict[str, type] = {"prefix": str}
 """perdure's options a ``redis://`` blob storage URL may carry, and their types."""
 
+S3_STORAGE_OPTIONS: dict[str, type] = {
+    "endpoint_url": str,
+    "region": str,
+    "retry_timeout": float,
+    "max_retries": int,
+    "connect_timeout": float,
+    "timeout": float,
+}
+"""The options an ``s3://bucket/prefix`` blob storage URL may carry, and their types."""
+
 _PERDURE_OPTIONS = (
     frozenset(POSTGRES_OPTIONS)
     | frozenset(POSTGRES_STORAGE_OPTIONS)
@@ -112,6 +125,13 @@ def split_url(url: object, schemes: Sequence[str], what: str) -> tuple[str, Path
     scheme, _, rest = url.partition(":")
     if scheme not in schemes:
         later = LATER_SCHEMES.get(scheme)
+        if later is not None and later.opened_by:
+            raise ValueError(
+                f"{what} URL {url!r}: perdure has no {later.name} {what}; issue "
+                f"{later.issue} brought {later.name} as blob {later.opened_by} for snapshots "
+                f"and checkpoints (open_{later.opened_by}, the extra 'perdure[{later.extra}]'); "
+                f"available: {known}"
+            )
         if later is not None:
             raise ValueError(
                 f"{what} URL {url!r}: the {later.name} backend is not in this version of "
@@ -209,3 +229,41 @@ def postgres_url(
             wanted = "an integer" if kind is int else "a number"
             raise ValueError(f"{what} URL {url!r}: {key}={value!r} is not {wanted}") from None
     return urlunsplit(parts._replace(query=urlencode(kept))), found
+
+
+def s3_url(url: str, what: str = "storage") -> tuple[str, str, dict[str, object]]:
+    """Split ``s3://bucket/prefix?endpoint_url=…&region=…`` into the bucket, the prefix
+    and the options (:data:`S3_STORAGE_OPTIONS`), converted to their types.
+
+    Raises:
+        ValueError: no bucket, an empty segment in the prefix, an unknown option, one
+            given twice or not of its type; the message names it.
+    """
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    parts = urlsplit(url)
+    bucket = parts.netloc
+    if parts.scheme != "s3" or not bucket:
+        raise ValueError(f"{what} URL {url!r} names no bucket: use s3://bucket/prefix")
+    if "@" in bucket:
+        raise ValueError(
+            f"{what} URL {url!r}: credentials do not go in the URL; set AWS_ACCESS_KEY_ID "
+            "and AWS_SECRET_ACCESS_KEY in the environment"
+        )
+    prefix = unquote(parts.path).strip("/")
+    found: dict[str, object] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        kind = S3_STORAGE_OPTIONS.get(key)
+        if kind is None:
+            raise ValueError(
+                f"{what} URL {url!r}: {key}= is not an option of s3:// {what}; its options "
+                f"are {', '.join(f'{o}=' for o in S3_STORAGE_OPTIONS)}"
+            )
+        if key in found:
+            raise ValueError(f"{what} URL {url!r} gives {key}= twice")
+        try:
+            found[key] = kind(value)
+        except ValueError:
+            wanted = "an integer" if kind is int else "a number"
+            raise ValueError(f"{what} URL {url!r}: {key}={value!r} is not {wanted}") from None
+    return bucket, prefix, found

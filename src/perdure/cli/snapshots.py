@@ -33,7 +33,7 @@ from perdure.cli._common import (
     run,
 )
 from perdure.cli.render import print_table, rich_message, shorten
-from perdure.errors import SessionCorruptedError, SnapshotError
+from perdure.errors import SessionCorruptedError, SnapshotError, StorageError
 from perdure.models.stream import ModelStreamEvent
 from perdure.session import SnapshotSessionManager, validate_session_id
 from perdure.session.ulid import is_ulid, ulid_timestamp_ms
@@ -43,7 +43,7 @@ from perdure.types import Message, ToolSpec
 __all__ = ["snapshots"]
 
 DEFAULT_STORAGE = "file:.perdure/storage"
-STORAGE_SCHEMES = ("file", "sqlite", "postgresql", "postgres", "redis", "rediss")
+STORAGE_SCHEMES = ("file", "sqlite", "postgresql", "postgres", "redis", "rediss", "s3")
 """The storages the snapshot commands open (a memory: storage would hold nothing)."""
 
 
@@ -51,17 +51,24 @@ STORAGE_SCHEMES = ("file", "sqlite", "postgresql", "postgres", "redis", "rediss"
 def _opened(url: str) -> Iterator[Storage]:
     """Open ``--storage`` for a command: a bad URL exits 2, a missing one 3.
 
-    A ``postgresql://`` schema without the storage's table is missing too: reading
-    commands never make it.
+    A ``postgresql://`` schema without the storage's table is missing too, and so is
+    an ``s3://`` bucket that does not exist: reading commands never make them.
     """
     try:
-        _, path = split_url(url, STORAGE_SCHEMES, "storage")
+        scheme, path = split_url(url, STORAGE_SCHEMES, "storage")
         storage = open_storage(url)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--storage") from None
     try:
-        if path is not None and not path.exists():
+        if scheme in ("file", "sqlite") and path is not None and not path.exists():
             fail(f"no snapshot storage at {str(path)!r} (--storage {url})", EXIT_NOT_FOUND)
+        if scheme == "s3":
+            try:
+                run(storage.list("", limit=1))
+            except StorageError as exc:
+                if exc.details.get("kind") != "no_bucket":
+                    raise
+                fail(f"no snapshot storage at {url} (no such bucket)", EXIT_NOT_FOUND)
         schema_exists = getattr(storage, "schema_exists", None)  # a server storage
         if schema_exists is not None and not run(schema_exists()):
             fail(f"no snapshot storage at {url} (no perdure table in its schema)", EXIT_NOT_FOUND)
@@ -151,8 +158,10 @@ storage_option = click.option(
     metavar="URL",
     help=(
         "The snapshot storage: file:DIR, sqlite:PATH, "
-        "postgresql://USER@HOST/DB[?schema=NAME&table=NAME] or "
-        "redis://HOST:PORT/DB[?prefix=PREFIX] (env PERDURE_STORAGE)."
+        "postgresql://USER@HOST/DB[?schema=NAME&table=NAME], "
+        "redis://HOST:PORT/DB[?prefix=PREFIX] or "
+        "s3://BUCKET/PREFIX[?endpoint_url=URL&region=NAME] (credentials from the AWS_* "
+        "environment) (env PERDURE_STORAGE)."
     ),
 )
 agent_option = click.option(
@@ -183,7 +192,7 @@ def _snapshot_argument(value: str) -> str:
 
 @click.group()
 def snapshots() -> None:
-    """Inspect and restore SnapshotSessionManager snapshots (file: or sqlite: storage)."""
+    """Inspect and restore SnapshotSessionManager snapshots (any --storage URL)."""
 
 
 @snapshots.command("list")

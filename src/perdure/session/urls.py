@@ -19,8 +19,9 @@ it never shadows the function ``perdure.session.open_store`` with a module.)
                       options, the rest goes to redis-py
 ====================  ==============================================
 
-Other server schemes (``s3://``) join this table with their issues;
-until then a URL naming one is refused with the backend, its extra and its issue.
+``s3://`` is blob storage (:func:`perdure.storage.open_storage`, for snapshots and
+checkpoints), not a session store: a URL naming it is refused, and the message says
+where S3 is offered.
 The URL is split by perdure's one parser, :func:`perdure._runtime.urls.split_url`,
 which :func:`perdure.storage.open_storage` uses too.
 """
@@ -42,9 +43,8 @@ def open_store(url: str, **options: Any) -> SessionStore:
 
     Raises:
         ValueError: the URL is malformed, its scheme unknown (the message lists the
-            known schemes), or its backend (``s3://``) not in this
-            version (the message names its extra and issue); an option given both
-            in the URL and as a keyword.
+            known schemes), or ``s3://`` (blob storage only: the message says so);
+            an option given both in the URL and as a keyword.
         ImportError: a ``postgresql://`` URL without ``perdure[postgres]`` installed,
             a ``redis://`` one without ``perdure[redis]``.
     """

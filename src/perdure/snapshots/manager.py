@@ -43,13 +43,15 @@ Guarantees:
   garbage behind.
 * One writer per ``(session_id, agent_id)``: in one process every save, restore and
   collection of a manager is serialized (a thread lock, usable from any event loop).
-  On an ``AppendStorage``, every write of ``latest`` is conditional on ``latest``
-  being as this manager last read or wrote it: a manager whose agent is stale (another
-  process, or another manager, saved since) gets
-  :class:`~perdure.errors.SessionConflictError` and writes nothing; restoring the
-  agent picks up what is stored, and saving goes on from there. (A manager that
-  never read ``latest`` — saving an agent it did not restore — replaces whatever is
-  there, as it asked to.) On other storages two processes writing the same agent are
+  Every write of ``latest`` is conditional on ``latest`` being as this manager last
+  read or wrote it — on an ``AppendStorage`` by the end of its log, on any other
+  :class:`~perdure.storage.ConditionalStorage` (every perdure backend) by its
+  version (``write_if``): a manager whose agent is stale (another process, or
+  another manager, saved since) gets :class:`~perdure.errors.SessionConflictError`
+  and writes nothing; restoring the agent picks up what is stored, and saving goes
+  on from there. (A manager that never read ``latest`` — saving an agent it did not
+  restore — replaces whatever is there, as it asked to.) Only on a third-party
+  ``Storage`` that is neither are two processes writing the same agent
   last-writer-wins for ``latest``. Either way a collection in one process may delete
   chunks that a save in flight in another has written but not yet referenced; run
   collections from the writing process (or while no other process writes that
@@ -106,7 +108,7 @@ from perdure.snapshots.io import (
 )
 from perdure.snapshots.layout import Layout, plan_save
 from perdure.snapshots.log import LatestEnd, LogState, append_record, end_of, new_log
-from perdure.storage import AppendStorage, LocalFileStorage, Storage
+from perdure.storage import AppendStorage, ConditionalStorage, LocalFileStorage, Storage
 from perdure.types import Message, validate_message
 
 __all__ = [
@@ -219,6 +221,12 @@ class _Slot:
     # The end a write of ``latest`` would have left, while that write's outcome is
     # unknown (it raised or was cancelled); the next save looks which end is there.
     latest_unsure: LatestEnd | None = None
+    # On a ConditionalStorage that cannot append: the version of ``latest`` this
+    # manager last read or wrote (None: there was none), if known; and, while a
+    # write's outcome is unknown, the version it expected and the blob it wrote.
+    latest_version: str | None = None
+    latest_version_known: bool = False
+    latest_attempt: tuple[str | None, bytes] | None = None
     fields: _Fields | None = None
 
     def owner(self) -> Agent | None:
@@ -354,6 +362,7 @@ class SnapshotSessionManager:
             )
         self.storage: Storage = storage
         self._appends = isinstance(storage, AppendStorage)
+        self._versioned = not self._appends and isinstance(storage, ConditionalStorage)
         self._lock = ProcessLock()
         self._slots: dict[str, _Slot] = {}
         self._initialized: weakref.WeakSet[Agent] = weakref.WeakSet()
@@ -511,6 +520,7 @@ class SnapshotSessionManager:
                     slot.layout = None
                     slot.latest_probe = None
                     slot.latest_end = slot.latest_unsure = None
+                    slot.latest_version_known, slot.latest_attempt = False, None
                     slot.known.clear()
                     slot.graph.clear()
 
@@ -729,7 +739,10 @@ class SnapshotSessionManager:
                 chain_ref=None,
                 inline=plan.inline,
             )
-            await self.storage.write(key, blob)
+            if self._versioned:
+                await self._write_versioned(slot, agent.agent_id, key, blob)
+            else:
+                await self.storage.write(key, blob)
         if snapshot_id is None:
             slot.latest_probe = probe
         slot.layout = plan.layout
@@ -763,6 +776,52 @@ class SnapshotSessionManager:
             raise self._conflict(agent_id) from exc
         slot.latest_unsure = None
         slot.latest_end = LatestEnd(after.size, after.tail, after)
+
+    async def _write_versioned(self, slot: _Slot, agent_id: str, key: str, blob: bytes) -> None:
+        """Replace ``latest`` with ``blob`` if its version is the one this manager knows.
+
+        Raises:
+            SessionConflictError: another writer changed ``latest`` since; nothing was
+                written.
+        """
+        storage = cast(ConditionalStorage, self.storage)
+        expected = await self._latest_version(slot, agent_id, key)
+        slot.latest_attempt = (expected, blob)
+        try:
+            made = await storage.write_if(key, blob, expected=expected)
+        except StorageConflictError as exc:
+            slot.latest_attempt = None
+            raise self._conflict(agent_id) from exc
+        slot.latest_attempt = None
+        slot.latest_version = made
+
+    async def _latest_version(self, slot: _Slot, agent_id: str, key: str) -> str | None:
+        """The version the next write of ``latest`` expects: as last seen, or read now.
+
+        After a write whose outcome is unknown (it raised, or its task was
+        cancelled), what is stored decides: still the version it expected (not
+        applied), or the very blob it wrote (applied); anything else is another
+        writer's.
+
+        Raises:
+            SessionConflictError: ``latest`` is neither.
+        """
+        storage = cast(ConditionalStorage, self.storage)
+        attempt = slot.latest_attempt
+        if attempt is not None:
+            slot.latest_attempt = None
+            before, tried = attempt
+            now = await storage.version(key)
+            if now != before:
+                # The version is read before the blob: a write in between makes the
+                # version stale, and the next write_if a conflict, never a lost update.
+                if now is None or await storage.read(key) != tried:
+                    raise self._conflict(agent_id)
+                slot.latest_version = now
+        if not slot.latest_version_known:
+            slot.latest_version = await storage.version(key)
+            slot.latest_version_known = True
+        return slot.latest_version
 
     async def _latest_end(self, slot: _Slot, agent_id: str, key: str) -> LatestEnd:
         """How ``latest`` ends for the next write: as last seen, or read now.
@@ -816,6 +875,13 @@ class SnapshotSessionManager:
         latest = f"{prefix}latest"
         replayed = None
         end: LatestEnd | None
+        # The version before the blob: a write in between makes it stale, so the next
+        # save is refused (a conflict), never a lost update.
+        version = (
+            await cast(ConditionalStorage, self.storage).version(latest)
+            if self._versioned
+            else None
+        )
         if snapshot_id is None:
             key = latest
             manifest, replayed, end = await read_latest(self.storage, key)
@@ -829,6 +895,7 @@ class SnapshotSessionManager:
         if manifest is None:
             self._initialized.add(agent)
             slot.latest_end, slot.latest_unsure = end, None
+            self._know_version(slot, version)
             return False
         with gc_paused():
             loaded = await load(self.storage, prefix, key, manifest)
@@ -847,6 +914,7 @@ class SnapshotSessionManager:
             )
             end = LatestEnd(end.size, end.tail, head)
         slot.latest_end, slot.latest_unsure = end, None
+        self._know_version(slot, version)
         if replayed is not None and replayed.torn:
             _log.warning(
                 "snapshot_latest of session %r, agent %r ends with %d bytes of a save that "
@@ -857,6 +925,11 @@ class SnapshotSessionManager:
                 replayed.torn,
             )
         return True
+
+    def _know_version(self, slot: _Slot, version: str | None) -> None:
+        """After a restore: the version of ``latest`` the next save expects."""
+        slot.latest_version, slot.latest_attempt = version, None
+        slot.latest_version_known = self._versioned
 
     async def _newest_snapshot(self, agent_id: str) -> tuple[str, Manifest | None]:
         """The newest immutable snapshot's key and manifest, standing in for a lost ``latest``.

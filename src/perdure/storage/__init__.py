@@ -4,12 +4,12 @@ A ``Storage`` only moves bytes; the layers above own the key layout and the form
 Backends: :class:`MemoryStorage` (tests), :class:`LocalFileStorage` (a directory),
 :class:`SQLiteStorage` (one database file), :class:`PostgresStorage` (a PostgreSQL
 table, ``perdure[postgres]``: importing the name imports psycopg), :class:`RedisStorage`
-(Redis, ``perdure[redis]``: importing the name imports redis-py). Every backend
+(Redis, ``perdure[redis]``: importing the name imports redis-py), :class:`S3Storage`
+(an S3 bucket, ``perdure[s3]``: importing the name imports obstore). Every backend
 passes the same contract suite, and every coroutine may be awaited from any event
 loop and thread. :class:`ConditionalStorage` adds versions and compare-and-set
 writes, which raise :class:`~perdure.errors.StorageConflictError` when the blob is
-not at the version the caller expected (:class:`PostgresStorage` and
-:class:`RedisStorage` implement it).
+not at the version the caller expected (every backend here implements it).
 The memory and file backends are also :class:`AppendStorage`: conditional appends
 and replaces, which raise the same error when the blob is not as the caller expected.
 """
@@ -28,6 +28,7 @@ from perdure.storage.urls import STORAGE_SCHEMES, open_storage, split_url
 if _typing.TYPE_CHECKING:
     from perdure.storage.postgres import PostgresStorage as PostgresStorage
     from perdure.storage.redis import RedisStorage as RedisStorage
+    from perdure.storage.s3 import S3Storage as S3Storage
 
 __all__ = [
     "STORAGE_SCHEMES",
@@ -37,6 +38,7 @@ __all__ = [
     "MemoryStorage",
     "PostgresStorage",
     "RedisStorage",
+    "S3Storage",
     "SQLiteStorage",
     "Storage",
     "StorageConflictError",
@@ -46,8 +48,12 @@ __all__ = [
     "validate_prefix",
 ]
 
-# Loaded on first use: the modules import psycopg and redis-py.
+# Loaded on first use: the modules import psycopg, redis-py and obstore.
 __getattr__, __dir__ = _lazy_exports(
     __name__,
-    {"PostgresStorage": "perdure.storage.postgres", "RedisStorage": "perdure.storage.redis"},
+    {
+        "PostgresStorage": "perdure.storage.postgres",
+        "RedisStorage": "perdure.storage.redis",
+        "S3Storage": "perdure.storage.s3",
+    },
 )

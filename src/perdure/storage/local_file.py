@@ -29,6 +29,19 @@ lock is held until the fsync returns. A conditional replace writes and syncs a t
 file first, then, holding the old file's lock, checks its end and renames the temp
 file over it (a create links the temp file to the name, which fails if it exists).
 
+It is also a :class:`~perdure.storage.ConditionalStorage`. A blob's version is its
+file's inode number, size and modification time, and every write (plain, conditional
+or an append) sets that time to the current millisecond plus a random number of
+nanoseconds: a file that reuses a freed inode, at the same size, in the same
+millisecond, would need the same one of a million draws to repeat a version (on a
+file system keeping nanosecond times: ext4, XFS, Btrfs, tmpfs, APFS; one with coarse
+times, FAT say, makes a repeat likelier). A
+conditional write writes and syncs a temp file, then, holding the current file's
+``flock``, compares its version and renames the temp file over it (a create links
+the temp file to the name, which fails if it exists). A plain ``write`` and a
+``delete`` take that lock too before they rename or unlink, so none of them can
+fall between another's check and its rename.
+
 Keys that differ only by letter case collide on case-insensitive file systems.
 """
 
@@ -39,6 +52,7 @@ import builtins
 import contextlib
 import fcntl
 import os
+import secrets
 import time
 import uuid
 from collections.abc import Iterator
@@ -47,7 +61,14 @@ from pathlib import Path
 from perdure._runtime.fs import append_all
 from perdure._runtime.fsync import start_fsync
 from perdure.errors import StorageConflictError
-from perdure.storage.keys import check_data, check_end, validate_key, validate_list_args
+from perdure.storage.keys import (
+    check_data,
+    check_end,
+    check_expected,
+    validate_key,
+    validate_list_args,
+    version_conflict,
+)
 
 __all__ = ["LocalFileStorage"]
 
@@ -154,6 +175,46 @@ def _open_expected(key: str, path: Path, size: int, tail: bytes, *, wait: bool) 
     raise _conflict(key, "it keeps being replaced")
 
 
+def _stamp(fd: int) -> None:
+    """Set the file's modification time to now (ms) plus random nanoseconds: a new version."""
+    at = time.time_ns() // 1_000_000 * 1_000_000 + secrets.randbelow(1_000_000)
+    os.utime(fd, ns=(at, at))
+
+
+def _version(st: os.stat_result) -> str:
+    """The version of the blob whose file has the status ``st`` (see the module)."""
+    return f"{st.st_ino:x}.{st.st_size:x}.{st.st_mtime_ns:x}"
+
+
+def _lock_named(path: Path) -> int | None:
+    """Open the file named ``path`` under an exclusive ``flock``; ``None`` if there is none.
+
+    The descriptor is the file the name holds once the lock is taken (closing it
+    releases the lock).
+    """
+    for _ in range(100):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                named = os.stat(path)
+            except FileNotFoundError:
+                os.close(fd)
+                return None
+            if (named.st_ino, named.st_dev) == (held.st_ino, held.st_dev):
+                return fd
+            os.close(fd)  # replaced between our open and our lock: take the new file
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+    raise OSError(f"{str(path)!r} keeps being replaced")
+
+
 def _cut_back(fd: int, size: int) -> None:
     """After a failed append, cut the file back to its old end (best effort)."""
     with contextlib.suppress(OSError):
@@ -171,7 +232,8 @@ class LocalFileStorage:
     After ``write`` returns, the blob survives a crash or power loss (file and
     directory are fsynced); a crash during ``write`` leaves the previous blob. Several
     processes may share a root: each write is an atomic rename, so concurrent writers
-    of one key are last-writer-wins and readers never see a torn blob.
+    of one key are last-writer-wins (``write_if`` compares and sets) and readers never see
+    a torn blob.
     """
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
@@ -231,8 +293,10 @@ class LocalFileStorage:
 
     def _write_sync(self, path: Path, blob: bytes) -> None:
         tmp, fd = self._temp_file(path, blob)
+        old: int | None = None
         try:
             try:
+                old = _lock_named(path)  # no conditional write falls in between
                 os.replace(tmp, path)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -240,6 +304,8 @@ class LocalFileStorage:
                 raise
             _fsync_dir(path.parent, missing_ok=True)
         finally:
+            if old is not None:
+                os.close(old)
             os.close(fd)
 
     def _temp_file(self, path: Path, blob: bytes) -> tuple[Path, int]:
@@ -264,6 +330,7 @@ class LocalFileStorage:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # a new file: never waits
                 append_all(fd, blob)
+                _stamp(fd)
                 os.fsync(fd)
             except BaseException:
                 os.close(fd)
@@ -288,6 +355,7 @@ class LocalFileStorage:
             if fd is not None:
                 try:
                     append_all(fd, blob)
+                    _stamp(fd)
                     await start_fsync(fd)
                 except BaseException:
                     _cut_back(fd, size)
@@ -303,6 +371,7 @@ class LocalFileStorage:
         assert fd is not None
         try:
             append_all(fd, blob)
+            _stamp(fd)
             os.fsync(fd)
         except BaseException:
             _cut_back(fd, size)
@@ -342,6 +411,65 @@ class LocalFileStorage:
                 os.close(old)
             os.close(fd)
 
+    # -------------------------------------------------- ConditionalStorage
+
+    async def version(self, key: str) -> str | None:
+        """The version of the blob under ``key``, or ``None`` (see the module)."""
+        path = self._path(key)
+        try:
+            return _version(await asyncio.to_thread(os.stat, path))
+        except FileNotFoundError:
+            return None
+
+    async def write_if(self, key: str, data: bytes, *, expected: str | None) -> str:
+        """Replace the blob under ``key`` only if its version is ``expected``
+        (``None``: only if there is none); return the new version (see the module).
+
+        Raises:
+            StorageConflictError: the version is not ``expected``; nothing was written.
+            ValueError: ``key`` is invalid.
+            TypeError: ``data`` is not bytes, ``expected`` neither a str nor None.
+        """
+        path = self._path(key)
+        blob = check_data(data)
+        check_expected(expected)
+        return await asyncio.to_thread(self._write_if_sync, key, path, blob, expected)
+
+    def _write_if_sync(self, key: str, path: Path, blob: bytes, expected: str | None) -> str:
+        tmp, fd = self._temp_file(path, blob)
+        old: int | None = None
+        try:
+            if expected is None:
+                try:
+                    os.link(tmp, path)  # atomic, and refused if the name exists
+                except FileExistsError:
+                    found = None
+                    with contextlib.suppress(FileNotFoundError):
+                        found = _version(os.stat(path))
+                    raise self._version_conflict(key, expected, found) from None
+                os.unlink(tmp)
+            else:
+                old = _lock_named(path)
+                found = None if old is None else _version(os.fstat(old))
+                if found != expected:
+                    raise self._version_conflict(key, expected, found)
+                os.replace(tmp, path)
+            _fsync_dir(path.parent, missing_ok=True)
+            return _version(os.fstat(fd))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        finally:
+            if old is not None:
+                os.close(old)
+            os.close(fd)
+
+    def _version_conflict(
+        self, key: str, expected: str | None, found: str | None
+    ) -> StorageConflictError:
+        return version_conflict(f"file storage {str(self.root)!r}", key, expected, found)
+
     async def read(self, key: str) -> bytes | None:
         """Return the blob under ``key``, or ``None`` if there is none."""
         path = self._path(key)
@@ -364,11 +492,17 @@ class LocalFileStorage:
         await asyncio.to_thread(self._delete_sync, path)
 
     def _delete_sync(self, path: Path) -> None:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
+        old = _lock_named(path)  # no conditional write falls in between
+        if old is None:
             return
-        _fsync_dir(path.parent, missing_ok=True)
+        try:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                return
+            _fsync_dir(path.parent, missing_ok=True)
+        finally:
+            os.close(old)
         parent = path.parent
         while parent != self.root:
             try:

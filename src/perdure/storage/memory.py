@@ -1,4 +1,8 @@
-"""MemoryStorage: a :class:`~perdure.storage.Storage` in a dict, for tests and demos."""
+"""MemoryStorage: a :class:`~perdure.storage.Storage` in a dict, for tests and demos.
+
+Versions (:class:`~perdure.storage.ConditionalStorage`) are the numbers of one counter
+per storage, taken by every write, so a key never has a version twice.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,14 @@ import bisect
 
 from perdure._runtime.threads import ProcessLock
 from perdure.errors import StorageConflictError
-from perdure.storage.keys import check_data, check_end, validate_key, validate_list_args
+from perdure.storage.keys import (
+    check_data,
+    check_end,
+    check_expected,
+    validate_key,
+    validate_list_args,
+    version_conflict,
+)
 
 __all__ = ["MemoryStorage"]
 
@@ -16,22 +27,52 @@ class MemoryStorage:
 
     Thread-safe and loop-agnostic (a thread lock, free again in a forked child; no
     I/O). ``write`` is atomic for readers in this process. Useful in tests of code
-    that takes a ``Storage``. Implements :class:`~perdure.storage.AppendStorage` too.
+    that takes a ``Storage``. Implements :class:`~perdure.storage.ConditionalStorage`
+    and :class:`~perdure.storage.AppendStorage` too.
     """
 
     def __init__(self) -> None:
         self._lock = ProcessLock()
         self._blobs: dict[str, bytes] = {}
         self._sorted: list[str] = []
+        self._versions: dict[str, int] = {}
+        self._counter = 0
+
+    def _put(self, key: str, blob: bytes) -> str:
+        """Store ``blob`` under ``key`` with a new version (the lock held); return it."""
+        if key not in self._blobs:
+            bisect.insort(self._sorted, key)
+        self._blobs[key] = blob
+        self._counter += 1
+        self._versions[key] = self._counter
+        return str(self._counter)
 
     async def write(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key``, replacing any previous value (see ``Storage``)."""
         validate_key(key)
         blob = check_data(data)
         with self._lock:
-            if key not in self._blobs:
-                bisect.insort(self._sorted, key)
-            self._blobs[key] = blob
+            self._put(key, blob)
+
+    async def version(self, key: str) -> str | None:
+        """The version of the blob under ``key``, or ``None`` (see ``ConditionalStorage``)."""
+        validate_key(key)
+        with self._lock:
+            found = self._versions.get(key)
+        return None if found is None else str(found)
+
+    async def write_if(self, key: str, data: bytes, *, expected: str | None) -> str:
+        """Replace the blob under ``key`` only if its version is ``expected``
+        (see ``ConditionalStorage``); return the new version."""
+        validate_key(key)
+        blob = check_data(data)
+        check_expected(expected)
+        with self._lock:
+            found = self._versions.get(key)
+            current = None if found is None else str(found)
+            if current != expected:
+                raise version_conflict("memory storage", key, expected, current)
+            return self._put(key, blob)
 
     async def append(self, key: str, data: bytes, *, size: int, tail: bytes) -> None:
         """Add ``data`` to the blob under ``key`` if it ends as expected (see ``AppendStorage``)."""
@@ -39,7 +80,7 @@ class MemoryStorage:
         blob = check_data(data)
         _, tail = check_end(size, tail, absent_ok=False)
         with self._lock:
-            self._blobs[key] = self._expect(key, size, tail) + blob
+            self._put(key, self._expect(key, size, tail) + blob)
 
     async def replace(self, key: str, data: bytes, *, size: int | None, tail: bytes) -> None:
         """Replace the blob under ``key`` if it ends as expected (see ``AppendStorage``)."""
@@ -48,9 +89,7 @@ class MemoryStorage:
         size, tail = check_end(size, tail, absent_ok=True)
         with self._lock:
             self._expect(key, size, tail)
-            if key not in self._blobs:
-                bisect.insort(self._sorted, key)
-            self._blobs[key] = blob
+            self._put(key, blob)
 
     def _expect(self, key: str, size: int | None, tail: bytes) -> bytes:
         """The blob under ``key`` if it ends as expected (``b""`` for an expected absence)."""
@@ -79,6 +118,7 @@ class MemoryStorage:
         """Remove ``key`` if present (idempotent)."""
         validate_key(key)
         with self._lock:
+            self._versions.pop(key, None)
             if self._blobs.pop(key, None) is not None:
                 del self._sorted[bisect.bisect_left(self._sorted, key)]
 

@@ -20,7 +20,7 @@ keeps, checked by one shared test suite (``tests/storage/test_storage_contract.p
 :class:`ConditionalStorage` adds versions and conditional writes (obstore's
 ``PutMode`` is the model), so that two processes writing one blob never silently
 overwrite each other; its suite is ``ConditionalStorageSuite`` in
-:mod:`perdure.testing`.
+:mod:`perdure.testing`. Every backend of perdure implements it.
 A backend may also implement :class:`AppendStorage` (optional): conditional appends and
 replaces, for formats that grow a blob by small records (the snapshot manager's
 ``snapshot_latest`` log). ``MemoryStorage`` and ``LocalFileStorage`` do.

@@ -1,9 +1,15 @@
 """SQLiteStorage: blobs in one SQLite table (WAL, one writer, ``BEGIN IMMEDIATE``).
 
-The database holds ``perdure_blobs(key TEXT PRIMARY KEY, data BLOB)`` and
-``PRAGMA user_version = 1``. It runs in WAL mode with ``synchronous=FULL`` (a write
-that returned survives power loss) and a busy timeout, so several processes can share
-the file: readers never block, writers queue. Within one ``SQLiteStorage`` a single
+The database holds ``perdure_blobs(key TEXT PRIMARY KEY, data BLOB, version TEXT)``
+and ``PRAGMA user_version = 2`` (a version-1 file, without the ``version`` column, is
+upgraded on first use: each blob gets a random version). Every write gives its blob
+a new version, 32 random hex digits, so a key never has a version twice; ``write_if``
+(:class:`~perdure.storage.ConditionalStorage`) compares and writes in one
+``BEGIN IMMEDIATE`` transaction, which no other writer of the file can interleave.
+
+It runs in WAL mode with ``synchronous=FULL`` (a write that returned survives power
+loss) and a busy timeout, so several processes can share the file: readers never
+block, writers queue. Within one ``SQLiteStorage`` a single
 connection per process, guarded by a lock, serves every call from a worker thread
 (``asyncio.to_thread``): no coroutine binds to an event loop.
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -37,16 +44,18 @@ from perdure._runtime.sqlite import (
 from perdure.errors import SessionCorruptedError, StorageError, StorageLockedError
 from perdure.storage.keys import (
     check_data,
+    check_expected,
     prefix_upper_bound,
     validate_key,
     validate_list_args,
+    version_conflict,
 )
 
 __all__ = ["SQLiteStorage"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 _ERRORS = SQLiteErrors(busy=StorageLockedError, damage=SessionCorruptedError, failure=StorageError)
@@ -110,13 +119,23 @@ class SQLiteStorage:
                 )
             if version < SCHEMA_VERSION:
                 with transaction(conn):
-                    conn.execute(
-                        "CREATE TABLE IF NOT EXISTS perdure_blobs ("
-                        "key TEXT PRIMARY KEY NOT NULL, data BLOB NOT NULL)"
-                    )
+                    # Read again under the write lock: another process may have
+                    # upgraded the file meanwhile.
+                    version = conn.execute("PRAGMA user_version").fetchone()[0]
+                    if version == 0:
+                        conn.execute(
+                            "CREATE TABLE IF NOT EXISTS perdure_blobs ("
+                            "key TEXT PRIMARY KEY NOT NULL, data BLOB NOT NULL, "
+                            "version TEXT NOT NULL)"
+                        )
+                    elif version == 1:  # blobs without versions: give each one
+                        conn.execute("ALTER TABLE perdure_blobs ADD COLUMN version TEXT")
+                        conn.execute(
+                            "UPDATE perdure_blobs SET version = lower(hex(randomblob(16)))"
+                        )
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             columns = sorted(row[1] for row in conn.execute("PRAGMA table_info(perdure_blobs)"))
-            if columns != ["data", "key"]:
+            if columns != ["data", "key", "version"]:
                 raise self._damaged("its perdure_blobs table is missing or not ours")
         except BaseException:
             conn.close()
@@ -164,12 +183,62 @@ class SQLiteStorage:
         def work(conn: sqlite3.Connection) -> None:
             with transaction(conn):
                 conn.execute(
-                    "INSERT INTO perdure_blobs (key, data) VALUES (?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET data = excluded.data",
-                    (key, blob),
+                    "INSERT INTO perdure_blobs (key, data, version) VALUES (?, ?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET data = excluded.data, "
+                    "version = excluded.version",
+                    (key, blob, secrets.token_hex(16)),
                 )
 
         await self._call(work)
+
+    async def version(self, key: str) -> str | None:
+        """The version of the blob under ``key``, or ``None`` when there is none."""
+        validate_key(key)
+
+        def work(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute("SELECT version FROM perdure_blobs WHERE key = ?", (key,)).fetchone()
+            if row is not None and not isinstance(row[0], str):
+                raise self._damaged(f"the version of key {key!r} is not text")
+            return None if row is None else row[0]
+
+        return await self._call(work)
+
+    async def write_if(self, key: str, data: bytes, *, expected: str | None) -> str:
+        """Replace the blob under ``key`` only if its version is ``expected``
+        (``None``: only if there is none); return the new version.
+
+        The comparison and the write are one ``BEGIN IMMEDIATE`` transaction.
+
+        Raises:
+            StorageConflictError: the version is not ``expected``; nothing was written.
+            ValueError: ``key`` is invalid.
+            TypeError: ``data`` is not bytes, ``expected`` neither a str nor None.
+        """
+        validate_key(key)
+        blob = check_data(data)
+        check_expected(expected)
+        made = secrets.token_hex(16)
+
+        def work(conn: sqlite3.Connection) -> str | None:
+            with transaction(conn):
+                row = conn.execute(
+                    "SELECT version FROM perdure_blobs WHERE key = ?", (key,)
+                ).fetchone()
+                found = None if row is None else row[0]
+                if found != expected:
+                    return str(found) if found is not None else None
+                conn.execute(
+                    "INSERT INTO perdure_blobs (key, data, version) VALUES (?, ?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET data = excluded.data, "
+                    "version = excluded.version",
+                    (key, blob, made),
+                )
+                return made
+
+        found = await self._call(work)
+        if found != made:
+            raise version_conflict(f"SQLite storage {str(self.path)!r}", key, expected, found)
+        return made
 
     async def read(self, key: str) -> bytes | None:
         """Return the blob under ``key``, or ``None``."""

@@ -1,5 +1,5 @@
 """Backends by URL (STYLE §8): ``file:DIR``, ``sqlite:PATH``, ``memory:``, ``postgresql://…``,
-``redis://…``.
+``redis://…``, ``s3://bucket/prefix``.
 
 The URL is split by perdure's one parser, :func:`perdure._runtime.urls.split_url`, which
 :func:`perdure.session.open_store` uses too.
@@ -11,6 +11,7 @@ from perdure._runtime.urls import (
     POSTGRES_STORAGE_OPTIONS,
     REDIS_STORAGE_OPTIONS,
     postgres_url,
+    s3_url,
     split_url,
 )
 from perdure.storage.local_file import LocalFileStorage
@@ -20,7 +21,7 @@ from perdure.storage.sqlite import SQLiteStorage
 
 __all__ = ["STORAGE_SCHEMES", "open_storage", "split_url"]
 
-STORAGE_SCHEMES = ("file", "sqlite", "memory", "postgresql", "postgres", "redis", "rediss")
+STORAGE_SCHEMES = ("file", "sqlite", "memory", "postgresql", "postgres", "redis", "rediss", "s3")
 
 
 def open_storage(url: str) -> Storage:
@@ -36,16 +37,27 @@ def open_storage(url: str) -> Storage:
     ``redis://…``         :class:`~perdure.storage.redis.RedisStorage`
                           (``rediss://`` too); ``?prefix=`` is its option,
                           the rest goes to redis-py
+    ``s3://BUCKET/PFX``   :class:`~perdure.storage.s3.S3Storage` on the
+                          bucket, keys under ``PFX``; options
+                          ``?endpoint_url=``, ``region=``,
+                          ``retry_timeout=``, ``max_retries=``,
+                          ``connect_timeout=``, ``timeout=``
+                          (credentials: the ``AWS_*`` environment)
     ====================  ==============================================
 
     Raises:
-        ValueError: the URL is malformed, its scheme unknown, its backend
-            (``s3://``) not in this version, or an option of a ``postgresql://``
-            or ``redis://`` URL bad (the message names it).
+        ValueError: the URL is malformed, its scheme unknown, or an option of a
+            ``postgresql://``, ``redis://`` or ``s3://`` URL bad (the message names it).
         ImportError: a ``postgresql://`` URL without ``perdure[postgres]`` installed,
-            a ``redis://`` one without ``perdure[redis]``.
+            a ``redis://`` one without ``perdure[redis]``, an ``s3://`` one without
+            ``perdure[s3]``.
     """
     scheme, path = split_url(url, STORAGE_SCHEMES, "storage")
+    if scheme == "s3":
+        from perdure.storage.s3 import S3Storage
+
+        bucket, prefix, options = s3_url(url, "storage")
+        return S3Storage(bucket, prefix=prefix, **options)  # type: ignore[arg-type]
     if scheme in ("redis", "rediss"):
         from perdure.storage.redis import RedisStorage
 
