@@ -6,6 +6,11 @@
   :class:`Detector` objects (:class:`PatternDetector` builds one from a regular
   expression).
 
+- Persistence filters (:mod:`perdure.hygiene.filters`): ``filters=[...]`` on
+  ``Session``, ``SnapshotSessionManager`` and ``MemoryManager`` map every message,
+  agent state and memory entry about to be written to what is stored
+  (:class:`PersistenceFilter`, :class:`PersistedItem`); a ``PIIRedactor`` is one.
+
 Pure: no I/O, and nothing above ``types`` is imported.
 """
 
@@ -16,14 +21,28 @@ from perdure.hygiene.detectors import (
     iban_is_valid,
     luhn_is_valid,
 )
+from perdure.hygiene.filters import (
+    FilterChain,
+    ItemKind,
+    PersistedItem,
+    PersistenceFilter,
+    WriteTarget,
+    check_filters,
+)
 from perdure.hygiene.redactor import DEFAULT_KINDS, PIIRedactor
 
 __all__ = [
     "BUILTIN_DETECTORS",
     "DEFAULT_KINDS",
     "Detector",
+    "FilterChain",
+    "ItemKind",
     "PIIRedactor",
     "PatternDetector",
+    "PersistedItem",
+    "PersistenceFilter",
+    "WriteTarget",
+    "check_filters",
     "iban_is_valid",
     "luhn_is_valid",
 ]

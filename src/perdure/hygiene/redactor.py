@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from perdure.hygiene.detectors import BUILTIN_DETECTORS, Detector, check_kind_name
+from perdure.hygiene.filters import PersistedItem
 
 __all__ = ["DEFAULT_KINDS", "PIIRedactor"]
 
@@ -84,6 +85,12 @@ class PIIRedactor:
 
     def __repr__(self) -> str:
         return f"PIIRedactor(kinds={self.kinds!r})"
+
+    def __call__(self, item: PersistedItem) -> Any:
+        """As a persistence filter: a message, agent state or memory entry, redacted."""
+        if item.kind == "message":
+            return self.redact_message(item.value)
+        return self.redact_value(item.value)
 
     # ------------------------------------------------------------------ text
 
