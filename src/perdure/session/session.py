@@ -512,11 +512,18 @@ class Session:
             await self.store.commit(new_id, messages, agent_state=state)
         return new_id
 
-    async def export_checkpoint(self, checkpoint_id: str) -> bytes:
+    async def export_checkpoint(
+        self, checkpoint_id: str, signing_key: bytes | str | None = None
+    ) -> bytes:
         """A self-contained ``perdure-checkpoint/1`` export of a checkpoint.
 
+        With ``signing_key`` it is signed with HMAC-SHA256 (see
+        :mod:`perdure.checkpoints.export`), so an import given the same key as its
+        ``verify_key`` refuses any edit, even one whose sha256 was recomputed.
+
         Raises:
-            ValueError: ``checkpoint_id`` is not a well-formed ULID.
+            ValueError: ``checkpoint_id`` is not a well-formed ULID, or
+                ``signing_key`` is empty.
             StoreNotWiredError: no checkpoint store is wired.
             CheckpointNotFoundError: no such checkpoint.
             SessionCorruptedError: the checkpoint does not match its sha256 or is
@@ -528,16 +535,24 @@ class Session:
         if self._filters:
             messages, state = self._filter_all(record.messages, record.agent_state, "export")
             record = CheckpointRecord(record.meta, messages, state)
-        return export_checkpoint_bytes(record)
+        return export_checkpoint_bytes(record, signing_key=signing_key)
 
-    async def import_checkpoint(self, data: bytes) -> CheckpointMeta:
+    async def import_checkpoint(
+        self, data: bytes, verify_key: bytes | str | None = None
+    ) -> CheckpointMeta:
         """Verify an export and store it as an ``import`` checkpoint of this session.
 
+        With ``verify_key`` the export must carry a valid HMAC-SHA256 signature under
+        that key; without one, signed and unsigned exports import alike (the sha256
+        detects damage, not forgery).
+
         Raises:
-            CheckpointImportError: the export failed any check; nothing was written.
+            CheckpointImportError: the export failed any check (with ``verify_key``:
+                its signature is missing or wrong); nothing was written.
             StoreNotWiredError: no checkpoint store is wired.
+            ValueError: ``verify_key`` is empty.
         """
-        imported = import_checkpoint_bytes(data)
+        imported = import_checkpoint_bytes(data, verify_key=verify_key)
         checkpoints = self._require_checkpoints("import_checkpoint")
         messages, state = self._filter_all(imported.messages, imported.agent_state, "checkpoint")
         meta = CheckpointMeta(
