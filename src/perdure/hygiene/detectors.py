@@ -6,7 +6,7 @@ regular expression and an optional check of each match; the built-in detectors
 (:data:`BUILTIN_DETECTORS`) are pattern detectors too:
 
 - ``email``: ``local@domain.tld``;
-- ``card``: 13–19 digits (single spaces or dashes between them allowed) that start
+- ``card``: 14–19 digits (single spaces or dashes between them allowed) that start
   as a card network's numbers do and have their length (Visa, Mastercard, American
   Express, Discover, JCB, Diners Club, UnionPay, Maestro) and pass the Luhn check;
 - ``iban``: a country code, two check digits and the country's length of letters and
@@ -236,6 +236,7 @@ def _hits_in_runs(
     check: Callable[[str], bool],
     skip: re.Pattern[str] | None = None,
     cut: Callable[[str], int] | None = None,
+    longest: int | None = None,
 ) -> Iterator[tuple[int, int]]:
     """The spans of ``pattern``'s matches that pass ``check``, inside the long runs.
 
@@ -244,7 +245,11 @@ def _hits_in_runs(
     After a match that fails ``check`` the search goes on from its second
     character, so a greedy match that took a number too many does not hide the
     hit after it; ``cut``, when given, first offers a shorter hit at the match's
-    start (its length, or 0 for none). The pattern's lookbehinds see the text before a run, and its
+    start (its length, or 0 for none). A failed match of more than ``longest``
+    digits in groups joined by one kind of separator is passed over whole: such a
+    run (an account number, a list of ids) holds no phone number, and no part of it
+    is taken for one (which would also make a second redaction find what the first
+    left). The pattern's lookbehinds see the text before a run, and its
     lookaheads two characters past it.
     """
     for start, end in _long_runs(text):
@@ -261,7 +266,9 @@ def _hits_in_runs(
                 pos = match.end()
                 continue
             length = cut(match.group()) if cut is not None else 0
-            if length:
+            if longest is not None and _one_long_number(match.group(), longest):
+                pos = match.end()
+            elif length:
                 yield match.start(), match.start() + length
                 pos = match.start() + length
             else:
@@ -277,12 +284,23 @@ def _card_check(candidate: str) -> bool:
     if " " in candidate and "-" in candidate:
         return False  # both kinds of separator: not how a card number is written
     digits = candidate.replace(" ", "").replace("-", "")
+    if len(digits) != len(candidate) and not _card_groups_ok(candidate):
+        return False  # "5062300969 107": two numbers, not one card
     return _issuer_length_ok(digits) and luhn_is_valid(digits)
+
+
+def _card_groups_ok(candidate: str) -> bool:
+    """Whether a card written with separators has a card's groups: fours (the last
+    one shorter), or American Express's and Diners Club's 4-6-5 and 4-6-4."""
+    sizes = [len(group) for group in re.split(r"[ -]", candidate)]
+    if sizes[:2] == [4, 6] and len(sizes) == 3 and sizes[2] in (4, 5):
+        return True
+    return all(size == 4 for size in sizes[:-1]) and 1 <= sizes[-1] <= 4
 
 
 # (first digits, lengths) of the card networks, from ISO/IEC 7812 issuer ranges.
 _ISSUERS: tuple[tuple[tuple[str, ...], frozenset[int]], ...] = (
-    (("4",), frozenset({13, 16, 19})),  # Visa
+    (("4",), frozenset({16, 19})),  # Visa (its old 13-digit numbers look like any id)
     (("51", "52", "53", "54", "55", "22", "23", "24", "25", "26", "27"), frozenset({16})),
     (("34", "37"), frozenset({15})),  # American Express
     (("6011", "644", "645", "646", "647", "648", "649", "65"), frozenset(range(16, 20))),
@@ -290,7 +308,7 @@ _ISSUERS: tuple[tuple[tuple[str, ...], frozenset[int]], ...] = (
     (("36",), frozenset(range(14, 20))),  # Diners Club International
     (("300", "301", "302", "303", "304", "305", "38", "39"), frozenset(range(16, 20))),
     (("62",), frozenset(range(16, 20))),  # UnionPay
-    (("50", "56", "57", "58", "6"), frozenset(range(13, 20))),  # Maestro
+    (("50", "56", "57", "58", "6"), frozenset(range(16, 20))),  # Maestro (its 12-15: rare)
 )
 
 
@@ -344,7 +362,11 @@ class _IbanDetector:
         return "IbanDetector()"
 
     def find(self, text: str) -> Iterator[tuple[int, int]]:
-        for match in _IBAN.finditer(text):
+        pos = 0
+        while (match := _IBAN.search(text, pos)) is not None:
+            # Go on from the second character, or from the end of a hit: the greedy
+            # match may have taken the start of the next IBAN.
+            pos = match.start() + 1
             candidate = match.group()
             length = IBAN_LENGTHS.get(candidate[:2])
             if length is None:
@@ -360,6 +382,7 @@ class _IbanDetector:
                 continue  # too short, or the number goes on past the country's length
             if iban_is_valid(candidate[:end]):
                 yield match.start(), match.start() + end
+                pos = match.start() + end
 
 
 _IPV4 = re.compile(
@@ -429,7 +452,7 @@ class _IpDetector:
 # Only searched inside long runs of digits, so it may start with a lookbehind. An
 # opening parenthesis belongs to the number only when it closes around the prefix.
 _PHONE = re.compile(
-    r"(?<![\w.:/+-])(?:\(\+?[0-9]{1,5}\) ?|\+)?[0-9][0-9 .()-]{4,22}[0-9](?![\w:/]|[.,-][0-9])"
+    r"(?<![\w.,:/+-])(?:\(\+?[0-9]{1,5}\) ?|\+)?[0-9][0-9 .()-]{4,22}[0-9](?![\w:/]|[.,-][0-9])"
 )
 # What a phone-shaped run of digits is when it is no phone number.
 _NOT_A_PHONE = re.compile(
@@ -467,6 +490,12 @@ def _phone_check(candidate: str) -> bool:
     return " " not in candidate and len(_GROUPS.findall(candidate)) >= 3
 
 
+def _one_long_number(candidate: str, longest: int) -> bool:
+    """More than ``longest`` digits, in groups joined by one kind of separator."""
+    digits = candidate.translate(_SEPARATORS)
+    return len(digits) > longest and len(set(candidate) - _DIGITS) <= 1
+
+
 class _RunDetector:
     """A pattern detector that looks only inside runs of digits (see ``_RUN``)."""
 
@@ -477,9 +506,11 @@ class _RunDetector:
         check: Callable[[str], bool],
         shortest: int,
         skip: re.Pattern[str] | None = None,
+        longest: int | None = None,
     ) -> None:
         self.kind = kind
         self._skip = skip
+        self._longest = longest
         self._pattern = pattern
         self._check = check
         self._shortest = shortest
@@ -488,7 +519,9 @@ class _RunDetector:
         return f"{self.kind.capitalize()}Detector()"
 
     def find(self, text: str) -> Iterator[tuple[int, int]]:
-        return _hits_in_runs(self._pattern, text, self._shortest, self._check, self._skip)
+        return _hits_in_runs(
+            self._pattern, text, self._shortest, self._check, self._skip, longest=self._longest
+        )
 
 
 BUILTIN_DETECTORS: dict[str, Detector] = {
@@ -496,7 +529,7 @@ BUILTIN_DETECTORS: dict[str, Detector] = {
     "iban": _IbanDetector(),
     "card": _CardDetector(),
     "ip": _IpDetector(),
-    "phone": _RunDetector("phone", _PHONE, _phone_check, 7, _NOT_A_PHONE),
+    "phone": _RunDetector("phone", _PHONE, _phone_check, 7, _NOT_A_PHONE, longest=15),
 }
 """The built-in detectors by kind, in the order a redactor runs them: each later one
 sees the text with the earlier ones' hits already replaced (an email's digits are
