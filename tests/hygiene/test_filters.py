@@ -9,18 +9,15 @@ SQLite table selected) looking for those values, in clear and in base64.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import copy
 import json
-import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from perdure import Agent, SnapshotSessionManager, tool
+from perdure import Agent, SnapshotSessionManager
 from perdure.errors import FilterFailedError
 from perdure.hygiene import FilterChain, PersistedItem, PIIRedactor
 from perdure.memory import ExtractionConfig, LocalMemoryStore, MemoryManager
@@ -28,102 +25,20 @@ from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore
 from perdure.storage import LocalFileStorage, SQLiteStorage
 from perdure.stores.sqlite import SQLiteSessionStore
-
-EMAIL = "alice.smith@example.com"
-PHONE = "+44 20 7946 0958"
-CARD = "4111 1111 1111 1111"
-IBAN = "DE89 3704 0044 0532 0130 00"
-SECRETS = [EMAIL, PHONE, CARD, IBAN]
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
-
-
-def _forms(value: str) -> set[bytes]:
-    """The byte strings that would give ``value`` away: clear, compact, JSON, base64."""
-    clear = {value, value.replace(" ", ""), value.replace(" ", "-")}
-    forms = {v.encode() for v in clear} | {json.dumps(v)[1:-1].encode() for v in clear}
-    for text in clear:
-        raw = text.encode()
-        for shift in range(3):
-            # The part of the base64 of `raw` that does not depend on what surrounds
-            # it, at each of the three alignments it can have inside a longer blob.
-            encoded = base64.b64encode(b"\0" * shift + raw)
-            start = (shift * 4 + 2) // 3 + 1
-            end = len(encoded) - 4
-            forms.add(encoded[start:end])
-    return forms
-
-
-FORBIDDEN = {secret: _forms(secret) for secret in SECRETS}
-
-
-def _files(root: Path) -> Iterator[Path]:
-    yield from (path for path in sorted(root.rglob("*")) if path.is_file())
-
-
-def _sqlite_rows(path: Path) -> bytes:
-    """Every row of every table of a SQLite file, as bytes."""
-    connection = sqlite3.connect(path)
-    try:
-        out = []
-        names = [
-            n for (n,) in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        ]
-        for name in names:
-            for row in connection.execute(f'SELECT * FROM "{name}"'):
-                out.append(repr(row).encode())
-                out.extend(v if isinstance(v, bytes) else str(v).encode() for v in row)
-        return b"\n".join(out)
-    finally:
-        connection.close()
-
-
-def assert_nothing_leaked(root: Path) -> int:
-    """Read every byte under ``root`` (and every SQLite row); return how many files."""
-    files = list(_files(root))
-    assert files
-    for path in files:
-        blobs = [path.read_bytes()]
-        if blobs[0].startswith(b"SQLite format 3"):
-            blobs.append(_sqlite_rows(path))
-        for blob in blobs:
-            for secret, forms in FORBIDDEN.items():
-                for form in forms:
-                    assert form not in blob, f"{secret!r} ({form!r}) found in {path}"
-    return len(files)
-
-
-def assert_found(data: bytes, secret: str) -> None:
-    """The detector above does find a secret where one is (it checks something)."""
-    assert any(form in data for form in FORBIDDEN[secret])
-
-
-@tool
-def find_account(card: str) -> str:
-    """Find the bank account paid with a card.
-
-    Args:
-        card: the card number.
-    """
-    return f"card {card} pays into IBAN {IBAN}; owner {EMAIL}"
-
-
-def _script() -> list[Any]:
-    return [
-        {
-            "role": "assistant",
-            "content": [
-                {"text": f"Let me look up {CARD}."},
-                {"toolUse": {"toolUseId": "t1", "name": "find_account", "input": {"card": CARD}}},
-            ],
-        },
-        f"Found it: {IBAN}. I will call you on {PHONE} or write to {EMAIL}.",
-        "You are welcome.",
-        f"The user {EMAIL} ({PHONE}) asked about card {CARD}.",  # the compaction's summary
-    ]
-
+from pii import (
+    CARD,
+    EMAIL,
+    IBAN,
+    PHONE,
+    SECRETS,
+    assert_found,
+    assert_nothing_leaked,
+    files_under,
+    find_account,
+    pii_script,
+    run,
+    sqlite_rows,
+)
 
 STORES = ["file", "sqlite"]
 
@@ -149,7 +64,7 @@ def test_a_filtered_session_writes_no_pii_anywhere(kind: str, tmp_path: Path) ->
     )
     session = Session(store, "s1", filters=[redactor])
     agent = Agent(
-        model=ScriptedModel(_script()),
+        model=ScriptedModel(pii_script()),
         tools=[find_account],
         session_manager=session,
         memory_manager=manager,
@@ -203,14 +118,14 @@ def test_the_leak_check_finds_what_an_unfiltered_session_writes(kind: str, tmp_p
     root = tmp_path / "data"
     store = _store(kind, root)
     session = Session(store, "s1")
-    agent = Agent(model=ScriptedModel(_script()), tools=[find_account], session_manager=session)
+    agent = Agent(model=ScriptedModel(pii_script()), tools=[find_account], session_manager=session)
     agent(f"Hi, I am {EMAIL}, phone {PHONE}. Which account does card {CARD} pay into?")
     mark = run(session.checkpoint())
     exported = run(session.export_checkpoint(mark.checkpoint_id))
     store.close()
-    everything = b"".join(path.read_bytes() for path in _files(root))
+    everything = b"".join(path.read_bytes() for path in files_under(root))
     if kind == "sqlite":
-        everything += _sqlite_rows(root / "sessions.db")
+        everything += sqlite_rows(root / "sessions.db")
     for secret in SECRETS:
         assert_found(everything, secret)
         assert_found(exported, secret)
@@ -237,7 +152,7 @@ def test_a_filtered_snapshot_manager_writes_no_pii(storage_kind: str, tmp_path: 
     )
     agent = Agent(
         agent_id="a1",
-        model=ScriptedModel(_script()),
+        model=ScriptedModel(pii_script()),
         tools=[find_account],
         session_manager=manager,
     )
@@ -278,7 +193,9 @@ def test_checkpoints_and_exports_of_a_session_stored_before_filters_are_filtered
     root = tmp_path / "data"
     store = _store(kind, root)
     agent = Agent(
-        model=ScriptedModel(_script()), tools=[find_account], session_manager=Session(store, "s1")
+        model=ScriptedModel(pii_script()),
+        tools=[find_account],
+        session_manager=Session(store, "s1"),
     )
     agent(f"Hi, I am {EMAIL}, phone {PHONE}. Which account does card {CARD} pay into?")
     old = run(Session(store, "s1").checkpoint())  # unfiltered, as it was

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_filters import CARD, EMAIL, FORBIDDEN, IBAN, PHONE, SECRETS
 
 from perdure import Agent, SlidingWindowConversationManager, SnapshotSessionManager, tool
 from perdure.memory import ExtractionConfig, LocalMemoryStore, MemoryManager
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session
 from perdure.storage import LocalFileStorage
+from pii import CARD, EMAIL, FORBIDDEN, IBAN, PHONE, SECRETS
 
 
 class _Capture(logging.Handler):
