@@ -87,7 +87,9 @@ def _redis_bytes() -> bytes:
     return b"\n".join(out)
 
 
-def _run(store: SessionStore, filters: list[Any]) -> bytes:
+def _run(store: SessionStore, filters: list[Any], read: Any) -> tuple[bytes, bytes]:
+    """The run; what the server held before the compaction (which rewrites the
+    history), and the export."""
     session = Session(store, "s1", filters=filters)
     agent = Agent(model=ScriptedModel(pii_script()), tools=[find_account], session_manager=session)
     agent(f"Hi, I am {EMAIL}, phone {PHONE}. Which account does card {CARD} pay into?")
@@ -96,18 +98,21 @@ def _run(store: SessionStore, filters: list[Any]) -> bytes:
     mark = run(session.checkpoint())
     exported: bytes = run(session.export_checkpoint(mark.checkpoint_id))
     agent("Thanks!")
+    before_compaction: bytes = read()
     assert run(session.compact()).status == "compacted"
     run(session.import_checkpoint(exported))
-    return exported
+    return before_compaction, exported
 
 
 @pytest.mark.parametrize("kind", ["postgres", "redis"])
 def test_a_filtered_session_leaves_no_pii_on_the_server(kind: str, tmp_path: Path) -> None:
     store = make_store(kind, tmp_path)
-    exported = _run(store, [PIIRedactor()])
-    written = (_postgres_bytes if kind == "postgres" else _redis_bytes)()
+    read = _postgres_bytes if kind == "postgres" else _redis_bytes
+    before, exported = _run(store, [PIIRedactor()], read)
+    written = read()
     for secret in SECRETS:
         for form in FORBIDDEN[secret]:
+            assert form not in before, f"{secret!r} ({form!r}) stored in {kind}"
             assert form not in written, f"{secret!r} ({form!r}) stored in {kind}"
             assert form not in exported
     assert b"[email]" in written
@@ -123,7 +128,6 @@ def test_the_server_check_finds_what_an_unfiltered_session_stores(
     kind: str, tmp_path: Path
 ) -> None:
     store = make_store(kind, tmp_path)
-    _run(store, [])
-    written = (_postgres_bytes if kind == "postgres" else _redis_bytes)()
+    before, _ = _run(store, [], _postgres_bytes if kind == "postgres" else _redis_bytes)
     for secret in SECRETS:
-        assert_found(written, secret)
+        assert_found(before, secret)
