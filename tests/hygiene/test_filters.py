@@ -318,3 +318,25 @@ def test_a_redactor_never_mutates_what_it_filters() -> None:
     chain = FilterChain([PIIRedactor()])
     assert chain.message(message, "session")["content"] == [{"text": "[email]"}]
     assert message == before
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_a_commit_without_expected_tail_compares_filtered_with_filtered(
+    kind: str, tmp_path: Path
+) -> None:
+    """A store checks that such a commit extends its history by comparing its last stored
+    message — filtered — with the commit's message at that index: filtered too."""
+    store = _store(kind, tmp_path)
+    session = Session(store, "s", filters=[PIIRedactor()])
+    agent = Agent(model=ScriptedModel([f"mail {EMAIL}", "again"]), session_manager=session)
+    agent(f"I am {EMAIL}")
+    session._tail = None  # as a writer that passes no expected tail: check_extends decides
+    agent("more")
+    stored = run(store.get("s")).messages
+    assert [m["content"][0]["text"] for m in stored] == [
+        "I am [email]",
+        "mail [email]",
+        "more",
+        "again",
+    ]
+    store.close()
