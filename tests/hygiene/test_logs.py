@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from perdure import Agent, SlidingWindowConversationManager, SnapshotSessionManager, tool
+from perdure.hygiene import PersistedItem
 from perdure.memory import ExtractionConfig, LocalMemoryStore, MemoryManager
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session
@@ -131,6 +132,39 @@ def test_a_full_run_logs_no_message_content(captured: _Capture, tmp_path: Path) 
     text = "\n".join(captured.lines)
     assert "charge" in text  # the failing tool was logged …
     assert "extraction" in text  # … and so was the failed extraction
+    for secret in SECRETS:
+        for form in FORBIDDEN[secret]:
+            assert form.decode("latin-1") not in text, f"{secret!r} logged:\n{text}"
+
+
+def test_a_failing_filter_is_logged_without_what_it_was_given(
+    captured: _Capture, tmp_path: Path
+) -> None:
+    """A filter's own exception may quote the value; perdure logs only its own message."""
+
+    def refuse(kind: str) -> Any:
+        def check(item: PersistedItem) -> Any:
+            if item.kind == kind:
+                raise ValueError(f"refusing {item.value!r}")
+            return item.value
+
+        return check
+
+    for kind in ("message", "memory_entry"):
+        memory = LocalMemoryStore(tmp_path / f"{kind}.sqlite", namespace="alice")
+        manager = MemoryManager(
+            [memory],
+            injection=False,
+            extraction=ExtractionConfig(extractor=ScriptedModel([f"- email {EMAIL}"])),
+            filters=[refuse(kind)],
+        )
+        agent = Agent(model=ScriptedModel([f"Noted, {EMAIL}."]), memory_manager=manager)
+        agent(f"I am {EMAIL}, card {CARD}")
+        manager.close()
+        memory.close()
+    text = "\n".join(captured.lines)
+    assert "is not buffered" in text  # the message filter failed, and was logged …
+    assert "failed: persistence filter 0" in text  # … and so was the entry's, in extraction
     for secret in SECRETS:
         for form in FORBIDDEN[secret]:
             assert form.decode("latin-1") not in text, f"{secret!r} logged:\n{text}"

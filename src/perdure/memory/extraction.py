@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from perdure.errors import ModelError
+from perdure.errors import FilterFailedError, ModelError
 from perdure.injection import escape_xml_text
 from perdure.memory.outbox import ExtractionOutbox
 from perdure.models import Model, ModelResponse
@@ -277,11 +277,14 @@ class ExtractionChannel:
             self.outbox.release(ids)
             if not isinstance(exc, Exception):
                 raise
+            filtered = isinstance(exc, FilterFailedError)
             logger.warning(
-                "memory extraction for store %r failed; %d messages stay buffered for a retry",
+                "memory extraction for store %r failed%s; %d messages stay buffered for a retry",
                 self.store_name,
+                f": {exc}" if filtered else "",
                 len(ids),
-                exc_info=True,
+                # No traceback for a failed filter: its cause may quote the memory.
+                exc_info=not filtered,
             )
             return False
         return True

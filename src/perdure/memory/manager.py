@@ -346,12 +346,13 @@ class MemoryManager:
         if self._filters:
             try:
                 message = self._filters.message(message, "extraction")
-            except FilterFailedError:
+            except FilterFailedError as exc:
+                # No traceback: the filter's own exception (its cause) may quote the
+                # message, and logs carry no message content.
                 logger.error(
-                    "memory extraction: a persistence filter failed on a %s message; it is "
-                    "not buffered and will not be extracted",
+                    "memory extraction: a %s message is not buffered and will not be extracted: %s",
                     message.get("role"),
-                    exc_info=True,
+                    exc,
                 )
                 return
         for channel in self._channels:
