@@ -21,6 +21,7 @@ EXPECTED_CODES = {
     "CheckpointImportError": "checkpoint_import_invalid",
     "CheckpointError": "checkpoint_error",
     "SnapshotError": "snapshot_error",
+    "FilterFailedError": "filter_failed",
     "ModelError": "model_error",
     "MemoryStoreError": "memory_store_error",
     "StorageError": "storage_error",

@@ -18,6 +18,7 @@ LAYERS: dict[str, int] = {
     "_runtime": 0,
     "types": 1,
     "errors": 1,
+    "hygiene": 1,
     "state": 2,
     "storage": 3,
     "models": 4,

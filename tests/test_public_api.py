@@ -33,6 +33,7 @@ PUBLIC_MODULES = [
     "perdure.agent.conversation",
     "perdure.errors",
     "perdure.hooks",
+    "perdure.hygiene",
     "perdure.injection",
     "perdure.memory",
     "perdure.models",

@@ -19,6 +19,7 @@ The tree::
     ├── CheckpointImportError         checkpoint_import_invalid
     ├── CheckpointError               checkpoint_error
     ├── SnapshotError                 snapshot_error
+    ├── FilterFailedError             filter_failed
     ├── StoreUnavailableError         store_unavailable   (also a ConnectionError)
     ├── SchemaVersionError            schema_version
     ├── MemoryStoreError              memory_store_error
@@ -63,6 +64,7 @@ __all__ = [
     "CheckpointImportError",
     "CheckpointNotFoundError",
     "ContextWindowOverflowError",
+    "FilterFailedError",
     "MemoryStoreError",
     "MemoryStoreLockedError",
     "ModelAuthenticationError",
@@ -166,6 +168,17 @@ class SnapshotError(PerdureError):
     """A snapshot is malformed, of another schema, or asks for no or unknown fields."""
 
     code = "snapshot_error"
+
+
+class FilterFailedError(PerdureError):
+    """A persistence filter raised, or returned a value of the wrong type: nothing was written.
+
+    The message names the filter (its position in ``filters`` and its name), the
+    kind of value and where it was going, never the value itself; the filter's own
+    exception is ``__cause__``.
+    """
+
+    code = "filter_failed"
 
 
 class StoreUnavailableError(PerdureError, ConnectionError):

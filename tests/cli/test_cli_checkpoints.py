@@ -218,6 +218,40 @@ def test_a_tampered_import_exits_4_and_writes_nothing(url: str, tmp_path: Path) 
     )
 
 
+def test_signed_export_and_verified_import(url: str, tmp_path: Path) -> None:
+    key, wrong = tmp_path / "key", tmp_path / "wrong"
+    key.write_bytes(b"a shared secret\n")
+    wrong.write_bytes(b"another secret")
+    checkpoint_id = ok("checkpoints", "create", "s1", "-q", "-s", url).stdout.strip()
+    signed = ok(
+        "checkpoints", "export", "s1", checkpoint_id, "--signing-key-file", str(key), "-s", url
+    ).stdout_bytes
+    assert json.loads(signed)["hmac_sha256"]
+    unsigned = ok("checkpoints", "export", "s1", checkpoint_id, "-s", url).stdout_bytes
+    before = as_json("checkpoints", "list", "s1", "-s", url)
+    for data, key_file, fragment in [
+        (unsigned, key, "not signed"),
+        (signed, wrong, "signature does not match"),
+    ]:
+        assert_error(
+            invoke("checkpoints", "import", "s1", "-", "--verify-key-file", str(key_file),
+                   "-s", url, input=data),
+            EXIT_CORRUPTED,
+            fragment,
+        )  # fmt: skip
+    assert as_json("checkpoints", "list", "s1", "-s", url) == before
+    imported = ok(
+        "checkpoints", "import", "s1", "-", "--verify-key-file", str(key), "-s", url, input=signed
+    )
+    assert imported.stdout.startswith("imported checkpoint ")
+    assert_error(
+        invoke("checkpoints", "export", "s1", checkpoint_id, "--signing-key-file",
+               str(tmp_path / "absent"), "-s", url),
+        EXIT_USAGE,
+        "--signing-key-file",
+    )  # fmt: skip
+
+
 def test_fork_prints_the_new_session_and_leaves_the_source(url: str) -> None:
     checkpoint_id = ok("checkpoints", "create", "s1", "-q", "-s", url).stdout.strip()
     talk(url, "s1", "three")

@@ -124,7 +124,15 @@ async def _run_one(
             queue.put_nowait(ToolInterruptedEvent(tool_use, signal.interrupt))
             return signal.interrupt
         except Exception as exc:
-            logger.warning("tool %r raised: %r", tool_use["name"], exc)
+            # The type only: a tool's error message often quotes its input, and
+            # nothing perdure logs carries message content (SPEC §9). The message
+            # goes to the model in the error result, and to AfterToolCallEvent.
+            logger.warning(
+                "tool %r (toolUseId %r) raised %s",
+                tool_use["name"],
+                tool_use_id,
+                type(exc).__name__,
+            )
             exception = exc
             result = error_result(tool_use_id, f"Error: {type(exc).__name__}: {exc}")
         if result.get("toolUseId") != tool_use_id:

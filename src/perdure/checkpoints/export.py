@@ -16,6 +16,16 @@ verifies everything — the format, the schema, the document hash, the exact
 canonical encoding, every attachment's hash and size, and the shape of every
 message — and any failure is a ``CheckpointImportError``: a tampered byte anywhere
 is rejected, and so is a value no store could keep (nesting deeper than 200, NaN).
+
+The sha256 detects damage, not forgery: whoever edits an export can recompute it.
+An export made with a ``signing_key`` carries one more field,
+``"hmac_sha256": "<64 hex>"``, the HMAC-SHA256 under that key of the canonical JSON
+of every other field (``sha256`` included), that is of the export's bytes without
+that field. Importing with a ``verify_key`` refuses an export whose signature is
+missing or does not match; without one the signature is not checked, and unsigned
+exports (all those made before signatures existed) import as they always did. The
+format stays ``perdure-checkpoint/1``: the field is optional (an older perdure,
+which knows no such field, refuses a signed export rather than ignore it).
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -39,14 +50,45 @@ from perdure.types.json import compact_json_bytes
 
 EXPORT_FORMAT = "perdure-checkpoint/1"
 _KEYS = {"format", "checkpoint", "messages", "agent_state", "attachments", "sha256"}
+_SIGNATURE = "hmac_sha256"
 
 
 def _canonical(obj: Any) -> bytes:
     return compact_json_bytes(obj, sort_keys=True)
 
 
-def export_checkpoint_bytes(record: CheckpointRecord) -> bytes:
-    """Serialise ``record`` as a self-contained, hashed ``perdure-checkpoint/1`` export."""
+def check_key(key: object, argument: str) -> bytes:
+    """An HMAC key as bytes (a str is taken as UTF-8).
+
+    Raises:
+        TypeError: not bytes or str (the message names ``argument``).
+        ValueError: empty.
+    """
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    if not isinstance(key, bytes | bytearray | memoryview):
+        raise TypeError(f"{argument} must be bytes or str, got {type(key).__name__}")
+    key = bytes(key)
+    if not key:
+        raise ValueError(f"{argument} must not be empty")
+    return key
+
+
+def _sign(key: bytes, data: bytes) -> str:
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def export_checkpoint_bytes(
+    record: CheckpointRecord, *, signing_key: bytes | str | None = None
+) -> bytes:
+    """Serialise ``record`` as a self-contained, hashed ``perdure-checkpoint/1`` export.
+
+    With ``signing_key`` the export is signed (HMAC-SHA256, see the module docstring).
+
+    Raises:
+        TypeError, ValueError: ``signing_key`` is not a non-empty bytes or str.
+    """
+    key = None if signing_key is None else check_key(signing_key, "signing_key")
     found: dict[str, bytes] = {}
     messages = extract_attachments(record.messages, 1, found)
     state = extract_attachments(record.agent_state, 1, found)
@@ -60,6 +102,8 @@ def export_checkpoint_bytes(record: CheckpointRecord) -> bytes:
         },
     }
     doc["sha256"] = hashlib.sha256(_canonical(doc)).hexdigest()
+    if key is not None:
+        doc[_SIGNATURE] = _sign(key, _canonical(doc))
     return _canonical(doc)
 
 
@@ -72,15 +116,23 @@ class ImportedCheckpoint:
     agent_state: dict[str, Any]
 
 
-def import_checkpoint_bytes(data: Any) -> ImportedCheckpoint:
+def import_checkpoint_bytes(
+    data: Any, *, verify_key: bytes | str | None = None
+) -> ImportedCheckpoint:
     """Verify and decode an export.
+
+    With ``verify_key`` the export must be signed with that key (see the module
+    docstring): an unsigned export, or one whose signature does not match (a
+    forgery, even with its sha256 recomputed, or another key), is refused.
 
     Raises:
         CheckpointImportError: anything at all is wrong (code
             ``checkpoint_import_invalid``); the message says what.
+        TypeError, ValueError: ``verify_key`` is not a non-empty bytes or str.
     """
+    key = None if verify_key is None else check_key(verify_key, "verify_key")
     try:
-        return _import(data)
+        return _import(data, key)
     except CheckpointImportError:
         raise
     except (
@@ -94,7 +146,7 @@ def import_checkpoint_bytes(data: Any) -> ImportedCheckpoint:
         raise CheckpointImportError(f"checkpoint import is invalid: {exc}") from None
 
 
-def _import(data: Any) -> ImportedCheckpoint:
+def _import(data: Any, key: bytes | None) -> ImportedCheckpoint:
     if isinstance(data, str):
         data = data.encode("utf-8")
     if not isinstance(data, bytes | bytearray | memoryview):
@@ -107,14 +159,27 @@ def _import(data: Any) -> ImportedCheckpoint:
         raise CheckpointImportError(
             f"unknown format {doc.get('format')!r}, expected {EXPORT_FORMAT!r}"
         )
+    signature = doc.pop(_SIGNATURE, None)
     if set(doc) != _KEYS:
         raise CheckpointImportError(f"export has fields {sorted(doc)}, expected {sorted(_KEYS)}")
     claimed = doc.pop("sha256")
     if not isinstance(claimed, str) or hashlib.sha256(_canonical(doc)).hexdigest() != claimed:
         raise CheckpointImportError("the export's sha256 does not match its content")
     doc["sha256"] = claimed
+    signed = _canonical(doc)
+    if signature is not None:
+        doc[_SIGNATURE] = signature
     if _canonical(doc) != raw:
         raise CheckpointImportError("the export is not in canonical form (it was altered)")
+    if key is not None:
+        if signature is None:
+            raise CheckpointImportError(
+                "the export is not signed, and a verify_key was given: refusing it"
+            )
+        if not isinstance(signature, str) or not hmac.compare_digest(_sign(key, signed), signature):
+            raise CheckpointImportError(
+                "the export's signature does not match: it was altered, or signed with another key"
+            )
     meta = CheckpointMeta.from_dict(doc["checkpoint"])
     attachments = doc["attachments"]
     if not isinstance(attachments, dict):

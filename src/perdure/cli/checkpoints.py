@@ -214,17 +214,31 @@ def delete(session_id: str, checkpoint_id: str, store_url: str, as_json: bool) -
     show_default=True,
     help="Where to write the export (- for standard output).",
 )
+@click.option(
+    "--signing-key-file",
+    metavar="FILE",
+    default=None,
+    help="Sign the export (HMAC-SHA256) with the key in FILE (its bytes, less a final newline).",
+)
 @store_option
 @handle_errors
-def export(session_id: str, checkpoint_id: str, output: str, store_url: str) -> None:
+def export(
+    session_id: str,
+    checkpoint_id: str,
+    output: str,
+    signing_key_file: str | None,
+    store_url: str,
+) -> None:
     """Write a checkpoint to a file or stdout.
 
     The export is self-contained and verifiable (format perdure-checkpoint/1):
-    images and other binaries inlined once each, every part hashed.
+    images and other binaries inlined once each, every part hashed; signed with
+    --signing-key-file, so that an import with the same key refuses any edit.
     """
     check_checkpoint_id(checkpoint_id)
+    key = _read_key(signing_key_file, "--signing-key-file")
     with session_store(store_url) as store:
-        data = run(_export(store, session_id, checkpoint_id))
+        data = run(_export(store, session_id, checkpoint_id, key))
     if output == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
@@ -240,20 +254,33 @@ def export(session_id: str, checkpoint_id: str, output: str, store_url: str) -> 
 @click.argument("session_id", metavar="ID")
 @click.argument("file", metavar="FILE")
 @click.option("--create", "create_session", is_flag=True, help="Create the session if absent.")
+@click.option(
+    "--verify-key-file",
+    metavar="FILE",
+    default=None,
+    help="Refuse the export unless it is signed with the key in FILE.",
+)
 @store_option
 @json_option
 @handle_errors
 def import_(
-    session_id: str, file: str, create_session: bool, store_url: str, as_json: bool
+    session_id: str,
+    file: str,
+    create_session: bool,
+    verify_key_file: str | None,
+    store_url: str,
+    as_json: bool,
 ) -> None:
     """Add an exported checkpoint to a session.
 
     FILE (- for standard input) is verified in full first: any altered byte is
-    refused (exit 4) and nothing is written.
+    refused (exit 4) and nothing is written. With --verify-key-file an unsigned
+    export, or one signed with another key, is refused too.
     """
     data = _read_input(file)
+    key = _read_key(verify_key_file, "--verify-key-file")
     with session_store(store_url, must_exist=not create_session) as store:
-        meta = run(_import(store, session_id, data, create_session))
+        meta = run(_import(store, session_id, data, create_session, key))
     if as_json:
         echo_json(meta)
     else:
@@ -310,22 +337,47 @@ async def _delete(store: SessionStore, session_id: str, checkpoint_id: str) -> b
     return existed
 
 
-async def _export(store: SessionStore, session_id: str, checkpoint_id: str) -> bytes:
-    return await (await existing_session(store, session_id)).export_checkpoint(checkpoint_id)
+async def _export(
+    store: SessionStore, session_id: str, checkpoint_id: str, key: bytes | None = None
+) -> bytes:
+    session = await existing_session(store, session_id)
+    return await session.export_checkpoint(checkpoint_id, signing_key=key)
 
 
 async def _import(
-    store: SessionStore, session_id: str, data: bytes, create_session: bool
+    store: SessionStore,
+    session_id: str,
+    data: bytes,
+    create_session: bool,
+    key: bytes | None = None,
 ) -> CheckpointMeta:
     try:
         session = await existing_session(store, session_id)
     except SessionNotFoundError:
         if not create_session:
             raise
-        import_checkpoint_bytes(data)  # verify before creating anything
+        import_checkpoint_bytes(data, verify_key=key)  # verify before creating anything
         await store.create(session_id, exist_ok=True)
         session = Session(store, session_id)
-    return await session.import_checkpoint(data)
+    return await session.import_checkpoint(data, verify_key=key)
+
+
+def _read_key(path: str | None, option: str) -> bytes | None:
+    """The key in ``path`` (its bytes, less one final newline), or None without a path.
+
+    Raises:
+        ValueError: the file cannot be read or holds no key (the message names the option).
+    """
+    if path is None:
+        return None
+    try:
+        key = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{option}: cannot read {path}: {exc.strerror or exc}") from None
+    key = key.removesuffix(b"\n").removesuffix(b"\r")
+    if not key:
+        raise ValueError(f"{option}: {path} holds no key")
+    return key
 
 
 async def _fork(store: SessionStore, session_id: str, checkpoint_id: str) -> str:

@@ -14,10 +14,10 @@ import concurrent.futures
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from perdure.errors import ModelError
+from perdure.errors import FilterFailedError, ModelError
 from perdure.injection import escape_xml_text
 from perdure.memory.outbox import ExtractionOutbox
 from perdure.models import Model, ModelResponse
@@ -200,8 +200,10 @@ class ExtractionChannel:
         every_n_messages: int | None,
         on_invocation_end: bool,
         batch_size: int,
+        entry_filter: Callable[[str], str] | None = None,
     ) -> None:
         self.store = store
+        self.entry_filter = entry_filter
         self.store_name = store_name
         self.outbox = outbox
         self.extractor = extractor
@@ -264,6 +266,8 @@ class ExtractionChannel:
         try:
             if self.extractor is not None:
                 facts = await self.extractor.extract(messages)
+                if self.entry_filter is not None:
+                    facts = [self.entry_filter(fact) for fact in facts]  # all before any add
                 for fact in facts:
                     await self.store.add(fact, metadata={"source": "extraction"})
             else:
@@ -273,11 +277,14 @@ class ExtractionChannel:
             self.outbox.release(ids)
             if not isinstance(exc, Exception):
                 raise
+            filtered = isinstance(exc, FilterFailedError)
             logger.warning(
-                "memory extraction for store %r failed; %d messages stay buffered for a retry",
+                "memory extraction for store %r failed%s; %d messages stay buffered for a retry",
                 self.store_name,
+                f": {exc}" if filtered else "",
                 len(ids),
-                exc_info=True,
+                # No traceback for a failed filter: its cause may quote the memory.
+                exc_info=not filtered,
             )
             return False
         return True

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perdure.errors import FilterFailedError
 from perdure.hooks import AfterInvocationEvent, InvokeModelStage, MessageAddedEvent
+from perdure.hygiene.filters import FilterChain, PersistenceFilter
 from perdure.injection import (
     InjectionContext,
     escape_xml_attr,
@@ -109,6 +111,15 @@ class MemoryManager:
         injection: ``True``, ``False`` or a :class:`MemoryInjectionConfig`.
         extraction: None, an :class:`ExtractionConfig` for every writable store, or
             a mapping from store name to :class:`ExtractionConfig`.
+        filters: persistence filters (:mod:`perdure.hygiene.filters`, e.g.
+            :class:`~perdure.hygiene.PIIRedactor`): every message is filtered before
+            it is buffered for extraction (``kind="message"``,
+            ``write="extraction"``), and every memory before it is added to a store,
+            by :meth:`add`, the ``add_memory`` tool or extraction
+            (``kind="memory_entry"``, ``write="memory"``). A filter that fails fails
+            that write with :class:`~perdure.errors.FilterFailedError` (``add``
+            raises it; a message that cannot be buffered is logged and not
+            extracted, as any buffering failure is).
 
     Raises:
         TypeError: an argument of the wrong type (the message names it).
@@ -129,7 +140,10 @@ class MemoryManager:
         add_tool_config: bool | MemoryAddToolConfig = False,
         injection: bool | MemoryInjectionConfig = True,
         extraction: ExtractionConfig | Mapping[str, ExtractionConfig] | None = None,
+        *,
+        filters: Iterable[PersistenceFilter] | None = None,
     ) -> None:
+        self._filters = FilterChain(filters)
         if isinstance(stores, str | bytes) or not isinstance(stores, Sequence):
             raise TypeError(f"stores must be a list of MemoryStore, got {type(stores).__name__}")
         if not stores:
@@ -264,6 +278,7 @@ class MemoryManager:
                     every_n_messages=config.every_n_messages,
                     on_invocation_end=config.on_invocation_end,
                     batch_size=config.batch_size,
+                    entry_filter=self._filter_entry if self._filters else None,
                 )
             )
         return channels
@@ -327,8 +342,25 @@ class MemoryManager:
                 channel.start_job()
 
     async def _on_message_added(self, event: MessageAddedEvent) -> None:
+        message = event.message
+        if self._filters:
+            try:
+                message = self._filters.message(message, "extraction")
+            except FilterFailedError as exc:
+                # No traceback: the filter's own exception (its cause) may quote the
+                # message, and logs carry no message content.
+                logger.error(
+                    "memory extraction: a %s message is not buffered and will not be extracted: %s",
+                    message.get("role"),
+                    exc,
+                )
+                return
         for channel in self._channels:
-            await channel.buffer(event.message)
+            await channel.buffer(message)
+
+    def _filter_entry(self, content: str) -> str:
+        filtered: str = self._filters.apply("memory_entry", content, "memory")
+        return filtered
 
     def _on_invocation_end(self, event: AfterInvocationEvent) -> None:
         for channel in self._channels:
@@ -414,6 +446,7 @@ class MemoryManager:
         Raises:
             TypeError, ValueError: empty content, or a store that is unknown or not
                 writable.
+            FilterFailedError: a persistence filter failed; nothing was written.
             RuntimeError: every store failed.
         """
         if not isinstance(content, str):
@@ -421,6 +454,8 @@ class MemoryManager:
         if not content.strip():
             raise ValueError("content must not be empty")
         names = self._writable_targets(stores, "add")
+        if self._filters:
+            content = self._filter_entry(content)
         outcomes = await asyncio.gather(
             *(self._add_to(name, content, metadata) for name in names), return_exceptions=True
         )

@@ -15,6 +15,13 @@ Persistence rides on the agent's hooks:
 - ``MessageAddedEvent`` commits the new message (and the agent's state when it
   changed), checking that the stored tail is the one this ``Session`` last saw:
   a stale ``Session`` gets ``SessionConflictError`` instead of forking the journal.
+
+With ``filters=[...]`` (:mod:`perdure.hygiene.filters`) every message and agent
+state the session writes — commits, rewrites, checkpoints, exports, imports — goes
+through the filters first, and only their output reaches a store; the agent keeps
+the originals for the rest of its turn. Only the messages past what the store
+holds (and the last one it holds) are filtered at a commit, so the store compares
+its stored last message with a filtered one: filtered with filtered.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import contextlib
 import copy
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from perdure._runtime.loop import in_running_loop, run_blocking
@@ -67,6 +74,7 @@ from perdure.hooks import (
     SessionCompactedEvent,
     SessionRestoredEvent,
 )
+from perdure.hygiene.filters import FilterChain, PersistenceFilter
 from perdure.session.ids import new_session_id, validate_session_id
 from perdure.session.paging import check_page_args, page_bounds
 from perdure.session.results import CompactResult, RestoreResult
@@ -131,6 +139,53 @@ class _History(Sequence[Message]):
         return iter(self._messages)
 
 
+class _Filtered(Sequence[Message]):
+    """A history as the store should see it: each message through the filters.
+
+    The messages from ``start`` on (those the store does not hold yet, and the last
+    one it holds) are filtered here, before the store sees any: a filter that fails
+    fails the commit before anything is written. Any other message a store reads
+    is filtered when read.
+    """
+
+    def __init__(
+        self, source: Sequence[Message], start: int, chain: FilterChain, session_id: str
+    ) -> None:
+        self._source = source
+        self._chain = chain
+        self._session_id = session_id
+        self._done: dict[int, Message] = {
+            index: chain.message(source[index], "session", session_id)
+            for index in range(start, len(source))
+        }
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            self._source[index]  # the source's own refusals (a trimmed prefix)
+            return [self[i] for i in range(start, stop, step)]
+        if index < 0:
+            index += len(self)
+        done = self._done.get(index)
+        if done is None:
+            done = self._chain.message(self._source[index], "session", self._session_id)
+            self._done[index] = done
+        return done
+
+    def __iter__(self) -> Iterator[Message]:
+        iter(self._source)  # the source's own refusal (a trimmed prefix)
+        return (self[i] for i in range(len(self)))
+
+
 class Session:
     """Persists one agent's conversation, state and loop position in a ``SessionStore``.
 
@@ -145,6 +200,10 @@ class Session:
             then report ``store_not_wired``).
         checkpoint_before_compact: write a ``pre_compaction`` checkpoint before every
             compaction unless ``compact(checkpoint=...)`` says otherwise.
+        filters: persistence filters (:mod:`perdure.hygiene.filters`, e.g.
+            :class:`~perdure.hygiene.PIIRedactor`) that every message and agent state
+            goes through before it is written; a filter that fails fails the write
+            with :class:`~perdure.errors.FilterFailedError` and writes nothing.
 
     Give it to ``Agent(session_manager=session)``. Every coroutine may be awaited
     from any event loop and any thread.
@@ -157,6 +216,7 @@ class Session:
         *,
         checkpoints: CheckpointStore | str | os.PathLike[str] | Literal[False] | None = None,
         checkpoint_before_compact: bool = True,
+        filters: Iterable[PersistenceFilter] | None = None,
     ) -> None:
         if not isinstance(store, SessionStore):
             raise TypeError(f"store must implement SessionStore, got {type(store).__name__}")
@@ -178,6 +238,7 @@ class Session:
                 f"got {checkpoints!r}"
             )
         self.checkpoint_before_compact = checkpoint_before_compact
+        self._filters = FilterChain(filters)
         self._new = session_id is None
         self.session_id = (
             validate_session_id(session_id) if session_id is not None else new_session_id()
@@ -186,6 +247,9 @@ class Session:
         self._record: SessionRecord | None = None
         self._agent: Agent | None = None
         self._tail: str | None = None
+        # How many messages the store held at the last read or commit: a commit
+        # filters the messages from the last of those on.
+        self._count = 0
         self._lock_stack: contextlib.AsyncExitStack | None = None
         self._holding = False
         # What the store holds of the agent's state: its versions and manager state,
@@ -199,7 +263,13 @@ class Session:
         return f"Session({self.store!r}, {self.session_id!r})"
 
     @classmethod
-    def resume(cls, store: SessionStore, session_id: str) -> Session:
+    def resume(
+        cls,
+        store: SessionStore,
+        session_id: str,
+        *,
+        filters: Iterable[PersistenceFilter] | None = None,
+    ) -> Session:
         """Open a session that must exist.
 
         Where no event loop runs, the session is read here (on perdure's loop) and
@@ -214,7 +284,7 @@ class Session:
             SessionNotFoundError: no session ``session_id``.
             SessionCorruptedError: the stored session is damaged.
         """
-        session = cls(store, session_id)
+        session = cls(store, session_id, filters=filters)
         session._must_exist = True
         if not in_running_loop():
             run_blocking(session._load())
@@ -222,10 +292,15 @@ class Session:
 
     @classmethod
     async def open(
-        cls, store: SessionStore, session_id: str | None = None, *, must_exist: bool = False
+        cls,
+        store: SessionStore,
+        session_id: str | None = None,
+        *,
+        must_exist: bool = False,
+        filters: Iterable[PersistenceFilter] | None = None,
     ) -> Session:
         """Async twin of the constructor and :meth:`resume`: reads the session now."""
-        session = cls(store, session_id)
+        session = cls(store, session_id, filters=filters)
         session._must_exist = must_exist
         await session._load()
         return session
@@ -311,9 +386,10 @@ class Session:
         if not agent.messages:
             raise ValueError("there is no message to redact")
         index = agent.conversation_manager.removed_message_count + len(agent.messages) - 1
+        stored = self._filter_message(replacement, "session")
         agent.messages[-1] = replacement
         async with self._locked():
-            await self._commit(agent, redactions={index: replacement})
+            await self._commit(agent, redactions={index: stored})
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -374,6 +450,7 @@ class Session:
         if self.checkpoints is None:
             return RestoreResult("rejected", "store_not_wired")
         record = await self._load_checkpoint(self.checkpoints, checkpoint_id)
+        messages, state = self._filter_all(record.messages, record.agent_state, "session")
         async with self._locked():
             current = await self.store.get(self.session_id)
             pre: CheckpointMeta | None = None
@@ -381,12 +458,13 @@ class Session:
                 pre = await self._write_checkpoint(self.checkpoints, "pre_restore", None, current)
             result = await self.store.commit(
                 self.session_id,
-                record.messages,
-                agent_state=record.agent_state,
+                messages,
+                agent_state=state,
                 rewritten=True,
                 expected_tail=current.tail,
             )
             self._tail = result.tail
+            self._count = result.message_count
             if self._agent is not None:
                 restored = await self.store.get(self.session_id)
                 self._reset_agent(self._agent)
@@ -424,20 +502,28 @@ class Session:
         check_checkpoint_id(checkpoint_id)
         checkpoints = self._require_checkpoints("fork")
         record = await self._load_checkpoint(checkpoints, checkpoint_id)
+        messages, state = self._filter_all(record.messages, record.agent_state, "session")
         new_id = new_session_id()
         # Created under its writer lock, held until the history is in: a fork killed
         # halfway leaves a session a store can tell from one a user made (a file
         # store marks it provisional, and gc removes it once nobody holds it).
         async with self.store.writer_lock(new_id):
             await self.store.create(new_id)
-            await self.store.commit(new_id, record.messages, agent_state=record.agent_state)
+            await self.store.commit(new_id, messages, agent_state=state)
         return new_id
 
-    async def export_checkpoint(self, checkpoint_id: str) -> bytes:
+    async def export_checkpoint(
+        self, checkpoint_id: str, signing_key: bytes | str | None = None
+    ) -> bytes:
         """A self-contained ``perdure-checkpoint/1`` export of a checkpoint.
 
+        With ``signing_key`` it is signed with HMAC-SHA256 (see
+        :mod:`perdure.checkpoints.export`), so an import given the same key as its
+        ``verify_key`` refuses any edit, even one whose sha256 was recomputed.
+
         Raises:
-            ValueError: ``checkpoint_id`` is not a well-formed ULID.
+            ValueError: ``checkpoint_id`` is not a well-formed ULID, or
+                ``signing_key`` is empty.
             StoreNotWiredError: no checkpoint store is wired.
             CheckpointNotFoundError: no such checkpoint.
             SessionCorruptedError: the checkpoint does not match its sha256 or is
@@ -445,17 +531,30 @@ class Session:
         """
         check_checkpoint_id(checkpoint_id)
         checkpoints = self._require_checkpoints("export_checkpoint")
-        return export_checkpoint_bytes(await self._load_checkpoint(checkpoints, checkpoint_id))
+        record = await self._load_checkpoint(checkpoints, checkpoint_id)
+        if self._filters:
+            messages, state = self._filter_all(record.messages, record.agent_state, "export")
+            record = CheckpointRecord(record.meta, messages, state)
+        return export_checkpoint_bytes(record, signing_key=signing_key)
 
-    async def import_checkpoint(self, data: bytes) -> CheckpointMeta:
+    async def import_checkpoint(
+        self, data: bytes, verify_key: bytes | str | None = None
+    ) -> CheckpointMeta:
         """Verify an export and store it as an ``import`` checkpoint of this session.
 
+        With ``verify_key`` the export must carry a valid HMAC-SHA256 signature under
+        that key; without one, signed and unsigned exports import alike (the sha256
+        detects damage, not forgery).
+
         Raises:
-            CheckpointImportError: the export failed any check; nothing was written.
+            CheckpointImportError: the export failed any check (with ``verify_key``:
+                its signature is missing or wrong); nothing was written.
             StoreNotWiredError: no checkpoint store is wired.
+            ValueError: ``verify_key`` is empty.
         """
-        imported = import_checkpoint_bytes(data)
+        imported = import_checkpoint_bytes(data, verify_key=verify_key)
         checkpoints = self._require_checkpoints("import_checkpoint")
+        messages, state = self._filter_all(imported.messages, imported.agent_state, "checkpoint")
         meta = CheckpointMeta(
             checkpoint_id=await new_checkpoint_id(checkpoints, self.session_id),
             session_id=self.session_id,
@@ -464,7 +563,7 @@ class Session:
             message_count=len(imported.messages),
             created_at=now_iso(),
         )
-        await checkpoints.put(CheckpointRecord(meta, imported.messages, imported.agent_state))
+        await checkpoints.put(CheckpointRecord(meta, messages, state))
         return meta
 
     # ------------------------------------------------------------------ compaction
@@ -541,10 +640,11 @@ class Session:
         folded = [summary_message(summary), *agent.messages[end:]]
         agent.conversation_manager.removed_message_count = 0
         try:
+            messages, state = self._filter_all(folded, _agent_state(agent), "session")
             result = await self.store.commit(
                 self.session_id,
-                folded,
-                agent_state=_agent_state(agent),
+                messages,
+                agent_state=state,
                 rewritten=True,
                 expected_tail=self._tail,
             )
@@ -553,6 +653,7 @@ class Session:
             raise
         agent.messages[:] = folded
         self._tail = result.tail
+        self._count = result.message_count
         self._mark_synced(agent)
         compaction = CompactResult(
             "compacted", None, new_compaction_id(), (0, offset + end), pre_id
@@ -625,7 +726,8 @@ class Session:
             message_count=current.meta.message_count,
             created_at=now_iso(),
         )
-        await checkpoints.put(CheckpointRecord(meta, current.messages, current.agent_state))
+        messages, state = self._filter_all(current.messages, current.agent_state, "checkpoint")
+        await checkpoints.put(CheckpointRecord(meta, messages, state))
         await self._emit(
             SessionCheckpointedEvent,
             session_id=self.session_id,
@@ -661,6 +763,7 @@ class Session:
             await self.store.create(self.session_id, exist_ok=not self._new)
             self._record = await self._read_window()
         self._tail = self._record.tail
+        self._count = self._record.meta.message_count
 
     async def _read_window(self) -> SessionRecord:
         """The stored session from where the agent's history will start.
@@ -704,16 +807,19 @@ class Session:
             # manager restored an offset the window does not reach: read everything.
             record = await self.store.get(self.session_id)
             self._tail = record.tail
+            self._count = record.meta.message_count
             prepend = self._restore_state(agent, record.agent_state)
             offset = agent.conversation_manager.removed_message_count
         repaired, changes = repair_tool_pairs(record.messages)
         if changes:
             # Write the repair back once, so the session is never repaired again.
+            stored = self._filters.messages(repaired, "session", self.session_id)
             async with self._locked():
                 result = await self.store.commit(
-                    self.session_id, repaired, rewritten=True, expected_tail=self._tail
+                    self.session_id, stored, rewritten=True, expected_tail=self._tail
                 )
             self._tail = result.tail
+            self._count = result.message_count
         offset = min(offset, len(repaired))
         agent.messages = [*(prepend or []), *repaired[offset:]]
         self._mark_synced(agent)
@@ -746,9 +852,16 @@ class Session:
         model_changed = agent.model_state != self._synced_model_state
         state = _agent_state(agent) if model_changed or key != self._synced else None
         offset = agent.conversation_manager.removed_message_count
-        history = _History(offset, agent.messages)
+        history: Sequence[Message] = _History(offset, agent.messages)
         if state_only and state is None and not redactions:
             return
+        if self._filters:
+            # From the last message the store holds: with no expected tail a store
+            # compares it with its own (check_extends), and its own is filtered.
+            start = max(self._count - 1, offset)
+            history = _Filtered(history, start, self._filters, self.session_id)
+            if state is not None:
+                state = self._filters.state(state, "session", self.session_id)
         result = await self.store.commit(
             self.session_id,
             history,
@@ -757,9 +870,30 @@ class Session:
             redactions=redactions,
         )
         self._tail = result.tail
+        self._count = result.message_count
         self._synced = key
         if model_changed:
             self._synced_model_state = copy.deepcopy(agent.model_state)
+
+    def _filter_message(self, message: Message, write: Literal["session"]) -> Message:
+        if not self._filters:
+            return message
+        filtered: Message = self._filters.message(message, write, self.session_id)
+        return filtered
+
+    def _filter_all(
+        self,
+        messages: list[Message],
+        state: dict[str, Any],
+        write: Literal["session", "checkpoint", "export"],
+    ) -> tuple[list[Message], dict[str, Any]]:
+        """Messages and agent state through the filters (as they are without any)."""
+        if not self._filters:
+            return messages, state
+        return (
+            self._filters.messages(messages, write, self.session_id),
+            dict(self._filters.state(state, write, self.session_id)),
+        )
 
     def _mark_synced(self, agent: Agent) -> None:
         """Record that the store holds the agent's state as it is now."""

@@ -65,7 +65,7 @@ import copy
 import dataclasses
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, cast, runtime_checkable
@@ -85,6 +85,7 @@ from perdure.hooks import (
     HookRegistry,
     MessageAddedEvent,
 )
+from perdure.hygiene.filters import FilterChain, PersistenceFilter
 from perdure.session.ids import validate_session_id
 from perdure.session.ulid import MonotonicUlid, is_ulid
 from perdure.snapshots.format import (
@@ -106,7 +107,7 @@ from perdure.snapshots.io import (
     read_manifest,
     write_chunks,
 )
-from perdure.snapshots.layout import Layout, plan_save
+from perdure.snapshots.layout import Layout, copy_message, plan_save
 from perdure.snapshots.log import LatestEnd, LogState, append_record, end_of, new_log
 from perdure.storage import AppendStorage, ConditionalStorage, LocalFileStorage, Storage
 from perdure.types import Message, validate_message
@@ -167,8 +168,12 @@ class _Fields:
     meta_json: bytes
 
     @classmethod
-    def capture(cls, agent: Agent) -> tuple[_Fields, str]:
-        """Capture ``agent``'s fields (all but messages); return them and the time."""
+    def capture(cls, agent: Agent, filters: FilterChain, session_id: str) -> tuple[_Fields, str]:
+        """Capture ``agent``'s fields (all but messages); return them and the time.
+
+        The fields are encoded as ``filters`` leave them; what is compared with the
+        agent later is what was captured.
+        """
         state, interrupts = agent.state, agent.interrupt_state
         state_version, interrupts_version = state.version, interrupts.version
         captured = agent.take_snapshot(preset="session", exclude=[SnapshotField.messages])
@@ -184,7 +189,10 @@ class _Fields:
             interrupts_version=interrupts_version,
             manager_state=captured.data[SnapshotField.conversation_manager_state.value],
             model_state=captured.data[SnapshotField.model_state.value],
-            json=encode_json(captured.data, "fields"),
+            json=encode_json(
+                filters.state(captured.data, "snapshot", session_id) if filters else captured.data,
+                "fields",
+            ),
             meta=meta,
             meta_json=encode_json(meta, "metadata"),
         )
@@ -228,6 +236,10 @@ class _Slot:
     latest_version_known: bool = False
     latest_attempt: tuple[str | None, bytes] | None = None
     fields: _Fields | None = None
+    # With filters: id of each message saved last time -> (the message, a copy to
+    # compare it with, what the filters made of it). The same message gives the same
+    # filtered object, so the layout still matches its messages by identity.
+    filtered: dict[int, tuple[Any, Any, Any]] = field(default_factory=dict)
 
     def owner(self) -> Agent | None:
         return None if self.agent is None else self.agent()
@@ -315,6 +327,12 @@ class SnapshotSessionManager:
         multi_agent_save_latest_on: ``"node"`` (default) or ``"invocation"``: seed
             003's strategy for Graph/Swarm orchestrators. Validated and kept;
             perdure has no orchestrators yet, so it changes nothing.
+        filters: persistence filters (:mod:`perdure.hygiene.filters`, e.g.
+            :class:`~perdure.hygiene.PIIRedactor`): every message and the agent's
+            other fields go through them before a snapshot is written
+            (``write="snapshot"``); the agent keeps the originals until it is
+            restored. A filter that fails fails the save with
+            :class:`~perdure.errors.FilterFailedError` and writes nothing.
 
     Raises:
         ValueError: a bad ``session_id`` or an unknown strategy (the message names
@@ -331,8 +349,10 @@ class SnapshotSessionManager:
         bidi_agent_save_latest_on: _BidiAgentSaveLatestStrategy = "message",
         multi_agent_save_latest_on: _MultiAgentSaveLatestStrategy = "node",
         snapshot_trigger: SnapshotTrigger | Callable[..., bool] | None = None,
+        filters: Iterable[PersistenceFilter] | None = None,
     ) -> None:
         self.session_id = validate_session_id(session_id)
+        self._filters = FilterChain(filters)
         self.save_latest_on = cast(
             SaveLatestStrategy, _check_strategy(save_latest_on, _STRATEGIES, "save_latest_on")
         )
@@ -387,7 +407,33 @@ class SnapshotSessionManager:
             slot.agent = weakref.ref(agent)
             slot.layout = None
             slot.fields = None
+            slot.filtered = {}
         return slot
+
+    def _filtered_messages(self, slot: _Slot, messages: list[Message]) -> list[Message]:
+        """``messages`` as the filters make them, each filtered once while unchanged.
+
+        A message is taken as unchanged when it is the same object (in the sealed
+        part of the layout, as :func:`plan_save` matches them) or the same object
+        and equal to its copy (in the open tail, where in-place edits are saved too).
+        A message the filters leave equal is kept as it is, so a restored history
+        (already filtered) keeps matching its stored layout.
+        """
+        memo = slot.filtered
+        sealed = len(slot.layout.sealed()) if slot.layout is not None else 0
+        kept: dict[int, tuple[Any, Any, Any]] = {}
+        out: list[Message] = []
+        for index, message in enumerate(messages):
+            hit = memo.get(id(message))
+            if hit is None or hit[0] is not message or (index >= sealed and hit[1] != message):
+                filtered = self._filters.message(message, "snapshot", self.session_id)
+                if filtered == message:
+                    filtered = message
+                hit = (message, copy_message(message), filtered)
+            kept[id(message)] = hit
+            out.append(hit[2])
+        slot.filtered = kept
+        return out
 
     # ---------------------------------------------------------------- hooks
 
@@ -662,11 +708,14 @@ class SnapshotSessionManager:
         if fields is not None and fields.fresh(agent):
             created_at = datetime.now(UTC).isoformat()
         else:
-            fields, created_at = _Fields.capture(agent)
+            fields, created_at = _Fields.capture(agent, self._filters, self.session_id)
             slot.fields = fields
         fields_json = fields.json
         # plan_save only reads the list, before any await: no copy needed.
-        plan = plan_save(slot.layout, agent.messages, snapshot=snapshot)
+        messages = agent.messages
+        if self._filters:
+            messages = self._filtered_messages(slot, messages)
+        plan = plan_save(slot.layout, messages, snapshot=snapshot)
         chunks = plan.chunks
         if snapshot:
             fields_blob = fields_chunk(fields_json)
