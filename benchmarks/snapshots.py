@@ -26,6 +26,14 @@ With ``--s3`` (needs ``obstore`` and ``moto[server]``) the ``s3`` backend joins:
 a bucket per cell; no AWS account), and the verdict on issue 19's target — the save's
 cost stays flat in the history's length. Its ``floor``/``fsync`` columns are the local
 disk's, printed for reference only.
+
+With ``--s3 --peers`` a last table sets Strands' ``S3SessionManager`` beside the
+``s3`` rows, on the same moto server (``benchmarks/peers_s3.py``, run in the peers'
+virtual environment that ``agent_path.py --peers`` uses, created here the first
+time): the cost of storing one more message (Strands: one object per message; perdure:
+a per-message save of ``snapshot_latest``) and of restoring an agent (Strands lists the
+session's prefix and reads every message object) at each size of 1,000 messages or
+more, with the ratio Strands / perdure.
 """
 
 from __future__ import annotations
@@ -455,6 +463,47 @@ def run(
     return result
 
 
+def peers_table(rows: list[Row], document: dict[str, Any]) -> list[str]:
+    """perdure's ``s3`` message rows beside Strands' ``S3SessionManager`` (peers_s3.py)."""
+    by = {r.size: r for r in rows if r.backend == "s3" and r.strategy == "message"}
+    lines = [
+        f"side by side on the same moto server: perdure S3Storage + SnapshotSessionManager "
+        f"(save_latest_on='message') vs {document.get('sdk', 'Strands')} S3SessionManager",
+        f"{'msgs':>6} {'perdure save ms':>16} {'Strands save ms':>16} {'x':>6} "
+        f"{'perdure restore ms':>19} {'Strands restore ms':>19} {'x':>6}",
+    ]
+    for size_text, peer in sorted(document["sizes"].items(), key=lambda item: int(item[0])):
+        mine = by.get(int(size_text))
+        if mine is None:
+            continue
+        lines.append(
+            f"{int(size_text):>6} {mine.save_ms:>16.2f} {peer['save_ms']:>16.2f} "
+            f"{peer['save_ms'] / mine.save_ms:>6.2f} {mine.restore_ms:>19.1f} "
+            f"{peer['restore_ms']:>19.1f} {peer['restore_ms'] / mine.restore_ms:>6.2f}"
+        )
+    return lines
+
+
+def run_s3_peers(sizes: tuple[int, ...], saves: int, restores: int, base: Path) -> Any:
+    """Strands' S3SessionManager on the moto server this process runs (peers_s3.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from peers_venv import PEERS_VENV, ensure_peers_venv, run_peers_script
+
+    python = ensure_peers_venv(PEERS_VENV.resolve())
+    args = [
+        "--endpoint",
+        _S3["endpoint"],
+        "--sizes",
+        ",".join(str(size) for size in sizes),
+        "--saves",
+        str(saves),
+        "--restores",
+        str(restores),
+    ]
+    script = Path(__file__).resolve().parent / "peers_s3.py"
+    return run_peers_script(python, script, args, base / "peers-s3.json")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -463,17 +512,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--s3", action="store_true", help="add S3Storage on moto's server on loopback"
     )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="with --s3: Strands' S3SessionManager beside the s3 rows (benchmarks/.peers-venv)",
+    )
     args = parser.parse_args(argv)
+    if args.peers and not args.s3:
+        parser.error("--peers compares on S3: give --s3 too")
     backends = BACKENDS
     if args.s3:
         start_s3()
         backends = (*BACKENDS, "s3")
     base = Path(tempfile.mkdtemp(prefix="perdure-bench-", dir=args.dir))
     try:
-        if args.quick:
-            run((100, 1000), backends, STRATEGIES, 40, 3, 200, base)
-        else:
-            run((100, 1000, 10_000), backends, STRATEGIES, 400, 9, 1000, base)
+        sizes, saves, restores = (
+            ((100, 1000), 40, 3) if args.quick else ((100, 1000, 10_000), 400, 9)
+        )
+        result = run(
+            sizes, backends, STRATEGIES, saves, restores, 200 if args.quick else 1000, base
+        )
+        if args.peers:
+            peer_sizes = tuple(size for size in sizes if size >= 1000)
+            document = run_s3_peers(peer_sizes, min(saves, 100), restores, base)
+            print()
+            for line in peers_table(result["rows"], document):
+                print(line)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0
