@@ -258,6 +258,24 @@ async def test_a_held_lock_is_waited_for_then_refused(store: SessionStore) -> No
     assert [i["content"] for i in await patient.get_items()] == ["one", "two"]  # type: ignore[typeddict-item]
 
 
+async def test_two_sessions_see_each_others_writes(store: SessionStore) -> None:
+    a, b = PerdureSession("conv", store), PerdureSession("conv", store)
+    stream = items()
+    batch = list(islice(stream, 12))
+    await a.add_items(batch[:3])
+    await b.add_items(batch[3:5])  # a's view is stale now
+    await a.add_items(batch[5:6])  # refused as stale by the store, read again, appended
+    assert await b.get_items() == batch[:6]
+    assert await b.pop_item() == batch[5]
+    assert await a.get_items(2) == batch[3:5]  # a knew 6 items; there are 5
+    await b.clear_session()
+    assert await a.get_items(3) == []
+    await a.add_items(batch[6:8])
+    await b.add_items(batch[8:9])
+    assert await a.get_items(10) == batch[6:9]
+    assert await a.get_items() == await b.get_items() == batch[6:9]
+
+
 async def test_concurrent_adds_in_one_process_lose_nothing(store: SessionStore) -> None:
     sessions = [PerdureSession("conv", store) for _ in range(3)]
 
