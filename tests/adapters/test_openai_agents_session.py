@@ -49,7 +49,7 @@ from perdure.errors import (  # noqa: E402
     SessionLockedError,
     SessionMismatchError,
 )
-from perdure.maintenance import verify_store  # noqa: E402
+from perdure.maintenance import repair_store, verify_store  # noqa: E402
 from perdure.models import ScriptedModel  # noqa: E402
 from perdure.session import Session as PerdureStoreSession  # noqa: E402
 from perdure.session import SessionStore, open_store  # noqa: E402
@@ -226,6 +226,36 @@ async def test_sessions_are_apart(store: SessionStore) -> None:
     await a.clear_session()
     assert await a.get_items() == []
     assert await b.get_items() == [{"role": "user", "content": "to b"}]
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite", "memory"])
+async def test_an_expired_session_reads_empty_and_starts_afresh(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = store_url(kind, tmp_path, request)
+    store = opened(url + "?ttl=0.3", request)
+    session = PerdureSession("conv", store)
+    await session.add_items([{"role": "user", "content": "old"}])
+    await asyncio.sleep(0.5)
+    assert await session.get_items() == []
+    assert await session.get_items(1) == []
+    assert await session.pop_item() is None
+    await session.add_items([{"role": "user", "content": "new"}])
+    assert await PerdureSession("conv", store).get_items() == [{"role": "user", "content": "new"}]
+
+
+async def test_a_cancelled_add_still_stores_all_its_items(tmp_path: Path) -> None:
+    session = PerdureSession("conv", f"file:{tmp_path / 'store'}")
+    try:
+        batch = list(islice(items(), 5))
+        task = asyncio.create_task(session.add_items(batch))
+        await asyncio.sleep(0)  # it has started its commit
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await session.get_items() == batch  # the caller knows the outcome: all of it
+    finally:
+        session.close()
 
 
 # ------------------------------------------------------------ writers and locks
@@ -472,6 +502,34 @@ async def test_a_damaged_journal_is_an_error_never_an_empty_list(tmp_path: Path)
         assert report.damaged_sessions == ("conv",)
     finally:
         damaged.close()
+
+
+async def test_repair_heals_what_the_adapter_stored(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    session = PerdureSession("conv", f"file:{root}")
+    for n in range(4):
+        await session.add_items([{"role": "user", "content": f"item {n}"}])
+    session.close()
+    journal = root / "sessions" / "conv" / "journal.jsonl"
+    data = bytearray(journal.read_bytes())
+    data[data.index(b"item 1")] ^= 0x01
+    journal.write_bytes(bytes(data))
+
+    report = await repair_store(root, dry_run=False)
+    assert report.quarantined == 1
+    healed = PerdureSession("conv", f"file:{root}")
+    try:
+        # The bad record went to quarantine; every other item reads back as stored.
+        assert [i["content"] for i in await healed.get_items()] == [  # type: ignore[typeddict-item]
+            "item 0",
+            "item 2",
+            "item 3",
+        ]
+        await healed.add_items([{"role": "user", "content": "after"}])
+        assert len(await healed.get_items()) == 4
+        assert (await verify_store(healed.store)).clean
+    finally:
+        healed.close()
 
 
 async def test_a_changed_sqlite_row_is_an_error(tmp_path: Path) -> None:
