@@ -178,3 +178,24 @@ def test_a_copy_that_reads_back_different_fails_and_is_removed(
     del store.commit  # type: ignore[method-assign]
     assert asyncio.run(PerdureSession("alice", store).get_items()) == []  # removed again
     assert [m.session_id for m in asyncio.run(store.list())] == ["carol"]
+
+
+def test_overwrite_replaces_a_session_that_exists(
+    sdk_db: tuple[Path, dict[str, list[object]]], tmp_path: Path
+) -> None:
+    db, answers = sdk_db
+    url = f"file:{tmp_path / 'store'}"
+    store = open_store(url)
+    asyncio.run(PerdureSession("alice", store).add_items([{"role": "user", "content": "x"}]))
+    kept = invoke("migrate", "openai-agents", "--from", str(db), "--to", url, "--json")
+    entries = {e["session_id"]: e for e in json.loads(kept.output)["sessions"]}
+    assert entries["alice"]["status"] == "skipped"
+    assert asyncio.run(PerdureSession("alice", store).get_items()) == [
+        {"role": "user", "content": "x"}
+    ]
+    replaced = invoke(
+        "migrate", "openai-agents", "--from", str(db), "--to", url, "--overwrite", "--json"
+    )
+    assert replaced.exit_code == 0, replaced.output
+    assert json.loads(replaced.output)["counts"]["imported"] == 3
+    assert asyncio.run(PerdureSession("alice", store).get_items()) == answers["alice"]

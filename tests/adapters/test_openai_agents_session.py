@@ -475,6 +475,38 @@ async def test_runner_stores_and_resumes_a_conversation(url: str) -> None:
         resumed.close()
 
 
+# The SDK's run_sync keeps one event loop across calls but calls shutdown_asyncgens
+# after each: an async generator first run by a later call (a store's writer-lock
+# context manager) makes Python warn, then runs normally.
+@pytest.mark.filterwarnings(
+    "ignore:asynchronous generator .* was scheduled after loop.shutdown_asyncgens:ResourceWarning"
+)
+def test_runner_run_sync_keeps_the_conversation_across_calls(url: str) -> None:
+    """``Runner.run_sync`` drives the run on the thread's default loop, outside any test loop."""
+    model = FakeModel([[_message("first", 1)], [_message("second", 2)]])
+    agent = Agent(name="plain", model=model)
+    config = RunConfig(tracing_disabled=True)
+    loop = asyncio.new_event_loop()  # the default loop run_sync finds, and keeps open
+    asyncio.set_event_loop(loop)
+    store = open_store(url)
+    session = PerdureSession("sync", store)
+    try:
+        first = Runner.run_sync(agent, "one", session=session, run_config=config)
+        assert first.final_output == "first"
+        second = Runner.run_sync(agent, "two", session=session, run_config=config)
+        assert second.final_output == "second"
+        assert model.inputs[1][0] == {"role": "user", "content": "one"}
+        stored = loop.run_until_complete(session.get_items())
+        assert len(stored) == 4
+        assert stored[2] == {"role": "user", "content": "two"}
+    finally:
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
 # ------------------------------------------------------------------- damage
 
 

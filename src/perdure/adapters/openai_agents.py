@@ -55,14 +55,21 @@ without its last item (it reads the whole session, as a perdure rewrite does: ab
 30 ms at 1,000 items on SQLite, against well under 1 ms for ``SQLiteSession``), which
 the SDK needs only when it rewinds a turn. ``benchmarks/adapters.py`` measures them
 against ``SQLiteSession``.
+
+**Event loops.** Every method may be awaited from any event loop and thread, as every
+perdure store's. The SDK's ``Runner.run_sync`` works too; as it keeps its loop across
+calls after ``shutdown_asyncgens``, Python emits a ``ResourceWarning`` (hidden by
+default) for the store's writer-lock context manager on later calls, which then runs
+normally.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from perdure.errors import SessionConflictError, SessionLockedError, SessionNotFoundError
@@ -113,6 +120,47 @@ async def _run_to_end(awaitable: Awaitable[T]) -> T:
             raise cancelled from task.exception()
         raise cancelled
     return task.result()
+
+
+class _WriterLock:
+    """``store.writer_lock``, retried while another writer holds it, up to ``timeout``.
+
+    A class, not an async generator: the SDK's ``Runner.run_sync`` keeps its event loop
+    across calls after ``shutdown_asyncgens``, where a new async generator warns.
+    """
+
+    def __init__(self, store: SessionStore, session_id: str, timeout: float) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._timeout = timeout
+        self._held: AbstractAsyncContextManager[None] | None = None
+
+    async def __aenter__(self) -> None:
+        deadline = time.monotonic() + self._timeout
+        delay = _RETRY_FIRST
+        while True:
+            lock = self._store.writer_lock(self._session_id)
+            try:
+                await lock.__aenter__()
+            except SessionLockedError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, _RETRY_MAX)
+                continue
+            self._held = lock
+            return
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> bool | None:
+        lock, self._held = self._held, None
+        assert lock is not None
+        return await lock.__aexit__(kind, error, trace)
 
 
 class PerdureSession:
@@ -320,26 +368,9 @@ class PerdureSession:
                 return
             await self._commit([], rewritten=True, expected_tail=peek.tail or None)
 
-    @contextlib.asynccontextmanager
-    async def _writer(self) -> AsyncIterator[None]:
+    def _writer(self) -> _WriterLock:
         """Hold the session's writer lock, retrying a held one for ``lock_timeout``."""
-        deadline = time.monotonic() + self.lock_timeout
-        delay = _RETRY_FIRST
-        while True:
-            lock = self.store.writer_lock(self.session_id)
-            try:
-                await lock.__aenter__()
-            except SessionLockedError:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise
-                await asyncio.sleep(min(delay, left))
-                delay = min(delay * 2, _RETRY_MAX)
-                continue
-            break
-        async with contextlib.AsyncExitStack() as stack:
-            stack.push_async_exit(lock)
-            yield
+        return _WriterLock(self.store, self.session_id, self.lock_timeout)
 
     # ------------------------------------------------------------------- closing
 
