@@ -199,3 +199,22 @@ def test_overwrite_replaces_a_session_that_exists(
     assert replaced.exit_code == 0, replaced.output
     assert json.loads(replaced.output)["counts"]["imported"] == 3
     assert asyncio.run(PerdureSession("alice", store).get_items()) == answers["alice"]
+
+
+def test_an_id_perdure_refuses_is_reported_failed(tmp_path: Path) -> None:
+    db = tmp_path / "oa.db"
+
+    async def write() -> None:
+        for session_id in ("team/alice", "bob"):
+            sdk = SQLiteSession(session_id, db)
+            await sdk.add_items([{"role": "user", "content": "hi"}])
+            sdk.close()
+
+    asyncio.run(write())
+    store = open_store(f"file:{tmp_path / 'store'}")
+    report = asyncio.run(migrate_openai_agents(db, store))
+    by_id = {entry.session_id: entry for entry in report.sessions}
+    assert by_id["team/alice"].status == "failed"
+    assert "not a valid perdure session id" in (by_id["team/alice"].reason or "")
+    assert by_id["bob"].status == "imported"
+    assert not report.ok
