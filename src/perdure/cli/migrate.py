@@ -1,7 +1,8 @@
 """``perdure migrate``: bring sessions over from other agent SDKs.
 
-A thin front end over :func:`perdure.migrate.strands.migrate_strands`; the
-conversion rules and the Strands layouts are described there.
+A thin front end over :func:`perdure.migrate.strands.migrate_strands` and
+:func:`perdure.migrate.openai_agents.migrate_openai_agents`; the conversion rules and
+the source layouts are described there.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from perdure.cli._common import (
     handle_errors,
     json_option,
     run,
+)
+from perdure.migrate.openai_agents import (
+    OpenAIAgentsMigration,
+    OpenAIAgentsMigrationReport,
+    migrate_openai_agents,
 )
 from perdure.migrate.strands import (
     MigrationReport,
@@ -130,14 +136,16 @@ def _render(report: MigrationReport) -> None:
     )
 
 
-def _progress_bar() -> tuple[Progress | None, Callable[[SessionMigration, int, int], None] | None]:
+def _progress_bar() -> tuple[
+    Progress | None, Callable[[SessionMigration | OpenAIAgentsMigration, int, int], None] | None
+]:
     err = console(stderr=True)
     if not err.is_terminal:
         return None, None
     progress = Progress(console=err, transient=True)
     task = progress.add_task("migrating", total=None)
 
-    def advance(entry: SessionMigration, done: int, total: int) -> None:
+    def advance(entry: SessionMigration | OpenAIAgentsMigration, done: int, total: int) -> None:
         progress.update(task, completed=done, total=total, description=entry.session_id)
 
     return progress, advance
@@ -208,3 +216,141 @@ def strands(
         _render(report)
     if not report.ok:
         fail("some Strands data was not imported (see above)", EXIT_PROBLEM)
+
+
+def _render_openai_agents(report: OpenAIAgentsMigrationReport) -> None:
+    out = console()
+    verb = "would import" if report.dry_run else "imported"
+    table = Table(title=f"OpenAI Agents sessions in {report.source}")
+    table.add_column("session", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("items", justify="right", no_wrap=True)
+    table.add_column("not imported", justify="right", no_wrap=True)
+    table.add_column("verified", no_wrap=True)
+    for entry in report.sessions:
+        table.add_row(
+            Text(entry.session_id),
+            Text(entry.status.replace("_", " "), style=_STATUS_STYLE[entry.status]),
+            str(entry.items_imported),
+            str(len(entry.skipped_rows)),
+            "yes" if entry.verified else "-",
+        )
+    out.print(table)
+    for entry in report.sessions:
+        lines = [f"  {entry.reason}"] if entry.reason else []
+        lines += [f"  note: {note}" for note in entry.notes]
+        lines += [f"  row {row.row_id}: {row.reason}" for row in entry.skipped_rows]
+        if lines:
+            out.print(f"{entry.session_id}:", markup=False)
+            for line in lines:
+                out.print(line, markup=False)
+    done: MigrationStatus = "would_import" if report.dry_run else "imported"
+    counts = (
+        f"{report.count(done)} {verb}, {report.count('skipped')} skipped, "
+        f"{report.count('failed')} failed"
+    )
+    suffix = " (dry run: nothing written)" if report.dry_run else ""
+    out.print(f"{counts}{suffix}", markup=False)
+
+
+def _sqlite_source(url: str) -> Path:
+    """The database file of ``--from`` (``sqlite:PATH`` or a bare path)."""
+    if ":" in url and not Path(url).exists():
+        try:
+            path = split_url(url, ("sqlite",), "source")[1]
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--from") from None
+        assert path is not None
+    else:
+        path = Path(url).expanduser()
+    if not path.is_file():
+        raise click.BadParameter(f"{str(path)!r} is not a file", param_hint="--from")
+    return path
+
+
+@migrate.command("openai-agents")
+@click.option(
+    "--from",
+    "source_url",
+    required=True,
+    metavar="sqlite:PATH",
+    help="The OpenAI Agents SDK's SQLiteSession database (sqlite:PATH or PATH).",
+)
+@click.option(
+    "--to",
+    "store_url",
+    required=True,
+    envvar="PERDURE_STORE",
+    metavar="URL",
+    help="The perdure store to import into: file:DIR, sqlite:PATH, postgresql://…, "
+    "redis://… (env PERDURE_STORE).",
+)
+@click.option(
+    "--sessions-table",
+    default="agent_sessions",
+    show_default=True,
+    help="SQLiteSession's sessions_table.",
+)
+@click.option(
+    "--messages-table",
+    default="agent_messages",
+    show_default=True,
+    help="SQLiteSession's messages_table.",
+)
+@click.option("--dry-run", is_flag=True, help="Read and convert everything; write nothing.")
+@click.option("--overwrite", is_flag=True, help="Replace sessions that already exist in the store.")
+@json_option
+@handle_errors
+def openai_agents(
+    source_url: str,
+    store_url: str,
+    sessions_table: str,
+    messages_table: str,
+    dry_run: bool,
+    overwrite: bool,
+    as_json: bool,
+) -> None:
+    """Import OpenAI Agents SDK SQLiteSession conversations into a store.
+
+    Every session of the database keeps its id; its items are stored whole, one per
+    message, so PerdureSession (perdure.adapters.openai_agents) reads them back equal.
+    Each session is read back and verified after the copy. Rows that are not JSON
+    objects (SQLiteSession skips them when it reads) are listed, never dropped
+    silently. The database is opened read-only.
+
+    Exit status: 0 all imported, 1 some row could not be read or some session not
+    written, 2 bad usage (memory: is refused: it would keep nothing), 3 no session in
+    the database.
+    """
+    source = _sqlite_source(source_url)
+    store = _open_target(store_url, dry_run=dry_run)
+    progress, advance = (None, None) if as_json else _progress_bar()
+    try:
+        if progress is not None:
+            progress.start()
+        try:
+            report = run(
+                migrate_openai_agents(
+                    source,
+                    store,
+                    sessions_table=sessions_table,
+                    messages_table=messages_table,
+                    dry_run=dry_run,
+                    overwrite=overwrite,
+                    progress=advance,
+                )
+            )
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--from") from None
+    finally:
+        if progress is not None:
+            progress.stop()
+        _close(store)
+    if not report.sessions:
+        fail(f"no OpenAI Agents sessions in {str(source)!r}", EXIT_NOT_FOUND)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        _render_openai_agents(report)
+    if not report.ok:
+        fail("some OpenAI Agents data was not imported (see above)", EXIT_PROBLEM)

@@ -2,6 +2,9 @@
 
 - :mod:`~perdure.migrate.strands` — migration from the Strands Agents SDK's
   ``FileSessionManager`` layout (``perdure migrate strands``).
+- :mod:`~perdure.migrate.openai_agents` — migration from the OpenAI Agents SDK's
+  ``SQLiteSession`` database (``perdure migrate openai-agents``), and the mapping of
+  the SDK's items to perdure messages that ``PerdureSession`` stores.
 - :mod:`~perdure.migrate.copy` — sessions and their checkpoints from any perdure
   store to any other, verified (``perdure copy``).
 """
