@@ -42,7 +42,8 @@ from perdure.testing.storage import StorageFactory
 
 s3_server.import_s3()
 
-from perdure.storage.s3 import S3Storage  # noqa: E402  (needs obstore)
+from perdure.storage import s3 as s3_module  # noqa: E402  (needs obstore)
+from perdure.storage.s3 import S3Storage  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -387,6 +388,74 @@ def test_a_writer_killed_during_a_multipart_upload_leaves_the_old_blob(
     assert _unfinished_uploads(endpoint, bucket) == ["t/p/blob"]  # killed in the middle
     assert asyncio.run(storage.read("blob")) == old
     assert asyncio.run(storage.list("")) == ["blob"]
+
+
+def _no_aws_environment(monkeypatch: pytest.MonkeyPatch, home: Path) -> Path:
+    """No AWS_* credentials, profile, region or file paths; HOME at ``home``."""
+    for name in list(os.environ):
+        if name.startswith("AWS_") and name != "AWS_ENDPOINT_URL":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(home))
+    aws = home / ".aws"
+    aws.mkdir()
+    return aws
+
+
+async def test_credentials_come_from_the_shared_files_when_the_environment_has_none(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    aws = _no_aws_environment(monkeypatch, tmp_path)
+    (aws / "credentials").write_text(
+        "[default]\naws_access_key_id = from-default\naws_secret_access_key = s\n\n"
+        "[work]\naws_access_key_id = from-work\naws_secret_access_key = s2\n"
+        "aws_session_token = t2\n"
+    )
+    (aws / "config").write_text("[profile work]\nregion = eu-west-3\n")
+    monkeypatch.setenv("AWS_PROFILE", "work")
+    storage = S3Storage(bucket, endpoint_url=s3_server.endpoint(), retry_timeout=2)
+    # The profile's keys sign the requests: without them there is nothing to sign with
+    # (obstore would look for an instance role and fail).
+    await storage.write("k", b"v")
+    assert await storage.read("k") == b"v"
+    settings: dict[str, Any] = {}
+    s3_module._shared_files(settings, None)
+    assert settings == {
+        "access_key_id": "from-work",
+        "secret_access_key": "s2",
+        "session_token": "t2",
+        "region": "eu-west-3",
+    }
+    monkeypatch.delenv("AWS_PROFILE")
+    settings = {}
+    s3_module._shared_files(settings, "us-east-1")  # a region given is kept
+    assert settings == {"access_key_id": "from-default", "secret_access_key": "s"}
+
+
+async def test_no_credentials_anywhere_is_a_storage_error_that_says_so(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_aws_environment(monkeypatch, tmp_path)
+    storage = S3Storage(bucket, endpoint_url=s3_server.endpoint(), retry_timeout=2)
+    with pytest.raises(StorageError, match="no credentials found") as info:
+        await storage.write("k", b"v")
+    assert info.value.details["kind"] == "no_credentials"
+
+
+def test_the_environment_comes_before_the_shared_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    aws = _no_aws_environment(monkeypatch, tmp_path)
+    (aws / "credentials").write_text(
+        "[default]\naws_access_key_id = f\naws_secret_access_key = s\n"
+    )
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env")
+    settings: dict[str, Any] = {}
+    s3_module._shared_files(settings, None)
+    assert settings == {}
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    (aws / "credentials").write_text("[default]\nnot ini at all = [\n")  # unreadable: ignored
+    s3_module._shared_files(settings, None)
+    assert settings == {}
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -43,12 +43,17 @@ Guarantees:
   credentials or any other failure raise :class:`~perdure.errors.StorageError`, a
   refused conditional write :class:`~perdure.errors.StorageConflictError` — never an
   obstore exception.
-- **Credentials** come from the environment only, as every AWS tool reads them:
+- **Credentials** come from the environment, as every AWS tool reads them:
   ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``, web identity
   (``AWS_WEB_IDENTITY_TOKEN_FILE``, ``AWS_ROLE_ARN``), the ECS container endpoint or
   the EC2 instance metadata; ``AWS_ENDPOINT_URL``, ``AWS_REGION`` and the other
-  ``AWS_*`` settings of obstore's ``S3Config`` too. (``~/.aws`` profile files are not
-  read: export the profile's variables.) perdure never stores a credential.
+  ``AWS_*`` settings of obstore's ``S3Config`` too. When the environment names no key
+  and no role, the AWS shared files are read as every AWS tool reads them: the
+  static keys of profile ``AWS_PROFILE`` (else ``default``) in
+  ``AWS_SHARED_CREDENTIALS_FILE`` (else ``~/.aws/credentials``), and its region in
+  ``AWS_CONFIG_FILE`` (else ``~/.aws/config``) when none is given. (A profile that
+  assumes a role or signs in with SSO is not resolved: export its variables.) perdure
+  never stores a credential.
 
 .. _obstore: https://developmentseed.org/obstore/
 """
@@ -56,9 +61,11 @@ Guarantees:
 from __future__ import annotations
 
 import builtins
+import configparser
 import hashlib
 import os
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 try:
@@ -194,6 +201,7 @@ class S3Storage:
             ),
             "timeout": timedelta(seconds=_check_seconds("timeout", timeout)),
         }
+        _shared_files(settings, region)
         if endpoint_url is not None:
             settings["endpoint"] = endpoint_url
         # The endpoint given, or the environment's, as every AWS tool reads it.
@@ -404,6 +412,15 @@ class S3Storage:
                 f"credentials in the environment): {first}",
                 details={**details, "kind": "access_denied"},
             )
+        if "169.254.169.254" in text or "169.254.170.2" in text:
+            # No key anywhere, so the client asked the instance (or container) for a
+            # role, and nothing answered there.
+            return StorageError(
+                f"S3 storage {self.server}: {doing}: no credentials found: set "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, give a profile in "
+                f"~/.aws/credentials (AWS_PROFILE), or run with an instance role ({first})",
+                details={**details, "kind": "no_credentials"},
+            )
         lowered = text.lower()
         if isinstance(exc, obstore_errors.GenericError) and any(
             word in lowered for word in _UNREACHABLE
@@ -415,3 +432,54 @@ class S3Storage:
                 details=details,
             )
         return StorageError(f"S3 storage {self.server}: {doing}: {first}", details=details)
+
+
+_ENV_CREDENTIALS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+def _shared_files(settings: dict[str, Any], region: str | None) -> None:
+    """Fill ``settings`` from the AWS shared files when nothing else names credentials.
+
+    The static keys of the profile (``AWS_PROFILE``, else ``default``) in the shared
+    credentials file, and its region from the config file when neither ``region`` nor
+    the environment gives one. Settings given, and the environment, come first.
+    """
+    if any(os.environ.get(name) for name in _ENV_CREDENTIALS) or "access_key_id" in settings:
+        return
+    profile = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or "default"
+    home = Path.home() / ".aws"
+    credentials = _ini_section(
+        os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or str(home / "credentials"), profile
+    )
+    key, secret = credentials.get("aws_access_key_id"), credentials.get("aws_secret_access_key")
+    if not key or not secret:
+        return
+    settings["access_key_id"], settings["secret_access_key"] = key, secret
+    if credentials.get("aws_session_token"):
+        settings["session_token"] = credentials["aws_session_token"]
+    if (
+        region is None
+        and "region" not in settings
+        and not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
+    ):
+        section = profile if profile == "default" else f"profile {profile}"
+        found = _ini_section(os.environ.get("AWS_CONFIG_FILE") or str(home / "config"), section)
+        if found.get("region"):
+            settings["region"] = found["region"]
+
+
+def _ini_section(path: str, section: str) -> dict[str, str]:
+    """One section of an INI file (empty when the file or the section is missing)."""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+    except (OSError, configparser.Error, UnicodeDecodeError):
+        return {}
+    if not parser.has_section(section):
+        return {}
+    return {name: value.strip() for name, value in parser.items(section)}
