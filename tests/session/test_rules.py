@@ -25,6 +25,7 @@ from perdure.session.paging import page_of, page_read_range
 from perdure.session.rules import (
     ZERO_HASH,
     CommitRequest,
+    PastOffset,
     chain_hash,
     check_extends,
     check_get_args,
@@ -636,3 +637,24 @@ def test_a_long_parse_pauses_the_collector_and_leaves_it_as_it_was(
         gc.enable()
     assert rules.decode_messages([one] * 999 + [b"[1"]) is None
     assert gc.isenabled()
+
+
+def test_a_history_past_an_offset_never_reads_as_a_shorter_one() -> None:
+    # What a commit hands a store when the start of the history is only in the store:
+    # the store reads past its stored count; anything before raises, never empties.
+    new: list[Any] = [msg(f"m{i}") for i in range(2)]
+    history = PastOffset(3, new, "were trimmed")
+    assert len(history) == 5
+    assert history[3] == new[0]
+    assert history[-1] == new[1]
+    assert list(history[3:]) == new
+    assert list(history[4:5]) == [new[1]]
+    with pytest.raises(IndexError, match="before index 3: those were trimmed"):
+        history[2]
+    with pytest.raises(IndexError, match="messages before index 3 were trimmed"):
+        history[1:]
+    with pytest.raises(IndexError, match="messages before index 3 were trimmed"):
+        list(history)  # a plain iteration would otherwise stop at once, silently
+    with pytest.raises(IndexError, match="past the end"):
+        history[5]
+    assert list(PastOffset(0, new)) == new

@@ -33,10 +33,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal
 
 from perdure.errors import (
     PerdureError,
@@ -46,6 +46,7 @@ from perdure.errors import (
 )
 from perdure.maintenance import verify_store
 from perdure.session.ids import validate_session_id
+from perdure.session.rules import PastOffset
 from perdure.session.store import SessionStore
 from perdure.types import Message
 
@@ -130,37 +131,8 @@ def message_to_item(message: Message, session_id: str, index: int) -> dict[str, 
     )
 
 
-class ItemsAfter(Sequence[Message]):
-    """A whole history as a store's ``commit`` sees it: ``offset`` stored messages, then new ones.
-
-    A commit with ``expected_tail`` reads only the messages past the stored count, so
-    appending never needs the stored history in memory.
-    """
-
-    def __init__(self, offset: int, messages: list[Message]) -> None:
-        self._offset = offset
-        self._messages = messages
-
-    def __len__(self) -> int:
-        return self._offset + len(self._messages)
-
-    @overload
-    def __getitem__(self, index: int) -> Message: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Message]: ...
-
-    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1 or start < self._offset:
-                raise IndexError(f"messages before index {self._offset} are only in the store")
-            return self._messages[start - self._offset : stop - self._offset]
-        if index < 0:
-            index += len(self)
-        if not self._offset <= index < len(self):
-            raise IndexError(f"message {index} is not among the new messages")
-        return self._messages[index - self._offset]
+ItemsAfter = PastOffset
+"""The history a ``PerdureSession`` commit hands its store: stored items, then new ones."""
 
 
 # --------------------------------------------------------------------------- migration

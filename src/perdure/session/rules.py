@@ -32,8 +32,8 @@ import json
 import math
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, cast
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, cast, overload
 
 from perdure.errors import SessionConflictError
 from perdure.session.ids import validate_session_id
@@ -742,3 +742,51 @@ def evicted_checkpoints(
     if max_checkpoints is None or len(kept) <= max_checkpoints:
         return aged
     return sorted([*aged, *kept[: len(kept) - max_checkpoints]])
+
+
+class PastOffset(Sequence[Message]):
+    """A whole history as a store's commit sees it: ``offset`` messages that only the
+    store holds, then ``messages``.
+
+    A store reads only the part past what it holds (a commit with ``expected_tail``
+    needs nothing before its stored count, and a plain append the last stored one at
+    most), so the part before ``offset`` need not be in memory. Reading it raises
+    ``IndexError`` saying why (``hidden``) — never an empty or shorter history.
+    """
+
+    def __init__(
+        self, offset: int, messages: Sequence[Message], hidden: str = "are only in the store"
+    ) -> None:
+        self._offset = offset
+        self._messages = messages
+        self._hidden = hidden
+
+    def __len__(self) -> int:
+        return self._offset + len(self._messages)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1 or start < self._offset:
+                raise IndexError(f"messages before index {self._offset} {self._hidden}")
+            return self._messages[start - self._offset : stop - self._offset]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"message {index} is past the end ({len(self)} messages)")
+        if index < self._offset:
+            raise IndexError(
+                f"message {index} is before index {self._offset}: those {self._hidden}"
+            )
+        return self._messages[index - self._offset]
+
+    def __iter__(self) -> Iterator[Message]:
+        if self._offset:
+            raise IndexError(f"messages before index {self._offset} {self._hidden}")
+        return iter(self._messages)

@@ -78,6 +78,7 @@ from perdure.hygiene.filters import FilterChain, PersistenceFilter
 from perdure.session.ids import new_session_id, validate_session_id
 from perdure.session.paging import check_page_args, page_bounds
 from perdure.session.results import CompactResult, RestoreResult
+from perdure.session.rules import PastOffset
 from perdure.session.store import (
     HistoryPage,
     SessionRecord,
@@ -97,46 +98,6 @@ AGENT_STATE_FORMAT = "perdure-agent-state/1"
 _PAST_END = sys.maxsize
 # Reads of the window before giving up on a session whose state keeps moving.
 _WINDOW_READS = 3
-
-
-class _History(Sequence[Message]):
-    """The whole history as a store sees it: ``offset`` trimmed messages, then the agent's.
-
-    Stores only read the part past what they hold, which the agent still has.
-    """
-
-    def __init__(self, offset: int, messages: list[Message]) -> None:
-        self._offset = offset
-        self._messages = messages
-
-    def __len__(self) -> int:
-        return self._offset + len(self._messages)
-
-    @overload
-    def __getitem__(self, index: int) -> Message: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Message]: ...
-
-    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1 or start < self._offset:
-                raise IndexError(
-                    f"messages before index {self._offset} were trimmed by the conversation "
-                    "manager and are only in the store"
-                )
-            return self._messages[start - self._offset : stop - self._offset]
-        if index < 0:
-            index += len(self)
-        if index < self._offset:
-            raise IndexError(f"message {index} was trimmed by the conversation manager")
-        return self._messages[index - self._offset]
-
-    def __iter__(self) -> Iterator[Message]:
-        if self._offset:
-            raise IndexError("the trimmed part of the history is only in the store")
-        return iter(self._messages)
 
 
 class _Filtered(Sequence[Message]):
@@ -852,7 +813,11 @@ class Session:
         model_changed = agent.model_state != self._synced_model_state
         state = _agent_state(agent) if model_changed or key != self._synced else None
         offset = agent.conversation_manager.removed_message_count
-        history: Sequence[Message] = _History(offset, agent.messages)
+        history: Sequence[Message] = PastOffset(
+            offset,
+            agent.messages,
+            "were trimmed by the conversation manager and are only in the store",
+        )
         if state_only and state is None and not redactions:
             return
         if self._filters:
