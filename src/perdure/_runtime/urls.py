@@ -148,6 +148,23 @@ def split_url(url: object, schemes: Sequence[str], what: str) -> tuple[str, Path
     return scheme, Path(rest).expanduser()
 
 
+def _take_option(
+    found: dict[str, object], key: str, value: str, kind: type, url: str, what: str
+) -> None:
+    """Put option ``key`` into ``found``, converted to ``kind``; the one rule of every URL.
+
+    Raises:
+        ValueError: ``key`` given twice, or ``value`` not of its type.
+    """
+    if key in found:
+        raise ValueError(f"{what} URL {url!r} gives {key}= twice")
+    try:
+        found[key] = kind(value)
+    except ValueError:
+        wanted = "an integer" if kind is int else "a number"
+        raise ValueError(f"{what} URL {url!r}: {key}={value!r} is not {wanted}") from None
+
+
 def local_options(url: str, scheme: str, what: str = "store") -> tuple[str, dict[str, object]]:
     """Split a ``file:``/``sqlite:``/``memory:`` store URL into the URL without its
     options and the options (:data:`LOCAL_OPTIONS`), converted to their types.
@@ -178,13 +195,7 @@ def local_options(url: str, scheme: str, what: str = "store") -> tuple[str, dict
                 f"{what} URL {url!r}: {key}= is not an option of a {scheme}: {what}; "
                 f"its options are {', '.join(f'{o}=' for o in options)}"
             )
-        if key in found:
-            raise ValueError(f"{what} URL {url!r} gives {key}= twice")
-        try:
-            found[key] = kind(value)
-        except ValueError:
-            wanted = "an integer" if kind is int else "a number"
-            raise ValueError(f"{what} URL {url!r}: {key}={value!r} is not {wanted}") from None
+        _take_option(found, key, value, kind, url, what)
     return head, found
 
 
@@ -221,13 +232,7 @@ def postgres_url(
                 )
             kept.append((key, value))
             continue
-        if key in found:
-            raise ValueError(f"{what} URL {url!r} gives {key}= twice")
-        try:
-            found[key] = kind(value)
-        except ValueError:
-            wanted = "an integer" if kind is int else "a number"
-            raise ValueError(f"{what} URL {url!r}: {key}={value!r} is not {wanted}") from None
+        _take_option(found, key, value, kind, url, what)
     return urlunsplit(parts._replace(query=urlencode(kept))), found
 
 
@@ -259,11 +264,5 @@ def s3_url(url: str, what: str = "storage") -> tuple[str, str, dict[str, object]
                 f"{what} URL {url!r}: {key}= is not an option of s3:// {what}; its options "
                 f"are {', '.join(f'{o}=' for o in S3_STORAGE_OPTIONS)}"
             )
-        if key in found:
-            raise ValueError(f"{what} URL {url!r} gives {key}= twice")
-        try:
-            found[key] = kind(value)
-        except ValueError:
-            wanted = "an integer" if kind is int else "a number"
-            raise ValueError(f"{what} URL {url!r}: {key}={value!r} is not {wanted}") from None
+        _take_option(found, key, value, kind, url, what)
     return bucket, prefix, found
