@@ -104,3 +104,20 @@ def set_created_at(sdir: Path, created_at: str) -> None:
     meta = json.loads((sdir / "meta.json").read_bytes())
     data = meta_bytes(meta["session_id"], created_at, head="head" in meta)
     (sdir / "meta.json").write_bytes(data)
+
+
+PEER_SDKS = ("agents", "strands", "langgraph", "langchain_core", "sqlalchemy")
+"""The top-level modules of the peers' SDKs (benchmarks/peers-requirements.txt)."""
+
+
+def hide_peer_sdks(monkeypatch: Any) -> None:
+    """Make the peers' SDKs unimportable for the test, installed or not.
+
+    perdure's dev environment has some of them (openai-agents, for the adapter); the
+    benchmarks' tests of a peers script run without them need them gone, and must not
+    run an SDK in-process (one leaves its own event loop unclosed).
+    """
+    for name in PEER_SDKS:
+        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            monkeypatch.delitem(sys.modules, loaded)
+        monkeypatch.setitem(sys.modules, name, None)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from helpers import load_benchmark
+from helpers import hide_peer_sdks, load_benchmark
 
 ROWS = [
     "no session",
@@ -282,9 +282,10 @@ def test_the_tiny_benchmark_prints_the_peers_table_from_a_result_file(
 
 
 def test_the_peers_script_writes_a_result_the_table_reads_even_without_their_sdks(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """perdure's environment has none of the peers' SDKs: each peer fails, clearly."""
+    hide_peer_sdks(monkeypatch)
     peers = load_benchmark("peers")
     bench = load_benchmark("agent_path")
     assert (bench.QUESTION, bench.ANSWER) == (peers.QUESTION, peers.ANSWER)

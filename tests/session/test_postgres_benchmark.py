@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from helpers import load_benchmark
+from helpers import hide_peer_sdks, load_benchmark
 from postgres_server import DSN, execute, require_server, schema_fixture
 
 # perdure's figures at the side-by-side size, as perdure_side() hands them to the table.
@@ -257,11 +257,12 @@ def test_the_tiny_benchmark_prints_the_peers_from_a_result_file(
 
 
 def test_the_peers_script_writes_a_result_the_table_reads_even_without_their_sdks(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """perdure's environment has neither peer's SDK: each peer fails, clearly, and the
     script still drops the schemas it made."""
     require_server()
+    hide_peer_sdks(monkeypatch)
     peers = load_benchmark("peers_postgres")
     bench = load_benchmark("postgres")
     prefix = f"perdure_bench_peerstest_{uuid.uuid4().hex[:8]}"

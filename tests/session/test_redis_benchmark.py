@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helpers import load_benchmark
+from helpers import hide_peer_sdks, load_benchmark
 from redis_server import URL, client, drop_prefix, import_redis, require_server
 
 import_redis()  # the benchmark imports redis-py at its top
@@ -254,11 +254,12 @@ def test_the_tiny_benchmark_prints_the_peer_from_a_result_file(
 
 
 def test_the_peers_script_writes_a_result_the_table_reads_even_without_the_sdk(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """perdure's environment has no OpenAI Agents SDK: the peer fails, clearly, and the
     script still deletes every key it made."""
     require_server()
+    hide_peer_sdks(monkeypatch)
     peers = load_benchmark("peers_redis")
     bench = load_benchmark("redis_store")
     prefix = f"perdure-bench-peerstest-{uuid.uuid4().hex[:8]}:"
