@@ -70,3 +70,32 @@ def test_the_s3_rows_run_against_moto_on_loopback(
     assert [row.backend for row in result["rows"]] == ["s3", "s3"]
     assert all(row.stored > 0 for row in result["rows"])
     assert "s3: message save at 60 msgs / at 20 msgs" in "\n".join(lines)
+
+
+def test_the_s3_peers_table_sets_strands_beside_the_s3_message_rows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = load()
+    row = bench.Row(
+        backend="s3",
+        strategy="message",
+        size=1000,
+        save_ms=2.0,
+        save_p50_ms=2.0,
+        floor_ms=1.0,
+        fsync_ms=0.5,
+        restore_ms=10.0,
+        stored=1,
+        history=1,
+    )
+    other = bench.Row(**{**row.__dict__, "backend": "local"})
+    document = {
+        "sdk": "strands-agents 1.62.0",
+        "sizes": {"1000": {"save_ms": 6.0, "restore_ms": 500.0}},
+    }
+    lines = bench.peers_table([other, row], document)
+    assert "strands-agents 1.62.0 S3SessionManager" in lines[0]
+    assert lines[2].split() == ["1000", "2.00", "6.00", "3.00", "10.0", "500.0", "50.00"]
+    with pytest.raises(SystemExit):
+        bench.main(["--peers"])  # the peers compare on S3 only
+    assert "--peers compares on S3: give --s3 too" in capsys.readouterr().err
