@@ -383,7 +383,8 @@ def test_large_binaries_are_stored_once_as_attachments(tmp_path: Path) -> None:
     assert attachments[0].read_bytes() == image
     assert journal_of(store, "s").stat().st_size < 3000  # referenced, not inlined
     assert run(store.get("s")).messages == history
-    attachments[0].write_bytes(image[:-1] + b"\x00")
+    # Flip the last byte (setting it to 0 changed nothing when it was 0 already: 1 in 256).
+    attachments[0].write_bytes(image[:-1] + bytes([image[-1] ^ 0xFF]))
     with pytest.raises(SessionCorruptedError, match="attachment"):
         run(FileSessionStore(tmp_path / "data").get("s"))
 
