@@ -63,6 +63,7 @@ from typing import Any
 
 import psycopg
 
+from perdure._runtime.checks import check_seconds
 from perdure._runtime.postgres import (
     PostgresDatabase,
     PostgresErrors,
@@ -298,12 +299,8 @@ class PostgresMemoryStore(MemoryStore):
             or max_connections < 1
         ):
             raise ValueError(f"max_connections must be an int >= 1, got {max_connections!r}")
-        for argument, seconds in (
-            ("connect_timeout", connect_timeout),
-            ("reconnect_timeout", reconnect_timeout),
-        ):
-            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
-                raise ValueError(f"{argument} must be a number of seconds > 0, got {seconds!r}")
+        check_seconds("connect_timeout", connect_timeout)
+        check_seconds("reconnect_timeout", reconnect_timeout)
         self.db = PostgresDatabase(
             dsn,
             schema=schema,

@@ -139,6 +139,24 @@ def check_expected(expected: Any) -> str | None:
     return expected
 
 
+MAX_COUNTER_VERSION = 2**63 - 1
+"""The largest version a counting backend (PostgreSQL, Redis) gives a key."""
+
+
+def counter_version(expected: str) -> int | None:
+    """The number a counting backend's version string names, or None if it names none.
+
+    Such a version is the decimal of a counter in ``1..MAX_COUNTER_VERSION``, written
+    without sign or leading zeros: any other text was never given by the backend.
+    """
+    if not expected.isascii() or not expected.isdigit():
+        return None
+    number = int(expected)
+    if str(number) != expected or not 0 < number <= MAX_COUNTER_VERSION:
+        return None
+    return number
+
+
 def version_conflict(
     where: str, key: str, expected: str | None, found: str | None, *, lost: bool = False
 ) -> StorageConflictError:

@@ -56,6 +56,7 @@ from typing import Any
 
 import psycopg
 
+from perdure._runtime.checks import check_seconds
 from perdure._runtime.postgres import (
     DRIVER_ERRORS,
     PostgresDatabase,
@@ -78,6 +79,7 @@ from perdure.errors import (
 from perdure.storage.keys import (
     check_data,
     check_expected,
+    counter_version,
     prefix_upper_bound,
     validate_key,
     validate_list_args,
@@ -94,7 +96,6 @@ MAX_KEY_BYTES = 2048
 most a third of a page)."""
 
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,53}")
-_MAX_VERSION = 2**63 - 1
 
 _ERRORS = PostgresErrors(
     unavailable=StoreUnavailableError,
@@ -129,22 +130,6 @@ def _schema_part(table: str) -> SchemaPart:
         cli_option="--storage",
         cli_query="" if table == "perdure_blobs" else f"&table={table}",
     )
-
-
-def _check_seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
-    return float(value)
-
-
-def _parse_version(expected: str) -> int | None:
-    """The number a version string of ours names, or None if it names none."""
-    if not expected.isascii() or not expected.isdigit():
-        return None
-    number = int(expected)
-    if str(number) != expected or not 0 < number <= _MAX_VERSION:
-        return None
-    return number
 
 
 class PostgresStorage:
@@ -198,8 +183,8 @@ class PostgresStorage:
             errors=_ERRORS,
             what="PostgreSQL storage",
             max_connections=max_connections,
-            connect_timeout=_check_seconds("connect_timeout", connect_timeout),
-            reconnect_timeout=_check_seconds("reconnect_timeout", reconnect_timeout),
+            connect_timeout=check_seconds("connect_timeout", connect_timeout),
+            reconnect_timeout=check_seconds("reconnect_timeout", reconnect_timeout),
             configure=durable_commits,
         )
         self.schema = self.db.schema
@@ -339,7 +324,7 @@ class PostgresStorage:
         self._check_key(key)
         blob = check_data(data)
         check_expected(expected)
-        number = None if expected is None else _parse_version(expected)
+        number = None if expected is None else counter_version(expected)
         if expected is not None and number is None:
             # Not a version this storage gives: no blob has it.
             raise self._conflict(key, expected, "unknown version")

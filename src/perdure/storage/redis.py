@@ -56,6 +56,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
+from perdure._runtime.checks import check_seconds
 from perdure._runtime.redis import UNAVAILABLE, PerLoop, where
 from perdure.errors import (
     PerdureError,
@@ -67,6 +68,7 @@ from perdure.errors import (
 from perdure.storage.keys import (
     check_data,
     check_expected,
+    counter_version,
     prefix_upper_bound,
     validate_key,
     validate_list_args,
@@ -76,7 +78,6 @@ from perdure.storage.keys import (
 __all__ = ["RedisStorage"]
 
 _ATTEMPTS = 3
-_MAX_VERSION = 2**63 - 1
 
 # KEYS: data meta keys seq. ARGV: key blob tag. Returns the new version.
 _WRITE = """
@@ -128,22 +129,6 @@ class _Connection:
         self.delete: Script = client.register_script(_DELETE)
 
 
-def _check_seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
-    return float(value)
-
-
-def _parse_version(expected: str) -> int | None:
-    """The number a version string of ours names, or None if it names none."""
-    if not expected.isascii() or not expected.isdigit():
-        return None
-    number = int(expected)
-    if str(number) != expected or not 0 < number <= _MAX_VERSION:
-        return None
-    return number
-
-
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
@@ -186,8 +171,8 @@ class RedisStorage:
         self._clients = PerLoop(
             url,
             _Connection,
-            socket_timeout=_check_seconds("socket_timeout", socket_timeout),
-            connect_timeout=_check_seconds("connect_timeout", connect_timeout),
+            socket_timeout=check_seconds("socket_timeout", socket_timeout),
+            connect_timeout=check_seconds("connect_timeout", connect_timeout),
         )
         base = f"{prefix}{{storage}}:"
         self._data, self._meta, self._index, self._seq = (
@@ -290,7 +275,7 @@ class RedisStorage:
         validate_key(key)
         blob = check_data(data)
         check_expected(expected)
-        if expected is not None and _parse_version(expected) is None:
+        if expected is not None and counter_version(expected) is None:
             raise self._conflict(key, expected, "unknown version")
         tag = secrets.token_hex(8)
         args = [key, blob, tag, expected or ""]
@@ -370,7 +355,7 @@ class RedisStorage:
 
     def _split(self, key: str, meta: Any) -> tuple[str, str]:
         version, _, tag = _text(meta).partition(" ")
-        if _parse_version(version) is None or not tag:
+        if counter_version(version) is None or not tag:
             raise SessionCorruptedError(
                 f"Redis storage at {self.server}: the version of {key!r} reads "
                 f"{_text(meta)[:40]!r}, not '<version> <tag>'",

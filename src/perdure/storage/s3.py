@@ -75,6 +75,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("S3Storage needs obstore: pip install 'perdure[s3]'") from exc
 
+from perdure._runtime.checks import check_seconds
 from perdure.errors import PerdureError, StorageError, StoreUnavailableError
 from perdure.storage.keys import (
     check_data,
@@ -97,12 +98,6 @@ _UNREACHABLE = (
     "dns error",
     "tcp connect error",
 )
-
-
-def _check_seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
-    return float(value)
 
 
 def _check_bytes(name: str, value: Any, least: int) -> int:
@@ -196,10 +191,8 @@ class S3Storage:
         self.part_size = _check_bytes("part_size", part_size, 5 * _MIB)
         settings: dict[str, Any] = dict(config or {})
         client: dict[str, Any] = {
-            "connect_timeout": timedelta(
-                seconds=_check_seconds("connect_timeout", connect_timeout)
-            ),
-            "timeout": timedelta(seconds=_check_seconds("timeout", timeout)),
+            "connect_timeout": timedelta(seconds=check_seconds("connect_timeout", connect_timeout)),
+            "timeout": timedelta(seconds=check_seconds("timeout", timeout)),
         }
         _shared_files(settings, region)
         if endpoint_url is not None:
@@ -212,7 +205,7 @@ class S3Storage:
             settings["region"] = region
         retry = {
             "max_retries": max_retries,
-            "retry_timeout": timedelta(seconds=_check_seconds("retry_timeout", retry_timeout)),
+            "retry_timeout": timedelta(seconds=check_seconds("retry_timeout", retry_timeout)),
         }
         where = endpoint_url or "AWS"
         self.server = f"s3://{bucket}/{prefix}" + (f" at {endpoint_url}" if endpoint_url else "")

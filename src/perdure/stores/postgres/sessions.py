@@ -82,6 +82,7 @@ from typing import Any, Literal, NamedTuple
 
 import psycopg
 
+from perdure._runtime.checks import check_seconds
 from perdure._runtime.postgres import (
     DRIVER_ERRORS,
     PostgresDatabase,
@@ -251,7 +252,7 @@ class PostgresSessionStore(StoreBase):
             ("connect_timeout", connect_timeout),
             ("reconnect_timeout", reconnect_timeout),
         ):
-            _check_seconds(name, value)
+            check_seconds(name, value)
         checked_ttl = check_ttl(ttl)
         if durability not in ("commit", "invocation", "none"):
             raise ValueError(
@@ -1042,11 +1043,6 @@ def _shut(leases: LeaseKeeper, db: PostgresDatabase) -> None:
         leases.close()
     with contextlib.suppress(Exception):
         db.close()
-
-
-def _check_seconds(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
 
 
 def _flush_log(conn: psycopg.Connection[Any]) -> None:

@@ -78,6 +78,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, NamedTuple
 
+from perdure._runtime.checks import check_seconds
 from perdure.errors import (
     SessionConflictError,
     SessionCorruptedError,
@@ -188,7 +189,7 @@ class RedisSessionStore(StoreBase):
             ("socket_timeout", socket_timeout),
             ("connect_timeout", connect_timeout),
         ):
-            _check_seconds(name, value)
+            check_seconds(name, value)
         checked_ttl = check_ttl(ttl)
         self.url = url
         self.prefix = check_prefix(prefix)
@@ -1038,8 +1039,3 @@ def _text(value: Any) -> str:
 
 def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
-def _check_seconds(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
