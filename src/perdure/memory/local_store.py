@@ -27,9 +27,9 @@ from perdure.memory.rules import (
     RESERVED_METADATA_KEYS,
     check_embedder,
     check_limit,
-    check_metadata,
     check_name,
     check_namespace,
+    content_items,
     content_key,
     embed_texts,
     fuse_rankings,
@@ -42,7 +42,6 @@ from perdure.memory.rules import (
 )
 from perdure.memory.store import MemoryStore
 from perdure.types import Message
-from perdure.types.json import encodes_as_utf8
 
 __all__ = ["RESERVED_METADATA_KEYS", "LocalMemoryStore", "build_match_query", "query_terms"]
 
@@ -245,21 +244,12 @@ class LocalMemoryStore(MemoryStore):
             TypeError, ValueError: like :meth:`add`.
             MemoryStoreError: SQLite failed.
         """
-        if isinstance(contents, str) or not isinstance(contents, Sequence):
-            raise TypeError(f"contents must be a list of str, got {type(contents).__name__}")
-        checked = check_metadata(metadata)
-        items = []
-        for content in contents:
-            if not isinstance(content, str):
-                raise TypeError(f"content must be a str, got {type(content).__name__}")
-            if not content.strip():
-                raise ValueError("content must not be empty")
-            if not encodes_as_utf8(content):
-                raise ValueError(
-                    f"content {content[:40]!r} holds a lone surrogate, which UTF-8 (and "
-                    "so SQLite) cannot store"
-                )
-            items.append((content, checked))
+        items = content_items(
+            contents,
+            metadata,
+            nul=False,
+            unstorable="holds a lone surrogate, which UTF-8 (and so SQLite) cannot store",
+        )
         if not items:
             return 0
         return await asyncio.to_thread(self._insert, items)

@@ -84,9 +84,9 @@ from perdure.memory.entry import MemoryEntry
 from perdure.memory.rules import (
     check_embedder,
     check_limit,
-    check_metadata,
     check_name,
     check_namespace,
+    content_items,
     content_key,
     embed_texts,
     fuse_rankings,
@@ -98,7 +98,6 @@ from perdure.memory.rules import (
 )
 from perdure.memory.store import MemoryStore
 from perdure.types import Message
-from perdure.types.json import encodes_as_utf8
 
 __all__ = ["MEMORY_VERSION", "TEXT_SEARCH_CONFIG", "PostgresMemoryStore"]
 
@@ -413,21 +412,12 @@ class PostgresMemoryStore(MemoryStore):
             TypeError, ValueError: like :meth:`add`.
             MemoryStoreError, StoreUnavailableError: the server failed.
         """
-        if isinstance(contents, str) or not isinstance(contents, Sequence):
-            raise TypeError(f"contents must be a list of str, got {type(contents).__name__}")
-        checked = check_metadata(metadata)
-        items = []
-        for content in contents:
-            if not isinstance(content, str):
-                raise TypeError(f"content must be a str, got {type(content).__name__}")
-            if not content.strip():
-                raise ValueError("content must not be empty")
-            if "\x00" in content or not encodes_as_utf8(content):
-                raise ValueError(
-                    f"content {content[:40]!r} holds NUL or a lone surrogate, which "
-                    "PostgreSQL text cannot store"
-                )
-            items.append((content, checked))
+        items = content_items(
+            contents,
+            metadata,
+            nul=True,
+            unstorable="holds NUL or a lone surrogate, which PostgreSQL text cannot store",
+        )
         if not items:
             return 0
         return await asyncio.to_thread(self._insert, items)

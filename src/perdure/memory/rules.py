@@ -178,6 +178,33 @@ def storable(text: str, *, nul: bool = False) -> str:
     )
 
 
+def content_items(
+    contents: Sequence[str], metadata: dict[str, Any] | None, *, nul: bool, unstorable: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """What ``add_many`` remembers: each text with the metadata, checked.
+
+    ``nul``: a NUL is refused too; ``unstorable`` ends the message of a text refused
+    ("holds a lone surrogate, which …").
+
+    Raises:
+        TypeError: ``contents`` is not a list of str, or bad ``metadata``.
+        ValueError: an empty or unstorable text, or bad ``metadata``.
+    """
+    if isinstance(contents, str) or not isinstance(contents, Sequence):
+        raise TypeError(f"contents must be a list of str, got {type(contents).__name__}")
+    checked = check_metadata(metadata)
+    items = []
+    for content in contents:
+        if not isinstance(content, str):
+            raise TypeError(f"content must be a str, got {type(content).__name__}")
+        if not content.strip():
+            raise ValueError("content must not be empty")
+        if (nul and "\x00" in content) or not encodes_as_utf8(content):
+            raise ValueError(f"content {content[:40]!r} {unstorable}")
+        items.append((content, checked))
+    return items
+
+
 def message_items(
     messages: Sequence[Message], metadata: dict[str, Any] | None, *, nul: bool = False
 ) -> list[tuple[str, dict[str, Any]]]:
