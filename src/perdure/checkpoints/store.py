@@ -55,6 +55,7 @@ from perdure._runtime.threads import ProcessLock
 from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
 from perdure.session.rules import (
+    blob_hash,
     check_max_checkpoint_age,
     check_max_checkpoints,
     evicted_checkpoints,
@@ -243,6 +244,32 @@ class CheckpointRecord:
         if not isinstance(state, dict):
             raise ValueError("checkpoint agent_state must be an object")
         return cls(meta, messages, state)
+
+
+def verified_record(
+    body: bytes,
+    stored_hash: str,
+    meta: CheckpointMeta,
+    damaged: Callable[[str], Exception],
+    *,
+    meta_where: str = "the row's",
+    unsealed_ok: bool = False,
+) -> CheckpointRecord:
+    """The checkpoint a row store kept as ``body`` with ``stored_hash`` and ``meta``.
+
+    The one read check of the stores that keep a checkpoint's body beside its hash
+    (SQLite, PostgreSQL, Redis): the body must match its hash, parse, and hold the
+    stored meta; otherwise ``damaged(detail)`` is raised.
+    """
+    if blob_hash(body) != stored_hash:
+        raise damaged("the body does not match its hash")
+    try:
+        record = CheckpointRecord.from_json_bytes(body, unsealed_ok=unsealed_ok)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise damaged(str(exc)) from None
+    if record.meta != meta:
+        raise damaged(f"the body's meta does not match {meta_where}")
+    return record
 
 
 def _unseal(data: bytes) -> Any:

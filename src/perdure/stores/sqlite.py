@@ -120,6 +120,7 @@ import builtins
 import concurrent.futures
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -148,6 +149,7 @@ from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     check_checkpoint_id,
+    verified_record,
 )
 from perdure.errors import (
     CheckpointNotFoundError,
@@ -1662,20 +1664,11 @@ class SQLiteSessionStore(StoreBase):
             )
         meta = self._checkpoint_meta(session_id, checkpoint_id, row[:5])
         body, stored_hash = row[5], row[6]
-        if not isinstance(body, bytes) or blob_hash(body) != stored_hash:
-            raise self._checkpoint_damage(
-                session_id, checkpoint_id, "the body does not match its hash"
-            )
-        try:
-            # The hash column checked the body, also one written by perdure 0.1.
-            record = CheckpointRecord.from_json_bytes(body, unsealed_ok=True)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise self._checkpoint_damage(session_id, checkpoint_id, str(exc)) from None
-        if record.meta != meta:
-            raise self._checkpoint_damage(
-                session_id, checkpoint_id, "the body's meta does not match the row's"
-            )
-        return record
+        damaged = functools.partial(self._checkpoint_damage, session_id, checkpoint_id)
+        if not isinstance(body, bytes):
+            raise damaged("the body does not match its hash")
+        # The hash column checks the body, also one written by perdure 0.1 (unsealed).
+        return verified_record(body, stored_hash, meta, damaged, unsealed_ok=True)
 
     def _checkpoint_list(self, session_id: str) -> builtins.list[CheckpointMeta]:
         with self._use(self._reader) as conn:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import json
 import weakref
 import zlib
@@ -32,6 +33,7 @@ from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     check_checkpoint_id,
+    verified_record,
 )
 from perdure.errors import (
     CheckpointNotFoundError,
@@ -196,18 +198,12 @@ class PostgresCheckpointStore:
             )
         meta_text, body, stored_hash = row
         meta = self._meta(session_id, checkpoint_id, meta_text)
-        body = bytes(body)
-        if blob_hash(body) != stored_hash:
-            raise self._damage(session_id, checkpoint_id, "the body does not match its hash")
-        try:
-            record = CheckpointRecord.from_json_bytes(body)
-        except ValueError as exc:
-            raise self._damage(session_id, checkpoint_id, str(exc)) from None
-        if record.meta != meta:
-            raise self._damage(
-                session_id, checkpoint_id, "the body's meta does not match the row's"
-            )
-        return record
+        return verified_record(
+            bytes(body),
+            stored_hash,
+            meta,
+            functools.partial(self._damage, session_id, checkpoint_id),
+        )
 
     async def checkpoint_sessions(self) -> builtins.list[str]:
         """Every session id with at least one checkpoint row, sorted (as Python sorts)."""

@@ -18,10 +18,16 @@ deleted with their session, or when its id is created again after a delete.
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 from typing import Any
 
-from perdure.checkpoints.store import CheckpointMeta, CheckpointRecord, check_checkpoint_id
+from perdure.checkpoints.store import (
+    CheckpointMeta,
+    CheckpointRecord,
+    check_checkpoint_id,
+    verified_record,
+)
 from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
 from perdure.session.rules import HASH_LEN, blob_hash, checkpoint_age_cutoff
@@ -117,18 +123,13 @@ class RedisCheckpointStore:
         meta = self._meta(session_id, checkpoint_id, meta_text)
         if stored is None:
             raise self._damage(session_id, checkpoint_id, "its body is missing")
-        body = bytes(stored[_HEX:])
-        if stored[:_HEX] != blob_hash(body).encode("ascii"):
-            raise self._damage(session_id, checkpoint_id, "the body does not match its hash")
-        try:
-            record = CheckpointRecord.from_json_bytes(body)
-        except ValueError as exc:
-            raise self._damage(session_id, checkpoint_id, str(exc)) from None
-        if record.meta != meta:
-            raise self._damage(
-                session_id, checkpoint_id, "the body's meta does not match the stored meta"
-            )
-        return record
+        return verified_record(
+            bytes(stored[_HEX:]),
+            bytes(stored[:_HEX]).decode("latin-1"),
+            meta,
+            functools.partial(self._damage, session_id, checkpoint_id),
+            meta_where="the stored meta",
+        )
 
     async def list(self, session_id: str) -> builtins.list[CheckpointMeta]:
         """The session's checkpoints, oldest first (reads no body).
