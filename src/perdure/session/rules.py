@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, cast, overload
 
-from perdure.errors import SessionConflictError
+from perdure.errors import SessionConflictError, SessionLockedError
 from perdure.session.ids import validate_session_id
 from perdure.session.ulid import encode_ulid, is_ulid
 from perdure.types import (
@@ -790,3 +790,21 @@ class PastOffset(Sequence[Message]):
         if self._offset:
             raise IndexError(f"messages before index {self._offset} {self._hidden}")
         return iter(self._messages)
+
+
+def lease_held(session_id: str, where: str) -> SessionLockedError:
+    """A server store's refusal of a writer while another holds the session's lease."""
+    return SessionLockedError(
+        f"session {session_id!r} is locked by another writer: another process or "
+        f"machine holds its writer lease ({where})",
+        details={"session_id": session_id, "reason": "leased"},
+    )
+
+
+def lease_lost(session_id: str, where: str) -> SessionLockedError:
+    """A server store's refusal of a commit whose writer no longer holds the lease."""
+    return SessionLockedError(
+        f"session {session_id!r} is locked ({where}): this writer's lease expired (it "
+        "was not renewed in time) or was taken over by another writer; nothing was written",
+        details={"session_id": session_id, "reason": "lease_lost"},
+    )

@@ -118,6 +118,8 @@ from perdure.session.rules import (
     encode_message,
     encode_redactions,
     encode_state,
+    lease_held,
+    lease_lost,
     new_tail,
     plan_commit,
     text_hash,
@@ -975,25 +977,11 @@ class PostgresSessionStore(StoreBase):
             self._forget(session_id)
             raise self._not_found(session_id, why.expired)
         if token is not None and not self._holds(why, token):
-            raise self._lease_lost(session_id)
+            raise lease_lost(session_id, self.db.where)
         if token is None and why.lease_live:
-            raise self._leased(session_id)
+            raise lease_held(session_id, self.db.where)
         self._remember(session_id, why.head)
         return why.head
-
-    def _leased(self, session_id: str) -> SessionLockedError:
-        return SessionLockedError(
-            f"session {session_id!r} is locked by another writer: another process or "
-            f"machine holds its writer lease ({self.db.where})",
-            details={"session_id": session_id, "reason": "leased"},
-        )
-
-    def _lease_lost(self, session_id: str) -> SessionLockedError:
-        return SessionLockedError(
-            f"session {session_id!r} is locked ({self.db.where}): this writer's lease was "
-            "taken over by another writer (it was not renewed in time); nothing was written",
-            details={"session_id": session_id, "reason": "lease_lost"},
-        )
 
     def _decode_last(self, session_id: str, head: _Head, text: str) -> Message:
         try:
@@ -1035,7 +1023,7 @@ class PostgresSessionStore(StoreBase):
         done = self.db.call(work, doing=f"deleting session {session_id!r}")
         self._forget(session_id)
         if not done:
-            raise self._leased(session_id)
+            raise lease_held(session_id, self.db.where)
 
 
 def _shut(leases: LeaseKeeper, db: PostgresDatabase) -> None:

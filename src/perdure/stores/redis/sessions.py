@@ -82,7 +82,6 @@ from perdure._runtime.checks import check_seconds
 from perdure.errors import (
     SessionConflictError,
     SessionCorruptedError,
-    SessionLockedError,
     SessionNotFoundError,
     StoreUnavailableError,
 )
@@ -107,6 +106,8 @@ from perdure.session.rules import (
     encode_message,
     encode_redactions,
     encode_state,
+    lease_held,
+    lease_lost,
     new_tail,
     plan_commit,
     text_hash,
@@ -415,7 +416,7 @@ class RedisSessionStore(StoreBase):
         )
         self._forget(session_id)
         if not done:
-            raise self._leased(session_id)
+            raise lease_held(session_id, f"Redis store at {self.server}")
 
     def writer_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Hold the session's writer lease for an ``async with`` block.
@@ -512,7 +513,7 @@ class RedisSessionStore(StoreBase):
                     f"reading the writer lease of session {session_id!r}",
                 )
                 if held is None or _text(held) != token:
-                    raise self._leased(session_id)
+                    raise lease_held(session_id, f"Redis store at {self.server}")
             with self._tokens_guard:
                 self._tokens[session_id] = token
             renewer = asyncio.create_task(self._renew(keys.lease, token, lease_ms))
@@ -545,20 +546,6 @@ class RedisSessionStore(StoreBase):
                 continue  # try again; commits are fenced by the token anyway
             if not kept:
                 return  # taken over: this writer's commits are refused from now on
-
-    def _leased(self, session_id: str) -> SessionLockedError:
-        return SessionLockedError(
-            f"session {session_id!r} is locked by another writer: another process or "
-            f"machine holds its writer lease (Redis store at {self.server})",
-            details={"session_id": session_id, "reason": "leased"},
-        )
-
-    def _lease_lost(self, session_id: str) -> SessionLockedError:
-        return SessionLockedError(
-            f"session {session_id!r} is locked (Redis store at {self.server}): this "
-            "writer's lease expired or was taken over by another writer; nothing was written",
-            details={"session_id": session_id, "reason": "lease_lost"},
-        )
 
     # ------------------------------------------------------------------ errors
 
@@ -801,9 +788,9 @@ class RedisSessionStore(StoreBase):
 
     def _check_lease(self, session_id: str, token: str | None, lease: Any) -> None:
         if token is not None and (lease is None or _text(lease) != token):
-            raise self._lease_lost(session_id)
+            raise lease_lost(session_id, f"Redis store at {self.server}")
         if token is None and lease is not None:
-            raise self._leased(session_id)
+            raise lease_held(session_id, f"Redis store at {self.server}")
 
     async def _commit_args(
         self,
@@ -930,9 +917,9 @@ class RedisSessionStore(StoreBase):
             if status == "missing":
                 raise self._not_found(session_id, bool(reply[1]))
             if status == "lease_lost":
-                raise self._lease_lost(session_id)
+                raise lease_lost(session_id, f"Redis store at {self.server}")
             if status == "leased":
-                raise self._leased(session_id)
+                raise lease_held(session_id, f"Redis store at {self.server}")
             if status == "bad_length":
                 raise self._damage(
                     session_id,
