@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -151,12 +152,21 @@ async def test_the_lease_is_renewed_while_a_turn_runs(
 ) -> None:
     holder, other = opened(lease=0.3), opened()
     await holder.create("s")
-    async with holder.writer_lock("s"):
-        await asyncio.sleep(1.0)  # more than three lease lives
-        with pytest.raises(SessionLockedError):
-            async with other.writer_lock("s"):
-                pass
-        await holder.commit("s", [text("user", "still mine")])
+    # This test hung once in a full CI run (idle in select, no Redis I/O) and never
+    # again in isolation: a hang is turned into a failure naming what was waited for.
+    try:
+        async with asyncio.timeout(30):
+            async with holder.writer_lock("s"):
+                await asyncio.sleep(1.0)  # more than three lease lives
+                with pytest.raises(SessionLockedError):
+                    async with other.writer_lock("s"):
+                        pass
+                await holder.commit("s", [text("user", "still mine")])
+    except TimeoutError:
+        stacks = "\n".join(
+            "".join(traceback.format_stack(f)) for t in asyncio.all_tasks() for f in t.get_stack()
+        )
+        pytest.fail(f"the lease test hung for 30 s; the loop's tasks:\n{stacks}")
 
 
 async def test_an_element_edited_behind_the_stores_back_is_damage(
