@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import signal
+import socket
 import threading
 import time
 from typing import Any
@@ -58,6 +61,72 @@ def test_an_interrupt_while_waiting_cancels_the_coroutine() -> None:
     with pytest.raises(KeyboardInterrupt):
         run_blocking(forever())
     assert stopped.is_set()  # cancelled before the call returned
+    assert run_blocking(answer()) == 42
+
+
+def test_while_a_call_runs_a_sigint_wakes_the_loop_through_a_socket_it_watches() -> None:
+    """A SIGINT that lands just before the loop's select() must not wait there
+    unhandled: the C handler writes to a wakeup fd, and the loop watches its socket."""
+    seen: dict[str, int] = {}
+
+    async def look() -> None:
+        fd = signal.set_wakeup_fd(-1)  # read it (and put it back at once)
+        signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
+        seen["fd"] = fd
+        await asyncio.sleep(0)
+
+    before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(before)
+    run_blocking(look())
+    assert seen["fd"] >= 0
+    peer = socket.socket(fileno=os.dup(seen["fd"]))
+    try:  # the other end is one the loop reads: a byte written there wakes it
+        assert peer.type == socket.SOCK_STREAM
+        assert peer.getpeername() is not None
+    finally:
+        peer.close()
+    after = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(after)
+    assert after == before  # given back when the call ended
+
+
+def test_interrupts_at_any_moment_of_a_call_each_end_it_at_once() -> None:
+    """SIGINTs sent after random short delays, many times: each call ends within a
+    second, never left waiting in select() for the hour it was asked to sleep."""
+    rng = random.Random(7)
+    main = threading.get_ident()
+    slow: list[int] = []
+
+    async def forever() -> None:
+        await asyncio.sleep(3600)
+
+    def one_call(delay: float) -> bool:
+        """One call interrupted after ``delay``; False when the interrupt was lost."""
+        done, lost = threading.Event(), threading.Event()
+
+        def interrupt() -> None:
+            time.sleep(delay)
+            signal.pthread_kill(main, signal.SIGINT)
+            if not done.wait(1.0):  # lost: a second one raises at once
+                lost.set()
+                signal.pthread_kill(main, signal.SIGINT)
+
+        sender = threading.Thread(target=interrupt, daemon=True)
+        try:  # it may land before the call, too
+            sender.start()
+            run_blocking(forever())
+        except KeyboardInterrupt:
+            pass
+        else:
+            raise AssertionError("the call ended without the interrupt")
+        done.set()
+        sender.join(5)
+        return not lost.is_set()
+
+    for attempt in range(150):
+        if not one_call(rng.uniform(0, 0.002)):
+            slow.append(attempt)
+    assert slow == []
     assert run_blocking(answer()) == 42
 
 

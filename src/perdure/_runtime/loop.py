@@ -37,6 +37,8 @@ import atexit
 import contextlib
 import logging
 import signal
+import socket
+import sys
 import threading
 from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar, cast
@@ -46,6 +48,10 @@ from perdure._runtime.threads import PerProcess
 T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
+
+# The calling thread's running loop or None, without the RuntimeError that
+# get_running_loop() raises (and a sync call pays for) when there is none.
+_running_loop = asyncio.events._get_running_loop
 
 _IDLE_CHECK = 0.05  # seconds between looks, by the loop thread, for work left to run
 _MADE_PRUNE = 1024  # tasks remembered before the finished ones are dropped
@@ -71,6 +77,9 @@ class _Runner:
         # checks when its call ends (asyncio.all_tasks walks every task of the process).
         self.made: list[asyncio.Task[Any]] = []
         self.warned: set[str] = set()  # async twins named in a warning already
+        # A socket pair whose read end the loop watches (see _drive), when it can.
+        self.wake: tuple[socket.socket, socket.socket] | None = None
+        self.wake_fd = -1  # its write end's fd, or -1
 
     def claim(self, may_drive: bool) -> tuple[asyncio.AbstractEventLoop, bool]:
         """The loop, and whether the caller runs it (else it hands its call off)."""
@@ -82,6 +91,7 @@ class _Runner:
                     if self.loop is None or self.loop.is_closed():
                         self.loop = asyncio.new_event_loop()
                         self.loop.set_task_factory(self._new_task)
+                        self._watch_wake()
                     if self.driver is None and self.thread is None and may_drive:
                         self.driver = threading.current_thread()
                         return self.loop, True
@@ -90,6 +100,15 @@ class _Runner:
                         self._start_thread()
                     return self.loop, False
             stopping.join()  # a thread still leaving run_forever(): wait it out
+
+    def _watch_wake(self) -> None:
+        """A new socket pair for the new loop to watch (the last loop's is closed)."""
+        if self.wake is not None:
+            for end in self.wake:
+                end.close()
+        self.wake, self.wake_fd = _wake_on_signal(self.loop), -1
+        if self.wake is not None:
+            self.wake_fd = self.wake[1].fileno()
 
     def _new_task(
         self, loop: asyncio.AbstractEventLoop, coro: Any, **options: Any
@@ -152,11 +171,8 @@ class _Runner:
 
     def running_here(self) -> bool:
         """True when the calling thread is running perdure's loop (in this process)."""
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        return running is self.loop
+        running = _running_loop()
+        return running is not None and running is self.loop
 
     def shutdown(self) -> None:
         with self.lock:
@@ -184,11 +200,7 @@ def _shutdown() -> None:
 
 def in_running_loop() -> bool:
     """True when the calling thread is running an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    return _running_loop() is not None
 
 
 def is_runner_thread() -> bool:
@@ -208,15 +220,15 @@ def run_sync(coro: Coroutine[Any, Any, T], *, async_name: str) -> T:
             hook of a running agent), where waiting would deadlock; the message
             names ``async_name``.
     """
-    if is_runner_thread():
-        coro.close()
-        raise RuntimeError(
-            "cannot call perdure's sync API on perdure's own event loop thread (inside "
-            f"a tool or hook of a running agent): it would wait for itself; "
-            f"use `await {async_name}` instead"
-        )
-    if in_running_loop():
+    if _running_loop() is not None:
         runner = _runner.value
+        if runner.running_here():
+            coro.close()
+            raise RuntimeError(
+                "cannot call perdure's sync API on perdure's own event loop thread (inside "
+                f"a tool or hook of a running agent): it would wait for itself; "
+                f"use `await {async_name}` instead"
+            )
         if async_name not in runner.warned:
             runner.warned.add(async_name)
             _log.warning(
@@ -234,10 +246,11 @@ def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
     Must not be called while running perdure's own loop (it would wait on itself).
     """
     runner = _runner.value
-    if runner.running_here():
+    running = _running_loop()
+    if running is not None and running is runner.loop:
         coro.close()
         raise RuntimeError("run_blocking called from perdure's own event loop thread")
-    loop, drive = runner.claim(may_drive=not in_running_loop())
+    loop, drive = runner.claim(may_drive=running is None)
     if drive:
         try:
             return _drive(loop, coro)
@@ -265,6 +278,8 @@ def _drive(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
         raise KeyboardInterrupt
 
     previous: Any = None
+    wake_fd = _runner.value.wake_fd
+    old_wake_fd = -1
     # _signal: the signal module's own functions, without the enum conversions its
     # wrappers make (12 us a call here, as much as the rest of the hand-over).
     if (
@@ -272,8 +287,16 @@ def _drive(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
         and _signal.getsignal(signal.SIGINT) is signal.default_int_handler
     ):
         previous = _signal.signal(signal.SIGINT, on_sigint)
+        if wake_fd >= 0:
+            # A SIGINT that lands after the loop's last look at pending signals and
+            # before its select() would otherwise wait there unhandled until the next
+            # event (an hour's sleep): the C handler writes to this fd, which the
+            # loop watches, so select() returns and the Python handler runs.
+            old_wake_fd = _signal.set_wakeup_fd(wake_fd, warn_on_full_buffer=False)
     try:
         try:
+            if _first_step(loop, task) and not _has_ready(loop):
+                return task.result()
             return loop.run_until_complete(task)
         except asyncio.CancelledError:
             if interrupts:
@@ -284,10 +307,100 @@ def _drive(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
                 task.cancel()
                 with contextlib.suppress(BaseException):  # its outcome: the cancellation
                     loop.run_until_complete(task)
+            elif not task.cancelled():
+                task.exception()  # raised here: no "never retrieved" warning on the task
             raise
     finally:
         if previous is not None:
+            if wake_fd >= 0:
+                _signal.set_wakeup_fd(old_wake_fd)
             _signal.signal(signal.SIGINT, previous)
+
+
+def _wake_on_signal(
+    loop: asyncio.AbstractEventLoop | None,
+) -> tuple[socket.socket, socket.socket] | None:
+    """A socket pair (read end, write end) whose read end ``loop`` watches and drains.
+
+    None when the loop cannot watch a socket (a proactor loop): a driver then does
+    without (see :func:`_drive`).
+    """
+    assert loop is not None
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):
+            while reader.recv(4096):
+                pass
+
+    try:
+        loop.add_reader(reader.fileno(), drain)
+    except NotImplementedError:
+        reader.close()
+        writer.close()
+        return None
+    return reader, writer
+
+
+def _first_step(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> bool:
+    """Run ``task``'s first step here and now; True when that finished it.
+
+    A turn that never waits (a bare turn, a session whose writes need no wait)
+    finishes in its first step, and ``run_until_complete`` would spend as much again
+    around it: two passes of the loop, two ``select`` calls, a done-callback and the
+    loop's start and stop. So the step ``create_task`` scheduled is taken back out
+    of the loop's queue and run on this thread with the loop set up as
+    ``run_forever`` sets it (the running loop, its thread, its async-generator
+    hooks), as Python 3.12's eager tasks run a task's first step inside ``create_task``.
+    The task is a real one: ``current_task()``, ``asyncio.timeout`` and a cancel
+    behave as in any step. When the step is not the one just queued (another thread
+    queued a callback in between) or the loop is not asyncio's own (uvloop), nothing
+    is taken and False is returned: the loop runs the task as usual.
+    """
+    ready = getattr(loop, "_ready", None)
+    if not _EAGER or not isinstance(loop, asyncio.BaseEventLoop) or not ready:
+        return False
+    handle = ready[-1]
+    if getattr(handle._callback, "__self__", None) is not task:
+        return False
+    ready.pop()
+    hooks = sys.get_asyncgen_hooks()
+    loop_any: Any = loop  # the private parts run_forever sets; checked in _EAGER
+    loop_any._thread_id = threading.get_ident()
+    sys.set_asyncgen_hooks(
+        firstiter=loop_any._asyncgen_firstiter_hook, finalizer=loop_any._asyncgen_finalizer_hook
+    )
+    asyncio.events._set_running_loop(loop)
+    try:
+        handle._run()
+    finally:
+        asyncio.events._set_running_loop(None)
+        sys.set_asyncgen_hooks(*hooks)
+        loop_any._thread_id = None
+    finished: bool = task.done()
+    return finished
+
+
+def _has_ready(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether callbacks wait in the loop's queue (run by one pass of the loop)."""
+    return bool(getattr(loop, "_ready", True))
+
+
+def _eager_possible() -> bool:
+    """Whether this Python's event loop has the parts :func:`_first_step` uses."""
+    loop = asyncio.new_event_loop()
+    try:
+        if not isinstance(loop, asyncio.BaseEventLoop):
+            return False
+        parts = ("_ready", "_thread_id", "_asyncgen_firstiter_hook", "_asyncgen_finalizer_hook")
+        return all(hasattr(loop, name) for name in parts)
+    finally:
+        loop.close()
+
+
+_EAGER = _eager_possible()
 
 
 def _hand_off(runner: _Runner, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
