@@ -1,0 +1,205 @@
+"""PerdureSaver under real LangGraph graphs, and what perdure adds to a checkpointer.
+
+A ``StateGraph(MessagesState)`` runs through ``invoke`` and ``ainvoke`` and resumes in
+a new saver over the same storage; the storage grows by the new messages, not by the
+whole history each step; damage of any stored blob is a typed error; ``prune``
+collects the blobs nothing names; two writers of one task's writes both land.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lg_support import import_langgraph
+
+import_langgraph()
+
+from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
+from langgraph.checkpoint.serde.types import ERROR  # noqa: E402
+from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
+
+from perdure.adapters.langgraph import CHUNK_ITEMS, PerdureSaver  # noqa: E402
+from perdure.errors import SessionCorruptedError  # noqa: E402
+from perdure.storage import MemoryStorage  # noqa: E402
+
+
+def builder(is_async: bool = False) -> StateGraph:
+    graph = StateGraph(MessagesState)
+    if is_async:
+
+        async def answer_async(state: dict[str, Any]) -> dict[str, Any]:
+            return {"messages": [AIMessage(f"answer {len(state['messages'])}")]}
+
+        graph.add_node("model", answer_async)
+    else:
+
+        def answer(state: dict[str, Any]) -> dict[str, Any]:
+            return {"messages": [AIMessage(f"answer {len(state['messages'])}")]}
+
+        graph.add_node("model", answer)
+    graph.add_edge(START, "model")
+    graph.add_edge("model", END)
+    return graph
+
+
+CONFIG: Any = {"configurable": {"thread_id": "user-42"}}
+
+
+def test_a_sync_graph_resumes_in_a_new_saver(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'graphs.db'}"
+    with PerdureSaver(url) as saver:
+        graph = builder().compile(checkpointer=saver)
+        for n in range(3):
+            graph.invoke({"messages": [HumanMessage(f"question {n}")]}, CONFIG)
+        before = graph.get_state(CONFIG).values["messages"]
+        history = list(graph.get_state_history(CONFIG))
+    assert [m.content for m in before] == [
+        text for n in range(3) for text in (f"question {n}", f"answer {2 * n + 1}")
+    ]
+    with PerdureSaver(url) as again:
+        graph = builder().compile(checkpointer=again)
+        assert graph.get_state(CONFIG).values["messages"] == before
+        assert [s.config for s in graph.get_state_history(CONFIG)] == [s.config for s in history]
+        graph.invoke({"messages": [HumanMessage("one more")]}, CONFIG)
+        assert len(graph.get_state(CONFIG).values["messages"]) == 8
+
+
+async def test_an_async_graph_on_a_file_storage(tmp_path: Path) -> None:
+    saver = PerdureSaver(f"file:{tmp_path / 'blobs'}")
+    graph = builder(is_async=True).compile(checkpointer=saver)
+    for n in range(2):
+        await graph.ainvoke({"messages": [HumanMessage(f"q{n}")]}, CONFIG)
+    state = await graph.aget_state(CONFIG)
+    assert [m.content for m in state.values["messages"]] == ["q0", "answer 1", "q1", "answer 3"]
+    # the older checkpoints keep what they had
+    states = [s async for s in graph.aget_state_history(CONFIG)]
+    assert [len(s.values.get("messages", [])) for s in states] == [4, 3, 2, 2, 1, 0]
+
+
+async def stored_bytes(storage: MemoryStorage) -> int:
+    total = 0
+    for key in await storage.list(""):
+        total += len(await storage.read(key) or b"")
+    return total
+
+
+async def test_storage_grows_with_new_messages_not_with_the_history() -> None:
+    storage = MemoryStorage()
+    saver = PerdureSaver(storage)
+    graph = builder(is_async=True).compile(checkpointer=saver)
+    turns = 100  # 200 messages, 300 checkpoints
+    for n in range(turns):
+        await graph.ainvoke({"messages": [HumanMessage(f"question {n} " * 20)]}, CONFIG)
+    final = (await graph.aget_state(CONFIG)).values["messages"]
+    assert len(final) == 2 * turns
+    # what storing the whole state at every checkpoint (SqliteSaver) would take
+    whole = 0
+    async for state in graph.aget_state_history(CONFIG):
+        whole += len(saver.serde.dumps_typed(state.values.get("messages", []))[1])
+    total = await stored_bytes(storage)
+    assert total * 5 < whole, (total, whole)
+    # and a checkpoint's record stays small however long the history gets
+    per_message = len(saver.serde.dumps_typed(final)[1]) / len(final)
+    records = [k for k in await storage.list("langgraph/") if "/c/" in k]
+    sizes = [len(await storage.read(k) or b"") for k in records]
+    assert max(sizes) < CHUNK_ITEMS * per_message + 4096
+
+
+async def damaged(storage: MemoryStorage, key: str) -> None:
+    blob = bytearray(await storage.read(key) or b"")
+    blob[-1] ^= 0x01
+    await storage.write(key, bytes(blob))
+
+
+async def filled(turns: int = 20) -> tuple[MemoryStorage, PerdureSaver]:
+    storage = MemoryStorage()
+    saver = PerdureSaver(storage)
+    graph = builder(is_async=True).compile(checkpointer=saver)
+    for n in range(turns):
+        await graph.ainvoke({"messages": [HumanMessage(f"q{n}")]}, CONFIG)
+    return storage, saver
+
+
+@pytest.mark.parametrize("part", ["c", "b"])
+async def test_a_damaged_record_or_blob_is_a_typed_error(part: str) -> None:
+    storage, _ = await filled()
+    keys = [k for k in await storage.list("langgraph/") if f"/{part}/" in k]
+    newest = max(keys) if part == "c" else keys[0]
+    await damaged(storage, newest)
+    fresh = PerdureSaver(storage)  # no cache of what was read before
+    with pytest.raises(SessionCorruptedError) as caught:
+        await fresh.aget_tuple(CONFIG) if part == "c" else [t async for t in fresh.alist(CONFIG)]
+    assert caught.value.code == "session_store_corrupted"
+    assert caught.value.details["key"] == newest
+
+
+async def test_a_missing_chunk_is_a_typed_error_not_a_shorter_history() -> None:
+    storage, _ = await filled(turns=CHUNK_ITEMS)
+    chunks = [k for k in await storage.list("langgraph/") if "/b/" in k]
+    assert chunks
+    await storage.delete(chunks[0])
+    with pytest.raises(SessionCorruptedError, match="is missing"):
+        await PerdureSaver(storage).aget_tuple(CONFIG)
+
+
+async def test_damaged_writes_are_a_typed_error() -> None:
+    storage, saver = await filled(turns=1)
+    stored = await saver.aget_tuple(CONFIG)
+    assert stored is not None
+    await saver.aput_writes(stored.config, [("messages", [AIMessage("late")])], "task-1")
+    key = next(k for k in await storage.list("langgraph/") if k.endswith("/_task-1"))
+    await damaged(storage, key)
+    with pytest.raises(SessionCorruptedError):
+        await saver.aget_tuple(CONFIG)
+
+
+async def test_prune_collects_the_blobs_no_record_names() -> None:
+    storage, saver = await filled(turns=CHUNK_ITEMS)
+    before = (await saver.aget_tuple(CONFIG)).checkpoint  # type: ignore[union-attr]
+    blobs = [k for k in await storage.list("langgraph/") if "/b/" in k]
+    await saver.aprune(["user-42"])
+    after = await PerdureSaver(storage).aget_tuple(CONFIG)
+    assert after is not None
+    assert after.checkpoint == before
+    left = [k for k in await storage.list("langgraph/") if "/b/" in k]
+    assert set(left) <= set(blobs)
+    assert len(left) == len(before["channel_values"]["messages"]) // CHUNK_ITEMS
+    await saver.adelete_thread("user-42")
+    assert await storage.list("langgraph/") == []
+
+
+async def test_two_writers_of_one_task_both_land() -> None:
+    storage, _ = await filled(turns=1)
+    first, second = PerdureSaver(storage), PerdureSaver(storage)
+    stored = await first.aget_tuple(CONFIG)
+    assert stored is not None
+    for _ in range(5):
+        await asyncio.gather(
+            first.aput_writes(stored.config, [("messages", "regular")], "task"),
+            second.aput_writes(stored.config, [(ERROR, "boom")], "task"),
+        )
+    again = await first.aget_tuple(stored.config)
+    assert again is not None
+    assert sorted(w[1:] for w in again.pending_writes or []) == [
+        (ERROR, "boom"),
+        ("messages", "regular"),
+    ]
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(TypeError, match="url_or_store"):
+        PerdureSaver(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="prefix"):
+        PerdureSaver("memory:", prefix="/bad")
+    saver = PerdureSaver("memory:")
+    with pytest.raises(ValueError, match="thread_id"):
+        saver.get_tuple({"configurable": {}})
+    with pytest.raises(ValueError, match="strategy"):
+        saver.prune(["t"], strategy="oldest")
+    with pytest.raises(TypeError, match="thread_ids"):
+        saver.prune("t")
+    with pytest.raises(ValueError, match="checkpoint_id"):
+        saver.put_writes({"configurable": {"thread_id": "t"}}, [("a", 1)], "task")
