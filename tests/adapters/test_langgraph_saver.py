@@ -203,3 +203,42 @@ def test_bad_arguments_are_named() -> None:
         saver.prune("t")
     with pytest.raises(ValueError, match="checkpoint_id"):
         saver.put_writes({"configurable": {"thread_id": "t"}}, [("a", 1)], "task")
+
+
+async def test_an_item_changed_in_place_is_stored_as_it_is_now() -> None:
+    """Unchanged items are not serialised again, but one changed in place is."""
+    saver = PerdureSaver(MemoryStorage())
+    message = HumanMessage("before")
+    note: dict[str, Any] = {"n": 1}
+    history: list[Any] = [message, note]
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    for step in range(3):
+        checkpoint: Any = {
+            "v": 1,
+            "id": f"0000000{step}",
+            "ts": "2026-01-01T00:00:00+00:00",
+            "channel_values": {"messages": list(history)},
+            "channel_versions": {"messages": saver.get_next_version(None, None)},
+            "versions_seen": {},
+            "pending_sends": [],
+            "updated_channels": None,
+        }
+        config = await saver.aput(
+            config, checkpoint, {"step": step}, dict(checkpoint["channel_versions"])
+        )
+        message.content = f"changed {step}"
+        note["n"] += 1
+    first = await saver.aget_tuple(
+        {"configurable": {**config["configurable"], "checkpoint_id": "00000000"}}
+    )
+    last = await saver.aget_tuple(config)
+    assert first is not None
+    assert last is not None
+    assert [
+        m if isinstance(m, dict) else m.content
+        for m in first.checkpoint["channel_values"]["messages"]
+    ] == ["before", {"n": 1}]
+    assert [
+        m if isinstance(m, dict) else m.content
+        for m in last.checkpoint["channel_values"]["messages"]
+    ] == ["changed 1", {"n": 3}]

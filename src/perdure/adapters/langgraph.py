@@ -80,6 +80,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from types import TracebackType
@@ -154,7 +155,13 @@ def _seg(text: str) -> str:
     return "_" + encode_segment(text)
 
 
+_PLAIN = re.compile(r"_[A-Za-z0-9_-]*")
+
+
 def _unseg(segment: str) -> str | None:
+    """The string a :func:`_seg` segment encodes (``None``: not such a segment)."""
+    if _PLAIN.fullmatch(segment):
+        return segment[1:]  # nothing was escaped (uuids, most ids): the common case
     if not segment.startswith("_"):
         return None
     return decode_segment(segment[1:])
@@ -273,6 +280,29 @@ def _blob_shas(ref: list[Any]) -> list[str]:
     return []
 
 
+class _SeenList(NamedTuple):
+    """A list channel's last value as this saver stored it."""
+
+    objects: list[Any]
+    looks: list[Any]  # _look of each object then
+    items: list[Typed]
+    shas: list[str]  # of its sealed chunks
+
+
+_IMMUTABLE = (str, bytes, int, float, bool, type(None))
+
+
+def _look(item: Any) -> Any:
+    """A shallow picture of ``item`` to tell whether it was changed in place since
+    (``None``: no picture; the item is serialised again every time)."""
+    if isinstance(item, _IMMUTABLE):
+        return True
+    if isinstance(item, dict):
+        return dict(item)
+    fields = getattr(item, "__dict__", None)
+    return dict(fields) if isinstance(fields, dict) else None
+
+
 # ------------------------------------------------------------------------------ saver
 
 
@@ -319,7 +349,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         self._chunks: OrderedDict[str, list[Typed]] = OrderedDict()  # sha -> checked items
         self._known: set[str] = set()  # blob keys known to be stored
         self._refs: dict[tuple[str, str, str, str], list[Any]] = {}  # (t, ns, ch, ver) -> ref
-        self._lists: dict[tuple[str, str, str], tuple[list[Typed], list[str]]] = {}
+        self._lists: dict[tuple[str, str, str], _SeenList] = {}
 
     def __repr__(self) -> str:
         return f"PerdureSaver({self.storage!r}, prefix={self.prefix!r})"
@@ -453,8 +483,9 @@ class PerdureSaver(BaseCheckpointSaver[str]):
     async def _ref(self, thread: str, ns: str, channel: str, value: Any) -> list[Any]:
         """Store a channel's value as needed; the reference a record keeps for it."""
         if type(value) is list:
-            items = [self.serde.dumps_typed(item) for item in value]
-            previous, shas = self._lists.get((thread, ns, channel), ([], []))
+            seen = self._lists.get((thread, ns, channel))
+            items, looks = self._serialised_items(value, seen)
+            previous, shas = (seen.items, seen.shas) if seen else ([], [])
             sealed_count = len(items) // CHUNK_ITEMS
             chunk_shas: list[str] = []
             for index in range(sealed_count):
@@ -465,7 +496,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
                     continue
                 blob = _BLOB + _pack(["chunk", [list(item) for item in run]])
                 chunk_shas.append(await self._store_blob(thread, blob))
-            self._lists[(thread, ns, channel)] = (items, chunk_shas)
+            self._lists[(thread, ns, channel)] = _SeenList(list(value), looks, items, chunk_shas)
             tail = items[sealed_count * CHUNK_ITEMS :]
             digests = [bytes.fromhex(sha) for sha in chunk_shas]
             return ["l", digests, [list(item) for item in tail]]
@@ -474,6 +505,41 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             return ["i", kind, data]
         blob = _BLOB + _pack(["value", kind, data])
         return ["b", await self._store_blob(thread, blob)]
+
+    def _loads_items(self, items: list[Typed]) -> list[Any]:
+        """The items decoded; msgpack items in one call, as the array their bytes make."""
+        if all(kind == "msgpack" for kind, _ in items):
+            count = len(items)
+            head = bytes([0x90 | count]) if count < 16 else (
+                b"\xdc" + count.to_bytes(2, "big") if count < 2**16
+                else b"\xdd" + count.to_bytes(4, "big")
+            )  # fmt: skip
+            decoded = self.serde.loads_typed(("msgpack", head + b"".join(d for _, d in items)))
+            if isinstance(decoded, list) and len(decoded) == count:
+                return decoded
+        return [self.serde.loads_typed(item) for item in items]
+
+    def _serialised_items(
+        self, value: list[Any], seen: _SeenList | None
+    ) -> tuple[list[Typed], list[Any]]:
+        """Each item serialised, and how it looked; an item that is the very object the
+        last list of the channel held, looking the same, keeps its bytes from then."""
+        items: list[Typed] = []
+        looks: list[Any] = []
+        for index, item in enumerate(value):
+            look = _look(item)
+            if (
+                seen is not None
+                and index < len(seen.objects)
+                and seen.objects[index] is item
+                and look is not None
+                and seen.looks[index] == look
+            ):
+                items.append(seen.items[index])
+            else:
+                items.append(self.serde.dumps_typed(item))
+            looks.append(look)
+        return items, looks
 
     async def _value(self, thread: str, ref: list[Any], record_key: str) -> tuple[bool, Any]:
         """``(present, value)`` of a channel reference (``False`` for an empty channel)."""
@@ -496,7 +562,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             )
             items = [item for chunk in chunks for item in chunk]
             items.extend(_typed_list(ref[2], record_key))
-            return True, [self.serde.loads_typed(item) for item in items]
+            return True, self._loads_items(items)
         raise _corrupt(record_key, f"a channel reference of unknown shape {kind!r}")
 
     # ------------------------------------------------------------------ tuples
@@ -562,9 +628,12 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             pending_writes=await self._pending_writes(where),
         )
 
-    async def _record_places(self, thread: str) -> list[_Keys]:
+    async def _record_places(self, thread: str, ns: str | None = None) -> list[_Keys]:
+        prefix = f"{self._thread_prefix(thread)}c/"
+        if ns is not None:
+            prefix += f"{_seg(ns)}/"
         places = []
-        for key in await self._list_all(f"{self._thread_prefix(thread)}c/"):
+        for key in await self._list_all(prefix):
             where = self._parse_record_key(key)
             if where is not None:
                 places.append(where)
@@ -582,7 +651,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         thread, ns = self._config_keys(config, "get_tuple")
         checkpoint_id = get_checkpoint_id(config)
         if not checkpoint_id:
-            ids = [p.checkpoint_id for p in await self._record_places(thread) if p.ns == ns]
+            ids = [p.checkpoint_id for p in await self._record_places(thread, ns)]
             if not ids:
                 return None
             checkpoint_id = max(ids)
