@@ -68,7 +68,13 @@ more; do not run them on a thread a graph is writing at the same time.
 **Costs.** ``get_tuple`` without a ``checkpoint_id`` lists the namespace's records to
 find the newest (one ``list`` call); ``delete_for_runs`` reads every record in the
 storage (there is no index by run). Decoded chunks are cached (immutable, named by
-their hash, checked once when read).
+their hash, checked once when read). A list item that is the very object the
+channel's last list held, with the same attributes, keeps the bytes it was stored
+with instead of being serialised again (so a step costs O(new items) in
+serialisation); an item changed in place is seen by its attributes, but a change
+deep inside one (a nested dict mutated in place) is not — LangGraph's reducers never
+do that, they put new objects. The saver keeps the last list of the 256 threads it
+wrote most recently for this.
 
 **Event loops.** The async methods may be awaited from any event loop and thread;
 the sync ones run on perdure's loop (:mod:`perdure._runtime.loop`), so a sync graph
@@ -128,6 +134,8 @@ _BLOB = b"perdure-langgraph-blob/1\n"
 _HEADER_LEN = {_RECORD: len(_RECORD) + 66, _WRITES: len(_WRITES) + 66}  # " <sha256>\n"
 _CACHED_CHUNKS = 4096
 _CACHED_REFS = 65536
+_CACHED_LISTS = 256  # threads whose last list (and its items' bytes) a saver keeps
+_KNOWN_MAX = 1 << 17
 _PUT_WRITES_TRIES = 20
 _BATCH = 64  # storage calls run together when many keys are deleted or copied
 
@@ -349,7 +357,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         self._chunks: OrderedDict[str, list[Typed]] = OrderedDict()  # sha -> checked items
         self._known: set[str] = set()  # blob keys known to be stored
         self._refs: dict[tuple[str, str, str, str], list[Any]] = {}  # (t, ns, ch, ver) -> ref
-        self._lists: dict[tuple[str, str, str], _SeenList] = {}
+        self._lists: OrderedDict[tuple[str, str, str], _SeenList] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"PerdureSaver({self.storage!r}, prefix={self.prefix!r})"
@@ -444,8 +452,14 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         if key not in self._known:
             if await self.storage.read(key) != blob:
                 await self.storage.write(key, blob)
-            self._known.add(key)
+            self._remember(key)
         return sha
+
+    def _remember(self, key: str) -> None:
+        """Note a blob as stored (a bounded set: forgetting costs one read later)."""
+        if len(self._known) >= _KNOWN_MAX:
+            self._known.clear()
+        self._known.add(key)
 
     async def _read_blob(self, thread: str, sha: str, record_key: str) -> Any:
         key = self._blob_key(thread, sha)
@@ -456,7 +470,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             raise _corrupt(key, "its SHA-256 does not match its key")
         if not blob.startswith(_BLOB):
             raise _corrupt(key, f"it does not start with {_BLOB.decode().strip()!r}")
-        self._known.add(key)
+        self._remember(key)
         return _unpack(blob[len(_BLOB) :], key)
 
     async def _chunk(self, thread: str, sha: str, record_key: str) -> list[Typed]:
@@ -497,6 +511,9 @@ class PerdureSaver(BaseCheckpointSaver[str]):
                 blob = _BLOB + _pack(["chunk", [list(item) for item in run]])
                 chunk_shas.append(await self._store_blob(thread, blob))
             self._lists[(thread, ns, channel)] = _SeenList(list(value), looks, items, chunk_shas)
+            self._lists.move_to_end((thread, ns, channel))
+            if len(self._lists) > _CACHED_LISTS:
+                self._lists.popitem(last=False)
             tail = items[sealed_count * CHUNK_ITEMS :]
             digests = [bytes.fromhex(sha) for sha in chunk_shas]
             return ["l", digests, [list(item) for item in tail]]
@@ -841,7 +858,8 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         base = self._thread_prefix(thread)
         self._known = {k for k in self._known if not k.startswith(base)}
         self._refs = {k: v for k, v in self._refs.items() if k[0] != thread}
-        self._lists = {k: v for k, v in self._lists.items() if k[0] != thread}
+        for key in [k for k in self._lists if k[0] == thread]:
+            del self._lists[key]
 
     async def _delete_checkpoints(self, places: Sequence[_Keys]) -> None:
         await self._delete_keys([self._record_key(p) for p in places])
