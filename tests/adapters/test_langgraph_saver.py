@@ -18,7 +18,7 @@ from lg_support import import_langgraph
 import_langgraph()
 
 from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
-from langgraph.checkpoint.serde.types import ERROR  # noqa: E402
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT  # noqa: E402
 from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 
 from perdure.adapters.langgraph import CHUNK_ITEMS, PerdureSaver  # noqa: E402
@@ -114,8 +114,10 @@ async def damaged(storage: MemoryStorage, key: str) -> None:
     await storage.write(key, bytes(blob))
 
 
-async def filled(turns: int = 20) -> tuple[MemoryStorage, PerdureSaver]:
-    storage = MemoryStorage()
+async def filled(
+    turns: int = 20, storage: MemoryStorage | None = None
+) -> tuple[MemoryStorage, PerdureSaver]:
+    storage = storage or MemoryStorage()
     saver = PerdureSaver(storage)
     graph = builder(is_async=True).compile(checkpointer=saver)
     for n in range(turns):
@@ -171,22 +173,34 @@ async def test_prune_collects_the_blobs_no_record_names() -> None:
     assert await storage.list("langgraph/") == []
 
 
+class SlowReads(MemoryStorage):
+    """Every read hands the loop to others before it returns: two writers that read,
+    merge and write interleave (both read before either writes)."""
+
+    async def read(self, key: str) -> bytes | None:
+        found = await super().read(key)
+        await asyncio.sleep(0.01)
+        return found
+
+
 async def test_two_writers_of_one_task_both_land() -> None:
-    storage, _ = await filled(turns=1)
+    storage, _ = await filled(turns=1, storage=SlowReads())
     first, second = PerdureSaver(storage), PerdureSaver(storage)
     stored = await first.aget_tuple(CONFIG)
     assert stored is not None
-    for _ in range(5):
+    for n in range(5):
+        await first.aput_writes(stored.config, [(INTERRUPT, "first")], f"task{n}")
         await asyncio.gather(
-            first.aput_writes(stored.config, [("messages", "regular")], "task"),
-            second.aput_writes(stored.config, [(ERROR, "boom")], "task"),
+            first.aput_writes(stored.config, [("messages", "regular")], f"task{n}"),
+            second.aput_writes(stored.config, [(ERROR, "boom")], f"task{n}"),
         )
     again = await first.aget_tuple(stored.config)
     assert again is not None
-    assert sorted(w[1:] for w in again.pending_writes or []) == [
-        (ERROR, "boom"),
-        ("messages", "regular"),
-    ]
+    assert sorted(w for w in again.pending_writes or []) == sorted(
+        (f"task{n}", channel, value)
+        for n in range(5)
+        for channel, value in ((INTERRUPT, "first"), ("messages", "regular"), (ERROR, "boom"))
+    )
 
 
 def test_bad_arguments_are_named() -> None:
@@ -242,3 +256,70 @@ async def test_an_item_changed_in_place_is_stored_as_it_is_now() -> None:
         m if isinstance(m, dict) else m.content
         for m in last.checkpoint["channel_values"]["messages"]
     ] == ["changed 1", {"n": 3}]
+
+
+WRITER = """
+import asyncio, sys
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
+from perdure.adapters.langgraph import PerdureSaver
+
+url, me, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+channel = ERROR if me == "a" else INTERRUPT
+
+
+async def main() -> None:
+    saver = PerdureSaver(url)
+    config = {"configurable": {"thread_id": "shared", "checkpoint_ns": "", "checkpoint_id": "0"}}
+    for n in range(rounds):
+        await saver.aput_writes(config, [(channel, f"{me}{n}")], "task")
+        checkpoint = {
+            "v": 1, "id": f"1-{me}-{n:04}", "ts": "2026-01-01T00:00:00+00:00",
+            "channel_values": {"messages": [f"{me}{i}" for i in range(n + 1)]},
+            "channel_versions": {"messages": f"{n + 1}"}, "versions_seen": {},
+            "updated_channels": None,
+        }
+        parent = {"configurable": {"thread_id": "shared", "checkpoint_ns": ""}}
+        await saver.aput(parent, checkpoint, {"writer": me}, {"messages": f"{n + 1}"})
+    saver.close()
+
+
+asyncio.run(main())
+"""
+
+
+def test_two_processes_write_one_thread_and_nothing_is_lost(tmp_path: Path) -> None:
+    """Two processes put checkpoints on one thread and writes for one task at once:
+    every checkpoint is there, whole, and each writer's last special write too."""
+    import os
+    import subprocess
+    import sys
+
+    url = f"sqlite:{tmp_path / 'shared.db'}"
+    root: Any = {"configurable": {"thread_id": "shared", "checkpoint_ns": ""}}
+    with PerdureSaver(url) as saver:
+        first: Any = {
+            "v": 1, "id": "0", "ts": "2026-01-01T00:00:00+00:00", "channel_values": {},
+            "channel_versions": {}, "versions_seen": {}, "updated_channels": None,
+        }  # fmt: skip
+        saver.put(root, first, {"writer": "test"}, {})
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src}
+    rounds = 40
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, url, me, str(rounds)], env=env)
+        for me in ("a", "b")
+    ]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0]
+    with PerdureSaver(url) as saver:
+        listed = list(saver.list({"configurable": {"thread_id": "shared"}}))
+        assert len(listed) == 2 * rounds + 1
+        for item in listed[:-1]:
+            me, n = item.metadata["writer"], int(item.checkpoint["id"].rsplit("-", 1)[1])
+            assert item.checkpoint["channel_values"]["messages"] == [
+                f"{me}{i}" for i in range(n + 1)
+            ]
+        task = saver.get_tuple({"configurable": {**root["configurable"], "checkpoint_id": "0"}})
+    assert task is not None
+    assert sorted(task.pending_writes or []) == sorted(
+        [("task", ERROR, f"a{rounds - 1}"), ("task", INTERRUPT, f"b{rounds - 1}")]
+    )
