@@ -323,3 +323,24 @@ def test_two_processes_write_one_thread_and_nothing_is_lost(tmp_path: Path) -> N
     assert sorted(task.pending_writes or []) == sorted(
         [("task", ERROR, f"a{rounds - 1}"), ("task", INTERRUPT, f"b{rounds - 1}")]
     )
+
+
+async def test_a_copy_into_a_thread_replaces_what_the_saver_remembered_of_it() -> None:
+    saver = PerdureSaver(MemoryStorage())
+
+    def checkpoint(checkpoint_id: str, value: str) -> Any:
+        return {
+            "v": 1, "id": checkpoint_id, "ts": "2026-01-01T00:00:00+00:00",
+            "channel_values": {"a": value}, "channel_versions": {"a": "1"},
+            "versions_seen": {}, "updated_channels": None,
+        }  # fmt: skip
+
+    for thread, value in (("dst", "old"), ("src", "new")):
+        config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        await saver.aput(config, checkpoint("1", value), {}, {"a": "1"})
+    await saver.acopy_thread("src", "dst")
+    parent: Any = {"configurable": {"thread_id": "dst", "checkpoint_ns": "", "checkpoint_id": "1"}}
+    stored = await saver.aput(parent, checkpoint("2", "new"), {}, {})  # "a" unchanged
+    found = await saver.aget_tuple(stored)
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"a": "new"}

@@ -914,6 +914,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         source, target = str(source_thread_id), str(target_thread_id)
         if source == target:
             raise ValueError("copy_thread: source_thread_id and target_thread_id are the same")
+        self._forget(target)  # what this saver remembers of the target is about to change
         base = self._thread_prefix(source)
         for key in await self._list_all(base + "b/"):
             sha = key[len(base) + 2 :]
