@@ -344,3 +344,36 @@ async def test_a_copy_into_a_thread_replaces_what_the_saver_remembered_of_it() -
     found = await saver.aget_tuple(stored)
     assert found is not None
     assert found.checkpoint["channel_values"] == {"a": "new"}
+
+
+def test_an_interrupt_in_a_subgraph_resumes_from_a_new_saver(tmp_path: Path) -> None:
+    from typing import TypedDict
+
+    from langgraph.types import Command, interrupt
+
+    class State(TypedDict):
+        text: str
+
+    def ask(state: State) -> State:
+        return {"text": state["text"] + " / " + interrupt("approve?")}
+
+    inner = StateGraph(State)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    inner.add_edge("ask", END)
+    outer = StateGraph(State)
+    outer.add_node("inner", inner.compile())
+    outer.add_edge(START, "inner")
+    outer.add_edge("inner", END)
+    url = f"file:{tmp_path / 'blobs'}"
+    config: Any = {"configurable": {"thread_id": "review"}}
+    with PerdureSaver(url) as saver:
+        first = outer.compile(checkpointer=saver).invoke({"text": "draft"}, config)
+        assert first["__interrupt__"][0].value == "approve?"
+        namespaces = {t.config["configurable"]["checkpoint_ns"] for t in saver.list(config)}
+        assert any(ns.startswith("inner:") for ns in namespaces)  # the subgraph's own
+    with PerdureSaver(url) as saver:  # a new process, say
+        graph = outer.compile(checkpointer=saver)
+        assert graph.get_state(config).next == ("inner",)
+        done = graph.invoke(Command(resume="yes"), config)
+    assert done == {"text": "draft / yes"}
