@@ -35,17 +35,19 @@ on PostgreSQL (PostgresSaver).** One ``StateGraph(MessagesState)`` whose node ap
 one ~300-byte message per super-step and loops until the thread holds ``--steps``
 messages: one ``graph.invoke`` of N steps, N checkpoints, each saver in a database
 of its own (SQLite: a file each, WAL, ``synchronous=FULL`` for perdure's storage and
-SQLite's default for ``SqliteSaver``; PostgreSQL: a schema each), the same graph and
-LangGraph's default durability. Rows:
+SQLite's default (``FULL``) for ``SqliteSaver``; PostgreSQL: a schema each), the same
+graph, run with ``durability="sync"`` (each step's checkpoint is saved before the next
+step starts, so a step's time includes its saver's). Rows:
 
-- ``ms/step``: the run's wall time / N (every checkpoint durable at the end);
+- ``ms/step``: the run's wall time / N;
 - ``ms/step last 10%``: the mean of the last tenth of the steps (per step cost at
   about N messages; timed at each node call);
 - ``get_state ms``: a new saver and compiled graph, then ``graph.get_state`` (cold);
 - ``disk MB``: the database file and its WAL (SQLite), or ``pg_total_relation_size``
   of every table of the schema (PostgreSQL).
 
-Both savers must end with equal messages. The last column is perdure / LangGraph.
+Both savers must end with equal messages (type and text; ids are random per run). The
+last column is perdure / LangGraph.
 """
 
 from __future__ import annotations
