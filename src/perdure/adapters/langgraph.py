@@ -126,7 +126,7 @@ CHUNK_ITEMS = 16
 INLINE_MAX = 512
 """Serialised values up to this many bytes sit in the checkpoint record itself."""
 
-PRUNE_STRATEGIES = ("keep_latest", "delete")
+_PRUNE_STRATEGIES = ("keep_latest", "delete")
 
 _RECORD = b"perdure-langgraph-checkpoint/1"
 _WRITES = b"perdure-langgraph-writes/1"
@@ -354,6 +354,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
                 f"got {type(url_or_store).__name__}"
             )
         self.prefix = prefix
+        self._conditional = isinstance(self.storage, ConditionalStorage)  # checked once
         self._chunks: OrderedDict[str, list[Typed]] = OrderedDict()  # sha -> checked items
         self._known: set[str] = set()  # blob keys known to be stored
         self._refs: dict[tuple[str, str, str, str], list[Any]] = {}  # (t, ns, ch, ver) -> ref
@@ -802,7 +803,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             WRITES_IDX_MAP.get(channel, idx): (channel, self.serde.dumps_typed(value), task_path)
             for idx, (channel, value) in enumerate(writes)
         }
-        conditional = isinstance(self.storage, ConditionalStorage)
+        conditional = self._conditional
         expected: str | None = None
         stored: dict[int, tuple[str, Typed, str]] = {}
         for _ in range(_PUT_WRITES_TRIES):
@@ -961,9 +962,9 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         """
         if isinstance(thread_ids, str):
             raise TypeError("thread_ids must be a sequence of thread ids, not a str")
-        if strategy not in PRUNE_STRATEGIES:
+        if strategy not in _PRUNE_STRATEGIES:
             raise ValueError(
-                f"strategy must be one of {', '.join(PRUNE_STRATEGIES)}, got {strategy!r}"
+                f"strategy must be one of {', '.join(_PRUNE_STRATEGIES)}, got {strategy!r}"
             )
         for thread in dict.fromkeys(str(t) for t in thread_ids):
             if strategy == "delete":
