@@ -300,6 +300,11 @@ class _SeenList(NamedTuple):
 _IMMUTABLE = (str, bytes, int, float, bool, type(None))
 
 
+def _fields(item: Any) -> Any:
+    """What :func:`_look` pictured of ``item``, as it is now (no copy)."""
+    return item if isinstance(item, dict) else getattr(item, "__dict__", None)
+
+
 def _look(item: Any) -> Any:
     """A shallow picture of ``item`` to tell whether it was changed in place since
     (``None``: no picture; the item is serialised again every time)."""
@@ -544,19 +549,17 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         last list of the channel held, looking the same, keeps its bytes from then."""
         items: list[Typed] = []
         looks: list[Any] = []
+        objects: Sequence[Any] = seen.objects if seen is not None else ()
         for index, item in enumerate(value):
-            look = _look(item)
-            if (
-                seen is not None
-                and index < len(seen.objects)
-                and seen.objects[index] is item
-                and look is not None
-                and seen.looks[index] == look
-            ):
-                items.append(seen.items[index])
-            else:
-                items.append(self.serde.dumps_typed(item))
-            looks.append(look)
+            if index < len(objects) and objects[index] is item:
+                assert seen is not None
+                look = seen.looks[index]
+                if look is True or (look is not None and look == _fields(item)):
+                    items.append(seen.items[index])
+                    looks.append(look)  # the picture taken then is still true
+                    continue
+            items.append(self.serde.dumps_typed(item))
+            looks.append(_look(item))
         return items, looks
 
     async def _value(self, thread: str, ref: list[Any], record_key: str) -> tuple[bool, Any]:
