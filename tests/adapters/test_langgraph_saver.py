@@ -377,3 +377,44 @@ def test_an_interrupt_in_a_subgraph_resumes_from_a_new_saver(tmp_path: Path) -> 
         assert graph.get_state(config).next == ("inner",)
         done = graph.invoke(Command(resume="yes"), config)
     assert done == {"text": "draft / yes"}
+
+
+async def test_lists_of_any_length_read_back_exactly_from_few_blobs() -> None:
+    from perdure.adapters.langgraph import BIG_CHUNK_ITEMS
+
+    storage = MemoryStorage()
+    saver = PerdureSaver(storage)
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    items = [{"i": i, "text": f"item {i}"} for i in range(700)]
+    lengths = [250, 255, 256, 257, 271, 600, 3, 700]  # grows, crosses the seals, shrinks
+    stored = []
+    for step, length in enumerate(lengths):
+        value = items[:length] if length != 3 else [{"i": -1}, *items[1:3]]  # not a prefix
+        checkpoint: Any = {
+            "v": 1, "id": f"{step:08}", "ts": "2026-01-01T00:00:00+00:00",
+            "channel_values": {"messages": value},
+            "channel_versions": {"messages": f"{step + 1}"},
+            "versions_seen": {}, "updated_channels": None,
+        }  # fmt: skip
+        config = await saver.aput(config, checkpoint, {}, {"messages": f"{step + 1}"})
+        stored.append((dict(config["configurable"]), value))
+    fresh = PerdureSaver(storage)  # nothing cached: every blob read and checked
+    for configurable, value in stored:
+        found = await fresh.aget_tuple({"configurable": configurable})
+        assert found is not None
+        assert found.checkpoint["channel_values"]["messages"] == value
+    blob_reads: list[str] = []
+    read = storage.read
+
+    async def counted(key: str) -> bytes | None:
+        if "/b/" in key:
+            blob_reads.append(key)
+        return await read(key)
+
+    storage.read = counted  # type: ignore[method-assign]
+    last = await PerdureSaver(storage).aget_tuple({"configurable": stored[-1][0]})
+    assert last is not None
+    assert last.checkpoint["channel_values"]["messages"] == items
+    # 700 items: 2 big chunks of 256 and 11 chunks of 16 (and a tail of 12 in the record)
+    assert len(blob_reads) == 700 // BIG_CHUNK_ITEMS + (700 % BIG_CHUNK_ITEMS) // CHUNK_ITEMS
+    assert len(blob_reads) == 13

@@ -29,11 +29,12 @@ channel, where its value is; only what changed is written:
 - a larger value is one **content-addressed blob** per channel version (its key is
   the SHA-256 of its bytes; an unchanged channel's record entry names the same blob,
   and equal values share one);
-- a ``list`` (``messages``) is cut into sealed runs of :data:`CHUNK_ITEMS` items,
-  each a content-addressed blob written once, and the record names them (32-byte
-  digests) plus the last items (fewer than :data:`CHUNK_ITEMS`) inline. Appending a
-  message writes one record of a few KB — and one new sealed chunk every
-  :data:`CHUNK_ITEMS` messages — never the history again.
+- a ``list`` (``messages``) is cut into sealed runs of :data:`BIG_CHUNK_ITEMS`
+  items, then of :data:`CHUNK_ITEMS`, each a content-addressed blob written once, and
+  the record names them (32-byte digests) plus the last items (fewer than
+  :data:`CHUNK_ITEMS`) inline. Appending a message writes one record of a few KB —
+  and one new sealed chunk every :data:`CHUNK_ITEMS` messages, a big one every
+  :data:`BIG_CHUNK_ITEMS` — never the history again.
 
 Keys, under ``prefix`` (default ``langgraph``)::
 
@@ -118,10 +119,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "perdure.adapters.langgraph needs LangGraph: pip install 'perdure[langgraph]'"
     ) from exc
 
-__all__ = ["CHUNK_ITEMS", "INLINE_MAX", "PerdureSaver"]
+__all__ = ["BIG_CHUNK_ITEMS", "CHUNK_ITEMS", "INLINE_MAX", "PerdureSaver"]
 
 CHUNK_ITEMS = 16
 """Items of a list channel per sealed, content-addressed chunk."""
+
+BIG_CHUNK_ITEMS = 16 * CHUNK_ITEMS
+"""Items per big chunk: every run of this many is sealed again as one blob, so a long
+list reads in few blobs (1,000 items: 3 big chunks, up to 14 chunks and the tail)."""
 
 INLINE_MAX = 512
 """Serialised values up to this many bytes sit in the checkpoint record itself."""
@@ -294,7 +299,7 @@ class _SeenList(NamedTuple):
     objects: list[Any]
     looks: list[Any]  # _look of each object then
     items: list[Typed]
-    shas: list[str]  # of its sealed chunks
+    blocks: list[tuple[int, int, str]]  # its sealed chunks: (first item, items, sha)
 
 
 _IMMUTABLE = (str, bytes, int, float, bool, type(None))
@@ -505,23 +510,25 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         if type(value) is list:
             seen = self._lists.get((thread, ns, channel))
             items, looks = self._serialised_items(value, seen)
-            previous, shas = (seen.items, seen.shas) if seen else ([], [])
-            sealed_count = len(items) // CHUNK_ITEMS
-            chunk_shas: list[str] = []
-            for index in range(sealed_count):
-                start = index * CHUNK_ITEMS
-                run = items[start : start + CHUNK_ITEMS]
-                if index < len(shas) and previous[start : start + CHUNK_ITEMS] == run:
-                    chunk_shas.append(shas[index])
-                    continue
-                blob = _BLOB + _pack(["chunk", [list(item) for item in run]])
-                chunk_shas.append(await self._store_blob(thread, blob))
-            self._lists[(thread, ns, channel)] = _SeenList(list(value), looks, items, chunk_shas)
+            previous = seen.items if seen else []
+            known = {(start, size): sha for start, size, sha in seen.blocks} if seen else {}
+            blocks: list[tuple[int, int, str]] = []
+            start = 0
+            for size in (BIG_CHUNK_ITEMS, CHUNK_ITEMS):
+                while start + size <= len(items):
+                    run = items[start : start + size]
+                    sha = known.get((start, size))
+                    if sha is None or previous[start : start + size] != run:
+                        blob = _BLOB + _pack(["chunk", [list(item) for item in run]])
+                        sha = await self._store_blob(thread, blob)
+                    blocks.append((start, size, sha))
+                    start += size
+            self._lists[(thread, ns, channel)] = _SeenList(list(value), looks, items, blocks)
             self._lists.move_to_end((thread, ns, channel))
             if len(self._lists) > _CACHED_LISTS:
                 self._lists.popitem(last=False)
-            tail = items[sealed_count * CHUNK_ITEMS :]
-            digests = [bytes.fromhex(sha) for sha in chunk_shas]
+            tail = items[start:]
+            digests = [bytes.fromhex(sha) for _, _, sha in blocks]
             return ["l", digests, [list(item) for item in tail]]
         kind, data = self.serde.dumps_typed(value)
         if len(data) <= INLINE_MAX:
