@@ -9,8 +9,9 @@ collects the blobs nothing names; two writers of one task's writes both land.
 from __future__ import annotations
 
 import asyncio
+import operator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from lg_support import import_langgraph
@@ -347,7 +348,6 @@ async def test_a_copy_into_a_thread_replaces_what_the_saver_remembered_of_it() -
 
 
 def test_an_interrupt_in_a_subgraph_resumes_from_a_new_saver(tmp_path: Path) -> None:
-    from typing import TypedDict
 
     from langgraph.types import Command, interrupt
 
@@ -418,3 +418,39 @@ async def test_lists_of_any_length_read_back_exactly_from_few_blobs() -> None:
     # 700 items: 2 big chunks of 256 and 11 chunks of 16 (and a tail of 12 in the record)
     assert len(blob_reads) == 700 // BIG_CHUNK_ITEMS + (700 % BIG_CHUNK_ITEMS) // CHUNK_ITEMS
     assert len(blob_reads) == 13
+
+
+def test_parallel_branches_of_a_sync_graph_write_at_once(tmp_path: Path) -> None:
+    """Three nodes of one super-step run in LangGraph's threads and save their writes
+    at the same time; an interrupted run resumes with every branch's result."""
+
+    class State(TypedDict):
+        done: Annotated[list[str], operator.add]
+
+    def branch(name: str) -> Any:
+        def run(state: State) -> State:
+            return {"done": [name]}
+
+        return run
+
+    def gate(state: State) -> State:
+        from langgraph.types import interrupt
+
+        return {"done": [str(interrupt("go?"))]}
+
+    builder = StateGraph(State)
+    for name in ("a", "b", "c"):
+        builder.add_node(name, branch(name))
+        builder.add_edge(START, name)
+        builder.add_edge(name, "gate")
+    builder.add_node("gate", gate)
+    builder.add_edge("gate", END)
+    url = f"sqlite:{tmp_path / 'graphs.db'}"
+    config: Any = {"configurable": {"thread_id": "fan"}}
+    with PerdureSaver(url) as saver:
+        builder.compile(checkpointer=saver).invoke({"done": []}, config)
+    with PerdureSaver(url) as saver:
+        from langgraph.types import Command
+
+        result = builder.compile(checkpointer=saver).invoke(Command(resume="yes"), config)
+    assert sorted(result["done"]) == ["a", "b", "c", "yes"]
