@@ -77,10 +77,23 @@ def _require_openai_agents() -> None:
         pytest.skip("the OpenAI Agents SDK is not installed: pip install 'perdure[openai-agents]'")
 
 
+def _require_langgraph() -> None:
+    """Skip an example of the ``[langgraph]`` extra without it (fail under CI=true)."""
+    try:
+        import langgraph.checkpoint.sqlite
+        import langgraph.graph  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip("LangGraph is not installed: pip install 'perdure[langgraph]'")
+
+
 @pytest.mark.parametrize("index", [i for i in range(len(PYTHON_BLOCKS)) if i not in SERVER_BLOCKS])
 def test_readme_example_runs(index: int) -> None:
     if "perdure.adapters.openai_agents" in PYTHON_BLOCKS[index]:
         _require_openai_agents()
+    if "perdure.adapters.langgraph" in PYTHON_BLOCKS[index]:
+        _require_langgraph()
     code = compile(PYTHON_BLOCKS[index], f"README.md example {index + 1}", "exec")
     exec(code, {"__name__": f"readme_example_{index}"})
 

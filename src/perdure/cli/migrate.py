@@ -1,8 +1,9 @@
 """``perdure migrate``: bring sessions over from other agent SDKs.
 
-A thin front end over :func:`perdure.migrate.strands.migrate_strands` and
-:func:`perdure.migrate.openai_agents.migrate_openai_agents`; the conversion rules and
-the source layouts are described there.
+A thin front end over :func:`perdure.migrate.strands.migrate_strands`,
+:func:`perdure.migrate.openai_agents.migrate_openai_agents` and
+:func:`perdure.migrate.langgraph.migrate_langgraph`; the conversion rules and the
+source layouts are described there.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
+from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
@@ -25,6 +27,11 @@ from perdure.cli._common import (
     json_option,
     run,
 )
+from perdure.migrate.langgraph import (
+    LangGraphMigrationReport,
+    ThreadMigration,
+    migrate_langgraph,
+)
 from perdure.migrate.openai_agents import (
     OpenAIAgentsMigration,
     OpenAIAgentsMigrationReport,
@@ -38,7 +45,7 @@ from perdure.migrate.strands import (
 )
 from perdure.session import SessionStore, open_store
 from perdure.session.urls import SCHEMES
-from perdure.storage import split_url
+from perdure.storage import STORAGE_SCHEMES, MemoryStorage, Storage, open_storage, split_url
 from perdure.stores.memory import MemorySessionStore
 
 __all__ = ["migrate"]
@@ -84,7 +91,7 @@ def _open_target(url: str, *, dry_run: bool) -> SessionStore:
     return store
 
 
-def _close(store: SessionStore) -> None:
+def _close(store: SessionStore | Storage) -> None:
     close = getattr(store, "close", None)
     if callable(close):
         close()
@@ -136,17 +143,19 @@ def _render(report: MigrationReport) -> None:
     )
 
 
-def _progress_bar() -> tuple[
-    Progress | None, Callable[[SessionMigration | OpenAIAgentsMigration, int, int], None] | None
-]:
+_Entry = SessionMigration | OpenAIAgentsMigration | ThreadMigration
+
+
+def _progress_bar() -> tuple[Progress | None, Callable[[_Entry, int, int], None] | None]:
     err = console(stderr=True)
     if not err.is_terminal:
         return None, None
     progress = Progress(console=err, transient=True)
     task = progress.add_task("migrating", total=None)
 
-    def advance(entry: SessionMigration | OpenAIAgentsMigration, done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total, description=entry.session_id)
+    def advance(entry: _Entry, done: int, total: int) -> None:
+        name = entry.thread_id if isinstance(entry, ThreadMigration) else entry.session_id
+        progress.update(task, completed=done, total=total, description=name)
 
     return progress, advance
 
@@ -220,7 +229,6 @@ def strands(
 
 def _render_openai_agents(report: OpenAIAgentsMigrationReport) -> None:
     out = console()
-    verb = "would import" if report.dry_run else "imported"
     table = Table(title=f"OpenAI Agents sessions in {report.source}")
     table.add_column("session", overflow="fold")
     table.add_column("status", no_wrap=True)
@@ -244,6 +252,12 @@ def _render_openai_agents(report: OpenAIAgentsMigrationReport) -> None:
             out.print(f"{entry.session_id}:", markup=False)
             for line in lines:
                 out.print(line, markup=False)
+    _summary(out, report)
+
+
+def _summary(out: Console, report: OpenAIAgentsMigrationReport | LangGraphMigrationReport) -> None:
+    """The closing line: how many were (or would be) imported, skipped, failed."""
+    verb = "would import" if report.dry_run else "imported"
     done: MigrationStatus = "would_import" if report.dry_run else "imported"
     counts = (
         f"{report.count(done)} {verb}, {report.count('skipped')} skipped, "
@@ -354,3 +368,137 @@ def openai_agents(
         _render_openai_agents(report)
     if not report.ok:
         fail("some OpenAI Agents data was not imported (see above)", EXIT_PROBLEM)
+
+
+def _open_storage_target(url: str, *, dry_run: bool) -> Storage:
+    """The storage to import into; one that keeps nothing after the command is refused.
+
+    Raises:
+        click.BadParameter: a bad URL, or ``memory:`` (exit 2, dry run or not).
+    """
+    try:
+        storage = open_storage(url)  # a bad URL exits 2 here, dry run or not
+        path = split_url(url, STORAGE_SCHEMES, "storage")[1]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--to") from None
+    if isinstance(storage, MemoryStorage):
+        raise click.BadParameter(
+            f"{url!r} keeps data only while this command runs, so nothing would be "
+            "imported; name a storage that persists (file:DIR, sqlite:PATH, …)",
+            param_hint="--to",
+        )
+    if dry_run and path is not None and not path.exists():
+        # Nothing to compare with, and reading some storages creates their file.
+        _close(storage)
+        return MemoryStorage()
+    return storage
+
+
+def _render_langgraph(report: LangGraphMigrationReport) -> None:
+    out = console()
+    table = Table(title=f"LangGraph threads in {report.source}")
+    table.add_column("thread", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("checkpoints", justify="right", no_wrap=True)
+    table.add_column("writes", justify="right", no_wrap=True)
+    table.add_column("verified", no_wrap=True)
+    for entry in report.threads:
+        table.add_row(
+            Text(entry.thread_id),
+            Text(entry.status.replace("_", " "), style=_STATUS_STYLE[entry.status]),
+            str(entry.checkpoints),
+            str(entry.writes),
+            "yes" if entry.verified else "-",
+        )
+    out.print(table)
+    for entry in report.threads:
+        lines = [f"  {entry.reason}"] if entry.reason else []
+        lines += [f"  note: {note}" for note in entry.notes]
+        if lines:
+            out.print(f"{entry.thread_id}:", markup=False)
+            for line in lines:
+                out.print(line, markup=False)
+    _summary(out, report)
+
+
+@migrate.command("langgraph")
+@click.option(
+    "--from",
+    "source_url",
+    required=True,
+    metavar="sqlite:PATH",
+    help="LangGraph's SqliteSaver database (sqlite:PATH or PATH).",
+)
+@click.option(
+    "--to",
+    "storage_url",
+    required=True,
+    envvar="PERDURE_STORAGE",
+    metavar="URL",
+    help="The perdure storage PerdureSaver keeps checkpoints in: file:DIR, sqlite:PATH, "
+    "postgresql://…, redis://…, s3://… (env PERDURE_STORAGE).",
+)
+@click.option(
+    "--prefix",
+    default="langgraph",
+    show_default=True,
+    help="PerdureSaver's key prefix in the storage.",
+)
+@click.option("--dry-run", is_flag=True, help="Read everything; write nothing.")
+@click.option("--overwrite", is_flag=True, help="Replace threads that already exist.")
+@json_option
+@handle_errors
+def langgraph(
+    source_url: str, storage_url: str, prefix: str, dry_run: bool, overwrite: bool, as_json: bool
+) -> None:
+    """Import LangGraph SqliteSaver threads into PerdureSaver on a perdure storage.
+
+    Every thread keeps its id, every checkpoint (all namespaces) its id, parent,
+    metadata and pending writes; channel values are stored incrementally, so the
+    copy is usually much smaller than the source. Each thread is read back through
+    PerdureSaver (which checks every hash) and compared with the source after the
+    copy; a thread that differs is removed again and reported failed. The database
+    is opened read-only. Needs perdure[langgraph] and langgraph-checkpoint-sqlite.
+
+    Exit status: 0 all imported, 1 some thread not copied, 2 bad usage (memory: is
+    refused: it would keep nothing), 3 no thread in the database.
+    """
+    try:
+        from perdure.adapters.langgraph import PerdureSaver
+    except ImportError as exc:
+        raise click.UsageError(f"{exc} (and langgraph-checkpoint-sqlite)") from None
+    source = _sqlite_source(source_url)
+    storage = _open_storage_target(storage_url, dry_run=dry_run)
+    try:
+        saver = PerdureSaver(storage, prefix=prefix)
+    except ValueError as exc:
+        _close(storage)
+        raise click.BadParameter(str(exc), param_hint="--prefix") from None
+    progress, advance = (None, None) if as_json else _progress_bar()
+    try:
+        if progress is not None:
+            progress.start()
+        try:
+            report = run(
+                migrate_langgraph(
+                    source, saver, dry_run=dry_run, overwrite=overwrite, progress=advance
+                )
+            )
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--from") from None
+        except ImportError as exc:
+            raise click.UsageError(
+                f"{exc}: pip install 'perdure[langgraph]' langgraph-checkpoint-sqlite"
+            ) from None
+    finally:
+        if progress is not None:
+            progress.stop()
+        _close(storage)
+    if not report.threads:
+        fail(f"no LangGraph threads in {str(source)!r}", EXIT_NOT_FOUND)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        _render_langgraph(report)
+    if not report.ok:
+        fail("some LangGraph threads were not imported (see above)", EXIT_PROBLEM)

@@ -5,6 +5,10 @@
 - :mod:`~perdure.migrate.openai_agents` — migration from the OpenAI Agents SDK's
   ``SQLiteSession`` database (``perdure migrate openai-agents``), and the mapping of
   the SDK's items to perdure messages that ``PerdureSession`` stores.
+- :mod:`~perdure.migrate.langgraph` — migration from LangGraph's ``SqliteSaver``
+  database into a checkpoint saver (``perdure migrate langgraph``).
+- :mod:`~perdure.migrate.report` — what the migrations share: statuses, counts, a
+  read-only SQLite source.
 - :mod:`~perdure.migrate.copy` — sessions and their checkpoints from any perdure
   store to any other, verified (``perdure copy``).
 """

@@ -45,6 +45,13 @@ from perdure.errors import (
     SessionNotFoundError,
 )
 from perdure.maintenance import verify_store
+from perdure.migrate.report import (
+    MigrationStatus,
+    count_status,
+    open_readonly_sqlite,
+    sqlite_tables,
+    status_counts,
+)
 from perdure.session.ids import validate_session_id
 from perdure.session.rules import PastOffset
 from perdure.session.store import SessionStore
@@ -137,8 +144,6 @@ ItemsAfter = PastOffset
 
 # --------------------------------------------------------------------------- migration
 
-MigrationStatus = Literal["imported", "would_import", "skipped", "failed"]
-
 
 @dataclass(frozen=True)
 class SkippedRow:
@@ -185,7 +190,7 @@ class OpenAIAgentsMigrationReport:
 
     def count(self, status: MigrationStatus) -> int:
         """How many sessions ended with ``status``."""
-        return sum(1 for entry in self.sessions if entry.status == status)
+        return count_status(self.sessions, status)
 
     @property
     def skipped_rows(self) -> list[SkippedRow]:
@@ -203,10 +208,7 @@ class OpenAIAgentsMigrationReport:
             "source": self.source,
             "dry_run": self.dry_run,
             "ok": self.ok,
-            "counts": {
-                status: self.count(status)
-                for status in ("imported", "would_import", "skipped", "failed")
-            },
+            "counts": status_counts(self.sessions),
             "sessions": [asdict(entry) for entry in self.sessions],
         }
 
@@ -225,16 +227,9 @@ def _read_database(
     Raises:
         ValueError: not a ``SQLiteSession`` database (the message says why).
     """
-    if not path.is_file():
-        raise ValueError(f"source {str(path)!r} is not a file")
+    conn = open_readonly_sqlite(path)
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise ValueError(f"source {str(path)!r} cannot be opened: {exc}") from None
-    try:
-        tables = {
-            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
+        tables = sqlite_tables(conn, path)
         if messages_table not in tables:
             raise ValueError(
                 f"source {str(path)!r} has no table {messages_table!r}: not a SQLiteSession "

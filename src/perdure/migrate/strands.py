@@ -83,6 +83,7 @@ from perdure.errors import (
     SessionNotFoundError,
     SnapshotError,
 )
+from perdure.migrate.report import MigrationStatus, count_status, status_counts
 from perdure.session.ids import validate_session_id
 from perdure.session.session import AGENT_STATE_FORMAT
 from perdure.session.store import SessionStore
@@ -101,10 +102,6 @@ __all__ = [
     "SkippedFile",
     "migrate_strands",
 ]
-
-MigrationStatus = Literal["imported", "would_import", "skipped", "failed"]
-"""What happened to one Strands agent: written; would be written (dry run); not
-written on purpose (``reason`` says why); could not be written (``reason``)."""
 
 Layout = Literal["file_session_manager", "snapshot"]
 
@@ -190,7 +187,7 @@ class MigrationReport:
 
     def count(self, status: MigrationStatus) -> int:
         """How many sessions ended with ``status``."""
-        return sum(1 for entry in self.sessions if entry.status == status)
+        return count_status(self.sessions, status)
 
     @property
     def all_skipped_files(self) -> list[SkippedFile]:
@@ -208,10 +205,7 @@ class MigrationReport:
             "source_dir": self.source_dir,
             "dry_run": self.dry_run,
             "ok": self.ok,
-            "counts": {
-                status: self.count(status)
-                for status in ("imported", "would_import", "skipped", "failed")
-            },
+            "counts": status_counts(self.sessions),
             "sessions": [asdict(entry) for entry in self.sessions],
             "skipped_files": [asdict(entry) for entry in self.skipped_files],
         }
