@@ -63,9 +63,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import json
 import logging
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, cast, runtime_checkable
@@ -75,6 +76,7 @@ from perdure._runtime.threads import ProcessLock
 from perdure.agent import Agent, Snapshot, SnapshotField
 from perdure.errors import (
     SessionConflictError,
+    SessionCorruptedError,
     SnapshotError,
     StorageConflictError,
     TurnRunningError,
@@ -86,6 +88,7 @@ from perdure.hooks import (
     MessageAddedEvent,
 )
 from perdure.hygiene.filters import FilterChain, PersistenceFilter
+from perdure.models import ScriptedModel
 from perdure.session.ids import validate_session_id
 from perdure.session.ulid import MonotonicUlid, is_ulid
 from perdure.snapshots.format import (
@@ -113,6 +116,8 @@ from perdure.storage import AppendStorage, ConditionalStorage, LocalFileStorage,
 from perdure.types import Message, validate_message
 
 __all__ = [
+    "BidiAgentSaveLatestStrategy",
+    "MultiAgentSaveLatestStrategy",
     "SaveLatestStrategy",
     "SnapshotSessionManager",
     "SnapshotTrigger",
@@ -123,11 +128,17 @@ SaveLatestStrategy = Literal["invocation", "message", "trigger"]
 after every message added plus each invocation; or only when ``snapshot_trigger``
 fires (or on ``save_snapshot``)."""
 
-# The strategies seed 003 names for bidirectional agents and orchestrators. perdure
-# has neither yet (issue 24), so the values are validated and kept, and not exported
-# as if they did something.
-_BidiAgentSaveLatestStrategy = Literal["message", "stop", "trigger"]
-_MultiAgentSaveLatestStrategy = Literal["node", "invocation"]
+BidiAgentSaveLatestStrategy = Literal["message", "stop", "trigger"]
+"""When a :class:`~perdure.bidi.BidiAgent`'s ``snapshot_latest`` is saved: after every
+message added plus on stop and before a connection restart (default); only on stop and
+before a restart; or only when ``snapshot_trigger`` fires (or on ``save_snapshot``)."""
+
+MultiAgentSaveLatestStrategy = Literal["node", "invocation"]
+"""When a Graph's or Swarm's ``snapshot_latest`` is saved: after every node completes
+(default: a crash resumes at the next node), or only when the whole invocation ends."""
+
+_BidiAgentSaveLatestStrategy = BidiAgentSaveLatestStrategy
+_MultiAgentSaveLatestStrategy = MultiAgentSaveLatestStrategy
 
 _STRATEGIES: tuple[str, ...] = ("invocation", "message", "trigger")
 _BIDI_STRATEGIES: tuple[str, ...] = ("message", "stop", "trigger")
@@ -293,6 +304,47 @@ class _Held:
         self._lock.release()
 
 
+class _RunCarrier(Agent):
+    """An orchestrator's run as the manager stores it: an agent whose messages are its records.
+
+    Orchestrators are latest-only (seed 003). Carrying a run's records as the messages
+    of an agent of its own gives them everything ``latest`` guarantees an agent's
+    history — on a local file one append and one fsync per save, older records sealed
+    into content-addressed chunks so that a save costs the same however long the run,
+    conditional writes against a second writer, hash-checked restores — under
+    ``sessions/<session_id>/multi_agents/<orchestrator_id>/``. Never invoked.
+    """
+
+    def __init__(self, orchestrator_id: str) -> None:
+        super().__init__(ScriptedModel(()), agent_id=orchestrator_id)
+        # The record objects self.messages were made from, in order: a save encodes
+        # only the records past those it was given last time (compared by identity).
+        self.records: list[Mapping[str, Any]] = []
+
+
+def _record_message(record: Mapping[str, Any]) -> Message:
+    try:
+        text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"an orchestrator record is not JSON: {exc}") from exc
+    return {"role": "user", "content": [{"text": text}]}
+
+
+def _message_record(message: Message, index: int, where: str) -> dict[str, Any]:
+    content = message.get("content")
+    try:
+        if not isinstance(content, list) or len(content) != 1:
+            raise ValueError("not one text block")
+        record = json.loads(content[0]["text"])
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SessionCorruptedError(
+            f"orchestrator run {where!r}: record {index} is damaged ({exc})"
+        ) from exc
+    return record
+
+
 class SnapshotSessionManager:
     """Persist agents as snapshots on a :class:`~perdure.storage.Storage`.
 
@@ -322,11 +374,11 @@ class SnapshotSessionManager:
             invocation; ``True`` appends an immutable snapshot (and, under
             ``"trigger"``, also saves ``latest``).
         bidi_agent_save_latest_on: ``"message"`` (default), ``"stop"`` or
-            ``"trigger"``: seed 003's strategy for a bidirectional agent. Validated
-            and kept; perdure has no such agents yet, so it changes nothing.
-        multi_agent_save_latest_on: ``"node"`` (default) or ``"invocation"``: seed
-            003's strategy for Graph/Swarm orchestrators. Validated and kept;
-            perdure has no orchestrators yet, so it changes nothing.
+            ``"trigger"``: when a :class:`~perdure.bidi.BidiAgent` given this
+            manager saves its ``snapshot_latest`` (see :mod:`perdure.bidi`).
+        multi_agent_save_latest_on: ``"node"`` (default) or ``"invocation"``: when a
+            :mod:`perdure.multiagent` Graph or Swarm given this manager saves its
+            run (:meth:`save_multi_agent`): after every node, or at the end only.
         filters: persistence filters (:mod:`perdure.hygiene.filters`, e.g.
             :class:`~perdure.hygiene.PIIRedactor`): every message and the agent's
             other fields go through them before a snapshot is written
@@ -386,6 +438,7 @@ class SnapshotSessionManager:
         self._lock = ProcessLock()
         self._slots: dict[str, _Slot] = {}
         self._initialized: weakref.WeakSet[Agent] = weakref.WeakSet()
+        self._carriers: dict[str, _RunCarrier] = {}
 
     def __repr__(self) -> str:
         return (
@@ -395,12 +448,14 @@ class SnapshotSessionManager:
 
     # ----------------------------------------------------------------- keys
 
-    def _prefix(self, agent_id: str) -> str:
-        return f"sessions/{self.session_id}/agents/{agent_id}/"
+    def _prefix(self, agent: Agent) -> str:
+        if isinstance(agent, _RunCarrier):
+            return f"sessions/{self.session_id}/multi_agents/{agent.agent_id}/"
+        return f"sessions/{self.session_id}/agents/{agent.agent_id}/"
 
     def _slot(self, agent: Agent) -> _Slot:
-        """The slot of ``agent``'s id, reset if another agent object used it before."""
-        slot = self._slots.setdefault(agent.agent_id, _Slot())
+        """The slot of ``agent``'s prefix, reset if another agent object used it before."""
+        slot = self._slots.setdefault(self._prefix(agent), _Slot())
         if slot.owner() is not agent:
             # The layout remembers another agent object's messages; matching them by
             # identity would fail anyway, so start from a full write.
@@ -490,7 +545,7 @@ class SnapshotSessionManager:
                 raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
             if limit < 0:
                 raise ValueError(f"limit must be >= 0, got {limit}")
-        base = f"{self._prefix(agent.agent_id)}snapshots/"
+        base = f"{self._prefix(agent)}snapshots/"
         cursor = (
             None if start_after is None else base + _check_snapshot_id(start_after, "start_after")
         )
@@ -582,7 +637,7 @@ class SnapshotSessionManager:
         """
         agent = _check_agent(agent)
         _check_snapshot_id(snapshot_id, "snapshot_id")
-        key = f"{self._prefix(agent.agent_id)}snapshots/{snapshot_id}"
+        key = f"{self._prefix(agent)}snapshots/{snapshot_id}"
         async with _Held(self._lock):
             if await self.storage.read(key) is None:
                 return False
@@ -678,6 +733,60 @@ class SnapshotSessionManager:
         Under ``save_latest_on="message"`` the MessageAddedEvent hook saves.
         """
 
+    # ------------------------------------------------------------ orchestrators
+
+    def _carrier(self, orchestrator_id: str) -> _RunCarrier:
+        validate_session_id(orchestrator_id)
+        carrier = self._carriers.get(orchestrator_id)
+        if carrier is None:
+            carrier = self._carriers[orchestrator_id] = _RunCarrier(orchestrator_id)
+        return carrier
+
+    async def restore_multi_agent(self, orchestrator_id: str) -> list[dict[str, Any]] | None:
+        """Read an orchestrator's ``snapshot_latest``: its run's records, oldest first.
+
+        (Used by :mod:`perdure.multiagent`, whose Graph and Swarm write and read the
+        records; the manager only keeps them.) ``None`` when none were saved.
+
+        Raises:
+            ValueError: ``orchestrator_id`` is not a valid id (the session-id rules).
+            SessionCorruptedError: what is stored is damaged; never an empty run.
+        """
+        carrier = self._carrier(orchestrator_id)
+        async with _Held(self._lock):
+            found = await self._restore_locked(carrier, self._slot(carrier), None)
+        if not found:
+            carrier.messages, carrier.records = [], []
+            return None
+        where = f"{self._prefix(carrier)}latest"
+        records = [_message_record(m, i, where) for i, m in enumerate(carrier.messages)]
+        carrier.records = list(records)
+        return records
+
+    async def save_multi_agent(
+        self, orchestrator_id: str, records: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Overwrite an orchestrator's ``snapshot_latest`` with ``records`` (its whole run).
+
+        Incremental like an agent's ``latest``: the records that are the very objects
+        given (or restored) last time are not encoded or written again, so a save
+        after one more node appends one record. Durable on return.
+
+        Raises:
+            ValueError: a bad ``orchestrator_id``, or a record that is not JSON.
+            SessionConflictError: another writer saved this orchestrator since this
+                manager last read or wrote it; nothing was written.
+        """
+        carrier = self._carrier(orchestrator_id)
+        old = carrier.records
+        keep = 0
+        limit = min(len(old), len(records), len(carrier.messages))
+        while keep < limit and old[keep] is records[keep]:
+            keep += 1
+        messages = carrier.messages[:keep] + [_record_message(r) for r in records[keep:]]
+        carrier.messages, carrier.records = messages, list(records)
+        await self._save(carrier, snapshot=False)
+
     # ------------------------------------------------------------- internals
 
     async def _ensure_initialized(self, agent: Agent, slot: _Slot) -> None:
@@ -703,7 +812,7 @@ class SnapshotSessionManager:
         ``rewrite`` (``latest`` only) writes ``latest`` whole even when unchanged, so
         that no older record of a log keeps what the agent no longer holds.
         """
-        prefix = self._prefix(agent.agent_id)
+        prefix = self._prefix(agent)
         fields = slot.fields
         if fields is not None and fields.fresh(agent):
             created_at = datetime.now(UTC).isoformat()
@@ -920,7 +1029,7 @@ class SnapshotSessionManager:
         """
         if agent.turn_running and not from_init:
             raise TurnRunningError("cannot restore a snapshot while the agent is running a turn")
-        prefix = self._prefix(agent.agent_id)
+        prefix = self._prefix(agent)
         latest = f"{prefix}latest"
         replayed = None
         end: LatestEnd | None
@@ -940,7 +1049,7 @@ class SnapshotSessionManager:
             # The next save replaces latest on condition that it is still as it is now.
             end = end_of(await self.storage.read(latest)) if self._appends else None
         if manifest is None and snapshot_id is None and (from_init or fallback):
-            key, manifest = await self._newest_snapshot(agent.agent_id)
+            key, manifest = await self._newest_snapshot(agent)
         if manifest is None:
             self._initialized.add(agent)
             slot.latest_end, slot.latest_unsure = end, None
@@ -980,14 +1089,15 @@ class SnapshotSessionManager:
         slot.latest_version, slot.latest_attempt = version, None
         slot.latest_version_known = self._versioned
 
-    async def _newest_snapshot(self, agent_id: str) -> tuple[str, Manifest | None]:
+    async def _newest_snapshot(self, agent: Agent) -> tuple[str, Manifest | None]:
         """The newest immutable snapshot's key and manifest, standing in for a lost ``latest``.
 
         ``(key, None)`` when there is none. Logs a warning when there is one: a
         missing ``latest`` beside immutable snapshots was deleted or never saved,
         and whatever it held after that snapshot is not coming back.
         """
-        prefix = self._prefix(agent_id)
+        agent_id = agent.agent_id
+        prefix = self._prefix(agent)
         base = f"{prefix}snapshots/"
         ids = [key[len(base) :] for key in await list_all(self.storage, base)]
         ids = sorted(i for i in ids if is_ulid(i))
@@ -1010,7 +1120,7 @@ class SnapshotSessionManager:
 
     async def _collect_locked(self, agent: Agent) -> set[str]:
         slot = self._slot(agent)
-        deleted = await collect(self.storage, self._prefix(agent.agent_id), slot.graph)
+        deleted = await collect(self.storage, self._prefix(agent), slot.graph)
         slot.known -= deleted
         if slot.layout is not None and slot.layout.refs() & deleted:
             slot.layout = None  # it pointed at something now gone: write afresh next time
