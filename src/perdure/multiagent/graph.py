@@ -392,7 +392,7 @@ class Graph:
                 for node in self._nodes.values():
                     if isinstance(node.executor, Agent):
                         await store.save_agent(node.executor)
-            await store.save(list(records), fresh=fresh)
+            await store.save(records, fresh=fresh)
 
     def _result(
         self, state: RunState, *, status: str | None = None, error: str | None = None

@@ -125,14 +125,31 @@ class _SessionRunStore(RunStore):
         if not self.exists:
             await self.store.create(self.session_id, exist_ok=True)
             self.exists = True
-        keep = 0
-        limit = min(len(self.records), len(records), len(self.messages))
-        while keep < limit and self.records[keep] is records[keep]:
-            keep += 1
-        rewritten = fresh or keep < len(self.messages)
-        messages = self.messages[:keep] + [_as_message(r) for r in records[keep:]]
+        old = self.records
+        if (
+            not fresh
+            and len(old) == len(self.messages) <= len(records)
+            and (not old or (records[0] is old[0] and records[len(old) - 1] is old[-1]))
+        ):
+            # Records appended to the same run: extend in place (a commit appends only
+            # what the store does not hold, so its cost does not grow with the run).
+            new = records[len(old) :]
+            added = [_as_message(r) for r in new]
+            self.messages.extend(added)
+            old.extend(new)
+            try:
+                done = await self.store.commit(
+                    self.session_id, self.messages, expected_tail=self.tail
+                )
+            except BaseException:
+                del self.messages[len(self.messages) - len(added) :]
+                del old[len(old) - len(new) :]
+                raise
+            self.tail = done.tail
+            return
+        messages = [_as_message(r) for r in records]
         done = await self.store.commit(
-            self.session_id, messages, rewritten=rewritten, expected_tail=self.tail
+            self.session_id, messages, rewritten=True, expected_tail=self.tail
         )
         self.messages, self.records, self.tail = messages, list(records), done.tail
 

@@ -290,7 +290,7 @@ class Swarm:
                 return
             for agent in self._agents.values():
                 await store.save_agent(agent)
-        await store.save(list(records), fresh=fresh)
+        await store.save(records, fresh=fresh)
 
 
 def _prompt(state: RunState, name: str) -> str:

@@ -778,13 +778,31 @@ class SnapshotSessionManager:
                 manager last read or wrote it; nothing was written.
         """
         carrier = self._carrier(orchestrator_id)
-        old = carrier.records
+        old, messages = carrier.records, carrier.messages
+        if (
+            len(old) == len(messages) <= len(records)
+            and (not old or records[len(old) - 1] is old[-1])
+            and (len(old) < 2 or records[0] is old[0])
+        ):
+            # The usual save: the same run with records appended. Extended in place,
+            # so that a save costs the same however long the run.
+            new = records[len(old) :]
+            messages.extend([_record_message(r) for r in new])
+            old.extend(new)
+            try:
+                await self._save(carrier, snapshot=False)
+            except BaseException:
+                # Not saved: forget them, so that the next save writes them again.
+                del messages[len(messages) - len(new) :]
+                del old[len(old) - len(new) :]
+                raise
+            return
         keep = 0
-        limit = min(len(old), len(records), len(carrier.messages))
+        limit = min(len(old), len(records), len(messages))
         while keep < limit and old[keep] is records[keep]:
             keep += 1
-        messages = carrier.messages[:keep] + [_record_message(r) for r in records[keep:]]
-        carrier.messages, carrier.records = messages, list(records)
+        carrier.messages = messages[:keep] + [_record_message(r) for r in records[keep:]]
+        carrier.records = list(records)
         await self._save(carrier, snapshot=False)
 
     # ------------------------------------------------------------- internals
