@@ -117,6 +117,7 @@ from perdure.types import Message, validate_message
 
 __all__ = [
     "BidiAgentSaveLatestStrategy",
+    "HoldsAgent",
     "MultiAgentSaveLatestStrategy",
     "SaveLatestStrategy",
     "SnapshotSessionManager",
@@ -149,9 +150,14 @@ _log = logging.getLogger(__name__)
 
 @runtime_checkable
 class SnapshotTrigger(Protocol):
-    """Decides, after an invocation, whether to append an immutable snapshot."""
+    """Decides, after an invocation, whether to append an immutable snapshot.
 
-    def __call__(self, *, agent_data: Agent, **kwargs: Any) -> bool:
+    ``agent_data`` is the agent that just completed an invocation, or the
+    :class:`~perdure.bidi.BidiAgent` that just stopped or is about to restart its
+    connection (seed 003).
+    """
+
+    def __call__(self, *, agent_data: Agent | HoldsAgent, **kwargs: Any) -> bool:
         """Return ``True`` to append an immutable snapshot of ``agent_data``."""
         ...
 
@@ -274,10 +280,36 @@ def _check_snapshot_id(snapshot_id: Any, argument: str) -> str:
     return str(snapshot_id)
 
 
-def _check_agent(agent: Any) -> Agent:
-    if not isinstance(agent, Agent):
-        raise TypeError(f"agent must be an Agent, got {type(agent).__name__}")
-    return agent
+@runtime_checkable
+class HoldsAgent(Protocol):
+    """Something persisted as the :class:`Agent` it holds: a :class:`~perdure.bidi.BidiAgent`.
+
+    ``snapshot_agent`` holds its history and state; while ``started`` is true (its
+    connection is open) it cannot be restored (seed 003).
+    """
+
+    @property
+    def snapshot_agent(self) -> Agent:
+        """The agent whose snapshot is this object's."""
+        ...
+
+    @property
+    def started(self) -> bool:
+        """True while the object runs (a BidiAgent: between start and stop)."""
+        ...
+
+
+def _check_agent(agent: Any, *, restoring: bool = False) -> Agent:
+    if isinstance(agent, Agent):
+        return agent
+    if isinstance(agent, HoldsAgent):
+        if restoring and agent.started:
+            raise RuntimeError(
+                f"cannot restore {type(agent).__name__} {agent.snapshot_agent.agent_id!r} "
+                "while it is started; stop it first"
+            )
+        return agent.snapshot_agent
+    raise TypeError(f"agent must be an Agent or a BidiAgent, got {type(agent).__name__}")
 
 
 class _Held:
@@ -526,7 +558,7 @@ class SnapshotSessionManager:
     # ------------------------------------------------------------ public API
 
     async def list_snapshot_ids(
-        self, agent: Agent, *, limit: int | None = None, start_after: str | None = None
+        self, agent: Agent | HoldsAgent, *, limit: int | None = None, start_after: str | None = None
     ) -> list[str]:
         """List the agent's immutable snapshot ids, oldest first.
 
@@ -559,11 +591,14 @@ class SnapshotSessionManager:
             cursor = page[-1]
         return ids
 
-    async def restore_snapshot(self, agent: Agent, *, snapshot_id: str | None = None) -> bool:
+    async def restore_snapshot(
+        self, agent: Agent | HoldsAgent, *, snapshot_id: str | None = None
+    ) -> bool:
         """Load a stored snapshot into ``agent``; ``True`` if it existed.
 
         Args:
-            agent: Agent to restore into (not while it runs a turn).
+            agent: Agent to restore into (not while it runs a turn), or a
+                :class:`~perdure.bidi.BidiAgent` that is not started.
             snapshot_id: An immutable snapshot's id (time travel); ``None`` restores
                 ``snapshot_latest`` only (unlike the agent's construction, it does
                 not fall back to the newest immutable snapshot when ``latest`` is
@@ -576,16 +611,17 @@ class SnapshotSessionManager:
         Raises:
             ValueError: ``snapshot_id`` is not a valid snapshot id.
             TurnRunningError: the agent is running a turn.
+            RuntimeError: the BidiAgent is started.
             SessionCorruptedError: the stored snapshot is damaged (agent untouched).
             SnapshotError: it is of an unknown format version (agent untouched).
         """
-        agent = _check_agent(agent)
+        agent = _check_agent(agent, restoring=True)
         if snapshot_id is not None:
             _check_snapshot_id(snapshot_id, "snapshot_id")
         async with _Held(self._lock):
             return await self._restore_locked(agent, self._slot(agent), snapshot_id)
 
-    async def save_snapshot(self, agent: Agent, *, is_latest: bool) -> str | None:
+    async def save_snapshot(self, agent: Agent | HoldsAgent, *, is_latest: bool) -> str | None:
         """Save the agent's current state now.
 
         Args:
@@ -625,7 +661,7 @@ class SnapshotSessionManager:
                     slot.known.clear()
                     slot.graph.clear()
 
-    async def delete_snapshot(self, agent: Agent, *, snapshot_id: str) -> bool:
+    async def delete_snapshot(self, agent: Agent | HoldsAgent, *, snapshot_id: str) -> bool:
         """Delete one immutable snapshot and the chunks nothing else references.
 
         (A perdure addition to the seed's API.) Returns ``True`` if it existed.
@@ -645,7 +681,7 @@ class SnapshotSessionManager:
             await self._collect_locked(agent)
             return True
 
-    async def collect_garbage(self, agent: Agent) -> int:
+    async def collect_garbage(self, agent: Agent | HoldsAgent) -> int:
         """Delete the agent's chunks that no manifest references; return how many.
 
         (A perdure addition.) Trimmed history and deleted snapshots leave such chunks.
@@ -696,7 +732,7 @@ class SnapshotSessionManager:
             async_name="manager.redact_latest_message_async(redact_message, agent)",
         )
 
-    def initialize(self, agent: Agent) -> None:
+    def initialize(self, agent: Agent | HoldsAgent) -> None:
         """Restore ``agent`` as its construction does (sync; seed 003).
 
         From ``snapshot_latest`` if there is one; if it is missing, from the newest
@@ -710,12 +746,12 @@ class SnapshotSessionManager:
         """
         run_sync(self._initialize(agent), async_name="manager.restore_snapshot(agent)")
 
-    async def _initialize(self, agent: Agent) -> bool:
-        agent = _check_agent(agent)
+    async def _initialize(self, agent: Agent | HoldsAgent) -> bool:
+        agent = _check_agent(agent, restoring=True)
         async with _Held(self._lock):
             return await self._restore_locked(agent, self._slot(agent), None, fallback=True)
 
-    def sync_agent(self, agent: Agent) -> None:
+    def sync_agent(self, agent: Agent | HoldsAgent) -> None:
         """Save ``agent`` to ``snapshot_latest`` now (sync; seed 003).
 
         Raises:
