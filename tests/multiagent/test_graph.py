@@ -297,3 +297,20 @@ def test_replay_refuses_records_out_of_place() -> None:
         replay([start, {"t": "what"}], "g")
     with pytest.raises(SessionCorruptedError, match="malformed node record"):
         replay([start, {"t": "node", "node": "a", "result": 3, "pending": []}], "g")
+
+
+async def test_a_stored_run_that_goes_on_at_an_unknown_node_is_refused() -> None:
+    storage = MemoryStorage()
+    b = GraphBuilder()
+    b.add_node(lambda task, up: "x", "a")
+    b.add_node(lambda task, up: (_ for _ in ()).throw(RuntimeError("down")), "gone")
+    b.add_edge("a", "gone")
+    first = await b.build(
+        session_manager=SnapshotSessionManager("s", storage=storage)
+    ).invoke_async("t")
+    assert first.status == "failed"
+    other = GraphBuilder()
+    other.add_node(lambda task, up: "x", "a")
+    graph = other.build(session_manager=SnapshotSessionManager("s", storage=storage))
+    with pytest.raises(ValueError, match=r"goes on at \['gone'\], which are not nodes"):
+        await graph.invoke_async("t")

@@ -292,6 +292,13 @@ class Graph:
                 f"graph {self.graph_id!r} has an unfinished run of the task {state.task!r}; "
                 "call it with that task to resume it"
             )
+        if state is not None and state.status == "running":
+            unknown = sorted(set(state.pending) - set(self._nodes))
+            if unknown:
+                raise ValueError(
+                    f"the unfinished run of graph {self.graph_id!r} goes on at {unknown}, "
+                    f"which are not nodes of this graph ({self.node_ids})"
+                )
         if state is None or state.status != "running":
             records = self._records = [start_record("graph", task, [self.entry_point], {})]
             state = replay(records, self.graph_id)

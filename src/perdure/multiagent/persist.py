@@ -11,6 +11,11 @@ its node, so a record never points at an agent state that was not kept.
   append per save on a local file), and a node agent without a session manager of
   its own is saved and restored as that session's agent ``agent.agent_id`` — so node
   agents need distinct ids.
+A node completes when its record is saved. A crash before that (during the node, or
+between its agent's save and its record's) runs the node again on resume: then that
+agent's history may hold the interrupted attempt too, as it was saved. A crash
+after it never runs the node again.
+
 * :class:`~perdure.session.Session`: the records are the messages of the session's
   history (one message per record, its text the record's JSON), committed to the
   session's store under its writer lock; each node agent persists through a session
