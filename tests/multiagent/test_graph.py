@@ -314,3 +314,35 @@ async def test_a_stored_run_that_goes_on_at_an_unknown_node_is_refused() -> None
     graph = other.build(session_manager=SnapshotSessionManager("s", storage=storage))
     with pytest.raises(ValueError, match=r"goes on at \['gone'\], which are not nodes"):
         await graph.invoke_async("t")
+
+
+async def test_a_save_that_fails_raises_and_the_next_call_goes_on_from_what_is_stored() -> None:
+    class Flaky(MemoryStorage):
+        fail = False
+
+        async def append(self, key: str, data: bytes, *, size: int, tail: bytes) -> None:
+            if self.fail and "multi_agents" in key:
+                raise OSError("disk full")
+            await super().append(key, data, size=size, tail=tail)
+
+    storage = Flaky()
+    ran: list[str] = []
+
+    def stop_saving(task: str, upstream: dict[str, str]) -> str:
+        ran.append("b")
+        storage.fail = ran.count("b") == 1  # the first save of b's record fails
+        return "b"
+
+    b = GraphBuilder()
+    b.add_node(echo("a", ran), "a")
+    b.add_node(stop_saving, "b")
+    b.add_node(echo("c", ran), "c")
+    b.add_edge("a", "b")
+    b.add_edge("b", "c")
+    graph = b.build(session_manager=SnapshotSessionManager("s", storage=storage))
+    with pytest.raises(OSError, match="disk full"):
+        await graph.invoke_async("t")
+    result = await graph.invoke_async("t")
+    # b's record never landed: b runs again (it never completed), a does not.
+    assert result.execution_order == ["a", "b", "c"]
+    assert ran == ["a", "b", "b", "c"]

@@ -265,7 +265,9 @@ class Graph:
             TypeError: ``task`` is not a str.
             ValueError: an unfinished run of another task is stored.
             TurnRunningError: this graph is running already.
-            SessionConflictError, SessionLockedError: another writer has the run.
+            SessionConflictError, SessionLockedError: another writer has the run
+                (or any other error saving it: the next invocation reads what is
+                stored and goes on from there).
             SessionCorruptedError: the stored run is damaged.
         """
         if not isinstance(task, str):
@@ -275,6 +277,11 @@ class Graph:
         try:
             async with self._store.holding():
                 return await self._invoke(task)
+        except BaseException:
+            # Whatever was not saved is forgotten: the next invocation reads the run
+            # as it is stored (a save that failed, a cancellation) and goes on from there.
+            self._records = None
+            raise
         finally:
             self._lock.release()
 
@@ -332,6 +339,11 @@ class Graph:
                 for _, out in failures:
                     if not isinstance(out, Exception):
                         raise out  # a cancellation or KeyboardInterrupt goes on up
+                for _, out in failures:
+                    if isinstance(out, _SaveFailed):
+                        # Not a node's failure: the run could not be saved.
+                        assert out.__cause__ is not None
+                        raise out.__cause__
                 node_id, exc = failures[0]
                 error = f"node {node_id!r} failed: {type(exc).__name__}: {exc}"
                 if store.strategy == "invocation":
@@ -362,15 +374,26 @@ class Graph:
                 state.shared.clear()
                 state.shared.update(before)
             raise
-        # A completed node's record: its result, and the nodes it activates.
-        state.order.append(node_id)
-        state.results[node_id] = text
+        # The edges it activates, decided before anything changes: a condition that
+        # raises fails the node, and the run stays as it was recorded.
         view = self._condition_state(state)
+        view["results"][node_id] = text
+        view["execution_order"].append(node_id)
         activated = [
             e.target
             for e in self._edges
             if e.source == node_id and (e.condition is None or _holds(e, view))
         ]
+        if isinstance(node.executor, Agent) and self._store.strategy == "node":
+            # The agent before the record that says its node completed.
+            try:
+                await self._store.save_agent(node.executor)
+            except Exception as exc:
+                raise _SaveFailed() from exc
+        # No await from here to the append: with parallel=True another node's save may
+        # write this record at once, and it must find the run as this record says.
+        state.order.append(node_id)
+        state.results[node_id] = text
         pending = [p for p in state.pending if p != node_id]
         pending += [t for t in activated if t not in pending]
         state.pending = pending
@@ -378,9 +401,10 @@ class Graph:
         records.append(
             node_record(node_id, text, pending, shared=state.shared if changed else None)
         )
-        if isinstance(node.executor, Agent) and self._store.strategy == "node":
-            await self._store.save_agent(node.executor)
-        await self._save(records, fresh=fresh, final=False)
+        try:
+            await self._save(records, fresh=fresh, final=False)
+        except Exception as exc:
+            raise _SaveFailed() from exc
 
     def _condition_state(self, state: RunState) -> dict[str, Any]:
         return {
@@ -412,6 +436,10 @@ class Graph:
             shared=copy.deepcopy(state.shared),
             error=error if error is not None else state.error,
         )
+
+
+class _SaveFailed(Exception):
+    """A save after a node failed (its cause): the invocation raises it."""
 
 
 def _holds(edge: _Edge, view: dict[str, Any]) -> bool:

@@ -204,7 +204,9 @@ class Swarm:
             TypeError: ``task`` is not a str.
             ValueError: an unfinished run of another task is stored.
             TurnRunningError: this swarm is running already.
-            SessionConflictError, SessionLockedError: another writer has the run.
+            SessionConflictError, SessionLockedError: another writer has the run
+                (or any other error saving it: the next invocation reads what is
+                stored and goes on from there).
             SessionCorruptedError: the stored run is damaged.
         """
         if not isinstance(task, str):
@@ -214,6 +216,11 @@ class Swarm:
         try:
             async with self._store.holding():
                 return await self._invoke(task)
+        except BaseException:
+            # Whatever was not saved is forgotten: the next invocation reads the run
+            # as it is stored (a save that failed, a cancellation) and goes on from there.
+            self._records = None
+            raise
         finally:
             self._lock.release()
 
@@ -256,6 +263,8 @@ class Swarm:
             if self._handoff is not None:
                 handoff, extra = self._handoff
             self._handoff = None
+            if store.strategy == "node":
+                await store.save_agent(agent)  # the agent before the record of its turn
             state.order.append(name)
             state.results[name] = text
             before = copy.deepcopy(state.shared)
@@ -272,8 +281,6 @@ class Swarm:
                     f"max_handoffs ({self.max_handoffs}) reached: {name!r} handed off again"
                 )
                 records.append(end_record("failed", state.error))
-            if store.strategy == "node":
-                await store.save_agent(agent)
             await self._save(records, fresh=fresh, final=over)
             fresh = False
             if over:
