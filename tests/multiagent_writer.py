@@ -3,7 +3,8 @@
 Run as ``python multiagent_writer.py KIND BACKEND DIR COUNTER KILL_AFTER``:
 
 * ``KIND``: ``graph`` (five nodes: ``a`` fans out to ``b`` and ``c``, which join at
-  the agent node ``d``, then ``e``; an edge ``a -> skipped`` whose condition is false)
+  the agent node ``d``, then ``e``; an edge ``a -> skipped`` whose condition is false),
+  ``graph-parallel`` (the same, built with ``parallel=True``)
   or ``swarm`` (agents ``a`` -> ``b`` -> ``c`` handing off, ``a`` adding to the
   shared context);
 * ``BACKEND``: ``snapshot`` (a SnapshotSessionManager on LocalFileStorage) or
@@ -119,7 +120,7 @@ def main() -> None:
         store = KillingStore(where)
         manager = Session(store, "run")
         agent_manager = store
-    if kind == "graph":
+    if kind.startswith("graph"):
 
         def agent_session(name: str) -> Session | None:
             return None if agent_manager is None else Session(agent_manager, f"agent-{name}")
@@ -143,7 +144,9 @@ def main() -> None:
         b.add_edge("c", "d")
         b.add_edge("d", "e")
         b.set_entry_point("a")
-        graph = b.build(session_manager=manager, graph_id=orchestrator)
+        graph = b.build(
+            session_manager=manager, graph_id=orchestrator, parallel=kind == "graph-parallel"
+        )
         result = graph("write a report")
         print(
             json.dumps(
