@@ -346,3 +346,31 @@ async def test_a_save_that_fails_raises_and_the_next_call_goes_on_from_what_is_s
     # b's record never landed: b runs again (it never completed), a does not.
     assert result.execution_order == ["a", "b", "c"]
     assert ran == ["a", "b", "b", "c"]
+
+
+async def test_the_managers_filters_redact_node_results_and_the_run_stays_readable() -> None:
+    from perdure.hygiene import PIIRedactor
+
+    storage = MemoryStorage()
+
+    def first(task: str, upstream: dict[str, str], state: dict[str, Any]) -> str:
+        state["card_number_as_int"] = 4111111111111111  # card-shaped digits, outside a string
+        return "write to ana@example.com"
+
+    def build() -> Any:
+        b = GraphBuilder()
+        b.add_node(first, "a")
+        b.add_node(lambda task, up: (_ for _ in ()).throw(RuntimeError("down")), "b")
+        b.add_edge("a", "b")
+        manager = SnapshotSessionManager("s", storage=storage, filters=[PIIRedactor()])
+        return b.build(session_manager=manager)
+
+    assert (await build().invoke_async("t")).status == "failed"
+    stored = await SnapshotSessionManager("s", storage=storage).restore_multi_agent("graph")
+    assert stored is not None
+    assert stored[1]["result"] == "write to [email]"
+    # Filtered as values, not as JSON text ({"n":[card]} would not parse).
+    assert stored[1]["shared"] == {"card_number_as_int": 4111111111111111}
+    blobs = [await storage.read(key) for key in await storage.list("")]
+    assert blobs
+    assert not any(b"ana@example.com" in (blob or b"") for blob in blobs)

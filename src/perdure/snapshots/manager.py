@@ -778,6 +778,16 @@ class SnapshotSessionManager:
             carrier = self._carriers[orchestrator_id] = _RunCarrier(orchestrator_id)
         return carrier
 
+    def _record_message(self, record: Mapping[str, Any]) -> Message:
+        """A record as the carrier's message, its values through the filters first.
+
+        Filtered as a value (as agent state is), not as the JSON text it becomes, so a
+        filter's replacement can never break the JSON.
+        """
+        if self._filters:
+            record = self._filters.state(dict(record), "snapshot", self.session_id)
+        return _record_message(record)
+
     async def restore_multi_agent(self, orchestrator_id: str) -> list[dict[str, Any]] | None:
         """Read an orchestrator's ``snapshot_latest``: its run's records, oldest first.
 
@@ -806,7 +816,8 @@ class SnapshotSessionManager:
 
         Incremental like an agent's ``latest``: the records that are the very objects
         given (or restored) last time are not encoded or written again, so a save
-        after one more node appends one record. Durable on return.
+        after one more node appends one record. Durable on return. The manager's
+        ``filters`` see each record (as agent state); what is stored is their output.
 
         Raises:
             ValueError: a bad ``orchestrator_id``, or a record that is not JSON.
@@ -823,7 +834,7 @@ class SnapshotSessionManager:
             # The usual save: the same run with records appended. Extended in place,
             # so that a save costs the same however long the run.
             new = records[len(old) :]
-            messages.extend([_record_message(r) for r in new])
+            messages.extend([self._record_message(r) for r in new])
             old.extend(new)
             try:
                 await self._save(carrier, snapshot=False)
@@ -837,7 +848,7 @@ class SnapshotSessionManager:
         limit = min(len(old), len(records), len(messages))
         while keep < limit and old[keep] is records[keep]:
             keep += 1
-        carrier.messages = messages[:keep] + [_record_message(r) for r in records[keep:]]
+        carrier.messages = messages[:keep] + [self._record_message(r) for r in records[keep:]]
         carrier.records = list(records)
         await self._save(carrier, snapshot=False)
 
@@ -876,7 +887,7 @@ class SnapshotSessionManager:
         fields_json = fields.json
         # plan_save only reads the list, before any await: no copy needed.
         messages = agent.messages
-        if self._filters:
+        if self._filters and not isinstance(agent, _RunCarrier):  # a run filters its records
             messages = self._filtered_messages(slot, messages)
         plan = plan_save(slot.layout, messages, snapshot=snapshot)
         chunks = plan.chunks
