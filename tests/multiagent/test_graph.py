@@ -374,3 +374,17 @@ async def test_the_managers_filters_redact_node_results_and_the_run_stays_readab
     blobs = [await storage.read(key) for key in await storage.list("")]
     assert blobs
     assert not any(b"ana@example.com" in (blob or b"") for blob in blobs)
+
+
+async def test_a_sessions_filters_redact_the_records_it_stores() -> None:
+    from perdure.hygiene import PIIRedactor
+
+    store = MemorySessionStore()
+    b = GraphBuilder()
+    b.add_node(lambda task, up: "mail ana@example.com", "a")
+    graph = b.build(session_manager=Session(store, "g", filters=[PIIRedactor()]))
+    result = await graph.invoke_async("t")
+    assert result.results == {"a": "mail ana@example.com"}  # the run keeps the original
+    texts = [m["content"][0]["text"] for m in (await store.get("g")).messages]
+    assert any('"result":"mail [email]"' in text for text in texts)
+    assert not any("ana@example.com" in text for text in texts)

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from perdure.agent import Agent
 from perdure.errors import SessionCorruptedError, SessionNotFoundError
+from perdure.hygiene.filters import FilterChain
 from perdure.session.session import Session
 from perdure.snapshots.manager import SnapshotSessionManager
 from perdure.types import Message
@@ -87,7 +88,10 @@ class _SnapshotRunStore(RunStore):
             await self.manager.save_snapshot(agent, is_latest=True)
 
 
-def _as_message(record: Mapping[str, Any]) -> Message:
+def _as_message(record: Mapping[str, Any], filters: FilterChain, session_id: str) -> Message:
+    """A record as a message, its values through the session's filters first."""
+    if filters:  # as values (as agent state is), so a replacement never breaks the JSON
+        record = filters.state(dict(record), "session", session_id)
     text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return {"role": "user", "content": [{"text": text}]}
 
@@ -99,6 +103,7 @@ class _SessionRunStore(RunStore):
     def __init__(self, session: Session) -> None:
         self.store = session.store
         self.session_id = session.session_id
+        self.filters = session.filters
         self.messages: list[Message] = []
         self.records: list[Mapping[str, Any]] = []
         self.tail: str | None = None
@@ -139,7 +144,7 @@ class _SessionRunStore(RunStore):
             # Records appended to the same run: extend in place (a commit appends only
             # what the store does not hold, so its cost does not grow with the run).
             new = records[len(old) :]
-            added = [_as_message(r) for r in new]
+            added = [_as_message(r, self.filters, self.session_id) for r in new]
             self.messages.extend(added)
             old.extend(new)
             try:
@@ -152,7 +157,7 @@ class _SessionRunStore(RunStore):
                 raise
             self.tail = done.tail
             return
-        messages = [_as_message(r) for r in records]
+        messages = [_as_message(r, self.filters, self.session_id) for r in records]
         done = await self.store.commit(
             self.session_id, messages, rewritten=True, expected_tail=self.tail
         )
