@@ -8,9 +8,11 @@ fsync floor is taken (``write`` + ``fsync`` of a record-sized line appended to o
 file, ``benchmarks/floors.py``), so that each save is compared with a floor measured
 under the same load (the disk is shared). The table gives, for the first and the
 last ``--window`` nodes of the run, the median save time, the median floor, and the
-median of the per-node ratios. Two kinds of node: a function (the run's record is
-the only write) and a perdure ``Agent`` on a ``ScriptedModel`` (its snapshot is saved
-too, before the record: a second file, created by its first save).
+median of the per-node ratios. Three rows: function nodes (the run's record is the
+only write), perdure ``Agent`` nodes on a ``ScriptedModel`` (each agent's snapshot is
+saved too, before the record: a file of its own, created by its first save), and
+function nodes on a ``Session`` over a ``FileSessionStore`` (one journal commit per
+node).
 
 The target (issue 24): function nodes cost at most 2x the fsync floor, and the last
 nodes cost what the first do (the bytes and storage operations of a save do not grow
@@ -33,7 +35,7 @@ from typing import Any
 from perdure import Agent, LocalFileStorage
 from perdure.models import ScriptedModel
 from perdure.multiagent import GraphBuilder
-from perdure.session import SnapshotSessionManager
+from perdure.session import FileSessionStore, Session, SnapshotSessionManager
 
 sys.path.insert(0, str(Path(__file__).parent))
 from floors import FileFloor  # a sibling script, not a package
@@ -67,14 +69,29 @@ class TimedManager(SnapshotSessionManager):
         self.samples.append((took, self.floor.once()))
 
 
-def chain(n: int, kind: str, manager: TimedManager) -> Any:
+class TimedStore(FileSessionStore):
+    """A file session store that times the run's commits, then samples the floor."""
+
+    def __init__(self, root: Path, floor: FileFloor) -> None:
+        super().__init__(root)
+        self.floor = floor
+        self.samples: list[tuple[float, float]] = []
+
+    async def commit(self, session_id: str, messages: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        done = await super().commit(session_id, messages, **kwargs)
+        self.samples.append((time.perf_counter() - start, self.floor.once()))
+        return done
+
+
+def chain(n: int, kind: str, manager: object) -> Any:
     b = GraphBuilder()
 
     async def step(task: str, upstream: dict[str, str]) -> str:
         return "x" * 200
 
     for i in range(n):
-        if kind == "agent":
+        if kind == "agent (snapshot)":
             b.add_node(Agent(ScriptedModel(["y" * 200]), agent_id=f"n{i}"), f"n{i}")
         else:
             b.add_node(step, f"n{i}")
@@ -125,18 +142,23 @@ def main(argv: list[str] | None = None) -> int:
                 f"{storage_floor * 1e3:.3f} ms = {storage_floor / alone:.2f}x the floor"
             )
             print()
-            header = f"{'node kind':<10} {'nodes':<6} {'save ms':>8} {'floor ms':>9} {'x floor':>8}"
+            header = f"{'node kind':<20} {'nodes':<6} {'save ms':>8} {'floor ms':>9} {'x floor':>8}"
             print(header)
             print("-" * len(header))
-            for kind in ("function", "agent"):
-                manager = TimedManager(LocalFileStorage(directory / kind), floor)
+            for kind in ("function (snapshot)", "agent (snapshot)", "function (Session)"):
+                timed: TimedManager | TimedStore
+                if kind.endswith("(Session)"):
+                    timed = TimedStore(directory / "sessions", floor)
+                    manager: object = Session(timed, "bench")
+                else:
+                    timed = manager = TimedManager(LocalFileStorage(directory / kind), floor)
                 result = asyncio.run(chain(n, kind, manager).invoke_async("t"))
                 assert result.status == "completed", result.error
-                nodes = manager.samples[:-1]  # the last save is the run's end record
+                nodes = timed.samples[:-1]  # the last save is the run's end record
                 for part, chosen in (("first", nodes[:window]), ("last", nodes[-window:])):
                     save, floor_s, ratio = summary(chosen)
                     print(
-                        f"{kind:<10} {part:<6} {save * 1e3:>8.3f} {floor_s * 1e3:>9.3f} "
+                        f"{kind:<20} {part:<6} {save * 1e3:>8.3f} {floor_s * 1e3:>9.3f} "
                         f"{ratio:>8.2f}"
                     )
         finally:

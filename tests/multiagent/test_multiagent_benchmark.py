@@ -18,10 +18,12 @@ def test_the_quick_benchmark_prints_its_table(
     out = capsys.readouterr().out
     assert "fsync floor" in out
     rows = [line.split() for line in out.splitlines() if line.startswith(("function", "agent"))]
-    assert [(r[0], r[1]) for r in rows] == [
-        ("function", "first"),
-        ("function", "last"),
-        ("agent", "first"),
-        ("agent", "last"),
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("function", "(snapshot)", "first"),
+        ("function", "(snapshot)", "last"),
+        ("agent", "(snapshot)", "first"),
+        ("agent", "(snapshot)", "last"),
+        ("function", "(Session)", "first"),
+        ("function", "(Session)", "last"),
     ]
     assert all(float(r[-1]) >= 0 for r in rows)
