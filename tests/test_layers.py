@@ -33,6 +33,8 @@ LAYERS: dict[str, int] = {
     "snapshots": 7,
     "maintenance": 7,
     "migrate": 7,
+    "multiagent": 7,
+    "bidi": 7,
     "cli": 8,
     "adapters": 8,
     "testing": 8,
@@ -50,6 +52,7 @@ SUBLAYERS: list[set[str]] = [
     {"checkpoints"},
     {"stores"},
     {"session.session", "session.open_store", "snapshots", "maintenance", "migrate"},
+    {"multiagent", "bidi"},
 ]
 
 

@@ -31,12 +31,14 @@ PUBLIC_MODULES = [
     "perdure",
     "perdure.agent",
     "perdure.agent.conversation",
+    "perdure.bidi",
     "perdure.errors",
     "perdure.hooks",
     "perdure.hygiene",
     "perdure.injection",
     "perdure.memory",
     "perdure.models",
+    "perdure.multiagent",
     "perdure.session",
     "perdure.state",
     "perdure.storage",
@@ -151,13 +153,13 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         _ = perdure.session.NoSuchStore  # type: ignore[attr-defined]
 
 
-def test_placeholders_are_not_exported_but_their_arguments_are_validated() -> None:
+def test_the_orchestrator_and_bidi_strategies_are_exported_and_validated() -> None:
     import perdure.snapshots.manager as manager
 
     for name in ("BidiAgentSaveLatestStrategy", "MultiAgentSaveLatestStrategy"):
-        assert name not in perdure.session.__all__
-        assert name not in manager.__all__
-        assert not hasattr(perdure.session, name)
+        assert name in perdure.session.__all__
+        assert name in manager.__all__
+        assert getattr(perdure.session, name) is getattr(manager, name)
     with pytest.raises(ValueError, match="bidi_agent_save_latest_on"):
         perdure.session.SnapshotSessionManager("s", bidi_agent_save_latest_on="node")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="multi_agent_save_latest_on"):

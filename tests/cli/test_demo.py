@@ -36,6 +36,12 @@ def test_demo_kills_its_worker_and_resumes_without_rerunning_a_tool(tmp_path: Pa
     ]
     assert "killed worker 1" in text
     assert "SIGKILL" in text
+    # the graph part: killed between plan and draft, resumed at draft, each node once
+    assert "worker 1 │ · plan ran\n💥 killed worker 1" in text
+    assert "worker 2 │ ▶ resumed: done ['plan'], next ['draft']" in text
+    assert "node runs across both processes: ✔ plan 1×, ✔ draft 1×, ✔ review 1×" in text
+    graph_runs = (tmp_path / "data" / "graph" / "node-runs.log").read_text().split()
+    assert graph_runs == ["plan", "draft", "review"]
     assert "resume from after_model (cycle 2) — 6 messages restored from the session" in text
     assert "stop_reason=end_turn" in text
     # time travel: a checkpoint, a compaction, a restore, and the table of checkpoints

@@ -9,7 +9,9 @@ a local directory (``FileSessionStore``): the loop pauses after every model call
 asks for tools and after every batch of tools, and the worker saves the pause point
 with the session. Half-way through, the demo kills the worker with SIGKILL, then
 starts a fresh worker that resumes from the stored session and the last loop
-checkpoint. A log of completed tool runs shows that no tool ran twice.
+checkpoint. A log of completed tool runs shows that no tool ran twice. Then the
+memory part (:mod:`perdure.cli.demo_memory`) and a multi-agent graph killed between
+two nodes and resumed (:mod:`perdure.cli.demo_graph`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, TextIO
 
 from perdure._runtime.fs import append_all
 from perdure.agent import Agent, Snapshot
+from perdure.cli.demo_graph import run_graph_demo
 from perdure.cli.demo_memory import run_memory_demo
 from perdure.cli.style import Style
 from perdure.cli.transcript import shorten, stream_transcript
@@ -412,6 +415,7 @@ async def run_demo(
     snapshot = agent.take_snapshot(app_data={"demo": "gift-finder"})
     _print_snapshot(snapshot, agent, out, s)
     await run_memory_demo(out, s, data_dir / "memory")
+    await run_graph_demo(out, s, data_dir / "graph")
     return snapshot
 
 

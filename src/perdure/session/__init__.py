@@ -59,6 +59,12 @@ if _typing.TYPE_CHECKING:
     from perdure.session.store import SupportsFlush as SupportsFlush
     from perdure.session.store import SupportsHistoryPage as SupportsHistoryPage
     from perdure.session.urls import open_store as open_store
+    from perdure.snapshots.manager import (
+        BidiAgentSaveLatestStrategy as BidiAgentSaveLatestStrategy,
+    )
+    from perdure.snapshots.manager import (
+        MultiAgentSaveLatestStrategy as MultiAgentSaveLatestStrategy,
+    )
     from perdure.snapshots.manager import SaveLatestStrategy as SaveLatestStrategy
     from perdure.snapshots.manager import SnapshotSessionManager as SnapshotSessionManager
     from perdure.snapshots.manager import SnapshotTrigger as SnapshotTrigger
@@ -75,6 +81,7 @@ if _typing.TYPE_CHECKING:
     from perdure.stores.sqlite import SQLiteSessionStore as SQLiteSessionStore
 
 _EXPORTS: dict[str, str] = {
+    "BidiAgentSaveLatestStrategy": "perdure.snapshots.manager",
     "CheckpointMeta": "perdure.checkpoints.store",
     "CheckpointRecord": "perdure.checkpoints.store",
     "CheckpointStore": "perdure.checkpoints.store",
@@ -89,6 +96,7 @@ _EXPORTS: dict[str, str] = {
     "MemoryCheckpointStore": "perdure.checkpoints.store",
     "MemorySessionStore": "perdure.stores.memory",
     "MigrationReport": "perdure.migrate.strands",
+    "MultiAgentSaveLatestStrategy": "perdure.snapshots.manager",
     "PostgresCheckpointStore": "perdure.stores.postgres.checkpoints",
     "PostgresSessionStore": "perdure.stores.postgres.sessions",
     "RedisSessionStore": "perdure.stores.redis.sessions",

@@ -267,6 +267,11 @@ class Session:
         return session
 
     @property
+    def filters(self) -> FilterChain:
+        """The persistence filters everything this session writes goes through."""
+        return self._filters
+
+    @property
     def agent(self) -> Agent | None:
         """The agent this session persists (set when the agent is built)."""
         return self._agent

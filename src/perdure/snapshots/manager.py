@@ -63,9 +63,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import json
 import logging
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, cast, runtime_checkable
@@ -75,6 +76,7 @@ from perdure._runtime.threads import ProcessLock
 from perdure.agent import Agent, Snapshot, SnapshotField
 from perdure.errors import (
     SessionConflictError,
+    SessionCorruptedError,
     SnapshotError,
     StorageConflictError,
     TurnRunningError,
@@ -86,6 +88,7 @@ from perdure.hooks import (
     MessageAddedEvent,
 )
 from perdure.hygiene.filters import FilterChain, PersistenceFilter
+from perdure.models import ScriptedModel
 from perdure.session.ids import validate_session_id
 from perdure.session.ulid import MonotonicUlid, is_ulid
 from perdure.snapshots.format import (
@@ -113,6 +116,9 @@ from perdure.storage import AppendStorage, ConditionalStorage, LocalFileStorage,
 from perdure.types import Message, validate_message
 
 __all__ = [
+    "BidiAgentSaveLatestStrategy",
+    "HoldsAgent",
+    "MultiAgentSaveLatestStrategy",
     "SaveLatestStrategy",
     "SnapshotSessionManager",
     "SnapshotTrigger",
@@ -123,11 +129,17 @@ SaveLatestStrategy = Literal["invocation", "message", "trigger"]
 after every message added plus each invocation; or only when ``snapshot_trigger``
 fires (or on ``save_snapshot``)."""
 
-# The strategies seed 003 names for bidirectional agents and orchestrators. perdure
-# has neither yet (issue 24), so the values are validated and kept, and not exported
-# as if they did something.
-_BidiAgentSaveLatestStrategy = Literal["message", "stop", "trigger"]
-_MultiAgentSaveLatestStrategy = Literal["node", "invocation"]
+BidiAgentSaveLatestStrategy = Literal["message", "stop", "trigger"]
+"""When a :class:`~perdure.bidi.BidiAgent`'s ``snapshot_latest`` is saved: after every
+message added plus on stop and before a connection restart (default); only on stop and
+before a restart; or only when ``snapshot_trigger`` fires (or on ``save_snapshot``)."""
+
+MultiAgentSaveLatestStrategy = Literal["node", "invocation"]
+"""When a Graph's or Swarm's ``snapshot_latest`` is saved: after every node completes
+(default: a crash resumes at the next node), or only when the whole invocation ends."""
+
+_BidiAgentSaveLatestStrategy = BidiAgentSaveLatestStrategy
+_MultiAgentSaveLatestStrategy = MultiAgentSaveLatestStrategy
 
 _STRATEGIES: tuple[str, ...] = ("invocation", "message", "trigger")
 _BIDI_STRATEGIES: tuple[str, ...] = ("message", "stop", "trigger")
@@ -138,9 +150,14 @@ _log = logging.getLogger(__name__)
 
 @runtime_checkable
 class SnapshotTrigger(Protocol):
-    """Decides, after an invocation, whether to append an immutable snapshot."""
+    """Decides, after an invocation, whether to append an immutable snapshot.
 
-    def __call__(self, *, agent_data: Agent, **kwargs: Any) -> bool:
+    ``agent_data`` is the agent that just completed an invocation, or the
+    :class:`~perdure.bidi.BidiAgent` that just stopped or is about to restart its
+    connection (seed 003).
+    """
+
+    def __call__(self, *, agent_data: Agent | HoldsAgent, **kwargs: Any) -> bool:
         """Return ``True`` to append an immutable snapshot of ``agent_data``."""
         ...
 
@@ -263,10 +280,36 @@ def _check_snapshot_id(snapshot_id: Any, argument: str) -> str:
     return str(snapshot_id)
 
 
-def _check_agent(agent: Any) -> Agent:
-    if not isinstance(agent, Agent):
-        raise TypeError(f"agent must be an Agent, got {type(agent).__name__}")
-    return agent
+@runtime_checkable
+class HoldsAgent(Protocol):
+    """Something persisted as the :class:`Agent` it holds: a :class:`~perdure.bidi.BidiAgent`.
+
+    ``snapshot_agent`` holds its history and state; while ``started`` is true (its
+    connection is open) it cannot be restored (seed 003).
+    """
+
+    @property
+    def snapshot_agent(self) -> Agent:
+        """The agent whose snapshot is this object's."""
+        ...
+
+    @property
+    def started(self) -> bool:
+        """True while the object runs (a BidiAgent: between start and stop)."""
+        ...
+
+
+def _check_agent(agent: Any, *, restoring: bool = False) -> Agent:
+    if isinstance(agent, Agent):
+        return agent
+    if isinstance(agent, HoldsAgent):
+        if restoring and agent.started:
+            raise RuntimeError(
+                f"cannot restore {type(agent).__name__} {agent.snapshot_agent.agent_id!r} "
+                "while it is started; stop it first"
+            )
+        return agent.snapshot_agent
+    raise TypeError(f"agent must be an Agent or a BidiAgent, got {type(agent).__name__}")
 
 
 class _Held:
@@ -291,6 +334,47 @@ class _Held:
 
     async def __aexit__(self, *exc: object) -> None:
         self._lock.release()
+
+
+class _RunCarrier(Agent):
+    """An orchestrator's run as the manager stores it: an agent whose messages are its records.
+
+    Orchestrators are latest-only (seed 003). Carrying a run's records as the messages
+    of an agent of its own gives them everything ``latest`` guarantees an agent's
+    history — on a local file one append and one fsync per save, older records sealed
+    into content-addressed chunks so that a save costs the same however long the run,
+    conditional writes against a second writer, hash-checked restores — under
+    ``sessions/<session_id>/multi_agents/<orchestrator_id>/``. Never invoked.
+    """
+
+    def __init__(self, orchestrator_id: str) -> None:
+        super().__init__(ScriptedModel(()), agent_id=orchestrator_id)
+        # The record objects self.messages were made from, in order: a save encodes
+        # only the records past those it was given last time (compared by identity).
+        self.records: list[Mapping[str, Any]] = []
+
+
+def _record_message(record: Mapping[str, Any]) -> Message:
+    try:
+        text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"an orchestrator record is not JSON: {exc}") from exc
+    return {"role": "user", "content": [{"text": text}]}
+
+
+def _message_record(message: Message, index: int, where: str) -> dict[str, Any]:
+    content = message.get("content")
+    try:
+        if not isinstance(content, list) or len(content) != 1:
+            raise ValueError("not one text block")
+        record = json.loads(content[0]["text"])
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SessionCorruptedError(
+            f"orchestrator run {where!r}: record {index} is damaged ({exc})"
+        ) from exc
+    return record
 
 
 class SnapshotSessionManager:
@@ -322,11 +406,11 @@ class SnapshotSessionManager:
             invocation; ``True`` appends an immutable snapshot (and, under
             ``"trigger"``, also saves ``latest``).
         bidi_agent_save_latest_on: ``"message"`` (default), ``"stop"`` or
-            ``"trigger"``: seed 003's strategy for a bidirectional agent. Validated
-            and kept; perdure has no such agents yet, so it changes nothing.
-        multi_agent_save_latest_on: ``"node"`` (default) or ``"invocation"``: seed
-            003's strategy for Graph/Swarm orchestrators. Validated and kept;
-            perdure has no orchestrators yet, so it changes nothing.
+            ``"trigger"``: when a :class:`~perdure.bidi.BidiAgent` given this
+            manager saves its ``snapshot_latest`` (see :mod:`perdure.bidi`).
+        multi_agent_save_latest_on: ``"node"`` (default) or ``"invocation"``: when a
+            :mod:`perdure.multiagent` Graph or Swarm given this manager saves its
+            run (:meth:`save_multi_agent`): after every node, or at the end only.
         filters: persistence filters (:mod:`perdure.hygiene.filters`, e.g.
             :class:`~perdure.hygiene.PIIRedactor`): every message and the agent's
             other fields go through them before a snapshot is written
@@ -386,6 +470,7 @@ class SnapshotSessionManager:
         self._lock = ProcessLock()
         self._slots: dict[str, _Slot] = {}
         self._initialized: weakref.WeakSet[Agent] = weakref.WeakSet()
+        self._carriers: dict[str, _RunCarrier] = {}
 
     def __repr__(self) -> str:
         return (
@@ -395,12 +480,14 @@ class SnapshotSessionManager:
 
     # ----------------------------------------------------------------- keys
 
-    def _prefix(self, agent_id: str) -> str:
-        return f"sessions/{self.session_id}/agents/{agent_id}/"
+    def _prefix(self, agent: Agent) -> str:
+        if isinstance(agent, _RunCarrier):
+            return f"sessions/{self.session_id}/multi_agents/{agent.agent_id}/"
+        return f"sessions/{self.session_id}/agents/{agent.agent_id}/"
 
     def _slot(self, agent: Agent) -> _Slot:
-        """The slot of ``agent``'s id, reset if another agent object used it before."""
-        slot = self._slots.setdefault(agent.agent_id, _Slot())
+        """The slot of ``agent``'s prefix, reset if another agent object used it before."""
+        slot = self._slots.setdefault(self._prefix(agent), _Slot())
         if slot.owner() is not agent:
             # The layout remembers another agent object's messages; matching them by
             # identity would fail anyway, so start from a full write.
@@ -471,7 +558,7 @@ class SnapshotSessionManager:
     # ------------------------------------------------------------ public API
 
     async def list_snapshot_ids(
-        self, agent: Agent, *, limit: int | None = None, start_after: str | None = None
+        self, agent: Agent | HoldsAgent, *, limit: int | None = None, start_after: str | None = None
     ) -> list[str]:
         """List the agent's immutable snapshot ids, oldest first.
 
@@ -490,7 +577,7 @@ class SnapshotSessionManager:
                 raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
             if limit < 0:
                 raise ValueError(f"limit must be >= 0, got {limit}")
-        base = f"{self._prefix(agent.agent_id)}snapshots/"
+        base = f"{self._prefix(agent)}snapshots/"
         cursor = (
             None if start_after is None else base + _check_snapshot_id(start_after, "start_after")
         )
@@ -504,11 +591,14 @@ class SnapshotSessionManager:
             cursor = page[-1]
         return ids
 
-    async def restore_snapshot(self, agent: Agent, *, snapshot_id: str | None = None) -> bool:
+    async def restore_snapshot(
+        self, agent: Agent | HoldsAgent, *, snapshot_id: str | None = None
+    ) -> bool:
         """Load a stored snapshot into ``agent``; ``True`` if it existed.
 
         Args:
-            agent: Agent to restore into (not while it runs a turn).
+            agent: Agent to restore into (not while it runs a turn), or a
+                :class:`~perdure.bidi.BidiAgent` that is not started.
             snapshot_id: An immutable snapshot's id (time travel); ``None`` restores
                 ``snapshot_latest`` only (unlike the agent's construction, it does
                 not fall back to the newest immutable snapshot when ``latest`` is
@@ -521,16 +611,17 @@ class SnapshotSessionManager:
         Raises:
             ValueError: ``snapshot_id`` is not a valid snapshot id.
             TurnRunningError: the agent is running a turn.
+            RuntimeError: the BidiAgent is started.
             SessionCorruptedError: the stored snapshot is damaged (agent untouched).
             SnapshotError: it is of an unknown format version (agent untouched).
         """
-        agent = _check_agent(agent)
+        agent = _check_agent(agent, restoring=True)
         if snapshot_id is not None:
             _check_snapshot_id(snapshot_id, "snapshot_id")
         async with _Held(self._lock):
             return await self._restore_locked(agent, self._slot(agent), snapshot_id)
 
-    async def save_snapshot(self, agent: Agent, *, is_latest: bool) -> str | None:
+    async def save_snapshot(self, agent: Agent | HoldsAgent, *, is_latest: bool) -> str | None:
         """Save the agent's current state now.
 
         Args:
@@ -570,7 +661,7 @@ class SnapshotSessionManager:
                     slot.known.clear()
                     slot.graph.clear()
 
-    async def delete_snapshot(self, agent: Agent, *, snapshot_id: str) -> bool:
+    async def delete_snapshot(self, agent: Agent | HoldsAgent, *, snapshot_id: str) -> bool:
         """Delete one immutable snapshot and the chunks nothing else references.
 
         (A perdure addition to the seed's API.) Returns ``True`` if it existed.
@@ -582,7 +673,7 @@ class SnapshotSessionManager:
         """
         agent = _check_agent(agent)
         _check_snapshot_id(snapshot_id, "snapshot_id")
-        key = f"{self._prefix(agent.agent_id)}snapshots/{snapshot_id}"
+        key = f"{self._prefix(agent)}snapshots/{snapshot_id}"
         async with _Held(self._lock):
             if await self.storage.read(key) is None:
                 return False
@@ -590,7 +681,7 @@ class SnapshotSessionManager:
             await self._collect_locked(agent)
             return True
 
-    async def collect_garbage(self, agent: Agent) -> int:
+    async def collect_garbage(self, agent: Agent | HoldsAgent) -> int:
         """Delete the agent's chunks that no manifest references; return how many.
 
         (A perdure addition.) Trimmed history and deleted snapshots leave such chunks.
@@ -641,7 +732,7 @@ class SnapshotSessionManager:
             async_name="manager.redact_latest_message_async(redact_message, agent)",
         )
 
-    def initialize(self, agent: Agent) -> None:
+    def initialize(self, agent: Agent | HoldsAgent) -> None:
         """Restore ``agent`` as its construction does (sync; seed 003).
 
         From ``snapshot_latest`` if there is one; if it is missing, from the newest
@@ -655,12 +746,12 @@ class SnapshotSessionManager:
         """
         run_sync(self._initialize(agent), async_name="manager.restore_snapshot(agent)")
 
-    async def _initialize(self, agent: Agent) -> bool:
-        agent = _check_agent(agent)
+    async def _initialize(self, agent: Agent | HoldsAgent) -> bool:
+        agent = _check_agent(agent, restoring=True)
         async with _Held(self._lock):
             return await self._restore_locked(agent, self._slot(agent), None, fallback=True)
 
-    def sync_agent(self, agent: Agent) -> None:
+    def sync_agent(self, agent: Agent | HoldsAgent) -> None:
         """Save ``agent`` to ``snapshot_latest`` now (sync; seed 003).
 
         Raises:
@@ -677,6 +768,89 @@ class SnapshotSessionManager:
 
         Under ``save_latest_on="message"`` the MessageAddedEvent hook saves.
         """
+
+    # ------------------------------------------------------------ orchestrators
+
+    def _carrier(self, orchestrator_id: str) -> _RunCarrier:
+        validate_session_id(orchestrator_id)
+        carrier = self._carriers.get(orchestrator_id)
+        if carrier is None:
+            carrier = self._carriers[orchestrator_id] = _RunCarrier(orchestrator_id)
+        return carrier
+
+    def _record_message(self, record: Mapping[str, Any]) -> Message:
+        """A record as the carrier's message, its values through the filters first.
+
+        Filtered as a value (as agent state is), not as the JSON text it becomes, so a
+        filter's replacement can never break the JSON.
+        """
+        if self._filters:
+            record = self._filters.state(dict(record), "snapshot", self.session_id)
+        return _record_message(record)
+
+    async def restore_multi_agent(self, orchestrator_id: str) -> list[dict[str, Any]] | None:
+        """Read an orchestrator's ``snapshot_latest``: its run's records, oldest first.
+
+        (Used by :mod:`perdure.multiagent`, whose Graph and Swarm write and read the
+        records; the manager only keeps them.) ``None`` when none were saved.
+
+        Raises:
+            ValueError: ``orchestrator_id`` is not a valid id (the session-id rules).
+            SessionCorruptedError: what is stored is damaged; never an empty run.
+        """
+        carrier = self._carrier(orchestrator_id)
+        async with _Held(self._lock):
+            found = await self._restore_locked(carrier, self._slot(carrier), None)
+        if not found:
+            carrier.messages, carrier.records = [], []
+            return None
+        where = f"{self._prefix(carrier)}latest"
+        records = [_message_record(m, i, where) for i, m in enumerate(carrier.messages)]
+        carrier.records = list(records)
+        return records
+
+    async def save_multi_agent(
+        self, orchestrator_id: str, records: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Overwrite an orchestrator's ``snapshot_latest`` with ``records`` (its whole run).
+
+        Incremental like an agent's ``latest``: the records that are the very objects
+        given (or restored) last time are not encoded or written again, so a save
+        after one more node appends one record. Durable on return. The manager's
+        ``filters`` see each record (as agent state); what is stored is their output.
+
+        Raises:
+            ValueError: a bad ``orchestrator_id``, or a record that is not JSON.
+            SessionConflictError: another writer saved this orchestrator since this
+                manager last read or wrote it; nothing was written.
+        """
+        carrier = self._carrier(orchestrator_id)
+        old, messages = carrier.records, carrier.messages
+        if (
+            len(old) == len(messages) <= len(records)
+            and (not old or records[len(old) - 1] is old[-1])
+            and (len(old) < 2 or records[0] is old[0])
+        ):
+            # The usual save: the same run with records appended. Extended in place,
+            # so that a save costs the same however long the run.
+            new = records[len(old) :]
+            messages.extend([self._record_message(r) for r in new])
+            old.extend(new)
+            try:
+                await self._save(carrier, snapshot=False)
+            except BaseException:
+                # Not saved: forget them, so that the next save writes them again.
+                del messages[len(messages) - len(new) :]
+                del old[len(old) - len(new) :]
+                raise
+            return
+        keep = 0
+        limit = min(len(old), len(records), len(messages))
+        while keep < limit and old[keep] is records[keep]:
+            keep += 1
+        carrier.messages = messages[:keep] + [self._record_message(r) for r in records[keep:]]
+        carrier.records = list(records)
+        await self._save(carrier, snapshot=False)
 
     # ------------------------------------------------------------- internals
 
@@ -703,7 +877,7 @@ class SnapshotSessionManager:
         ``rewrite`` (``latest`` only) writes ``latest`` whole even when unchanged, so
         that no older record of a log keeps what the agent no longer holds.
         """
-        prefix = self._prefix(agent.agent_id)
+        prefix = self._prefix(agent)
         fields = slot.fields
         if fields is not None and fields.fresh(agent):
             created_at = datetime.now(UTC).isoformat()
@@ -713,7 +887,7 @@ class SnapshotSessionManager:
         fields_json = fields.json
         # plan_save only reads the list, before any await: no copy needed.
         messages = agent.messages
-        if self._filters:
+        if self._filters and not isinstance(agent, _RunCarrier):  # a run filters its records
             messages = self._filtered_messages(slot, messages)
         plan = plan_save(slot.layout, messages, snapshot=snapshot)
         chunks = plan.chunks
@@ -920,7 +1094,7 @@ class SnapshotSessionManager:
         """
         if agent.turn_running and not from_init:
             raise TurnRunningError("cannot restore a snapshot while the agent is running a turn")
-        prefix = self._prefix(agent.agent_id)
+        prefix = self._prefix(agent)
         latest = f"{prefix}latest"
         replayed = None
         end: LatestEnd | None
@@ -940,7 +1114,7 @@ class SnapshotSessionManager:
             # The next save replaces latest on condition that it is still as it is now.
             end = end_of(await self.storage.read(latest)) if self._appends else None
         if manifest is None and snapshot_id is None and (from_init or fallback):
-            key, manifest = await self._newest_snapshot(agent.agent_id)
+            key, manifest = await self._newest_snapshot(agent)
         if manifest is None:
             self._initialized.add(agent)
             slot.latest_end, slot.latest_unsure = end, None
@@ -980,14 +1154,15 @@ class SnapshotSessionManager:
         slot.latest_version, slot.latest_attempt = version, None
         slot.latest_version_known = self._versioned
 
-    async def _newest_snapshot(self, agent_id: str) -> tuple[str, Manifest | None]:
+    async def _newest_snapshot(self, agent: Agent) -> tuple[str, Manifest | None]:
         """The newest immutable snapshot's key and manifest, standing in for a lost ``latest``.
 
         ``(key, None)`` when there is none. Logs a warning when there is one: a
         missing ``latest`` beside immutable snapshots was deleted or never saved,
         and whatever it held after that snapshot is not coming back.
         """
-        prefix = self._prefix(agent_id)
+        agent_id = agent.agent_id
+        prefix = self._prefix(agent)
         base = f"{prefix}snapshots/"
         ids = [key[len(base) :] for key in await list_all(self.storage, base)]
         ids = sorted(i for i in ids if is_ulid(i))
@@ -1010,7 +1185,7 @@ class SnapshotSessionManager:
 
     async def _collect_locked(self, agent: Agent) -> set[str]:
         slot = self._slot(agent)
-        deleted = await collect(self.storage, self._prefix(agent.agent_id), slot.graph)
+        deleted = await collect(self.storage, self._prefix(agent), slot.graph)
         slot.known -= deleted
         if slot.layout is not None and slot.layout.refs() & deleted:
             slot.layout = None  # it pointed at something now gone: write afresh next time

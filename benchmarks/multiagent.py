@@ -1,0 +1,170 @@
+"""Benchmark what node-level persistence costs a Graph per node, beside the fsync floor.
+
+A chain of N nodes runs with a ``SnapshotSessionManager(multi_agent_save_latest_on=
+"node")`` on ``LocalFileStorage`` (one run per kind of node; ``--quick`` for a small
+one). Every save the graph makes after a node is timed — the run's record and, for an
+agent node, the agent's own snapshot before it — and right after it one sample of the
+fsync floor is taken (``write`` + ``fsync`` of a record-sized line appended to one
+file, ``benchmarks/floors.py``), so that each save is compared with a floor measured
+under the same load (the disk is shared). The table gives, for the first and the
+last ``--window`` nodes of the run, the median save time, the median floor, and the
+median of the per-node ratios. Three rows: function nodes (the run's record is the
+only write), perdure ``Agent`` nodes on a ``ScriptedModel`` (each agent's snapshot is
+saved too, before the record: a file of its own, created by its first save), and
+function nodes on a ``Session`` over a ``FileSessionStore`` (one journal commit per
+node).
+
+The target (issue 24): function nodes cost at most 2x the fsync floor, and the last
+nodes cost what the first do (the bytes and storage operations of a save do not grow
+with the run). A line also gives ``LocalFileStorage.append`` alone, the storage's
+own price for any save of ``latest``. Compare the ratios, not absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from perdure import Agent, LocalFileStorage
+from perdure.models import ScriptedModel
+from perdure.multiagent import GraphBuilder
+from perdure.session import FileSessionStore, Session, SnapshotSessionManager
+
+sys.path.insert(0, str(Path(__file__).parent))
+from floors import FileFloor  # a sibling script, not a package
+
+LINE = b'{"t":"node","node":"n1","result":"' + b"x" * 200 + b'","h":"' + b"0" * 32 + b'"}\n'
+
+
+class TimedManager(SnapshotSessionManager):
+    """Times the saves a graph makes for each node, then samples the floor."""
+
+    def __init__(self, storage: LocalFileStorage, floor: FileFloor) -> None:
+        super().__init__("bench", storage=storage, multi_agent_save_latest_on="node")
+        self.floor = floor
+        self.pending = 0.0
+        self.samples: list[tuple[float, float]] = []  # (save seconds, floor seconds)
+
+    async def save_snapshot(self, agent: Agent, *, is_latest: bool) -> str | None:
+        start = time.perf_counter()
+        try:
+            return await super().save_snapshot(agent, is_latest=is_latest)
+        finally:
+            self.pending += time.perf_counter() - start
+
+    async def save_multi_agent(
+        self, orchestrator_id: str, records: Sequence[Mapping[str, Any]]
+    ) -> None:
+        start = time.perf_counter()
+        await super().save_multi_agent(orchestrator_id, records)
+        took = self.pending + time.perf_counter() - start
+        self.pending = 0.0
+        self.samples.append((took, self.floor.once()))
+
+
+class TimedStore(FileSessionStore):
+    """A file session store that times the run's commits, then samples the floor."""
+
+    def __init__(self, root: Path, floor: FileFloor) -> None:
+        super().__init__(root)
+        self.floor = floor
+        self.samples: list[tuple[float, float]] = []
+
+    async def commit(self, session_id: str, messages: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        done = await super().commit(session_id, messages, **kwargs)
+        self.samples.append((time.perf_counter() - start, self.floor.once()))
+        return done
+
+
+def chain(n: int, kind: str, manager: object) -> Any:
+    b = GraphBuilder()
+
+    async def step(task: str, upstream: dict[str, str]) -> str:
+        return "x" * 200
+
+    for i in range(n):
+        if kind == "agent (snapshot)":
+            b.add_node(Agent(ScriptedModel(["y" * 200]), agent_id=f"n{i}"), f"n{i}")
+        else:
+            b.add_node(step, f"n{i}")
+        if i:
+            b.add_edge(f"n{i - 1}", f"n{i}")
+    b.set_entry_point("n0")
+    return b.build(session_manager=manager, max_steps=n + 1)
+
+
+def summary(samples: list[tuple[float, float]]) -> tuple[float, float, float]:
+    return (
+        statistics.median(s for s, _ in samples),
+        statistics.median(f for _, f in samples),
+        statistics.median(s / f for s, f in samples),
+    )
+
+
+async def append_floor(directory: Path, samples: int) -> float:
+    """``LocalFileStorage.append`` of one line: what any save of ``latest`` costs there."""
+    storage = LocalFileStorage(directory / "append-floor")
+    await storage.replace("k", LINE, size=None, tail=b"")
+    size, took = len(LINE), []
+    for _ in range(samples):
+        start = time.perf_counter()
+        await storage.append("k", LINE, size=size, tail=LINE[-41:])
+        took.append(time.perf_counter() - start)
+        size += len(LINE)
+    return statistics.median(took)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a small, fast run")
+    parser.add_argument("--nodes", type=int, default=None, help="nodes in the chain")
+    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: tmp)")
+    args = parser.parse_args(argv)
+    n = args.nodes or (40 if args.quick else 1000)
+    window = max(3, min(100, n // 5))
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        directory = Path(tmp)
+        floor = FileFloor(directory, LINE)
+        try:
+            alone = statistics.median(floor.once() for _ in range(window))
+            storage_floor = asyncio.run(append_floor(directory, window))
+            print(f"graph chain of {n} nodes, LocalFileStorage, medians over {window} nodes")
+            print(
+                f"fsync floor {alone * 1e3:.3f} ms; LocalFileStorage.append of one line "
+                f"{storage_floor * 1e3:.3f} ms = {storage_floor / alone:.2f}x the floor"
+            )
+            print()
+            header = f"{'node kind':<20} {'nodes':<6} {'save ms':>8} {'floor ms':>9} {'x floor':>8}"
+            print(header)
+            print("-" * len(header))
+            for kind in ("function (snapshot)", "agent (snapshot)", "function (Session)"):
+                timed: TimedManager | TimedStore
+                if kind.endswith("(Session)"):
+                    timed = TimedStore(directory / "sessions", floor)
+                    manager: object = Session(timed, "bench")
+                else:
+                    timed = manager = TimedManager(LocalFileStorage(directory / kind), floor)
+                result = asyncio.run(chain(n, kind, manager).invoke_async("t"))
+                assert result.status == "completed", result.error
+                nodes = timed.samples[:-1]  # the last save is the run's end record
+                for part, chosen in (("first", nodes[:window]), ("last", nodes[-window:])):
+                    save, floor_s, ratio = summary(chosen)
+                    print(
+                        f"{kind:<20} {part:<6} {save * 1e3:>8.3f} {floor_s * 1e3:>9.3f} "
+                        f"{ratio:>8.2f}"
+                    )
+        finally:
+            floor.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

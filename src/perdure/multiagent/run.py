@@ -1,0 +1,214 @@
+"""An orchestrator's run as records, and the scheduling rule of a graph (pure).
+
+A run is stored as a list of JSON records, oldest first, each one small and written
+once (a session manager appends the new ones; see :mod:`perdure.multiagent.persist`):
+
+* ``{"t": "start", "v": RUN_FORMAT, "kind": "graph"|"swarm", "task": str,
+  "pending": [node, …], "shared": {…}}`` — the run begins; ``pending`` holds the
+  entry node (a swarm: the entry agent).
+* ``{"t": "node", "node": id, "result": str, "pending": [id, …]}`` — a node
+  completed with ``result``; ``pending`` is what is to run next (a graph: every node
+  activated and not yet run, in activation order; a swarm: the agent handed off to,
+  or nothing). Optional keys: ``"shared"`` (the shared state, when the node changed
+  it) and, in a swarm, ``"handoff": {"from", "to", "message"}``.
+* ``{"t": "end", "status": "completed"|"failed", "error": str|None}`` — the run is
+  over; the next invocation starts a new one.
+
+:func:`replay` folds them into a :class:`RunState`; anything malformed raises
+:class:`~perdure.errors.SessionCorruptedError` rather than giving a wrong run.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+
+from perdure.errors import SessionCorruptedError
+
+__all__ = [
+    "RUN_FORMAT",
+    "RunState",
+    "end_record",
+    "node_record",
+    "reachable",
+    "ready_nodes",
+    "replay",
+    "start_record",
+]
+
+RUN_FORMAT = "perdure-orchestrator/1"
+
+
+@dataclass
+class RunState:
+    """Where a run stands, as its records say.
+
+    Attributes:
+        kind: ``"graph"`` or ``"swarm"``.
+        task: the task the run was started with.
+        status: ``"running"``, ``"completed"`` or ``"failed"``.
+        order: the nodes (agent names, in a swarm) in the order they completed.
+        results: each node's last result text.
+        pending: what runs next (see the module docstring).
+        shared: the shared state (graph) or shared context (swarm).
+        handoffs: the hand-offs of a swarm, each ``{"from", "to", "message"}``.
+        error: why a failed run failed.
+    """
+
+    kind: str
+    task: str
+    status: str = "running"
+    order: list[str] = field(default_factory=list)
+    results: dict[str, str] = field(default_factory=dict)
+    pending: list[str] = field(default_factory=list)
+    shared: dict[str, Any] = field(default_factory=dict)
+    handoffs: list[dict[str, str]] = field(default_factory=list)
+    error: str | None = None
+
+
+def start_record(
+    kind: str, task: str, pending: list[str], shared: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The first record of a run."""
+    return {
+        "t": "start",
+        "v": RUN_FORMAT,
+        "kind": kind,
+        "task": task,
+        "pending": list(pending),
+        "shared": copy.deepcopy(dict(shared)),
+    }
+
+
+def node_record(
+    node: str,
+    result: str,
+    pending: list[str],
+    *,
+    shared: Mapping[str, Any] | None = None,
+    handoff: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The record of one completed node (``shared``: only when the node changed it)."""
+    record: dict[str, Any] = {"t": "node", "node": node, "result": result, "pending": list(pending)}
+    if shared is not None:
+        record["shared"] = copy.deepcopy(dict(shared))
+    if handoff is not None:
+        record["handoff"] = dict(handoff)
+    return record
+
+
+def end_record(status: str, error: str | None = None) -> dict[str, Any]:
+    """The last record of a run."""
+    return {"t": "end", "status": status, "error": error}
+
+
+def _bad(where: str, index: int, why: str) -> SessionCorruptedError:
+    return SessionCorruptedError(f"orchestrator run {where!r}: record {index} {why}")
+
+
+def _strings(value: Any) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def replay(records: Sequence[Mapping[str, Any]], where: str) -> RunState:
+    """Fold ``records`` into the state of the run they describe.
+
+    Raises:
+        SessionCorruptedError: a record is malformed, of an unknown format, or out
+            of place (the message names ``where`` and the record's index).
+    """
+    if not records:
+        raise _bad(where, 0, "is missing: a run starts with a start record")
+    first = records[0]
+    if first.get("t") != "start":
+        raise _bad(where, 0, "is not a start record")
+    if first.get("v") != RUN_FORMAT:
+        raise _bad(where, 0, f"has format {first.get('v')!r}, expected {RUN_FORMAT!r}")
+    kind, task, pending = first.get("kind"), first.get("task"), first.get("pending")
+    shared = first.get("shared")
+    if kind not in ("graph", "swarm") or not isinstance(task, str) or not _strings(pending):
+        raise _bad(where, 0, "is a malformed start record")
+    if not isinstance(shared, dict):
+        raise _bad(where, 0, "has no shared state object")
+    state = RunState(kind=kind, task=task, pending=list(pending), shared=copy.deepcopy(shared))
+    for index in range(1, len(records)):
+        record = records[index]
+        if state.status != "running":
+            raise _bad(where, index, "follows the end of the run")
+        kind = record.get("t")
+        if kind == "node":
+            node, result, pending = record.get("node"), record.get("result"), record.get("pending")
+            if not isinstance(node, str) or not isinstance(result, str) or not _strings(pending):
+                raise _bad(where, index, "is a malformed node record")
+            state.order.append(node)
+            state.results[node] = result
+            state.pending = list(pending)
+            if "shared" in record:
+                if not isinstance(record["shared"], dict):
+                    raise _bad(where, index, "has a shared state that is not an object")
+                state.shared = copy.deepcopy(record["shared"])
+            if "handoff" in record:
+                handoff = record["handoff"]
+                if not isinstance(handoff, dict) or not all(
+                    isinstance(handoff.get(k), str) for k in ("from", "to", "message")
+                ):
+                    raise _bad(where, index, "has a malformed handoff")
+                state.handoffs.append(
+                    {"from": handoff["from"], "to": handoff["to"], "message": handoff["message"]}
+                )
+        elif kind == "end":
+            status, error = record.get("status"), record.get("error")
+            if status not in ("completed", "failed") or not (
+                error is None or isinstance(error, str)
+            ):
+                raise _bad(where, index, "is a malformed end record")
+            state.status, state.error = status, error
+        else:
+            raise _bad(where, index, f"has an unknown type {kind!r}")
+    return state
+
+
+def reachable(successors: Mapping[str, Sequence[str]]) -> dict[str, frozenset[str]]:
+    """For each node, the nodes reachable from it by one edge or more."""
+    out: dict[str, frozenset[str]] = {}
+    for start in successors:
+        seen: set[str] = set()
+        stack = list(successors[start])
+        while stack:
+            node = stack.pop()
+            if node not in seen:
+                seen.add(node)
+                stack.extend(successors.get(node, ()))
+        out[start] = frozenset(seen)
+    return out
+
+
+def ready_nodes(
+    pending: Sequence[str],
+    predecessors: Mapping[str, Sequence[str]],
+    reach: Mapping[str, frozenset[str]],
+    rank: Mapping[str, int],
+) -> list[str]:
+    """The pending nodes that may run now, in the order the nodes were added.
+
+    A pending node waits while one of its predecessors may still complete: that
+    predecessor is pending itself, or reachable from another pending node. So a join
+    runs once every branch leading to it has run, and a branch not taken (its edge's
+    condition was false, so it was never activated) is not waited for. When every
+    pending node waits on another (a cycle), the first one added runs, so the run
+    always moves on.
+    """
+    ready = []
+    for node in pending:
+        blockers: set[str] = set()
+        for other in pending:
+            if other != node:
+                blockers.add(other)
+                blockers |= reach.get(other, frozenset())
+        if not blockers.intersection(predecessors.get(node, ())):
+            ready.append(node)
+    if not ready and pending:
+        ready = [min(pending, key=lambda n: rank[n])]
+    return sorted(ready, key=lambda n: rank[n])

@@ -1,0 +1,202 @@
+"""BidiAgent: messages, tools mid-stream, connection restarts, and seed 003's save points."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from perdure import Agent, MemoryStorage, NullConversationManager, tool
+from perdure.bidi import BidiAgent, BidiEvent, ScriptedBidiModel
+from perdure.models import ScriptedModel
+from perdure.session import SnapshotSessionManager
+
+
+@tool
+def weather(city: str) -> str:
+    """Today's weather.
+
+    Args:
+        city: where.
+    """
+    if city == "Atlantis":
+        raise LookupError("no such city")
+    return f"sunny in {city}"
+
+
+def tool_use(city: str, uid: str = "t1") -> BidiEvent:
+    return {
+        "type": "tool_use",
+        "toolUse": {"toolUseId": uid, "name": "weather", "input": {"city": city}},
+    }
+
+
+async def until(agent: BidiAgent, *kinds: str) -> list[BidiEvent]:
+    events = []
+    async for event in agent.receive():
+        events.append(event)
+        if event["type"] in kinds:
+            break
+    return events
+
+
+async def stored(storage: MemoryStorage, agent_id: str = "voice") -> list[str]:
+    """The texts of the stored snapshot_latest, read as a plain agent would."""
+    reader = Agent(
+        ScriptedModel([]), agent_id=agent_id, conversation_manager=NullConversationManager()
+    )
+    await SnapshotSessionManager("s", storage=storage).restore_snapshot(reader)
+    return [
+        block.get("text") or next(iter(block))
+        for message in reader.messages
+        for block in message["content"]
+    ]
+
+
+def manager(storage: MemoryStorage, strategy: str = "message", **kw: Any) -> SnapshotSessionManager:
+    return SnapshotSessionManager(
+        "s",
+        storage=storage,
+        bidi_agent_save_latest_on=strategy,  # type: ignore[arg-type]
+        **kw,
+    )
+
+
+async def test_messages_enter_the_history_and_are_saved_one_by_one() -> None:
+    storage = MemoryStorage()
+    model = ScriptedBidiModel(
+        [["hello!"], [{"type": "transcript", "role": "user", "text": "(heard) bye"}, "bye!"]]
+    )
+    agent = BidiAgent(model, agent_id="voice", session_manager=manager(storage))
+    await agent.start()
+    await agent.send("hi")
+    assert await stored(storage) == ["hi"]  # saved before the model answered
+    events = await until(agent, "response_complete")
+    assert [e["type"] for e in events] == ["transcript", "response_complete"]
+    assert await stored(storage) == ["hi", "hello!"]
+    await agent.send("thanks")
+    await until(agent, "response_complete")
+    assert [m["role"] for m in agent.messages] == ["user", "assistant", "user", "user", "assistant"]
+    assert await stored(storage) == ["hi", "hello!", "thanks", "(heard) bye", "bye!"]
+    assert model.sent == [{"type": "text", "text": "hi"}, {"type": "text", "text": "thanks"}]
+    await agent.stop()
+    assert model.stops == 1
+
+
+async def test_a_tool_runs_mid_stream_and_its_result_goes_back_over_the_connection() -> None:
+    model = ScriptedBidiModel(
+        [[tool_use("Oslo")], ["It is sunny."], [tool_use("Atlantis", "t2")], ["Sorry."]]
+    )
+    agent = BidiAgent(model, tools=[weather], agent_id="voice")
+    await agent.start()
+    assert model.starts[0]["tool_specs"][0]["name"] == "weather"
+    await agent.send("weather in Oslo?")
+    events = await until(agent, "response_complete")
+    assert [e["type"] for e in events] == [
+        "tool_use",
+        "tool_result",
+        "transcript",
+        "response_complete",
+    ]
+    assert model.sent[1] == {
+        "type": "tool_result",
+        "toolResult": {
+            "toolUseId": "t1",
+            "status": "success",
+            "content": [{"text": "sunny in Oslo"}],
+        },
+    }
+    assert agent.messages[1]["content"][0]["toolUse"]["toolUseId"] == "t1"
+    assert agent.messages[2]["content"][0]["toolResult"]["toolUseId"] == "t1"
+    await agent.send("and Atlantis?")
+    events = await until(agent, "response_complete")
+    failed = events[1]["toolResult"]
+    assert failed["status"] == "error"
+    assert "no such city" in failed["content"][0]["text"]
+    await agent.stop()
+
+
+@pytest.mark.parametrize("strategy", ["message", "stop", "trigger"])
+async def test_saves_happen_at_the_seeds_points(strategy: str) -> None:
+    storage = MemoryStorage()
+    asked: list[int] = []
+
+    def trigger(*, agent_data: Any) -> bool:
+        assert isinstance(agent_data, BidiAgent)
+        asked.append(len(agent_data.messages))
+        return True
+
+    model = ScriptedBidiModel([["one", {"type": "restart_required"}], ["two"]])
+    sm = manager(storage, strategy, snapshot_trigger=trigger)
+    agent = BidiAgent(model, agent_id="voice", session_manager=sm)
+    await agent.start()
+    await agent.send("go")
+    assert await stored(storage) == (["go"] if strategy == "message" else [])
+    events = await until(agent, "restart_required")
+    assert events[-1]["type"] == "restart_required"
+    # Before the restart: latest saved (every strategy here: trigger says True), the
+    # trigger asked, an immutable snapshot appended; then the connection reopened
+    # with the history.
+    assert await stored(storage) == ["go", "one"]
+    assert asked == [2]
+    assert len(model.starts) == 2
+    assert model.starts[1]["messages"] == agent.messages
+    assert len(await sm.list_snapshot_ids(agent)) == 1
+    await agent.send("again")
+    await until(agent, "response_complete")
+    await agent.stop()
+    assert asked == [2, 4]
+    assert await stored(storage) == ["go", "one", "again", "two"]
+    assert len(await sm.list_snapshot_ids(agent)) == 2
+
+
+async def test_trigger_strategy_saves_nothing_unless_the_trigger_fires() -> None:
+    storage = MemoryStorage()
+    sm = manager(storage, "trigger", snapshot_trigger=lambda *, agent_data: False)
+    agent = BidiAgent(ScriptedBidiModel([["hey"]]), agent_id="voice", session_manager=sm)
+    await agent.start()
+    await agent.send("hi")
+    await until(agent, "response_complete")
+    await agent.stop()
+    assert await stored(storage) == []
+
+
+async def test_restored_before_start_and_never_while_started() -> None:
+    storage = MemoryStorage()
+    first = BidiAgent(
+        ScriptedBidiModel([["hello"]]), agent_id="voice", session_manager=manager(storage)
+    )
+    await first.start()
+    await first.send("hi")
+    await until(first, "response_complete")
+    await first.stop()
+
+    model = ScriptedBidiModel()
+    again = BidiAgent(model, agent_id="voice", session_manager=manager(storage))
+    assert again.messages == []  # nothing is read before start
+    await again.start()
+    assert again.messages == first.messages
+    assert model.starts[0]["messages"] == first.messages  # the model starts from it
+    with pytest.raises(RuntimeError, match="while it is started"):
+        await again.session_manager.restore_snapshot(again)  # type: ignore[union-attr]
+    await again.stop()
+    assert await again.session_manager.restore_snapshot(again) is True  # type: ignore[union-attr]
+
+
+async def test_misuse_is_refused() -> None:
+    with pytest.raises(TypeError, match="BidiModel"):
+        BidiAgent(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="SnapshotSessionManager"):
+        BidiAgent(ScriptedBidiModel(), session_manager=object())  # type: ignore[arg-type]
+    agent = BidiAgent(ScriptedBidiModel())
+    with pytest.raises(RuntimeError, match="send before start"):
+        await agent.send("hi")
+    await agent.start()
+    with pytest.raises(RuntimeError, match="started already"):
+        await agent.start()
+    with pytest.raises(TypeError, match="text must be a str"):
+        await agent.send(3)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="ran out of responses"):
+        await agent.send("hi")
+    await agent.stop()
+    await agent.stop()  # idempotent
