@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "hygiene": 1,
     "state": 2,
     "storage": 3,
+    "crypto": 3,
     "models": 4,
     "tools": 4,
     "hooks": 5,

@@ -31,6 +31,7 @@ PUBLIC_MODULES = [
     "perdure",
     "perdure.agent",
     "perdure.agent.conversation",
+    "perdure.crypto",
     "perdure.errors",
     "perdure.hooks",
     "perdure.hygiene",
