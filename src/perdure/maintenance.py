@@ -16,7 +16,10 @@ Guarantees:
   hash chain, every segment, attachments, the agent state) and every checkpoint's
   ``get`` (its sha256). It never stops at the first damage: each damaged session and
   checkpoint is reported with the kind of damage and where it is (file and byte
-  offset, or row); a damaged checkpoint hides none of the others.
+  offset, or row); a damaged checkpoint hides none of the others. An encrypted
+  store (SPEC §9) verifies without its keys: every hash covers the ciphertext and
+  is checked before anything is decrypted, so a ``DecryptionError`` from a read
+  without the key means the bytes matched their hashes.
 - :func:`repair_store` in dry run (the default) writes nothing to the store: it
   runs the store's own quarantine on a scratch copy of each damaged session, so what
   it reports is exactly what ``dry_run=False`` would move. Applied, it reads each
@@ -68,6 +71,7 @@ from perdure.checkpoints.store import (
 )
 from perdure.errors import (
     CheckpointNotFoundError,
+    DecryptionError,
     SessionCorruptedError,
     SessionLockedError,
     SessionNotFoundError,
@@ -544,6 +548,8 @@ async def verify_store(
             continue
         except SessionCorruptedError as exc:
             damage.append(_damage(exc, session_id))
+        except DecryptionError:
+            pass  # encrypted, read without its key: raised only once the hashes held
         except OSError as exc:
             damage.append(Damage(session_id, "unreadable", str(exc)))
         sessions_checked += 1
@@ -621,6 +627,8 @@ async def _verify_checkpoints(
             continue  # deleted since it was listed
         except SessionCorruptedError as exc:
             damage.append(_damage(exc, session_id, checkpoint_id=checkpoint_id))
+        except DecryptionError:
+            pass  # encrypted, read without its key: its sha256 held
         except OSError as exc:
             damage.append(Damage(session_id, "unreadable", str(exc), checkpoint_id=checkpoint_id))
         checked += 1

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from keys import K1, K2, cipher
 
+from crypto_keys import K1, K2, cipher
 from perdure.crypto import (
     AESGCMCipher,
     Cipher,
@@ -118,3 +118,12 @@ def test_keys_from_a_file_or_the_environment(tmp_path: Path) -> None:
         keys_from_env({"PERDURE_KEYS": json.dumps({"keys": {"k1": "AAAA"}})})
     with pytest.raises(ValueError, match="not JSON"):
         keys_from_env({"PERDURE_KEYS": "k1=abc"})
+
+
+def test_fingerprints_are_keyed() -> None:
+    assert cipher().fingerprint(b"x") == cipher().fingerprint(b"x")
+    assert cipher().fingerprint(b"x") != cipher().fingerprint(b"y")
+    assert cipher("k1").fingerprint(b"x") != cipher("k2").fingerprint(b"x")
+    import hashlib
+
+    assert cipher().fingerprint(b"x") != hashlib.sha256(b"x").hexdigest()

@@ -17,6 +17,7 @@ from perdure.crypto.cipher import (
     TEXT_PREFIX,
     AESGCMCipher,
     Cipher,
+    check_cipher,
     envelope_key_id,
     is_envelope,
     is_sealed_text,
@@ -24,7 +25,11 @@ from perdure.crypto.cipher import (
     keys_from_file,
     load_keys,
     open_text,
+    open_utf8,
+    seal,
     seal_text,
+    unseal,
+    unseal_all,
 )
 
 __all__ = [
@@ -32,6 +37,7 @@ __all__ = [
     "TEXT_PREFIX",
     "AESGCMCipher",
     "Cipher",
+    "check_cipher",
     "envelope_key_id",
     "is_envelope",
     "is_sealed_text",
@@ -39,5 +45,9 @@ __all__ = [
     "keys_from_file",
     "load_keys",
     "open_text",
+    "open_utf8",
+    "seal",
     "seal_text",
+    "unseal",
+    "unseal_all",
 ]

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -30,6 +32,7 @@ __all__ = [
     "TEXT_PREFIX",
     "AESGCMCipher",
     "Cipher",
+    "check_cipher",
     "envelope_key_id",
     "is_envelope",
     "is_sealed_text",
@@ -37,7 +40,11 @@ __all__ = [
     "keys_from_file",
     "load_keys",
     "open_text",
+    "open_utf8",
+    "seal",
     "seal_text",
+    "unseal",
+    "unseal_all",
 ]
 
 ENVELOPE_MAGIC = b"PDE"
@@ -77,6 +84,12 @@ class Cipher(Protocol):
             DecryptionError: the key it names is unknown, or it does not authenticate
                 (a wrong key, or altered bytes), or it is no envelope.
         """
+        ...
+
+    def fingerprint(self, data: bytes) -> str:
+        """A keyed hash of ``data`` (hex) under the active key: equal data, equal
+        fingerprint, but nobody without the key can test a guess against it (a
+        memory store's duplicate check uses it in place of a plain sha256)."""
         ...
 
 
@@ -172,19 +185,72 @@ def open_text(cipher: Cipher | None, text: str | bytes) -> str:
         DecryptionError: no ``cipher`` was given for sealed text, ``text`` is not
             sealed, or its envelope does not decrypt.
     """
-    if cipher is None:
-        raise DecryptionError(
-            "the stored record is encrypted and no cipher was given: pass cipher= "
-            f"with key {_key_id_or_unknown(text)!r}",
-            details={"reason": "no_cipher", "key_id": _key_id_or_unknown(text)},
-        )
-    plain = cipher.decrypt(text_envelope(text))
+    plain = open_utf8(cipher, text)
     try:
         return plain.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError:
         raise DecryptionError(
             "the decrypted record is not UTF-8 text", details={"reason": "bad_plaintext"}
         ) from None
+
+
+def open_utf8(cipher: Cipher | None, text: str | bytes) -> bytes:
+    """The plaintext of :func:`seal_text` output as the bytes that were sealed (UTF-8).
+
+    Raises:
+        DecryptionError: as :func:`open_text`.
+    """
+    if cipher is None:
+        raise DecryptionError(
+            "the stored record is encrypted and no cipher was given: pass cipher= "
+            f"with key {_key_id_or_unknown(text)!r}",
+            details={"reason": "no_cipher", "key_id": _key_id_or_unknown(text)},
+        )
+    return cipher.decrypt(text_envelope(text))
+
+
+def check_cipher(cipher: Any) -> Cipher | None:
+    """``cipher`` checked: ``None`` or a :class:`~perdure.crypto.Cipher`.
+
+    Raises:
+        TypeError: anything else (named ``cipher``).
+    """
+    if cipher is not None and not isinstance(cipher, Cipher):
+        raise TypeError(
+            f"cipher must be a perdure.crypto.Cipher (e.g. AESGCMCipher) or None, "
+            f"got {type(cipher).__name__}"
+        )
+    return cipher
+
+
+def seal(cipher: Cipher | None, text: str) -> str:
+    """``text`` as stored: sealed with ``cipher`` when there is one, else unchanged."""
+    return text if cipher is None else seal_text(cipher, text)
+
+
+def unseal(cipher: Cipher | None, text: Any) -> Any:
+    """The plain text of a stored ``text`` (``str`` or UTF-8 ``bytes``).
+
+    Text that is not sealed comes back unchanged, whatever ``cipher`` is (a store
+    that turned encryption on later still reads its older rows).
+
+    Raises:
+        DecryptionError: sealed text with no cipher, a key the cipher does not hold,
+            or a ciphertext that does not authenticate.
+    """
+    if type(text) is str:
+        return open_text(cipher, text) if is_sealed_text(text) else text
+    if type(text) is bytes and is_sealed_text(text):
+        return open_utf8(cipher, text)  # bytes in, bytes out: a batch stays of one kind
+    return text
+
+
+def unseal_all(cipher: Cipher | None, texts: list[Any]) -> list[Any]:
+    """:func:`unseal` of each of ``texts`` (a no-op without a cipher: plain text
+    cannot be told from sealed there until it fails to parse)."""
+    if cipher is None:
+        return texts
+    return [unseal(cipher, text) for text in texts]
 
 
 def _key_id_or_unknown(text: str | bytes) -> str:
@@ -236,6 +302,11 @@ class AESGCMCipher:
             ) from exc
         self._aead = {key_id: AESGCM(key) for key_id, key in checked.items()}
         self._headers = {key_id: _header(key_id) for key_id in checked}
+        # A separate key for fingerprints: the AES key is never used for two things.
+        self._macs = {
+            key_id: hmac.new(key, b"perdure fingerprint key", hashlib.sha256).digest()
+            for key_id, key in checked.items()
+        }
         self._active = active
 
     @property
@@ -262,6 +333,7 @@ class AESGCMCipher:
         clone = object.__new__(AESGCMCipher)
         clone._aead = self._aead
         clone._headers = self._headers
+        clone._macs = self._macs
         clone._active = active
         return clone
 
@@ -270,6 +342,10 @@ class AESGCMCipher:
         header = self._headers[self._active]
         nonce = os.urandom(_NONCE_LEN)
         return header + nonce + self._aead[self._active].encrypt(nonce, plaintext, header)
+
+    def fingerprint(self, data: bytes) -> str:
+        """HMAC-SHA256 of ``data`` under a key derived from the active key (hex)."""
+        return hmac.new(self._macs[self._active], data, hashlib.sha256).hexdigest()
 
     def decrypt(self, envelope: bytes) -> bytes:
         """The plaintext of ``envelope`` (see :meth:`Cipher.decrypt`).
