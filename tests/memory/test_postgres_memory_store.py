@@ -22,7 +22,13 @@ from typing import Any
 import pytest
 from memory_fakes import WordEmbedder
 
-from perdure.errors import MemoryStoreError, SchemaVersionError, StoreUnavailableError
+from crypto_keys import cipher
+from perdure.errors import (
+    DecryptionError,
+    MemoryStoreError,
+    SchemaVersionError,
+    StoreUnavailableError,
+)
 from perdure.memory import MemoryStore, MiniLMEmbedder, has_method
 from perdure.testing import MemoryStoreSuite
 from perdure.testing.memory import MemoryStoreFactory
@@ -87,6 +93,31 @@ class TestHybridPostgresMemoryStoreContract(MemoryStoreSuite):
     ) -> MemoryStoreFactory:
         _require(HAVE_NUMPY, "numpy")
         return lambda namespace: opened(namespace, embedder=WordEmbedder())
+
+
+class TestEncryptedPostgresMemoryStoreContract(MemoryStoreSuite):
+    @pytest.fixture
+    def memory_store_factory(
+        self, opened: Callable[..., PostgresMemoryStore]
+    ) -> MemoryStoreFactory:
+        return lambda namespace: opened(namespace, cipher=cipher())
+
+
+async def test_encrypted_memories_leave_no_text_in_any_row(
+    opened: Callable[..., PostgresMemoryStore], schema: str
+) -> None:
+    store = opened("u", cipher=cipher())
+    await store.add("write to alice.smith@example.com about the zebra", metadata={"m": "zebra"})
+    await store.add("WRITE to alice.smith@example.com  about the zebra")  # a duplicate
+    assert await store.count() == 1
+    (found,) = await store.search("zebra", limit=3)
+    assert found.metadata["m"] == "zebra"
+    dump = repr(execute(f'SELECT * FROM "{schema}".perdure_memories'))
+    assert "~pd1~" in dump
+    assert "zebra" not in dump
+    assert "alice" not in dump
+    with pytest.raises(DecryptionError):
+        await opened("u").list()
 
 
 def test_it_is_a_full_memory_store_and_the_constructor_does_no_io() -> None:

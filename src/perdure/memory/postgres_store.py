@@ -73,6 +73,7 @@ from perdure._runtime.postgres import (
     quote_ident,
 )
 from perdure._runtime.threads import ProcessLock
+from perdure.crypto import Cipher, check_cipher, seal, unseal
 from perdure.errors import (
     MemoryStoreError,
     MemoryStoreLockedError,
@@ -91,6 +92,7 @@ from perdure.memory.rules import (
     embed_texts,
     fuse_rankings,
     import_numpy,
+    lexical_scan,
     memory_entry,
     message_items,
     meta_json,
@@ -267,6 +269,14 @@ class PostgresMemoryStore(MemoryStore):
         connect_timeout: seconds to wait for a connection.
         reconnect_timeout: seconds a call waits for a server that went away before
             raising ``StoreUnavailableError``.
+        cipher: a :class:`~perdure.crypto.Cipher` (SPEC §9): each memory's content
+            and metadata are stored encrypted and the duplicate check is keyed. The
+            server's text index is generated from the stored content, so it then
+            indexes ciphertext only: nothing of the text is in clear, and a search
+            decrypts every memory of the namespace and counts the query's words
+            (linear in the namespace; no embeddings are stored, being derived from
+            the plaintext). :class:`~perdure.memory.LocalMemoryStore` can keep a
+            plaintext index instead (``searchable=True``).
 
     Raises:
         TypeError, ValueError: a bad argument (the message names it).
@@ -284,7 +294,9 @@ class PostgresMemoryStore(MemoryStore):
         max_connections: int = 4,
         connect_timeout: float = 10.0,
         reconnect_timeout: float = 15.0,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = check_cipher(cipher)
         check_namespace(namespace)
         check_name(name)
         if embedder is not None:
@@ -365,6 +377,10 @@ class PostgresMemoryStore(MemoryStore):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         check_limit(limit)
         terms = query_terms(query)
+        if self.cipher is not None:
+            if not terms:
+                return []
+            return await self.db.run(lambda conn: self._scan(conn, terms, limit), doing="searching")
         if self.embedder is None:
             if not terms:
                 return []
@@ -455,7 +471,7 @@ class PostgresMemoryStore(MemoryStore):
         Returns how many were embedded (0 without an embedder).
         """
         check_limit(batch_size, "batch_size")
-        if self.embedder is None:
+        if self.embedder is None or self.cipher is not None:
             return 0
         return await asyncio.to_thread(self._backfill, batch_size)
 
@@ -463,10 +479,11 @@ class PostgresMemoryStore(MemoryStore):
 
     def _entry(self, row: Sequence[Any], score: float | None) -> MemoryEntry:
         memory_id, content, metadata, created_at = row
+        # Sealed text read without the key is DecryptionError, never ciphertext as content.
         return memory_entry(
             int(memory_id),
-            content,
-            metadata,
+            unseal(self.cipher, content),
+            unseal(self.cipher, metadata),
             float(created_at),
             store_name=self.name,
             score=score,
@@ -499,17 +516,29 @@ class PostgresMemoryStore(MemoryStore):
             self._sql.search, {"query": expression, "ns": self.namespace, "limit": limit}
         ).fetchall()
 
+    def _scan(
+        self, conn: psycopg.Connection[Any], terms: list[str], limit: int
+    ) -> list[MemoryEntry]:
+        """The search of an encrypted store: decrypt every memory and count words."""
+        rows = conn.execute(
+            self._sql.list, {"ns": self.namespace, "limit": None, "offset": 0}
+        ).fetchall()
+        by_id = {int(row[0]): row for row in rows}
+        texts = ((memory_id, unseal(self.cipher, row[1])) for memory_id, row in by_id.items())
+        return [self._entry(by_id[i], score) for i, score in lexical_scan(texts, terms, limit)]
+
     def _insert(self, items: list[tuple[str, dict[str, Any]]]) -> int:
         """Blocking: embed (before taking a connection), then insert in one statement."""
         contents = [content for content, _ in items]
+        cipher = self.cipher
         params: dict[str, Any] = {
             "ns": self.namespace,
-            "contents": contents,
-            "keys": [content_key(content) for content in contents],
-            "metas": [meta_json(meta) if meta else None for _, meta in items],
+            "contents": [seal(cipher, content) for content in contents],
+            "keys": [content_key(content, cipher) for content in contents],
+            "metas": [seal(cipher, meta_json(meta)) if meta else None for _, meta in items],
         }
         sql = self._sql.add_plain
-        if self.embedder is not None:
+        if self.embedder is not None and cipher is None:
             matrix = embed_texts(self.embedder, self._np, contents)
             params.update(
                 vectors=matrix.reshape(-1).tolist(),
