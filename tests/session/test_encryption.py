@@ -162,3 +162,27 @@ def _flip_a_ciphertext_byte(kind: str, tmp_path: Path) -> None:
 def test_a_cipher_that_is_no_cipher_is_refused(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match=r"cipher must be a perdure\.crypto\.Cipher"):
         make_store("sqlite", tmp_path, cipher=b"k" * 32)
+
+
+def test_a_snapshot_manager_with_a_cipher_writes_ciphertext(tmp_path: Path) -> None:
+    from perdure import Agent, SnapshotSessionManager
+    from perdure.models import ScriptedModel
+    from perdure.storage import LocalFileStorage
+
+    storage = LocalFileStorage(tmp_path / "blobs")
+
+    def manager(c: Any) -> SnapshotSessionManager:
+        return SnapshotSessionManager(
+            "s1", storage=storage, cipher=c, snapshot_trigger=lambda **_: True
+        )
+
+    agent = Agent(model=ScriptedModel(["noted"]), session_manager=manager(cipher()))
+    agent(f"my mail is {SECRET}")
+    agent.state.set("k", STATE_SECRET)
+    written = b"".join(path.read_bytes() for path in files_under(tmp_path))
+    assert written
+    assert SECRET.encode() not in written
+    restored = Agent(model=ScriptedModel([]), session_manager=manager(cipher("k2")))
+    assert SECRET in str(restored.messages)
+    with pytest.raises(DecryptionError):
+        Agent(model=ScriptedModel([]), session_manager=manager(None))
