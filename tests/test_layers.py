@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "checkpoints": 7,
     "snapshots": 7,
     "maintenance": 7,
+    "rotation": 7,
     "migrate": 7,
     "cli": 8,
     "adapters": 8,
@@ -50,7 +51,7 @@ SUBLAYERS: list[set[str]] = [
     RULES,
     {"checkpoints"},
     {"stores"},
-    {"session.session", "session.open_store", "snapshots", "maintenance", "migrate"},
+    {"session.session", "session.open_store", "snapshots", "maintenance", "rotation", "migrate"},
 ]
 
 
