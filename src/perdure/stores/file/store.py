@@ -135,10 +135,12 @@ from perdure.session.rules import (
     check_list_args,
     check_max_checkpoint_age,
     check_max_checkpoints,
+    decode_messages,
     looks_like_message,
     plan_commit,
     seal,
     unseal,
+    unseal_all,
     utc_now,
 )
 from perdure.session.store import (
@@ -1248,11 +1250,17 @@ class FileSessionStore(StoreBase):
         messages: builtins.list[Message] = []
         state: dict[str, Any] = {}
         redacted: dict[int, Message] = {}
+        # Encrypted messages are opened together after the walk (one pass, like a
+        # plain journal's one parse), and of the encrypted states only the last.
+        sealed: builtins.list[tuple[int, Record]] = []
+        last_state: Record | None = None
         for record in records:
             count = len(messages)
             if record.type == "m":
                 raw: Any = record.body.get("m")
-                if record.encoded or not looks_like_message(raw):
+                if type(raw) is str:
+                    sealed.append((count, record))
+                elif record.encoded or not looks_like_message(raw):
                     raw = self._message(session_id, sdir, record)
                 messages.append(raw)
             elif record.type == "r":
@@ -1263,11 +1271,23 @@ class FileSessionStore(StoreBase):
                     )
                 redacted[index] = self._message(session_id, sdir, record)
             elif record.type == "s":
-                state = self._state(session_id, sdir, record)
+                if type(record.body.get("s")) is str:
+                    last_state = record
+                else:
+                    state, last_state = self._state(session_id, sdir, record), None
             if record.total != len(messages):
                 raise self._record_damage(
                     session_id, sdir, record, f"message count {record.total} != {len(messages)}"
                 )
+        if last_state is not None:
+            state = self._state(session_id, sdir, last_state)
+        if sealed:
+            texts = [record.body["m"] for _, record in sealed]
+            opened = decode_messages(unseal_all(self.cipher, texts))
+            if opened is None:  # one of them does not open or parse: name it
+                opened = [self._message(session_id, sdir, record) for _, record in sealed]
+            for (at, _), message in zip(sealed, opened, strict=True):
+                messages[at] = message
         return messages, state, redacted
 
     def _state(self, session_id: str, sdir: Path, record: Record) -> dict[str, Any]:
@@ -1344,6 +1364,7 @@ class FileSessionStore(StoreBase):
             has_state = has_state or any(record.type == "s" for record in records)
         records = []
         state: dict[str, Any] = {}
+        last_state: Record | None = None
         expected: int | None = None  # the message count the next record starts from
         for run, first_seq, first_count in reversed(runs):
             if run and run[0].seq == first_seq:  # read from the file's start
@@ -1360,7 +1381,10 @@ class FileSessionStore(StoreBase):
                     )
                 expected = record.total
                 if record.type == "s":
-                    state = self._state(session_id, sdir, record)
+                    if type(record.body.get("s")) is str:  # encrypted: open only the last
+                        last_state = record
+                    else:
+                        state, last_state = self._state(session_id, sdir, record), None
                 elif record.type == "r":
                     index = record.body.get("i")
                     if not isinstance(index, int) or not 0 <= index < record.total:
@@ -1368,6 +1392,8 @@ class FileSessionStore(StoreBase):
                             session_id, sdir, record, "redaction names no message"
                         )
             records.extend(run)
+        if last_state is not None:
+            state = self._state(session_id, sdir, last_state)
         count = volume.first_count if not records else records[-1].total
         found: dict[int, Message] = {}
         redactions: dict[int, Message] = {}
