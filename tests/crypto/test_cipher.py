@@ -127,3 +127,26 @@ def test_fingerprints_are_keyed() -> None:
     import hashlib
 
     assert cipher().fingerprint(b"x") != hashlib.sha256(b"x").hexdigest()
+
+
+def test_a_batch_opens_in_one_pass_and_any_doubt_is_named_one_by_one() -> None:
+    from perdure.crypto import unseal_all
+
+    c = cipher("k1")
+    texts = [seal_text(c, f"m{i}") for i in range(5)]
+    assert unseal_all(c, texts) == [f"m{i}" for i in range(5)]
+    assert unseal_all(c, [t.encode() for t in texts]) == [f"m{i}".encode() for i in range(5)]
+    # Plain texts (written before encryption) pass; types are kept, mixed or not.
+    assert unseal_all(c, ["plain", texts[0], b"raw", texts[1].encode()]) == [
+        "plain", "m0", b"raw", b"m1",
+    ]  # fmt: skip
+    # Records under several keys (mid-rotation) open together.
+    assert unseal_all(c, [texts[0], seal_text(cipher("k2"), "new")]) == ["m0", "new"]
+    assert unseal_all(None, texts) == texts  # no cipher: left for the parser to refuse
+    with pytest.raises(DecryptionError) as unknown:
+        unseal_all(AESGCMCipher(keys={"k2": K2}, active="k2"), texts)
+    assert unknown.value.details["reason"] == "unknown_key"
+    altered = texts[3][:-6] + ("A" if texts[3][-6] != "A" else "B") + texts[3][-5:]
+    with pytest.raises(DecryptionError) as bad:
+        unseal_all(c, [*texts[:3], altered])
+    assert bad.value.details["reason"] == "authentication_failed"

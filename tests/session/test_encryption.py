@@ -186,3 +186,17 @@ def test_a_snapshot_manager_with_a_cipher_writes_ciphertext(tmp_path: Path) -> N
     assert SECRET in str(restored.messages)
     with pytest.raises(DecryptionError):
         Agent(model=ScriptedModel([]), session_manager=manager(None))
+
+
+async def test_verify_without_the_key_checks_the_state_too(tmp_path: Path) -> None:
+    store = make_store("sqlite", tmp_path, cipher=cipher())
+    await _fill(store)
+    store.close()  # type: ignore[attr-defined]
+    with sqlite3.connect(tmp_path / "sessions.db") as db:
+        (body,) = db.execute("SELECT body FROM perdure_states").fetchone()
+        at = body.index("~pd1~") + 12
+        body = body[:at] + ("A" if body[at] != "A" else "B") + body[at + 1 :]
+        db.execute("UPDATE perdure_states SET body = ?", (body,))
+    report = await verify_store(make_store("sqlite", tmp_path))
+    assert report.damaged_sessions == ("s1",)
+    assert report.damage[0].kind == "bad_state"
