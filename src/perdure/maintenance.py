@@ -716,7 +716,9 @@ async def repair_store(
         strict = FileSessionStore(root)
     elif isinstance(store, FileSessionStore):
         root = store.root
-        strict = store if store.recovery == "strict" else FileSessionStore(root)
+        strict = (
+            store if store.recovery == "strict" else FileSessionStore(root, cipher=store.cipher)
+        )
     else:
         raise TypeError(
             f"repair works on file and SQLite stores only (quarantine moves records), "
@@ -740,6 +742,7 @@ async def repair_store(
         recovery="quarantine",
         on_recovery=reports.append,
         quarantine_dir=qdir,
+        cipher=strict.cipher,  # an encrypted store heals with its key
     )
     repairs: list[SessionRepair] = []
     checkpoint_repairs: list[CheckpointRepair] = []
@@ -997,6 +1000,7 @@ async def _plan(strict: FileSessionStore, found: Damage) -> SessionRepair:
             return SessionRepair(session_id, "unrepairable", found, detail=str(exc))
         rehearsal = FileSessionStore(
             copy_root,
+            cipher=strict.cipher,
             durability="none",
             recovery="quarantine",
             on_recovery=reports.append,

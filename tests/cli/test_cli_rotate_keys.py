@@ -199,3 +199,43 @@ def test_rotate_keys_refuses_missing_or_unknown_keys(tmp_path: Path) -> None:
          "--keys-file", str(keys)],
     )  # fmt: skip
     assert missing.exit_code == 3
+
+
+def test_every_command_reads_an_encrypted_store_with_the_keys_in_the_environment(
+    tmp_path: Path,
+) -> None:
+    url = _url("file", tmp_path)
+    store = open_store(url, cipher=cipher("k1"))
+    run(store.create("a"))
+    run(store.commit("a", _history("a")))
+    store.close()  # type: ignore[attr-defined]
+    keys = _key_file(tmp_path)
+    runner = CliRunner()
+    history = ["sessions", "history", "a", "--store", url, "--json"]
+    keyless = runner.invoke(cli, history, env={"PERDURE_KEYS": "", "PERDURE_KEYS_FILE": ""})
+    assert keyless.exit_code == 6
+    assert "[decryption]" in keyless.output
+    keyed = runner.invoke(cli, history, env={"PERDURE_KEYS_FILE": str(keys), "PERDURE_KEYS": ""})
+    assert keyed.exit_code == 0, keyed.output
+    assert "a/3" in keyed.output
+    # verify needs no key; with one it reads everything too.
+    for env in ({"PERDURE_KEYS": ""}, {"PERDURE_KEYS_FILE": str(keys), "PERDURE_KEYS": ""}):
+        assert runner.invoke(cli, ["verify", "--store", url], env=env).exit_code == 0
+    # A damaged record is healed with the key: the rest is rewritten encrypted.
+    (journal,) = (tmp_path / "store").rglob("journal.jsonl")
+    data = bytearray(journal.read_bytes())
+    at = data.rindex(b"~pd1~") + 10
+    data[at] = ord("A") if data[at] != ord("A") else ord("B")
+    journal.write_bytes(bytes(data))
+    env = {"PERDURE_KEYS_FILE": str(keys), "PERDURE_KEYS": ""}
+    assert runner.invoke(cli, ["verify", "--store", url], env=env).exit_code == 1
+    healed = runner.invoke(cli, ["repair", "--store", url, "--apply"], env=env)
+    assert healed.exit_code == 0, healed.output
+    assert runner.invoke(cli, ["verify", "--store", url], env={"PERDURE_KEYS": ""}).exit_code == 0
+    several = runner.invoke(
+        cli,
+        history,
+        env={"PERDURE_KEYS": json.dumps({"keys": json.loads(keys.read_text())["keys"]})},
+    )
+    assert several.exit_code == 2
+    assert '"active"' in several.output

@@ -67,7 +67,7 @@ def rotate_keys(
     in and renews its TTL. Memory stores are not rotated by this command.
     """
     cipher = _cipher(keys_file, to)
-    with session_store(store_url):
+    with session_store(store_url, cipher=cipher):
         pass  # a missing store is reported (exit 3) before anything is opened to write
     report = run(rotate(lambda c: open_cli_store(store_url, cipher=c), cipher, force=force))
     if as_json:
