@@ -68,6 +68,7 @@ from perdure.checkpoints.store import (
     get_named_checkpoint,
     scan_checkpoints,
     seal_checkpoint_bytes,
+    stored_meta,
 )
 from perdure.errors import (
     CheckpointNotFoundError,
@@ -815,10 +816,15 @@ def _read_if_damaged(path: Path, session_id: str, checkpoint_id: str) -> bytes |
     except FileNotFoundError:
         return None
     try:
-        record = CheckpointRecord.from_json_bytes(data)
+        meta = CheckpointRecord.from_json_bytes(data).meta
+    except DecryptionError:  # encrypted: its sha256 and meta are checked without the key
+        try:
+            meta = stored_meta(data)
+        except ValueError:
+            return data
     except ValueError:
         return data
-    intact = (record.meta.session_id, record.meta.checkpoint_id) == (session_id, checkpoint_id)
+    intact = (meta.session_id, meta.checkpoint_id) == (session_id, checkpoint_id)
     return None if intact else data
 
 
@@ -826,7 +832,7 @@ def _sealed_or_none(data: bytes, session_id: str, checkpoint_id: str) -> bytes |
     """``data`` sealed, when it is an intact unsealed record of this checkpoint."""
     try:
         sealed = seal_checkpoint_bytes(data)
-    except ValueError:
+    except (ValueError, DecryptionError):  # damaged, or encrypted: nothing to seal
         return None
     meta = CheckpointRecord.from_json_bytes(sealed).meta
     return sealed if (meta.session_id, meta.checkpoint_id) == (session_id, checkpoint_id) else None

@@ -200,3 +200,55 @@ async def test_verify_without_the_key_checks_the_state_too(tmp_path: Path) -> No
     report = await verify_store(make_store("sqlite", tmp_path))
     assert report.damaged_sessions == ("s1",)
     assert report.damage[0].kind == "bad_state"
+
+
+async def test_repair_quarantines_a_damaged_encrypted_checkpoint_without_the_key(
+    tmp_path: Path,
+) -> None:
+    from perdure.maintenance import repair_store
+
+    store = make_store("file", tmp_path, cipher=cipher())
+    await _fill(store)
+    checkpoints: Any = store.checkpoints  # type: ignore[attr-defined]
+    for _ in range(2):
+        meta = CheckpointMeta(new_ulid(), "s1", "manual", None, 5, "2026-01-01T00:00:00Z")
+        await checkpoints.put(CheckpointRecord(meta, _messages(), {}))
+    damaged = checkpoints.checkpoint_path("s1", meta.checkpoint_id)
+    data = bytearray(damaged.read_bytes())
+    at = data.index(b'"sealed":"') + 20
+    data[at] = ord("A") if data[at] != ord("A") else ord("B")
+    damaged.write_bytes(bytes(data))
+    keyless = make_store("file", tmp_path)
+    report = await repair_store(keyless, dry_run=False)  # type: ignore[arg-type]
+    assert [c.status for c in report.checkpoints] == ["quarantined"]
+    assert (await verify_store(make_store("file", tmp_path))).clean
+    assert len(await make_store("file", tmp_path, cipher=cipher()).checkpoints.list("s1")) == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+async def test_verify_without_the_key_finds_a_checkpoint_that_holds_another(
+    kind: str, tmp_path: Path
+) -> None:
+    store = make_store(kind, tmp_path, cipher=cipher())
+    await _fill(store)
+    checkpoints: Any = store.checkpoints  # type: ignore[attr-defined]
+    ids = []
+    for _ in range(2):
+        meta = CheckpointMeta(new_ulid(), "s1", "manual", None, 5, "2026-01-01T00:00:00Z")
+        await checkpoints.put(CheckpointRecord(meta, _messages(), {}))
+        ids.append(meta.checkpoint_id)
+    store.close()  # type: ignore[attr-defined]
+    if kind == "file":
+        first = checkpoints.checkpoint_path("s1", ids[0])
+        first.write_bytes(checkpoints.checkpoint_path("s1", ids[1]).read_bytes())
+    else:
+        with sqlite3.connect(tmp_path / "sessions.db") as db:
+            body, digest = db.execute(
+                "SELECT body, hash FROM perdure_checkpoints WHERE checkpoint_id = ?", (ids[1],)
+            ).fetchone()
+            db.execute(
+                "UPDATE perdure_checkpoints SET body = ?, hash = ? WHERE checkpoint_id = ?",
+                (body, digest, ids[0]),
+            )
+    report = await verify_store(make_store(kind, tmp_path))
+    assert [d.checkpoint_id for d in report.damage] == [ids[0]]

@@ -31,10 +31,11 @@ from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     check_checkpoint_id,
+    check_stored_meta,
     checkpoint_damage_kind,
 )
 from perdure.crypto import Cipher
-from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
+from perdure.errors import CheckpointNotFoundError, DecryptionError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
 from perdure.session.rules import (
     check_cipher,
@@ -182,6 +183,14 @@ class StorageCheckpointStore:
         except ValueError as exc:
             kind = checkpoint_damage_kind(exc)
             raise self._damage(key, session_id, checkpoint_id, str(exc), kind) from None
+        except DecryptionError:
+            check_stored_meta(
+                data,
+                session_id,
+                checkpoint_id,
+                lambda detail: self._damage(key, session_id, checkpoint_id, detail),
+            )
+            raise
         if (record.meta.session_id, record.meta.checkpoint_id) != (session_id, checkpoint_id):
             raise self._damage(key, session_id, checkpoint_id, "it holds another checkpoint")
         return record

@@ -271,6 +271,35 @@ class CheckpointRecord:
         return cls(meta, messages, state)
 
 
+def stored_meta(data: bytes) -> CheckpointMeta:
+    """The meta of a stored (sealed) checkpoint, its sha256 checked; the content is
+    not opened, so an encrypted checkpoint needs no key here.
+
+    Raises:
+        ValueError: not a sealed checkpoint record, or a damaged one.
+    """
+    try:
+        raw = _unseal(bytes(data)) if bytes(data).startswith(_HEAD) else None
+        if not isinstance(raw, dict):
+            raise ValueError("not a sealed perdure checkpoint record")
+        return CheckpointMeta.from_dict(raw.get("meta"))
+    except (TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise ValueError(f"checkpoint record is malformed: {exc!r}") from None
+
+
+def check_stored_meta(
+    data: bytes, session_id: str, checkpoint_id: str, damaged: Callable[[str], Exception]
+) -> None:
+    """Raise ``damaged(...)`` when a stored (encrypted) checkpoint names another one.
+
+    What an encrypted checkpoint read without its key can still be checked for:
+    its meta is in clear, under its sha256.
+    """
+    meta = stored_meta(data)
+    if (meta.session_id, meta.checkpoint_id) != (session_id, checkpoint_id):
+        raise damaged("it holds another checkpoint")
+
+
 def _decrypt_content(sealed: Any, cipher: Cipher | None) -> dict[str, Any]:
     """The ``messages`` and ``agent_state`` of an encrypted checkpoint body."""
     if not isinstance(sealed, str):
@@ -310,6 +339,10 @@ def verified_record(
         raise damaged("the body does not match its hash")
     try:
         record = CheckpointRecord.from_json_bytes(body, unsealed_ok=unsealed_ok, cipher=cipher)
+    except DecryptionError:
+        if stored_meta(body) != meta:  # checked without the key, like the hash
+            raise damaged(f"the body's meta does not match {meta_where}") from None
+        raise
     except (TypeError, ValueError, RecursionError) as exc:
         raise damaged(str(exc)) from None
     if record.meta != meta:
@@ -602,6 +635,16 @@ class FileCheckpointStore:
         except ValueError as exc:
             kind = checkpoint_damage_kind(exc)
             raise _file_damage(path, session_id, checkpoint_id, kind, exc) from None
+        except DecryptionError:
+            check_stored_meta(
+                data,
+                session_id,
+                checkpoint_id,
+                lambda detail: _file_damage(
+                    path, session_id, checkpoint_id, "bad_checkpoint", detail
+                ),
+            )
+            raise
         if (record.meta.session_id, record.meta.checkpoint_id) != (session_id, checkpoint_id):
             raise _file_damage(
                 path, session_id, checkpoint_id, "bad_checkpoint", "it holds another checkpoint"
