@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from crypto_keys import K1, K2, cipher
 from perdure.crypto import (
@@ -150,3 +152,14 @@ def test_a_batch_opens_in_one_pass_and_any_doubt_is_named_one_by_one() -> None:
     with pytest.raises(DecryptionError) as bad:
         unseal_all(c, [*texts[:3], altered])
     assert bad.value.details["reason"] == "authentication_failed"
+
+
+@given(text=st.text(), key_id=st.from_regex(r"[A-Za-z0-9_.-]{1,64}", fullmatch=True))
+@settings(max_examples=200)
+def test_any_text_round_trips_under_any_key_id(text: str, key_id: str) -> None:
+    c = AESGCMCipher(keys={key_id: K1}, active=key_id)
+    sealed = seal_text(c, text)
+    assert is_sealed_text(sealed)
+    assert sealed.isascii()
+    assert open_text(c, sealed) == text
+    assert envelope_key_id(base64.b64decode(sealed[5:])) == key_id
