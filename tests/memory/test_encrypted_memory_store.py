@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crypto_keys import K1, cipher
+from crypto_keys import K1, K2, cipher
 from perdure.crypto import AESGCMCipher
 from perdure.errors import DecryptionError
 from perdure.memory import LocalMemoryStore
@@ -90,3 +90,31 @@ def test_searchable_false_needs_a_cipher(tmp_path: Path) -> None:
         LocalMemoryStore(tmp_path / "m.sqlite", namespace="u", searchable=False)
     with pytest.raises(TypeError, match="cipher must be"):
         LocalMemoryStore(tmp_path / "m.sqlite", namespace="u", cipher="key")  # type: ignore[arg-type]
+
+
+async def test_rotate_keys_re_encrypts_every_namespace_and_keeps_duplicates_out(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "m.sqlite"
+    for namespace in ("u", "v"):
+        old = LocalMemoryStore(path, namespace=namespace, cipher=cipher("k1"))
+        await old.add(f"{namespace} likes the zebra", metadata={"n": namespace})
+        await old.add(f"{namespace} likes tea")
+        old.close()
+    plain = LocalMemoryStore(path, namespace="u")
+    await plain.add("written before encryption")
+    plain.close()
+    rotating = LocalMemoryStore(path, namespace="u", cipher=cipher("k2"))
+    assert await rotating.rotate_keys() == 4  # the plain one needs force
+    assert await rotating.rotate_keys() == 0  # nothing left: a second run resumes
+    assert await rotating.rotate_keys(force=True) == 5
+    rotating.close()
+    only_k2 = AESGCMCipher(keys={"k2": K2}, active="k2")
+    for namespace in ("u", "v"):
+        store = LocalMemoryStore(path, namespace=namespace, cipher=only_k2)
+        contents = sorted(e.content for e in await store.list())
+        assert f"{namespace} likes the zebra" in contents
+        await store.add(f"{namespace.upper()} LIKES TEA")  # the same memory: deduplicated
+        assert await store.count() == (3 if namespace == "u" else 2)
+        store.close()
+    assert "written before" not in _dump(path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import hashlib
 import sqlite3
 import time
@@ -39,6 +40,7 @@ from perdure.memory.rules import (
     memory_entry,
     message_items,
     meta_json,
+    needs_rotation,
     query_terms,
     words,
 )
@@ -79,6 +81,14 @@ _INSERT = (
 )
 
 _CONSONANTS = "bcdfghjklmnpqrstvwxz"  # no vowels (nor y): the stemmer ignores the prefix
+
+
+def _rows_after(conn: sqlite3.Connection, *, after: int, limit: int) -> list[Any]:
+    """``(id, content, metadata)`` of the file's memories after id ``after``."""
+    return conn.execute(
+        "SELECT id, content, metadata FROM memories WHERE id > ? ORDER BY id LIMIT ?",
+        (after, limit),
+    ).fetchall()
 
 
 def _namespace_token(namespace: str) -> str:
@@ -342,6 +352,67 @@ class LocalMemoryStore(MemoryStore):
         if self.embedder is None or not self.searchable:
             return 0
         return await asyncio.to_thread(self._backfill, batch_size)
+
+    async def rotate_keys(self, *, force: bool = False, batch_size: int = 500) -> int:
+        """Re-encrypt the file's memories under the cipher's active key; return how many.
+
+        Every namespace of the file (they share its cipher): content and metadata
+        are sealed again and the duplicate key is the new key's fingerprint. The
+        cipher must still hold the keys the memories are under. Each batch is one
+        transaction: killed, the file holds each memory under its old key or its
+        new one, and calling again resumes. ``force`` also encrypts memories stored
+        before the store had a cipher. A memory whose text another already holds
+        under the new key (added twice mid-rotation) is dropped as the duplicate.
+
+        Raises:
+            ValueError: the store has no cipher.
+            DecryptionError: a memory is under a key the cipher does not hold.
+        """
+        cipher = self.cipher
+        if cipher is None:
+            raise ValueError("rotate_keys needs a store opened with cipher=")
+        check_limit(batch_size, "batch_size")
+        done, after = 0, 0
+        while True:
+            rows = await self._db.run(
+                functools.partial(_rows_after, after=after, limit=batch_size),
+                "reading memories to re-encrypt",
+            )
+            if not rows:
+                return done
+            after = int(rows[-1][0])
+            changes = [
+                (
+                    seal(cipher, unseal(cipher, content)),
+                    content_key(unseal(cipher, content), cipher),
+                    None if metadata is None else seal(cipher, unseal(cipher, metadata)),
+                    memory_id,
+                )
+                for memory_id, content, metadata in rows
+                if needs_rotation(cipher, content, force)
+                or (metadata is not None and needs_rotation(cipher, metadata, force))
+            ]
+            if changes:
+                done += await self._db.run(
+                    functools.partial(self._reencrypt, changes=changes), "re-encrypting memories"
+                )
+
+    def _reencrypt(self, conn: sqlite3.Connection, *, changes: list[tuple[Any, ...]]) -> int:
+        def work() -> int:
+            for content, key, metadata, memory_id in changes:
+                try:
+                    conn.execute(
+                        "UPDATE memories SET content = ?, content_key = ?, metadata = ? "
+                        "WHERE id = ?",
+                        (content, key, metadata, memory_id),
+                    )
+                except sqlite3.IntegrityError:  # its text is there under the new key already
+                    conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+            return len(changes)
+
+        changed = write_transaction(conn, work)
+        self._writes += 1
+        return changed
 
     async def optimize(self) -> None:
         """Merge the full-text index's segments (worth it after a large bulk load)."""

@@ -18,7 +18,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from perdure.crypto import Cipher
+from perdure.crypto import Cipher, envelope_key_id, is_sealed_text
+from perdure.crypto.cipher import text_envelope
 from perdure.memory.embedder import Embedder
 from perdure.memory.entry import MemoryEntry
 from perdure.memory.errors import MemoryStoreError
@@ -43,6 +44,7 @@ __all__ = [
     "memory_entry",
     "message_items",
     "meta_json",
+    "needs_rotation",
     "query_terms",
     "storable",
     "words",
@@ -99,6 +101,14 @@ def content_key(content: str, cipher: Cipher | None = None) -> str:
     if cipher is not None:
         return cipher.fingerprint(normalised)
     return hashlib.sha256(normalised).hexdigest()
+
+
+def needs_rotation(cipher: Cipher, stored: str, force: bool) -> bool:
+    """Whether a stored text must be sealed again under ``cipher.active``: it is under
+    another key, or (with ``force``) not encrypted at all."""
+    if not is_sealed_text(stored):
+        return force
+    return force or envelope_key_id(text_envelope(stored)) != cipher.active
 
 
 def lexical_scan(
