@@ -12,7 +12,7 @@ import pytest
 from server_bytes import postgres_bytes, redis_bytes
 from session_stores import STORE_KINDS, make_store
 
-from crypto_keys import K1, cipher
+from crypto_keys import K1, K2, cipher
 from perdure.checkpoints.store import CheckpointMeta, CheckpointRecord
 from perdure.crypto import AESGCMCipher
 from perdure.errors import DecryptionError
@@ -252,3 +252,31 @@ async def test_verify_without_the_key_finds_a_checkpoint_that_holds_another(
             )
     report = await verify_store(make_store(kind, tmp_path))
     assert [d.checkpoint_id for d in report.damage] == [ids[0]]
+
+
+@pytest.mark.parametrize("kind", PERSISTENT)
+async def test_rotate_keys_moves_every_store_kind_to_the_new_key(kind: str, tmp_path: Path) -> None:
+    from perdure.rotation import rotate_keys
+
+    store = make_store(kind, tmp_path, cipher=cipher("k1"))
+    messages = await _fill(store)
+    checkpoints: Any = store.checkpoints  # type: ignore[attr-defined]
+    meta = CheckpointMeta(new_ulid(), "s1", "manual", None, 5, "2026-01-01T00:00:00Z")
+    await checkpoints.put(CheckpointRecord(meta, _messages(), {"k": STATE_SECRET}))
+    report = await rotate_keys(lambda c: make_store(kind, tmp_path, cipher=c), cipher("k2"))
+    assert report.to_dict() | {"to": "k2"} == {
+        "to": "k2",
+        "sessions_checked": 1,
+        "sessions_rotated": 1,
+        "checkpoints_checked": 1,
+        "checkpoints_rotated": 1,
+        "keys_seen": ["k1"],
+    }
+    only_k2 = make_store(kind, tmp_path, cipher=AESGCMCipher(keys={"k2": K2}, active="k2"))
+    record = await only_k2.get("s1")
+    assert record.messages == messages
+    assert record.agent_state == {"k": STATE_SECRET}
+    got = await only_k2.checkpoints.get("s1", meta.checkpoint_id)  # type: ignore[attr-defined]
+    assert got.agent_state == {"k": STATE_SECRET}
+    again = await rotate_keys(lambda c: make_store(kind, tmp_path, cipher=c), cipher("k2"))
+    assert (again.sessions_rotated, again.checkpoints_rotated) == (0, 0)
