@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from memory_fakes import WordEmbedder
 
-from crypto_keys import cipher
+from crypto_keys import K2, cipher
 from perdure.errors import (
     DecryptionError,
     MemoryStoreError,
@@ -470,3 +470,23 @@ async def test_minilm_hybrid_recall_without_shared_words(
     )
     found = await store.search("Which colour scheme suits my screen at night?", limit=1)
     assert contents(found) == ["The user prefers dark mode in every app."]
+
+
+async def test_rotate_keys_re_encrypts_the_namespace(
+    opened: Callable[..., PostgresMemoryStore],
+) -> None:
+    from perdure.crypto import AESGCMCipher
+
+    old = opened("u", cipher=cipher("k1"))
+    await old.add("the zebra likes tea", metadata={"m": 1})
+    await old.add("the lion likes coffee")
+    rotating = opened("u", cipher=cipher("k2"))
+    assert await rotating.rotate_keys(batch_size=1) == 2
+    assert await rotating.rotate_keys() == 0
+    only_k2 = opened("u", cipher=AESGCMCipher(keys={"k2": K2}, active="k2"))
+    assert sorted(e.content for e in await only_k2.list()) == [
+        "the lion likes coffee",
+        "the zebra likes tea",
+    ]
+    await only_k2.add("THE ZEBRA  likes tea")  # deduplicated under the new key
+    assert await only_k2.count() == 2

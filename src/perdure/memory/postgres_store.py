@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,6 +97,7 @@ from perdure.memory.rules import (
     memory_entry,
     message_items,
     meta_json,
+    needs_rotation,
     query_terms,
 )
 from perdure.memory.store import MemoryStore
@@ -240,6 +242,20 @@ class _Statements:
             f"bumped AS ({bump}) SELECT count(*) FROM changed"
         )
         self.generation = f"SELECT generation FROM {g} WHERE namespace = %(ns)s"
+        self.after = (
+            f"SELECT id, content, metadata FROM {m} WHERE namespace = %(ns)s AND id > %(after)s "
+            "ORDER BY id LIMIT %(limit)s"
+        )
+        # A memory whose text another holds under the new key already (added twice
+        # mid-rotation) goes; the others are sealed again.
+        self.drop_duplicate = (
+            f"DELETE FROM {m} WHERE id = %(id)s AND EXISTS (SELECT 1 FROM {m} o "
+            "WHERE o.namespace = %(ns)s AND o.content_key = %(key)s AND o.id <> %(id)s)"
+        )
+        self.reseal = (
+            f"UPDATE {m} SET content = %(content)s, content_key = %(key)s, "
+            "metadata = %(meta)s WHERE id = %(id)s AND namespace = %(ns)s"
+        )
         # array_send: the vectors in PostgreSQL's binary array format, which numpy
         # reads without a Python float per number (see _decode_vectors).
         self.vector_ids = (
@@ -464,6 +480,58 @@ class PostgresMemoryStore(MemoryStore):
         return await self._write(
             self._sql.clear, {"ns": self.namespace}, doing="clearing the namespace"
         )
+
+    async def rotate_keys(self, *, force: bool = False, batch_size: int = 500) -> int:
+        """Re-encrypt this namespace's memories under the cipher's active key; return
+        how many.
+
+        As :meth:`LocalMemoryStore.rotate_keys <perdure.memory.LocalMemoryStore.rotate_keys>`,
+        for this store's namespace: each batch is one transaction, so a killed
+        rotation resumes when called again.
+
+        Raises:
+            ValueError: the store has no cipher.
+            DecryptionError: a memory is under a key the cipher does not hold.
+        """
+        cipher = self.cipher
+        if cipher is None:
+            raise ValueError("rotate_keys needs a store opened with cipher=")
+        check_limit(batch_size, "batch_size")
+        done, after = 0, 0
+        while True:
+            params = {"ns": self.namespace, "after": after, "limit": batch_size}
+            rows = await self.db.run(
+                functools.partial(_fetch_all, sql=self._sql.after, params=params),
+                doing="reading memories to re-encrypt",
+            )
+            if not rows:
+                return done
+            after = int(rows[-1][0])
+            changes = [
+                {
+                    "id": int(memory_id),
+                    "ns": self.namespace,
+                    "content": seal(cipher, unseal(cipher, content)),
+                    "key": content_key(unseal(cipher, content), cipher),
+                    "meta": None if metadata is None else seal(cipher, unseal(cipher, metadata)),
+                }
+                for memory_id, content, metadata in rows
+                if needs_rotation(cipher, content, force)
+                or (metadata is not None and needs_rotation(cipher, metadata, force))
+            ]
+            if changes:
+                await asyncio.to_thread(
+                    self.db.call,
+                    functools.partial(self._reseal, changes=changes),
+                    doing="re-encrypting memories",
+                )
+                done += len(changes)
+
+    def _reseal(self, conn: psycopg.Connection[Any], *, changes: list[dict[str, Any]]) -> None:
+        with conn.transaction():
+            for change in changes:
+                conn.execute(self._sql.drop_duplicate, change)
+                conn.execute(self._sql.reseal, change)
 
     async def backfill_embeddings(self, *, batch_size: int = 256) -> int:
         """Embed this namespace's memories that lack a vector of the current embedder.
@@ -778,3 +846,9 @@ class PostgresMemoryStore(MemoryStore):
             doing="listing memories",
         )
         return [self._entry(row, None) for row in rows]
+
+
+def _fetch_all(
+    conn: psycopg.Connection[Any], *, sql: str, params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    return conn.execute(sql, params).fetchall()
