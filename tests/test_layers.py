@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "hygiene": 1,
     "state": 2,
     "storage": 3,
+    "crypto": 3,
     "models": 4,
     "tools": 4,
     "hooks": 5,
@@ -32,6 +33,7 @@ LAYERS: dict[str, int] = {
     "checkpoints": 7,
     "snapshots": 7,
     "maintenance": 7,
+    "rotation": 7,
     "migrate": 7,
     "multiagent": 7,
     "bidi": 7,
@@ -51,7 +53,7 @@ SUBLAYERS: list[set[str]] = [
     RULES,
     {"checkpoints"},
     {"stores"},
-    {"session.session", "session.open_store", "snapshots", "maintenance", "migrate"},
+    {"session.session", "session.open_store", "snapshots", "maintenance", "rotation", "migrate"},
     {"multiagent", "bidi"},
 ]
 
