@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "maintenance": 7,
     "migrate": 7,
     "cli": 8,
+    "server": 8,
     "adapters": 8,
     "testing": 8,
     "__main__": 8,
