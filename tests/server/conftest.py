@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,28 @@ from perdure.types import Message
 pytest.importorskip("starlette", reason="perdure serve needs perdure[server]")
 httpx = pytest.importorskip("httpx", reason="the server tests need httpx")
 
-PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+
+def png(width: int = 48, height: int = 32) -> bytes:
+    """A real PNG (a colour gradient), so a browser can decode and show it."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(
+        b"\x00" + b"".join(bytes((x * 5 % 256, y * 8 % 256, 160)) for x in range(width))
+        for y in range(height)
+    )
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+PNG = png()
 
 
 def conversation(turns: int) -> list[Message]:
