@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -128,3 +129,24 @@ def test_serve_refuses_a_store_that_does_not_exist(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["serve", "--store", f"sqlite:{tmp_path / 'none.db'}"])
     assert result.exit_code == 3
     assert "no store at" in result.stderr
+
+
+def test_the_readme_serve_example_runs(store_dir: str) -> None:
+    """The README's ``perdure serve`` lines: the first serves, the curl line answers."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("### A web inspector: `perdure serve`", 1)[1].split("```console\n")[1]
+    lines = [line[2:] for line in block.split("```")[0].splitlines() if line.startswith("$ ")]
+    serve, curl = shlex.split(lines[0]), shlex.split(lines[1])
+    assert serve[:3] == ["perdure", "serve", "--store"]
+    assert serve[3] == "sqlite:./perdure.db"
+    proc, base = start("--store", store_dir)  # the same command on a free port
+    try:
+        url = curl[-1].replace("http://127.0.0.1:8765", base)
+        status, body = get(url)
+        assert status == 200
+        assert (body["offset"], body["total"]) == (0, 10)
+        assert len(body["messages"]) == 10
+    finally:
+        stop(proc)
+    assert "--host 0.0.0.0" in lines[2]
+    assert lines[2].startswith("PERDURE_TOKEN=")
