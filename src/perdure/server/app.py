@@ -32,8 +32,9 @@ from perdure.server.listing import SessionIndex
 from perdure.server.memory import MemoryBrowser
 from perdure.server.openapi import openapi_document
 from perdure.server.security import Guard, read_body
-from perdure.session import SessionStore, read_history_page
 from perdure.session.ids import validate_session_id
+from perdure.session.session import read_history_page
+from perdure.session.store import SessionStore
 from perdure.types.json import encode_bytes_values
 
 MAX_BODY = 64 * 1024 * 1024

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from perdure.session import SessionMeta, SessionStore
+from perdure.session.store import SessionMeta, SessionStore
 
 SCAN_PAGE = 1000
 MAX_AGE = 10.0
