@@ -13,7 +13,8 @@ def test_the_quick_benchmark_prints_a_row_per_store_and_page(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bench = load_benchmark("server")
-    assert bench.main(["--quick", "--size", "300", "--requests", "3", "--dir", str(tmp_path)]) == 0
+    args = ["--quick", "--size", "300", "--requests", "3", "--sessions", "120"]
+    assert bench.main([*args, "--dir", str(tmp_path)]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
     measured = [row for row in rows if row and row[0] in ("file", "sqlite")]
     assert [(row[0], row[1]) for row in measured] == [
@@ -21,6 +22,8 @@ def test_the_quick_benchmark_prints_a_row_per_store_and_page(
         ("file", "middle"),
         ("sqlite", "newest"),
         ("sqlite", "middle"),
+        ("file", "120"),
+        ("sqlite", "120"),
     ]
     for row in measured:
         assert all(float(value) > 0 for value in row[2:])  # every figure was measured

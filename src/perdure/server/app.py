@@ -10,6 +10,7 @@ bodies and statuses are listed in :mod:`perdure.server.openapi`, served at
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import re
 import time
@@ -122,6 +123,11 @@ def checkpoint_id_of(request: Request) -> str:
 # ------------------------------------------------------------------------- sessions
 
 
+def _iso(epoch: float) -> str:
+    """``epoch`` as ISO-8601 UTC, as the stores write times."""
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat()
+
+
 @_api
 async def list_sessions(app: Inspector, request: Request) -> Response:
     """Sessions, metadata only: by id from ``after`` (the store's order), or sorted by
@@ -143,12 +149,15 @@ async def list_sessions(app: Inspector, request: Request) -> Response:
                 "offset": None,
                 "next_offset": None,
                 "total": None,
+                "as_of": _iso(now),
             }
         )
     if after is not None:
         raise ValueError("after pages the id order only; use offset with order or q")
     offset = int_param(request, "offset", 0, low=0, high=10**9)
-    page, total = await app.index.page(order=order, contains=contains, offset=offset, limit=limit)
+    page, total, read_at = await app.index.page(
+        order=order, contains=contains, offset=offset, limit=limit
+    )
     end = offset + len(page)
     return json_response(
         {
@@ -157,6 +166,7 @@ async def list_sessions(app: Inspector, request: Request) -> Response:
             "offset": offset,
             "next_offset": end if end < total else None,
             "total": total,
+            "as_of": _iso(read_at),
         }
     )
 
@@ -455,6 +465,7 @@ def create_app(
             yield
         finally:
             await inspector.jobs.close()
+            await inspector.index.close()
             if close_store:
                 if memory is not None:
                     memory.close()

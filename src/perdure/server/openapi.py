@@ -42,9 +42,10 @@ SCHEMAS: dict[str, Any] = {
     },
     "SessionList": {
         "type": "object",
-        "required": ["sessions", "next_after", "offset", "next_offset", "total"],
+        "required": ["sessions", "next_after", "offset", "next_offset", "total", "as_of"],
         "properties": {
             "sessions": {"type": "array", "items": {"$ref": "#/components/schemas/SessionMeta"}},
+            "as_of": {"type": "string", "description": "when the listing was read (UTC)"},
             "next_after": _NULLABLE_STR,
             "offset": {"type": ["integer", "null"]},
             "next_offset": {"type": ["integer", "null"]},
