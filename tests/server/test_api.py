@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from conftest import PNG, client, close, conversation, fill
 
+import postgres_server
 from perdure.cli import ops
 from perdure.server import MemoryBrowser, create_app
 from perdure.session import Session, SessionStore, read_history_page
@@ -199,6 +200,13 @@ async def test_errors_have_the_one_body(store: SessionStore) -> None:
             "bad_request",
         )
         assert_error(await http.get("/api/nothing"), 404, "not_found")
+        # CORS is off: a preflight gets no Access-Control-* header, so browsers refuse
+        preflight = await http.options(
+            "/api/sessions/s1/checkpoints",
+            headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"},
+        )
+        assert preflight.status_code == 405
+        assert not any(h.lower().startswith("access-control") for h in preflight.headers)
         assert_error(await http.delete("/api/sessions/s1", headers=JSON), 405, "method_not_allowed")
         assert_error(
             await http.post("/api/sessions/s1/checkpoints", content=b"{}"),
@@ -398,19 +406,19 @@ async def test_a_restore_while_a_turn_holds_the_lock_is_409(
     assert page.total > 42
 
 
-async def test_memory_view_lists_searches_and_deletes(store: SessionStore, tmp_path: Any) -> None:
-    from perdure.memory import LocalMemoryStore
+@pytest.fixture(params=["sqlite", "postgres"])
+def memory_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    if request.param == "postgres":
+        return postgres_server.store_url(request)
+    return f"sqlite:{tmp_path / 'memory.db'}"
 
-    path = tmp_path / "memory.db"
-    mine = LocalMemoryStore(path, namespace="alice")
-    await mine.add("likes green tea")
-    await mine.add("lives in Lyon")
-    theirs = LocalMemoryStore(path, namespace="bob")
-    await theirs.add("likes coffee")
-    mine.close()
-    theirs.close()
-    browser = MemoryBrowser(f"sqlite:{path}")
+
+async def test_memory_view_lists_searches_and_deletes(store: SessionStore, memory_url: str) -> None:
+    browser = MemoryBrowser(memory_url)
     try:
+        await browser.store("alice").add("likes green tea")
+        await browser.store("alice").add("lives in Lyon")
+        await browser.store("bob").add("likes coffee")
         async with client(create_app(store, memory=browser)) as http:
             assert (await http.get("/api/info")).json()["memory"] is True
             page = (await http.get("/api/memory/alice/entries")).json()

@@ -157,7 +157,7 @@ async function sessionList(params) {
       }, "Next →"));
     }
   } else {
-    where = page.total ? `${offset + 1}–${offset + page.sessions.length} of ${page.total}` : "";
+    where = page.total ? `${offset + 1}–${offset + page.sessions.length} of ${page.total}, as of ${when(page.as_of)}` : "";
     if (offset > 0) pager.append(el("button", { id: "prev-page", onclick: () => go("/", { order, q: filter, offset: Math.max(0, offset - PAGE) }) }, "← Previous"));
     if (page.next_offset !== null) pager.append(el("button", { id: "next-page", onclick: () => go("/", { order, q: filter, offset: page.next_offset }) }, "Next →"));
   }
