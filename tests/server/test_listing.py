@@ -15,21 +15,26 @@ from perdure.session import SessionStore
 async def test_pages_sorted_by_update_time_and_filtered(store: SessionStore) -> None:
     await fill(store, "z-newest", conversation(0))
     index = SessionIndex(store)
-    page, total, _ = await index.page(order="updated", contains=None, offset=0, limit=2)
-    assert ([m.session_id for m in page], total) == (["z-newest", "s2"], 3)
-    page, total, _ = await index.page(order="id", contains="S", offset=1, limit=5)
-    assert ([m.session_id for m in page], total) == (["s2", "z-newest"], 3)
-    page, total, _ = await index.page(order="updated", contains="NEW", offset=0, limit=5)
+    page, start, total, _ = await index.page(order="updated", offset=0, limit=2)
+    assert ([m.session_id for m in page], start, total) == (["z-newest", "s2"], 0, 3)
+    page, start, total, _ = await index.page(order="id", contains="S", offset=1, limit=5)
+    assert ([m.session_id for m in page], start, total) == (["s2", "z-newest"], 1, 3)
+    page, _, total, _ = await index.page(order="updated", contains="NEW", limit=5)
     assert ([m.session_id for m in page], total) == (["z-newest"], 1)
+    # a cursor need not name a session: the page starts at the next id
+    page, start, _, _ = await index.page(order="id", after="s1x", limit=5)
+    assert ([m.session_id for m in page], start) == (["s2", "z-newest"], 1)
+    with pytest.raises(ValueError, match="after pages the id order only"):
+        await index.page(order="updated", after="s1", limit=5)
 
 
 async def test_a_fast_store_is_read_again_after_a_write(store: SessionStore) -> None:
     index = SessionIndex(store)
-    assert len((await index.sessions())[0]) == 2
+    assert (await index.page(order="id", limit=10))[2] == 2
     await fill(store, "s3", conversation(0))
-    assert len((await index.sessions())[0]) == 2  # within max_age, no write seen here
+    assert (await index.page(order="id", limit=10))[2] == 2  # within max_age, unseen
     index.invalidate()
-    assert len((await index.sessions())[0]) == 3
+    assert (await index.page(order="id", limit=10))[2] == 3
 
 
 async def test_a_slow_store_answers_from_its_copy_while_it_is_read_again(
@@ -37,17 +42,17 @@ async def test_a_slow_store_answers_from_its_copy_while_it_is_read_again(
 ) -> None:
     monkeypatch.setattr(listing, "FRESH_SCAN", 0.0)  # every full read counts as slow
     index = SessionIndex(store)
-    first, read_at = await index.sessions()  # the first read is always waited for
-    assert len(first) == 2
+    _, _, first, read_at = await index.page(order="id", limit=10)  # always waited for
+    assert first == 2
     await fill(store, "s3", conversation(0))
     index.invalidate()
-    stale, stale_at = await index.sessions()
-    assert (len(stale), stale_at) == (2, read_at)  # the copy, with its time
+    _, _, stale, stale_at = await index.page(order="id", limit=10)
+    assert (stale, stale_at) == (2, read_at)  # the copy, with its time
     for _ in range(100):
         await asyncio.sleep(0.01)
-        fresh, fresh_at = await index.sessions()
-        if len(fresh) == 3:
+        _, _, fresh, fresh_at = await index.page(order="id", limit=10)
+        if fresh == 3:
             break
-    assert len(fresh) == 3
+    assert fresh == 3
     assert fresh_at >= read_at
     await index.close()

@@ -130,41 +130,28 @@ def _iso(epoch: float) -> str:
 
 @_api
 async def list_sessions(app: Inspector, request: Request) -> Response:
-    """Sessions, metadata only: by id from ``after`` (the store's order), or sorted by
-    update time / filtered by id with ``offset``."""
+    """Sessions, metadata only, a page of the server's listing (:mod:`.listing`): by id
+    from ``after`` or ``offset``, or by update time (newest first) from ``offset``;
+    ``q`` keeps the ids that contain it."""
     limit = int_param(request, "limit", 50, low=1, high=MAX_PAGE)
     order = request.query_params.get("order", "id")
     if order not in ("id", "updated"):
         raise ValueError(f"order must be id or updated, got {order!r}")
     contains = request.query_params.get("q") or None
     after = request.query_params.get("after") or None
-    now = time.time()
-    if order == "id" and contains is None and "offset" not in request.query_params:
-        found = await app.store.list(limit=limit + 1, after=after)
-        shown = found[:limit]
-        return json_response(
-            {
-                "sessions": [ops.session_dict(m, now) for m in shown],
-                "next_after": shown[-1].session_id if len(found) > limit else None,
-                "offset": None,
-                "next_offset": None,
-                "total": None,
-                "as_of": _iso(now),
-            }
-        )
-    if after is not None:
-        raise ValueError("after pages the id order only; use offset with order or q")
     offset = int_param(request, "offset", 0, low=0, high=10**9)
-    page, total, read_at = await app.index.page(
-        order=order, contains=contains, offset=offset, limit=limit
+    page, start, total, read_at = await app.index.page(
+        order=order, contains=contains, after=after, offset=offset, limit=limit
     )
-    end = offset + len(page)
+    end = start + len(page)
+    more = end < total
+    now = time.time()
     return json_response(
         {
             "sessions": [ops.session_dict(m, now) for m in page],
-            "next_after": None,
-            "offset": offset,
-            "next_offset": end if end < total else None,
+            "next_after": page[-1].session_id if more and order == "id" and not contains else None,
+            "offset": start,
+            "next_offset": end if more else None,
             "total": total,
             "as_of": _iso(read_at),
         }

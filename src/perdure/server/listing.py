@@ -1,10 +1,11 @@
-"""The session list the page shows: by id straight from the store, or by update time.
+"""The session list: every session's metadata, read once, paged by id or by update time.
 
-``store.list`` walks sessions in id order, a page at a time, so the id order costs one
-page per request at any store size. Sorting by update time, or filtering by id,
-needs every session's metadata: :class:`SessionIndex` reads it (pages of
-:data:`SCAN_PAGE`) and pages the sorted copy server-side, so the browser never holds
-more than one page.
+Sorting by update time or filtering by id needs every session's metadata, and even
+the id order costs a store more than one page at 100k sessions (a file store lists
+its directory for each page; SQLite checks its whole id index on the first). So
+:class:`SessionIndex` reads every session's metadata in one ``store.list()`` and
+pages sorted copies server-side (by id, from a cursor, or by update time, from an
+offset): a page costs a slice, and the browser never holds more than one page.
 
 The copy is read again when it is older than :data:`MAX_AGE` seconds, or at once
 after a write through the server. A store that lists quickly (the last full read
@@ -17,11 +18,11 @@ copy is (``as_of``).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 
 from perdure.session.store import SessionMeta, SessionStore
 
-SCAN_PAGE = 1000
 MAX_AGE = 10.0
 """Seconds a full listing is reused before it is read again."""
 FRESH_SCAN = 0.5
@@ -35,6 +36,8 @@ class SessionIndex:
         self.store = store
         self.max_age = max_age
         self._by_updated: list[SessionMeta] = []
+        self._by_id: list[SessionMeta] = []
+        self._ids: list[str] = []
         self._read_at: float | None = None  # time.time() the copy was read at
         self._stale = True
         self._scan_seconds = 0.0
@@ -46,28 +49,43 @@ class SessionIndex:
         in the background, for a store that lists slowly)."""
         self._stale = True
 
-    async def sessions(self) -> tuple[list[SessionMeta], float]:
-        """All sessions, most recently updated first (ties by id), and when they were read."""
+    async def sessions(self) -> float:
+        """Make sure a copy is there (read again as the module docstring says); when it
+        was read (``time.time()``)."""
         old = self._read_at is None or time.time() - self._read_at > self.max_age
         if self._read_at is None or ((self._stale or old) and self._scan_seconds < FRESH_SCAN):
             await self._read()
         elif (self._stale or old) and (self._refresh is None or self._refresh.done()):
             self._refresh = asyncio.get_running_loop().create_task(self._read())
         assert self._read_at is not None
-        return self._by_updated, self._read_at
+        return self._read_at
 
     async def page(
-        self, *, order: str, contains: str | None, offset: int, limit: int
-    ) -> tuple[list[SessionMeta], int, float]:
-        """One page of the sorted (and filtered) sessions, how many there are in all,
-        and when the listing was read."""
-        found, read_at = await self.sessions()
-        if order == "id":
-            found = sorted(found, key=lambda m: m.session_id)
+        self,
+        *,
+        order: str,
+        contains: str | None = None,
+        after: str | None = None,
+        offset: int = 0,
+        limit: int,
+    ) -> tuple[list[SessionMeta], int, int, float]:
+        """One page of the sorted (and filtered) sessions: from ``offset``, or (id order
+        only) after the id ``after``. Also where the page starts, how many there are in
+        all, and when the listing was read.
+
+        Raises:
+            ValueError: ``after`` with another order than ``id``, or with ``contains``.
+        """
+        read_at = await self.sessions()
+        found = self._by_id if order == "id" else self._by_updated
         if contains:
             needle = contains.lower()
             found = [m for m in found if needle in m.session_id.lower()]
-        return found[offset : offset + limit], len(found), read_at
+        if after is not None:
+            if order != "id" or contains:
+                raise ValueError("after pages the id order only; use offset with order or q")
+            offset = bisect.bisect_right(self._ids, after)
+        return found[offset : offset + limit], offset, len(found), read_at
 
     async def close(self) -> None:
         """Stop a background read (the server is stopping)."""
@@ -79,20 +97,9 @@ class SessionIndex:
         async with self._lock:  # one full read at a time
             self._stale = False
             started, at = time.monotonic(), time.time()
-            self._by_updated = await self._scan()
+            by_id = sorted(await self.store.list(), key=lambda m: m.session_id)
+            # ISO-8601 UTC strings sort as times; a damaged session ("") sorts last.
+            self._by_updated = sorted(by_id, key=lambda m: m.updated_at, reverse=True)
+            self._by_id, self._ids = by_id, [m.session_id for m in by_id]
             self._read_at = at
             self._scan_seconds = time.monotonic() - started
-
-    async def _scan(self) -> list[SessionMeta]:
-        metas: list[SessionMeta] = []
-        after: str | None = None
-        while True:
-            batch = await self.store.list(limit=SCAN_PAGE, after=after)
-            metas.extend(batch)
-            if len(batch) < SCAN_PAGE:
-                break
-            after = batch[-1].session_id
-        # ISO-8601 UTC strings sort as times; a damaged session ("") sorts last.
-        metas.sort(key=lambda m: m.session_id)
-        metas.sort(key=lambda m: m.updated_at, reverse=True)
-        return metas
