@@ -5,9 +5,11 @@ Run: ``.venv/bin/python benchmarks/server.py [--quick] [--size 100000] [--reques
 For the file and SQLite stores, a session of ``--size`` messages (a question, a tool
 call, its result and an answer per turn) is built, then ``GET
 /api/sessions/{id}/history?offset=…&limit=50`` is timed, ``--requests`` times for
-each of two pages (the newest, which the page opens first, and one in the middle):
+each of two pages (the newest, which the page opens first, and one in the middle),
+and ``GET /api/sessions/{id}`` (``show``: metadata, state summary, checkpoints):
 
-- ``floor``: the library call the route makes (:func:`read_history_page`), in process;
+- ``floor``: the library call the route makes (:func:`read_history_page`,
+  :func:`perdure.cli.ops.describe_session`), in process;
 - ``asgi``: the whole ASGI app (guard, routing, JSON) through ``httpx.ASGITransport``;
 - ``http``: a real uvicorn on 127.0.0.1 and one keep-alive ``httpx`` client.
 
@@ -39,6 +41,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from perdure.cli import ops
 from perdure.server import create_app
 from perdure.session import SessionStore, open_store, read_history_page
 from perdure.types import Message
@@ -134,33 +137,42 @@ async def measure(kind: str, url: str, size: int, requests: int) -> list[dict[st
     store: SessionStore = open_store(url)
     app = create_app(store)
     tail = (await read_history_page(store, "bench", offset=max(0, size - PAGE), limit=PAGE)).offset
-    pages = {"newest": tail, "middle": size // 2}
-    path = "/api/sessions/bench/history"
+    history = "/api/sessions/bench/history"
+    # (row, route, query, the library call the route makes)
+    cases: list[tuple[str, str, dict[str, int], Callable[[], Awaitable[Any]]]] = [
+        (
+            name,
+            history,
+            {"offset": offset, "limit": PAGE},
+            lambda o=offset: read_history_page(store, "bench", offset=o, limit=PAGE),
+        )
+        for name, offset in (("newest", tail), ("middle", size // 2))
+    ]
+    cases.append(
+        (
+            "show",
+            "/api/sessions/bench",
+            {},
+            lambda: ops.describe_session(store, "bench", verify_history=False),
+        )
+    )
     try:
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
         ) as in_process:
-            for name, offset in pages.items():
-                page = await in_process.get(path, params={"offset": offset, "limit": PAGE})
-                assert page.status_code == 200, page.text
-                assert len(page.json()["messages"]) >= PAGE
-                floor = await timed(
-                    lambda o=offset: read_history_page(store, "bench", offset=o, limit=PAGE),
-                    requests,
-                )
-                asgi = await timed(
-                    lambda o=offset: in_process.get(path, params={"offset": o, "limit": PAGE}),
-                    requests,
-                )
+            for name, path, params, library in cases:
+                answer = await in_process.get(path, params=params)
+                assert answer.status_code == 200, answer.text
+                floor = await timed(library, requests)
+                asgi = await timed(lambda p=path, q=params: in_process.get(p, params=q), requests)
                 rows.append(
-                    {"name": name, "floor": floor, "asgi": asgi, "bytes": len(page.content)}
+                    {"name": name, "floor": floor, "asgi": asgi, "bytes": len(answer.content)}
                 )
         with Served(app) as base:
             async with httpx.AsyncClient(base_url=base) as client:
-                for row, offset in zip(rows, pages.values(), strict=True):
+                for row, (_, path, params, _) in zip(rows, cases, strict=True):
                     row["http"] = await timed(
-                        lambda o=offset: client.get(path, params={"offset": o, "limit": PAGE}),
-                        requests,
+                        lambda p=path, q=params: client.get(p, params=q), requests
                     )
     finally:
         getattr(store, "close", lambda: None)()

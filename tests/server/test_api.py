@@ -231,6 +231,9 @@ async def test_a_damaged_session_is_500_session_store_corrupted(tmp_path: Any) -
     try:
         async with client(create_app(store)) as http:
             assert_error(await http.get("/api/sessions/s1/history"), 500, "session_store_corrupted")
+            # its metadata and checkpoints are still shown (the history is not read)
+            shown = await http.get("/api/sessions/s1")
+            assert (shown.status_code, shown.json()["message_count"]) == (200, 10)
             report = (await http.post("/api/verify", headers=JSON)).json()
             assert report["clean"] is False
             assert report["damaged_sessions"] == ["s1"]

@@ -20,8 +20,10 @@ def test_the_quick_benchmark_prints_a_row_per_store_and_page(
     assert [(row[0], row[1]) for row in measured] == [
         ("file", "newest"),
         ("file", "middle"),
+        ("file", "show"),
         ("sqlite", "newest"),
         ("sqlite", "middle"),
+        ("sqlite", "show"),
         ("file", "120"),
         ("sqlite", "120"),
     ]

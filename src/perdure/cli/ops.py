@@ -66,12 +66,22 @@ def checkpoint_dict(item: CheckpointMeta | DamagedCheckpoint) -> dict[str, Any]:
     return {**item.to_dict(), "damaged": False}
 
 
-async def describe_session(store: SessionStore, session_id: str) -> dict[str, Any]:
+async def describe_session(
+    store: SessionStore, session_id: str, *, verify_history: bool = True
+) -> dict[str, Any]:
     """What ``sessions show`` tells: the metadata, a summary of the state, checkpoints.
 
-    The agent state is summarised (key names and counts), never its values.
+    The agent state is summarised (key names and counts), never its values. With
+    ``verify_history`` the whole history is read and checked against its hash chain
+    (a damaged one raises :class:`~perdure.errors.SessionCorruptedError`); without,
+    only the metadata and state are read, at a cost that does not grow with the
+    history (the web page pages the history itself, verified page by page).
     """
-    record = await store.get(session_id)
+    if verify_history:
+        record = await store.get(session_id)
+    else:
+        total = (await read_history_page(store, session_id, offset=0, limit=0)).total
+        record = await store.get(session_id, offset=total)
     checkpoints = await session_checkpoints(Session(store, session_id))
     return {
         **dataclasses.asdict(record.meta),
