@@ -56,3 +56,27 @@ async def test_a_slow_store_answers_from_its_copy_while_it_is_read_again(
     assert fresh == 3
     assert fresh_at >= read_at
     await index.close()
+
+
+class CountingLists:
+    """A real store whose full listings are counted."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+        self.lists = 0
+
+    async def list(self, **kwargs: object) -> object:
+        self.lists += 1
+        return await self.store.list(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_the_first_read_starts_with_the_server_and_is_waited_for_once(
+    store: SessionStore,
+) -> None:
+    counting = CountingLists(store)
+    index = SessionIndex(counting)  # type: ignore[arg-type]
+    index.warm()
+    pages = await asyncio.gather(*(index.page(order="id", limit=1) for _ in range(3)))
+    assert [total for _, _, total, _ in pages] == [2, 2, 2]
+    assert counting.lists == 1
+    await index.close()

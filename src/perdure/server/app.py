@@ -449,6 +449,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        inspector.index.warm()
         try:
             yield
         finally:

@@ -7,12 +7,13 @@ its directory for each page; SQLite checks its whole id index on the first). So
 pages sorted copies server-side (by id, from a cursor, or by update time, from an
 offset): a page costs a slice, and the browser never holds more than one page.
 
-The copy is read again when it is older than :data:`MAX_AGE` seconds, or at once
-after a write through the server. A store that lists quickly (the last full read
-took under :data:`FRESH_SCAN` seconds) is read again before answering, so the answer
-is current; a big one (a file store of 100k sessions takes seconds) answers from
-the copy it has while a new one is read in the background, and says how old its
-copy is (``as_of``).
+The first read starts with the server (:meth:`SessionIndex.warm`). The copy is read
+again when it is older than :data:`MAX_AGE` seconds (or ten times what the last full
+read took, if more), or at once after a write through the server. A store that
+lists quickly (the last full read took under :data:`FRESH_SCAN` seconds) is read
+again before answering, so the answer is current; a big one (a file store of 100k
+sessions takes seconds) answers from the copy it has while a new one is read in the
+background. Every answer says when its copy was read (``as_of``).
 """
 
 from __future__ import annotations
@@ -49,13 +50,23 @@ class SessionIndex:
         in the background, for a store that lists slowly)."""
         self._stale = True
 
+    def warm(self) -> None:
+        """Start the first full read in the background (the server is starting)."""
+        if self._refresh is None:
+            self._refresh = asyncio.get_running_loop().create_task(self._read())
+
     async def sessions(self) -> float:
         """Make sure a copy is there (read again as the module docstring says); when it
         was read (``time.time()``)."""
-        old = self._read_at is None or time.time() - self._read_at > self.max_age
+        reading = self._refresh is not None and not self._refresh.done()
+        if self._read_at is None and reading:
+            assert self._refresh is not None
+            await asyncio.shield(self._refresh)  # the first read, under way
+        age = max(self.max_age, 10 * self._scan_seconds)
+        old = self._read_at is None or time.time() - self._read_at > age
         if self._read_at is None or ((self._stale or old) and self._scan_seconds < FRESH_SCAN):
             await self._read()
-        elif (self._stale or old) and (self._refresh is None or self._refresh.done()):
+        elif (self._stale or old) and not reading:
             self._refresh = asyncio.get_running_loop().create_task(self._read())
         assert self._read_at is not None
         return self._read_at
