@@ -179,3 +179,33 @@ def test_list_session_history_restore_verify_memory(
             browser.close()
     # the store says what the page said
     assert expected_range(url, 0).endswith(" of 82")
+
+
+def test_the_page_asks_for_the_token_once(tmp_path: Path) -> None:
+    sync_playwright, expect = _require_browser()
+    url = f"file:{tmp_path / 'store'}"
+    asyncio.run(_make(url, tmp_path / "memory.db"))
+    proc, base = start("--store", url, env={"PERDURE_TOKEN": "let-me-in"})
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            try:
+                page = browser.new_page()
+                asked: list[str] = []
+
+                def answer(dialog: Any) -> None:
+                    asked.append(dialog.message)
+                    dialog.accept("wrong" if len(asked) == 1 else "let-me-in")
+
+                page.on("dialog", answer)
+                page.goto(f"{base}/")
+                expect(page.locator("#sessions tbody tr")).to_have_count(50)
+                assert len(asked) == 2  # the wrong token was refused and asked again
+                assert "needs a token" in asked[0]
+                page.click("text=session-007")
+                expect(page.locator("#session-title")).to_have_text("session-007")
+                assert len(asked) == 2  # kept for the rest of the visit
+            finally:
+                browser.close()
+    finally:
+        stop(proc)
