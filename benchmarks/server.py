@@ -73,8 +73,16 @@ def turn(n: int) -> list[Message]:
     ]
 
 
+STATE = {
+    "agent_id": "default",
+    "state": {"customer": "c-42", "basket": ["tea"]},
+    "conversation_manager_state": {"__name__": "SlidingWindowConversationManager"},
+}
+"""Agent state as a :class:`~perdure.session.Session` commits it with its messages."""
+
+
 async def build(url: str, size: int) -> None:
-    """The ``bench`` session with ``size`` messages, committed 1000 at a time."""
+    """The ``bench`` session with ``size`` messages and agent state, 1000 at a time."""
     store = open_store(url)
     await store.create("bench")
     history: list[Message] = []
@@ -83,7 +91,7 @@ async def build(url: str, size: int) -> None:
         history.extend(turn(n))
         n += 1
         if len(history) % 1000 == 0 or len(history) >= size:
-            await store.commit("bench", history[:size])
+            await store.commit("bench", history[:size], agent_state=STATE)
     getattr(store, "close", lambda: None)()
 
 
