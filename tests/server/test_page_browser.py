@@ -209,3 +209,38 @@ def test_the_page_asks_for_the_token_once(tmp_path: Path) -> None:
                 browser.close()
     finally:
         stop(proc)
+
+
+def test_verify_shows_the_damage_it_found(tmp_path: Path) -> None:
+    sync_playwright, expect = _require_browser()
+    from perdure.session import FileSessionStore
+
+    url = f"file:{tmp_path / 'store'}"
+    asyncio.run(_make(url, tmp_path / "memory.db"))
+    journal = FileSessionStore(tmp_path / "store").session_dir("session-004") / "journal.jsonl"
+    data = bytearray(journal.read_bytes())
+    data[data.index(b'"q0"') + 2] ^= 0x01  # one bit of one message
+    journal.write_bytes(bytes(data))
+    proc, base = start("--store", url)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            try:
+                page = browser.new_page()
+                page.goto(f"{base}/#/verify")
+                page.click("#run-verify")
+                rows = page.locator("#damage tbody tr")
+                expect(rows).to_have_count(1, timeout=30_000)
+                cells = rows.first.locator("td").all_inner_texts()
+                assert cells[0] == "session-004"
+                assert cells[2].startswith("journal.jsonl byte ")
+                assert "1 damaged (61 sessions and 1 checkpoint verified)" in page.inner_text(
+                    "#verify-report"
+                )
+                # the damaged session's history says so; its page still opens
+                rows.first.locator("a").click()
+                expect(page.locator("[role=alert]")).to_contain_text("session_store_corrupted")
+            finally:
+                browser.close()
+    finally:
+        stop(proc)

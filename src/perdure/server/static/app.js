@@ -442,7 +442,8 @@ async function verifyView() {
 }
 
 function renderReport(result) {
-  const summary = `${result.sessions_checked} sessions and ${result.checkpoints_checked} checkpoints verified`;
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  const summary = `${plural(result.sessions_checked, "session")} and ${plural(result.checkpoints_checked, "checkpoint")} verified`;
   if (result.clean) return el("div", { class: "notice good", id: "verify-clean", text: "✓ " + summary + ": no damage" });
   return el("div", {},
     el("div", { class: "notice bad", text: `✗ ${result.damaged_sessions.length} damaged (${summary})` }),
