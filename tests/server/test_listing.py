@@ -80,3 +80,14 @@ async def test_the_first_read_starts_with_the_server_and_is_waited_for_once(
     assert [total for _, _, total, _ in pages] == [2, 2, 2]
     assert counting.lists == 1
     await index.close()
+
+
+async def test_requests_that_find_the_copy_stale_together_share_one_read(
+    store: SessionStore,
+) -> None:
+    counting = CountingLists(store)
+    index = SessionIndex(counting)  # type: ignore[arg-type]
+    await index.page(order="id", limit=1)
+    index.invalidate()
+    await asyncio.gather(*(index.page(order="id", limit=1) for _ in range(4)))
+    assert counting.lists == 2

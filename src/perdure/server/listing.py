@@ -44,6 +44,7 @@ class SessionIndex:
         self._scan_seconds = 0.0
         self._lock = asyncio.Lock()
         self._refresh: asyncio.Task[None] | None = None
+        self._reads = 0  # full reads finished
 
     def invalidate(self) -> None:
         """A session changed here: read the store again before the next answer (or
@@ -105,7 +106,10 @@ class SessionIndex:
             await asyncio.gather(self._refresh, return_exceptions=True)
 
     async def _read(self) -> None:
+        asked = self._reads
         async with self._lock:  # one full read at a time
+            if self._reads > asked and not self._stale:
+                return  # a read that started after this was asked for just finished
             self._stale = False
             started, at = time.monotonic(), time.time()
             by_id = sorted(await self.store.list(), key=lambda m: m.session_id)
@@ -114,3 +118,4 @@ class SessionIndex:
             self._by_id, self._ids = by_id, [m.session_id for m in by_id]
             self._read_at = at
             self._scan_seconds = time.monotonic() - started
+            self._reads += 1
