@@ -471,3 +471,31 @@ async def test_the_openapi_document_names_every_route(store: SessionStore) -> No
         for method in (route.methods or ()) - {"HEAD"}
     }
     assert documented == served
+
+
+class BrokenListing:
+    """A real store whose listing fails the way a bug would (not a perdure error)."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def list(self, **kwargs: Any) -> Any:
+        raise RuntimeError("secret detail at /srv/keys")
+
+
+async def test_an_unexpected_error_is_500_without_its_details(
+    store: SessionStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with client(create_app(BrokenListing(store))) as http:  # type: ignore[arg-type]
+        response = await http.get("/api/sessions")
+        assert_error(response, 500, "internal_error", "see the server log")
+        assert "secret" not in response.text
+        # the rest of the API still answers
+        assert (await http.get("/api/sessions/s1/history")).status_code == 200
+    logged = [r for r in caplog.records if r.name == "perdure.server"]
+    assert logged
+    assert logged[0].exc_info is not None
+    assert "secret detail" in str(logged[0].exc_info[1])
