@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "multiagent": 7,
     "bidi": 7,
     "cli": 8,
+    "server": 8,
     "adapters": 8,
     "testing": 8,
     "__main__": 8,

@@ -27,6 +27,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("perdure.cli.copy", "copy"),
     ("perdure.cli.schema", "migrate_schema"),
     ("perdure.cli.keys", "rotate_keys"),
+    ("perdure.cli.serve", "serve"),
 ]
 
 
