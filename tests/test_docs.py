@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 import doc_examples
+from perdure.cli._common import exit_code_for
+from perdure.errors import PerdureError
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -117,3 +119,30 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     api_page = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     assert "FileSessionStore" in api_page  # from the docstrings
     assert "durability" in api_page
+
+
+def _error_classes() -> list[type[PerdureError]]:
+    found: list[type[PerdureError]] = []
+    stack: list[type[PerdureError]] = [PerdureError]
+    while stack:
+        cls = stack.pop()
+        found.append(cls)
+        stack.extend(cls.__subclasses__())
+    return [c for c in found if c.__module__ == "perdure.errors"]
+
+
+def test_the_errors_page_lists_every_code_with_its_exit_status() -> None:
+    """Each ``perdure.errors`` class has its row, with the status the CLI exits with."""
+    page = (DOCS / "reference" / "errors.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in page.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = (cells[1].strip("`"), int(cells[4]))
+    for cls in _error_classes():
+        assert cls.code in rows, f"docs/reference/errors.md has no row for {cls.code!r}"
+        name, status = rows[cls.code]
+        assert name == cls.__name__, f"{cls.code}: the page says {name}"
+        error = cls.__new__(cls)
+        assert status == exit_code_for(error), f"{cls.code}: the page says exit {status}"
+    assert len(rows) == len(_error_classes())
