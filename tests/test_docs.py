@@ -10,6 +10,7 @@ fails it.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from perdure.errors import PerdureError
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
-FENCES = {"python", "bash", "text", "json", "toml"}  # code runs; text/json/toml show data
+FENCES = {"python", "bash", "json", "text"}  # python and bash run, json parses, text shows
 
 
 def _name(page: Path) -> str:
@@ -83,6 +84,12 @@ def test_docs_python_block_runs(
             doc_examples.run_python(block, name)
     else:
         doc_examples.run_python(block, name)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_docs_json_blocks_parse(page: Path) -> None:
+    for block in doc_examples.blocks(page.read_text(encoding="utf-8"), "json"):
+        json.loads(block)
 
 
 @pytest.mark.parametrize("page", BASH_PAGES, ids=_name)
