@@ -80,8 +80,11 @@ class PostgresCheckpointStore:
             are evicted, whatever their trigger).
         max_checkpoint_age: seconds; older checkpoints of a session are evicted when
             it gets a new one (and by ``perdure gc``).
-        max_connections, connect_timeout, reconnect_timeout: as for
-            :class:`~perdure.stores.postgres.sessions.PostgresSessionStore`.
+        max_connections: most connections the store opens in one process.
+        connect_timeout: seconds to wait for a connection.
+        reconnect_timeout: seconds an operation waits for a server that went away
+            before raising ``StoreUnavailableError`` (as for
+            :class:`~perdure.stores.postgres.sessions.PostgresSessionStore`).
         cipher: keeps each checkpoint's history and state encrypted (SPEC §9).
     """
 
