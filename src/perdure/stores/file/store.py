@@ -201,7 +201,7 @@ _MANIFEST_FORMAT = "perdure-manifest/1"
 # An encrypted record's value is its stored form's compact JSON, sealed.
 _ENCODE_VALUE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _MIN_WINDOW = 8 * 1024
-_MARK_EVERY = 1024  # records between two marks of a sealed segment
+_MARK_EVERY = 256  # records between two marks of a sealed segment
 _INLINE_MAX = 256 * 1024  # bytes an append may copy into the page cache on the loop
 # A lock-free read that a concurrent seal or rewrite disturbed is retried this many
 # times (backing off up to ~10 ms), so a reader never reports a writer's move as damage.
@@ -241,7 +241,7 @@ class _Segment:
     before it]``, recorded at the seal (absent in manifests written before them). A
     page read verifies the chain between two marks, as it would to the segment's end:
     a page deep inside a segment that one bulk commit wrote (a copy, an import, a
-    migration: 100k records) reads a thousand records, not the rest of the segment."""
+    migration: 100k records) reads a few hundred records, not the rest of the segment."""
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items() if value is not None}
