@@ -259,19 +259,21 @@ def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
     loop, drive = runner.claim(may_drive=running is None)
     if drive:
         try:
-            return _drive(loop, coro)
+            return _drive(runner, loop, coro)
         finally:
             runner.release()
     return _hand_off(runner, loop, coro)
 
 
-def _drive(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+def _drive(runner: _Runner, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
     """Run the loop on this thread until ``coro`` is done (``asyncio.Runner``'s way).
 
     On the main thread, a SIGINT cancels the coroutine, which then raises
     ``KeyboardInterrupt`` here once it has unwound; a second one interrupts at once.
     """
-    task = loop.create_task(coro)
+    # Made here, not by the loop's task factory: the call's own task is done when the
+    # call returns, so it need not join the tasks a call may leave behind (runner.made).
+    task: asyncio.Task[T] = asyncio.Task(coro, loop=loop)
     interrupts = 0
 
     def on_sigint(signum: int, frame: object) -> None:
@@ -284,7 +286,7 @@ def _drive(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
         raise KeyboardInterrupt
 
     previous: Any = None
-    wake_fd = _runner.value.wake_fd
+    wake_fd = runner.wake_fd
     old_wake_fd = -1
     # _signal: the signal module's own functions, without the enum conversions its
     # wrappers make (12 us a call here, as much as the rest of the hand-over).
