@@ -13,12 +13,12 @@ import sys
 from typing import Any
 
 import pytest
-from conftest import PNG, client, close, conversation, fill
 
 import postgres_server
 from perdure.cli import ops
 from perdure.server import MemoryBrowser, create_app
 from perdure.session import Session, SessionStore, read_history_page
+from server_support import PNG, client, close, conversation, fill
 
 ABSENT = "01ARZ3NDEKTSV4RRFFQ69G5FAV"  # a well-formed ULID no checkpoint has
 JSON = {"Content-Type": "application/json"}

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import conversation, fill
 
 from perdure.server import listing
 from perdure.server.listing import SessionIndex
 from perdure.session import SessionStore
+from server_support import conversation, fill
 
 
 async def test_pages_sorted_by_update_time_and_filtered(store: SessionStore) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import conversation, fill
+
+from server_support import conversation, fill
 
 schemathesis = pytest.importorskip("schemathesis", reason="pip install schemathesis (dev)")
 from hypothesis import HealthCheck, given, settings  # noqa: E402

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import close, conversation, fill
 from test_serve_cli import start, stop
 
 from perdure.cli import ops
 from perdure.session import open_store, read_history_page
+from server_support import close, conversation, fill
 
 CHROMIUM = "/usr/bin/chromium"
 # PERDURE_SCREENSHOTS=1 refreshes the README's screenshots in docs/; otherwise they go

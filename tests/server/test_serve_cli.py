@@ -76,9 +76,8 @@ def stop(proc: subprocess.Popen[str]) -> None:
 def store_dir(tmp_path: Path) -> str:
     import asyncio
 
-    from conftest import close, conversation, fill
-
     from perdure.session import open_store
+    from server_support import close, conversation, fill
 
     url = f"sqlite:{tmp_path / 'p.db'}"
 
