@@ -1,4 +1,7 @@
-"""EncryptedStorage: every backend's contract holds with its blobs encrypted (SPEC §9)."""
+"""EncryptedStorage: every backend's contract holds with its blobs encrypted (SPEC §9).
+
+The wrapper is kept for third-party storages (perdure's own take ``cipher=``; see
+test_storage_cipher.py, which also runs CipherStorageSuite over the wrapper)."""
 
 from __future__ import annotations
 
@@ -43,8 +46,7 @@ class TestEncryptedSQLiteStorage(ConditionalStorageSuite):
 
 
 async def test_the_backend_only_ever_holds_ciphertext(tmp_path: Path) -> None:
-    storage = open_storage(f"file:{tmp_path}", cipher=CIPHER)
-    assert isinstance(storage, EncryptedStorage)
+    storage = EncryptedStorage(open_storage(f"file:{tmp_path}"), CIPHER)
     await storage.write("a/b", b"alice@example.com")
     assert await storage.read("a/b") == b"alice@example.com"
     written = b"".join(path.read_bytes() for path in files_under(tmp_path))

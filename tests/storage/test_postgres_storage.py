@@ -29,8 +29,8 @@ from perdure.errors import (
     StoreUnavailableError,
 )
 from perdure.storage import ConditionalStorage, EncryptedStorage, Storage, open_storage
-from perdure.testing import ConditionalStorageSuite, StorageSuite
-from perdure.testing.storage import StorageFactory
+from perdure.testing import CipherStorageSuite, ConditionalStorageSuite, StorageSuite
+from perdure.testing.storage import CipherStorageFactory, StorageFactory
 from pg_proxy import cutting_proxy
 from postgres_server import DSN, execute, import_psycopg, require_server, schema_fixture
 
@@ -70,6 +70,37 @@ class TestEncryptedPostgresConditionalStorage(ConditionalStorageSuite):
     @pytest.fixture
     def storage_factory(self, opened: Callable[..., PostgresStorage]) -> StorageFactory:
         return lambda: EncryptedStorage(opened(), cipher())
+
+
+class TestPostgresStorageWithCipher(StorageSuite):
+    """Built with ``cipher=`` (issue 20): the plain contract holds."""
+
+    @pytest.fixture
+    def storage_factory(self, opened: Callable[..., PostgresStorage]) -> StorageFactory:
+        return lambda: opened(cipher=cipher())
+
+
+class TestPostgresConditionalStorageWithCipher(ConditionalStorageSuite):
+    @pytest.fixture
+    def storage_factory(self, opened: Callable[..., PostgresStorage]) -> StorageFactory:
+        return lambda: opened(cipher=cipher())
+
+
+class TestPostgresStorageEncryption(CipherStorageSuite):
+    """Ciphertext at rest, fresh nonces, a wrong or missing key refused, no garbage."""
+
+    @pytest.fixture
+    def cipher_storage_factory(
+        self, opened: Callable[..., PostgresStorage]
+    ) -> CipherStorageFactory:
+        return lambda c: opened(cipher=c)
+
+
+def test_open_storage_builds_it_with_the_cipher() -> None:
+    c = cipher()
+    storage = open_storage("postgresql://alice@db.example/app", cipher=c)
+    assert isinstance(storage, PostgresStorage)
+    assert storage.cipher is c
 
 
 class TestPostgresConditionalStorage(ConditionalStorageSuite):

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from crypto_keys import cipher
 from perdure.errors import SessionCorruptedError, StorageConflictError, StoreUnavailableError
 from perdure.storage import ConditionalStorage, EncryptedStorage, Storage, open_storage
-from perdure.testing import ConditionalStorageSuite, StorageSuite
-from perdure.testing.storage import StorageFactory
+from perdure.testing import CipherStorageSuite, ConditionalStorageSuite, StorageSuite
+from perdure.testing.storage import CipherStorageFactory, StorageFactory
 from pg_proxy import cutting_proxy
 from redis_server import client, drop_prefix, import_redis, new_prefix, require_server
 
@@ -69,6 +69,35 @@ class TestEncryptedRedisConditionalStorage(ConditionalStorageSuite):
     @pytest.fixture
     def storage_factory(self, opened: Callable[..., RedisStorage]) -> StorageFactory:
         return lambda: EncryptedStorage(opened(), cipher())
+
+
+class TestRedisStorageWithCipher(StorageSuite):
+    """Built with ``cipher=`` (issue 20): the plain contract holds."""
+
+    @pytest.fixture
+    def storage_factory(self, opened: Callable[..., RedisStorage]) -> StorageFactory:
+        return lambda: opened(cipher=cipher())
+
+
+class TestRedisConditionalStorageWithCipher(ConditionalStorageSuite):
+    @pytest.fixture
+    def storage_factory(self, opened: Callable[..., RedisStorage]) -> StorageFactory:
+        return lambda: opened(cipher=cipher())
+
+
+class TestRedisStorageEncryption(CipherStorageSuite):
+    """Ciphertext at rest, fresh nonces, a wrong or missing key refused, no garbage."""
+
+    @pytest.fixture
+    def cipher_storage_factory(self, opened: Callable[..., RedisStorage]) -> CipherStorageFactory:
+        return lambda c: opened(cipher=c)
+
+
+def test_open_storage_builds_it_with_the_cipher() -> None:
+    c = cipher()
+    storage = open_storage("redis://127.0.0.1:6379/0?prefix=x:", cipher=c)
+    assert isinstance(storage, RedisStorage)
+    assert storage.cipher is c
 
 
 class TestRedisConditionalStorage(ConditionalStorageSuite):

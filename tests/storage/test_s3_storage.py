@@ -38,8 +38,13 @@ from perdure.errors import (
 from perdure.models import ScriptedModel
 from perdure.snapshots.manager import SnapshotSessionManager
 from perdure.storage import AppendStorage, ConditionalStorage, EncryptedStorage, open_storage
-from perdure.testing import CheckpointStoreSuite, ConditionalStorageSuite, StorageSuite
-from perdure.testing.storage import StorageFactory
+from perdure.testing import (
+    CheckpointStoreSuite,
+    CipherStorageSuite,
+    ConditionalStorageSuite,
+    StorageSuite,
+)
+from perdure.testing.storage import CipherStorageFactory, StorageFactory
 
 s3_server.import_s3()
 
@@ -80,6 +85,39 @@ class TestEncryptedS3ConditionalStorage(ConditionalStorageSuite):
     @pytest.fixture
     def storage_factory(self, opened: Callable[..., S3Storage]) -> StorageFactory:
         return lambda: EncryptedStorage(opened(), cipher())
+
+
+class TestS3StorageWithCipher(StorageSuite):
+    """Built with ``cipher=`` (issue 20): the plain contract holds."""
+
+    @pytest.fixture
+    def storage_factory(self, opened: Callable[..., S3Storage]) -> StorageFactory:
+        return lambda: opened(cipher=cipher())
+
+
+class TestS3ConditionalStorageWithCipher(ConditionalStorageSuite):
+    versions_name_content = True
+
+    @pytest.fixture
+    def storage_factory(self, opened: Callable[..., S3Storage]) -> StorageFactory:
+        return lambda: opened(cipher=cipher())
+
+
+class TestS3StorageEncryption(CipherStorageSuite):
+    """Ciphertext at rest, fresh nonces, a wrong or missing key refused, no garbage."""
+
+    @pytest.fixture
+    def cipher_storage_factory(self, opened: Callable[..., S3Storage]) -> CipherStorageFactory:
+        return lambda c: opened(cipher=c)
+
+
+def test_open_storage_builds_it_with_the_cipher() -> None:
+    c = cipher()
+    storage = open_storage(
+        "s3://bucket/pfx?endpoint_url=http://127.0.0.1:9&region=us-east-1", cipher=c
+    )
+    assert isinstance(storage, S3Storage)
+    assert storage.cipher is c
 
 
 class TestS3ConditionalStorage(ConditionalStorageSuite):

@@ -13,7 +13,7 @@ chunks (``chunks/<sha256>``) shared by ``latest`` and every snapshot; a manifest
 points at them and carries only the open tail of recent messages (see
 :mod:`perdure.snapshots.layout` for the layout and
 :mod:`perdure.snapshots.format` for the blob format). On a storage that can append
-(:class:`~perdure.storage.AppendStorage`: ``LocalFileStorage``, ``MemoryStorage``)
+(:func:`~perdure.storage.can_append`: ``LocalFileStorage``, ``MemoryStorage``, without a cipher)
 ``latest`` is a log instead (:mod:`perdure.snapshots.log`): a save appends one record
 of what changed — on ``LocalFileStorage`` one write and one fsync — and the log is
 started afresh, in one atomic replace, once it has grown long. Elsewhere a save of
@@ -119,6 +119,7 @@ from perdure.storage import (
     EncryptedStorage,
     LocalFileStorage,
     Storage,
+    can_append,
 )
 from perdure.types import Message, validate_message
 
@@ -425,9 +426,10 @@ class SnapshotSessionManager:
             restored. A filter that fails fails the save with
             :class:`~perdure.errors.FilterFailedError` and writes nothing.
         cipher: a :class:`~perdure.crypto.Cipher` (SPEC §9): ``storage`` is wrapped
-            in :class:`~perdure.storage.EncryptedStorage`, so every blob — latest,
-            snapshots, chunks — is stored encrypted (whole blobs are written then:
-            a ciphertext does not grow by appends).
+            in :class:`~perdure.storage.EncryptedStorage` (the default storage is
+            built with it), so every blob — latest, snapshots, chunks — is stored
+            encrypted. Whole blobs are written then, as they are on a storage built
+            with its own ``cipher=``: a ciphertext does not grow by appends.
 
     Raises:
         ValueError: a bad ``session_id`` or an unknown strategy (the message names
@@ -472,16 +474,16 @@ class SnapshotSessionManager:
             )
         self.snapshot_trigger = snapshot_trigger
         if storage is None:
-            storage = LocalFileStorage()
+            storage = LocalFileStorage(cipher=cipher)
         elif not isinstance(storage, Storage):
             raise TypeError(
                 "storage must implement the Storage protocol (write/read/delete/list), "
                 f"got {type(storage).__name__}"
             )
-        if cipher is not None:
+        elif cipher is not None:
             storage = EncryptedStorage(storage, cipher)
         self.storage: Storage = storage
-        self._appends = isinstance(storage, AppendStorage)
+        self._appends = can_append(storage)
         self._versioned = not self._appends and isinstance(storage, ConditionalStorage)
         self._lock = ProcessLock()
         self._slots: dict[str, _Slot] = {}

@@ -10,10 +10,12 @@ passes the same contract suite, and every coroutine may be awaited from any even
 loop and thread. :class:`ConditionalStorage` adds versions and compare-and-set
 writes, which raise :class:`~perdure.errors.StorageConflictError` when the blob is
 not at the version the caller expected (every backend here implements it).
-:class:`EncryptedStorage` wraps any of them and encrypts every blob (a
-:class:`~perdure.crypto.Cipher`, SPEC §9). The memory and file backends are also
+Each backend takes ``cipher=`` (a :class:`~perdure.crypto.Cipher`, SPEC §9) and then
+stores every blob encrypted; :class:`EncryptedStorage` does the same around any other
+storage (a third party's). The memory and file backends are also
 :class:`AppendStorage`: conditional appends and replaces, which raise the same error
-when the blob is not as the caller expected.
+when the blob is not as the caller expected (not with a cipher: ask
+:func:`can_append`).
 """
 
 import typing as _typing
@@ -24,7 +26,7 @@ from perdure.storage.encrypted import EncryptedStorage
 from perdure.storage.keys import validate_key, validate_prefix
 from perdure.storage.local_file import LocalFileStorage
 from perdure.storage.memory import MemoryStorage
-from perdure.storage.protocol import AppendStorage, ConditionalStorage, Storage
+from perdure.storage.protocol import AppendStorage, ConditionalStorage, Storage, can_append
 from perdure.storage.sqlite import SQLiteStorage
 from perdure.storage.urls import STORAGE_SCHEMES, open_storage, split_url
 
@@ -46,6 +48,7 @@ __all__ = [
     "SQLiteStorage",
     "Storage",
     "StorageConflictError",
+    "can_append",
     "open_storage",
     "split_url",
     "validate_key",

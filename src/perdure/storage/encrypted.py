@@ -1,20 +1,59 @@
-"""``EncryptedStorage``: any :class:`~perdure.storage.Storage` with its blobs encrypted.
+"""The one rule by which a storage's blobs are encrypted (SPEC §9), and ``EncryptedStorage``.
 
-The one place a storage's bytes are encrypted (SPEC §9): wrap any backend — memory,
-local file, SQLite, PostgreSQL, Redis, S3, a third party's — and every blob is stored
-as a cipher envelope (a fresh nonce each write, the key id inside), so the backend
-only ever sees ciphertext. Keys and listing stay in clear: a key is a name the layers
-above choose (session ids, checkpoint ids), never content.
+Every blob is stored as a cipher envelope (a fresh nonce each write, the key id
+inside), so the backend only ever sees ciphertext: :func:`seal_blob` is what a write
+stores, :func:`open_blob` what a read returns. Each of perdure's storages takes
+``cipher=`` and calls these two; :class:`EncryptedStorage` calls them around any
+other storage (a third party's). Keys and listing stay in clear: a key is a name the
+layers above choose (session ids, checkpoint ids), never content.
+
+A ciphertext cannot grow in place, so a storage with a cipher refuses
+:class:`~perdure.storage.AppendStorage`'s ``append`` and ``replace``
+(:func:`append_refused`); callers ask :func:`~perdure.storage.can_append` first.
 """
 
 from __future__ import annotations
 
 import builtins
+from typing import Any
 
 from perdure.crypto import Cipher
+from perdure.storage.keys import check_data
 from perdure.storage.protocol import ConditionalStorage, Storage
 
-__all__ = ["EncryptedStorage"]
+__all__ = ["EncryptedStorage", "append_refused", "open_blob", "seal_blob"]
+
+
+def seal_blob(cipher: Cipher | None, data: Any) -> bytes:
+    """What a storage stores for ``data``: its bytes, encrypted when there is a cipher.
+
+    Each call encrypts afresh (a new nonce), so equal data is stored as different bytes.
+
+    Raises:
+        TypeError: ``data`` is not bytes-like.
+    """
+    blob = check_data(data)
+    return blob if cipher is None else cipher.encrypt(blob)
+
+
+def open_blob(cipher: Cipher | None, stored: bytes | None) -> bytes | None:
+    """What a read returns for the ``stored`` bytes (``None``: no blob).
+
+    Raises:
+        DecryptionError: with a cipher, ``stored`` does not decrypt — a wrong or
+            unknown key, altered bytes, or a blob written without encryption
+            (``details["reason"] == "not_encrypted"``); never garbage.
+    """
+    return stored if cipher is None or stored is None else cipher.decrypt(stored)
+
+
+def append_refused(storage: object, method: str) -> TypeError:
+    """The error of ``append``/``replace`` on a storage that has a cipher."""
+    return TypeError(
+        f"{type(storage).__name__}.{method}: the storage has a cipher, and a ciphertext "
+        "cannot grow or be checked in place; write whole blobs (callers test "
+        "perdure.storage.can_append first)"
+    )
 
 
 class EncryptedStorage:
@@ -50,9 +89,7 @@ class EncryptedStorage:
 
     async def write(self, key: str, data: bytes) -> None:
         """Encrypt ``data`` and write it under ``key`` (see :meth:`Storage.write`)."""
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"data must be bytes, got {type(data).__name__}")
-        await self.storage.write(key, self.cipher.encrypt(bytes(data)))
+        await self.storage.write(key, seal_blob(self.cipher, data))
 
     async def read(self, key: str) -> bytes | None:
         """The decrypted blob under ``key``, or ``None``.
@@ -60,8 +97,7 @@ class EncryptedStorage:
         Raises:
             DecryptionError: the blob does not decrypt with this cipher.
         """
-        data = await self.storage.read(key)
-        return None if data is None else self.cipher.decrypt(data)
+        return open_blob(self.cipher, await self.storage.read(key))
 
     async def read_encrypted(self, key: str) -> bytes | None:
         """The blob as stored (the envelope), for tools that need no key (rotation)."""
@@ -92,10 +128,8 @@ class EncryptedStorage:
             StorageConflictError: as :meth:`ConditionalStorage.write_if` says.
             TypeError: ``data`` is not bytes, or the inner storage has no versions.
         """
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"data must be bytes, got {type(data).__name__}")
-        inner = self._conditional()
-        return await inner.write_if(key, self.cipher.encrypt(bytes(data)), expected=expected)
+        blob = seal_blob(self.cipher, data)
+        return await self._conditional().write_if(key, blob, expected=expected)
 
     def _conditional(self) -> ConditionalStorage:
         if not isinstance(self.storage, ConditionalStorage):

@@ -60,7 +60,9 @@ from pathlib import Path
 
 from perdure._runtime.fs import append_all
 from perdure._runtime.fsync import start_fsync
+from perdure.crypto import Cipher, check_cipher
 from perdure.errors import StorageConflictError
+from perdure.storage.encrypted import append_refused, open_blob, seal_blob
 from perdure.storage.keys import (
     check_data,
     check_end,
@@ -228,6 +230,9 @@ class LocalFileStorage:
         root: The directory holding the blobs (created on first write). Default:
             ``.perdure/storage`` under the current working directory, resolved when
             the storage is built.
+        cipher: a :class:`~perdure.crypto.Cipher`: every blob is written encrypted
+            (:func:`~perdure.storage.encrypted.seal_blob`), and ``append``/``replace``
+            raise ``TypeError`` (see :func:`~perdure.storage.can_append`).
 
     After ``write`` returns, the blob survives a crash or power loss (file and
     directory are fsynced); a crash during ``write`` leaves the previous blob. Several
@@ -236,9 +241,12 @@ class LocalFileStorage:
     a torn blob.
     """
 
-    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str] | None = None, *, cipher: Cipher | None = None
+    ) -> None:
         if root is not None and not isinstance(root, str | os.PathLike):
             raise TypeError(f"root must be a path, got {type(root).__name__}")
+        self.cipher = check_cipher(cipher)
         self.root = Path(_DEFAULT_ROOT if root is None else root).absolute()
         # key -> path of the keys used lately (a save touches the same few keys again).
         self._paths: dict[str, Path] = {}
@@ -288,7 +296,7 @@ class LocalFileStorage:
     async def write(self, key: str, data: bytes) -> None:
         """Atomically replace the blob under ``key`` and make it durable (see module)."""
         path = self._path(key)
-        blob = check_data(data)
+        blob = seal_blob(self.cipher, data)
         await asyncio.to_thread(self._write_sync, path, blob)
 
     def _write_sync(self, path: Path, blob: bytes) -> None:
@@ -347,6 +355,8 @@ class LocalFileStorage:
 
         One write and one fsync of the file, under its ``flock`` (see the module).
         """
+        if self.cipher is not None:
+            raise append_refused(self, "append")
         path = self._path(key)
         blob = check_data(data)
         _, tail = check_end(size, tail, absent_ok=False)
@@ -381,6 +391,8 @@ class LocalFileStorage:
 
     async def replace(self, key: str, data: bytes, *, size: int | None, tail: bytes) -> None:
         """Atomically replace the blob if it ends as expected (see ``AppendStorage``)."""
+        if self.cipher is not None:
+            raise append_refused(self, "replace")
         path = self._path(key)
         blob = check_data(data)
         expected, tail = check_end(size, tail, absent_ok=True)
@@ -431,7 +443,7 @@ class LocalFileStorage:
             TypeError: ``data`` is not bytes, ``expected`` neither a str nor None.
         """
         path = self._path(key)
-        blob = check_data(data)
+        blob = seal_blob(self.cipher, data)
         check_expected(expected)
         return await asyncio.to_thread(self._write_if_sync, key, path, blob, expected)
 
@@ -473,7 +485,7 @@ class LocalFileStorage:
     async def read(self, key: str) -> bytes | None:
         """Return the blob under ``key``, or ``None`` if there is none."""
         path = self._path(key)
-        return await asyncio.to_thread(self._read_sync, path)
+        return open_blob(self.cipher, await asyncio.to_thread(self._read_sync, path))
 
     @staticmethod
     def _read_sync(path: Path) -> bytes | None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import bisect
 
 from perdure._runtime.threads import ProcessLock
+from perdure.crypto import Cipher, check_cipher
 from perdure.errors import StorageConflictError
+from perdure.storage.encrypted import append_refused, open_blob, seal_blob
 from perdure.storage.keys import (
     check_data,
     check_end,
@@ -29,9 +31,18 @@ class MemoryStorage:
     I/O). ``write`` is atomic for readers in this process. Useful in tests of code
     that takes a ``Storage``. Implements :class:`~perdure.storage.ConditionalStorage`
     and :class:`~perdure.storage.AppendStorage` too.
+
+    Args:
+        cipher: a :class:`~perdure.crypto.Cipher`: every blob is kept encrypted
+            (:func:`~perdure.storage.encrypted.seal_blob`) and ``append``/``replace``
+            raise ``TypeError`` (see :func:`~perdure.storage.can_append`).
+
+    Raises:
+        TypeError: ``cipher`` is not a Cipher.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, cipher: Cipher | None = None) -> None:
+        self.cipher = check_cipher(cipher)
         self._lock = ProcessLock()
         self._blobs: dict[str, bytes] = {}
         self._sorted: list[str] = []
@@ -50,7 +61,7 @@ class MemoryStorage:
     async def write(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key``, replacing any previous value (see ``Storage``)."""
         validate_key(key)
-        blob = check_data(data)
+        blob = seal_blob(self.cipher, data)
         with self._lock:
             self._put(key, blob)
 
@@ -65,7 +76,7 @@ class MemoryStorage:
         """Replace the blob under ``key`` only if its version is ``expected``
         (see ``ConditionalStorage``); return the new version."""
         validate_key(key)
-        blob = check_data(data)
+        blob = seal_blob(self.cipher, data)
         check_expected(expected)
         with self._lock:
             found = self._versions.get(key)
@@ -76,6 +87,8 @@ class MemoryStorage:
 
     async def append(self, key: str, data: bytes, *, size: int, tail: bytes) -> None:
         """Add ``data`` to the blob under ``key`` if it ends as expected (see ``AppendStorage``)."""
+        if self.cipher is not None:
+            raise append_refused(self, "append")
         validate_key(key)
         blob = check_data(data)
         _, tail = check_end(size, tail, absent_ok=False)
@@ -84,6 +97,8 @@ class MemoryStorage:
 
     async def replace(self, key: str, data: bytes, *, size: int | None, tail: bytes) -> None:
         """Replace the blob under ``key`` if it ends as expected (see ``AppendStorage``)."""
+        if self.cipher is not None:
+            raise append_refused(self, "replace")
         validate_key(key)
         blob = check_data(data)
         size, tail = check_end(size, tail, absent_ok=True)
@@ -112,7 +127,8 @@ class MemoryStorage:
         """Return the bytes under ``key`` or ``None`` (see ``Storage``)."""
         validate_key(key)
         with self._lock:
-            return self._blobs.get(key)
+            found = self._blobs.get(key)
+        return open_blob(self.cipher, found)
 
     async def delete(self, key: str) -> None:
         """Remove ``key`` if present (idempotent)."""

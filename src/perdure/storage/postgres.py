@@ -67,6 +67,7 @@ from perdure._runtime.postgres import (
     pg_fault,
     quote_ident,
 )
+from perdure.crypto import Cipher, check_cipher
 from perdure.errors import (
     PerdureError,
     SchemaVersionError,
@@ -76,8 +77,8 @@ from perdure.errors import (
     StorageLockedError,
     StoreUnavailableError,
 )
+from perdure.storage.encrypted import open_blob, seal_blob
 from perdure.storage.keys import (
-    check_data,
     check_expected,
     counter_version,
     prefix_upper_bound,
@@ -148,6 +149,9 @@ class PostgresStorage:
         connect_timeout: seconds to wait for a connection.
         reconnect_timeout: seconds a call waits for a server that went away
             (restarting, say) before raising ``StoreUnavailableError``.
+        cipher: a :class:`~perdure.crypto.Cipher`: every blob is stored encrypted
+            (:func:`~perdure.storage.encrypted.seal_blob`); a read of a blob that does
+            not decrypt raises :class:`~perdure.errors.DecryptionError`.
 
     Raises:
         TypeError, ValueError: a bad argument (the message names it).
@@ -162,7 +166,9 @@ class PostgresStorage:
         max_connections: int = 4,
         connect_timeout: float = 10.0,
         reconnect_timeout: float = 15.0,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = check_cipher(cipher)
         if not isinstance(table, str):
             raise TypeError(f"table must be a str, got {type(table).__name__}")
         if not _TABLE_NAME.fullmatch(table):
@@ -247,7 +253,7 @@ class PostgresStorage:
                 ``"unknown"``: the write may have been applied).
         """
         self._check_key(key)
-        blob = check_data(data)
+        blob = seal_blob(self.cipher, data)
         await self._send_again(
             lambda conn: conn.execute(self._write_sql, {"key": key, "data": blob}),
             doing=f"writing {key!r}",
@@ -260,7 +266,7 @@ class PostgresStorage:
             lambda conn: conn.execute(self._read_sql, {"key": key}).fetchone(),
             doing=f"reading {key!r}",
         )
-        return None if row is None else bytes(row[0])
+        return open_blob(self.cipher, None if row is None else bytes(row[0]))
 
     async def delete(self, key: str) -> None:
         """Remove ``key`` (idempotent); durable on return."""
@@ -322,7 +328,7 @@ class PostgresStorage:
             StoreUnavailableError: the server stayed away (``details["outcome"]``).
         """
         self._check_key(key)
-        blob = check_data(data)
+        blob = seal_blob(self.cipher, data)
         check_expected(expected)
         number = None if expected is None else counter_version(expected)
         if expected is not None and number is None:

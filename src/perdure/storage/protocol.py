@@ -23,14 +23,16 @@ overwrite each other; its suite is ``ConditionalStorageSuite`` in
 :mod:`perdure.testing`. Every backend of perdure implements it.
 A backend may also implement :class:`AppendStorage` (optional): conditional appends and
 replaces, for formats that grow a blob by small records (the snapshot manager's
-``snapshot_latest`` log). ``MemoryStorage`` and ``LocalFileStorage`` do.
+``snapshot_latest`` log). ``MemoryStorage`` and ``LocalFileStorage`` do — unless built
+with a ``cipher``: a ciphertext cannot grow in place, so :func:`can_append` is how a
+caller asks.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-__all__ = ["AppendStorage", "ConditionalStorage", "Storage"]
+__all__ = ["AppendStorage", "ConditionalStorage", "Storage", "can_append"]
 
 
 @runtime_checkable
@@ -125,8 +127,9 @@ class AppendStorage(Protocol):
     """Optional beside :class:`Storage`: extend or replace a blob only if it ends as expected.
 
     Where a replace costs a temp file, two syncs and a rename (a local file), an append
-    costs one write and one sync. Callers test ``isinstance(storage, AppendStorage)``
-    and fall back to :meth:`Storage.write` when it is not there.
+    costs one write and one sync. Callers test :func:`can_append` (not a bare
+    ``isinstance``: a storage with a cipher has the methods but refuses them) and fall
+    back to :meth:`Storage.write` when it says no.
 
     Both methods compare and set on the blob's *end*: they act only if the blob is
     exactly ``size`` bytes long and its last bytes are ``tail`` (``size=None``: only if
@@ -171,3 +174,9 @@ class AppendStorage(Protocol):
             TypeError: ``data`` or ``tail`` is not bytes.
         """
         ...
+
+
+def can_append(storage: object) -> bool:
+    """Whether ``storage`` takes :class:`AppendStorage` calls: it has the methods and
+    no ``cipher`` (an encrypted blob is rewritten whole, never appended to)."""
+    return isinstance(storage, AppendStorage) and getattr(storage, "cipher", None) is None

@@ -58,6 +58,7 @@ import redis.exceptions as rexc
 
 from perdure._runtime.checks import check_seconds
 from perdure._runtime.redis import UNAVAILABLE, PerLoop, where
+from perdure.crypto import Cipher, check_cipher
 from perdure.errors import (
     PerdureError,
     SessionCorruptedError,
@@ -65,8 +66,8 @@ from perdure.errors import (
     StorageError,
     StoreUnavailableError,
 )
+from perdure.storage.encrypted import open_blob, seal_blob
 from perdure.storage.keys import (
-    check_data,
     check_expected,
     counter_version,
     prefix_upper_bound,
@@ -146,6 +147,9 @@ class RedisStorage:
             different prefixes on one server are independent.
         socket_timeout: seconds to wait for an answer of the server.
         connect_timeout: seconds to wait for a connection.
+        cipher: a :class:`~perdure.crypto.Cipher`: every blob is stored encrypted
+            (:func:`~perdure.storage.encrypted.seal_blob`); a read of a blob that does
+            not decrypt raises :class:`~perdure.errors.DecryptionError`.
 
     Raises:
         TypeError, ValueError: a bad argument (the message names it).
@@ -158,7 +162,9 @@ class RedisStorage:
         prefix: str = "perdure:",
         socket_timeout: float = 10.0,
         connect_timeout: float = 5.0,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = check_cipher(cipher)
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r}")
         if not isinstance(prefix, str):
@@ -204,7 +210,7 @@ class RedisStorage:
                 ``"unknown"``: the write may have been applied).
         """
         validate_key(key)
-        blob = check_data(data)
+        blob = seal_blob(self.cipher, data)
         tag = secrets.token_hex(8)
         await self._call(
             lambda c: c.write(keys=self._keys, args=[key, blob, tag]),
@@ -216,7 +222,7 @@ class RedisStorage:
         """The blob under ``key``, or ``None`` when there is none."""
         validate_key(key)
         found = await self._call(lambda c: c.client.hget(self._data, key), f"reading {key!r}")
-        return None if found is None else bytes(found)
+        return open_blob(self.cipher, None if found is None else bytes(found))
 
     async def delete(self, key: str) -> None:
         """Remove ``key`` (idempotent)."""
@@ -273,7 +279,7 @@ class RedisStorage:
             StoreUnavailableError: the server stayed away (``details["outcome"]``).
         """
         validate_key(key)
-        blob = check_data(data)
+        blob = seal_blob(self.cipher, data)
         check_expected(expected)
         if expected is not None and counter_version(expected) is None:
             raise self._conflict(key, expected, "unknown version")

@@ -76,9 +76,10 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("S3Storage needs obstore: pip install 'perdure[s3]'") from exc
 
 from perdure._runtime.checks import check_seconds
+from perdure.crypto import Cipher, check_cipher
 from perdure.errors import PerdureError, StorageError, StoreUnavailableError
+from perdure.storage.encrypted import open_blob, seal_blob
 from perdure.storage.keys import (
-    check_data,
     check_expected,
     validate_key,
     validate_list_args,
@@ -150,6 +151,9 @@ class S3Storage:
         part_size: the size of each part (S3's least is 5 MiB).
         config: further ``S3Config`` settings of obstore (``{"virtual_hosted_style_request":
             True}``, say); never credentials in code you commit.
+        cipher: a :class:`~perdure.crypto.Cipher`: every blob is stored encrypted
+            (:func:`~perdure.storage.encrypted.seal_blob`); a read of a blob that does
+            not decrypt raises :class:`~perdure.errors.DecryptionError`.
 
     Raises:
         TypeError, ValueError: a bad argument (the message names it).
@@ -169,7 +173,9 @@ class S3Storage:
         multipart_threshold: int = 8 * _MIB,
         part_size: int = 8 * _MIB,
         config: dict[str, Any] | None = None,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = check_cipher(cipher)
         if not isinstance(bucket, str) or not bucket or "/" in bucket:
             raise ValueError(f"bucket must be a bucket name (no '/'), got {bucket!r}")
         if not isinstance(prefix, str):
@@ -239,7 +245,7 @@ class S3Storage:
             StorageError: any other failure.
         """
         validate_key(key)
-        blob = check_data(data)
+        blob = seal_blob(self.cipher, data)
         try:
             await obstore.put_async(
                 self._store,
@@ -262,13 +268,14 @@ class S3Storage:
         validate_key(key)
         try:
             result = await obstore.get_async(self._store, key)
-            return bytes(await result.bytes_async())
+            stored = bytes(await result.bytes_async())
         except FileNotFoundError as exc:
             if "NoSuchBucket" in str(exc):
                 raise self._translate(exc, f"reading {key!r}") from exc
             return None
         except Exception as exc:
             raise self._translate(exc, f"reading {key!r}") from exc
+        return open_blob(self.cipher, stored)  # a DecryptionError is not the server's
 
     async def delete(self, key: str) -> None:
         """Remove ``key`` (idempotent)."""
@@ -350,7 +357,7 @@ class S3Storage:
                 been applied: ``details["outcome"] == "unknown"``).
         """
         validate_key(key)
-        blob = check_data(data)
+        blob = seal_blob(self.cipher, data)
         check_expected(expected)
         if expected is not None and not _is_etag(expected):
             # Not an ETag: no object has it (and an empty If-Match would match any).

@@ -41,9 +41,10 @@ from perdure._runtime.sqlite import (
     transaction,
     translate,
 )
+from perdure.crypto import Cipher, check_cipher
 from perdure.errors import SessionCorruptedError, StorageError, StorageLockedError
+from perdure.storage.encrypted import open_blob, seal_blob
 from perdure.storage.keys import (
-    check_data,
     check_expected,
     prefix_upper_bound,
     validate_key,
@@ -69,6 +70,9 @@ class SQLiteStorage:
         path: The database file (created, with its table, on first use).
         timeout: Seconds to wait for another process's write lock before raising
             :class:`~perdure.errors.StorageLockedError`.
+        cipher: a :class:`~perdure.crypto.Cipher`: every blob is stored encrypted
+            (:func:`~perdure.storage.encrypted.seal_blob`); a read of a blob that does
+            not decrypt raises :class:`~perdure.errors.DecryptionError`.
 
     After ``write`` returns the blob is committed (``synchronous=FULL``); a crash
     during ``write`` leaves the previous blob. Call :meth:`close` when done (it is
@@ -80,13 +84,16 @@ class SQLiteStorage:
         StorageError: any other failure (I/O, a full disk, a file it cannot open).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, timeout: float = 10.0, cipher: Cipher | None = None
+    ) -> None:
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"path must be a path, got {type(path).__name__}")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
             raise ValueError(f"timeout must be a number >= 0, got {timeout!r}")
         self.path = Path(path).absolute()
         self.timeout = float(timeout)
+        self.cipher = check_cipher(cipher)
         self._slot = ConnectionSlot()  # this process's connection and its lock
         self._closed = False
 
@@ -178,7 +185,7 @@ class SQLiteStorage:
     async def write(self, key: str, data: bytes) -> None:
         """Atomically replace the blob under ``key``; committed when this returns."""
         validate_key(key)
-        blob = check_data(data)
+        blob = seal_blob(self.cipher, data)
 
         def work(conn: sqlite3.Connection) -> None:
             with transaction(conn):
@@ -215,7 +222,7 @@ class SQLiteStorage:
             TypeError: ``data`` is not bytes, ``expected`` neither a str nor None.
         """
         validate_key(key)
-        blob = check_data(data)
+        blob = seal_blob(self.cipher, data)
         check_expected(expected)
         made = secrets.token_hex(16)
 
@@ -250,7 +257,7 @@ class SQLiteStorage:
                 raise self._damaged(f"the value of key {key!r} is not a blob")
             return None if row is None else row[0]
 
-        return await self._call(work)
+        return open_blob(self.cipher, await self._call(work))
 
     async def delete(self, key: str) -> None:
         """Remove ``key`` (idempotent); committed when this returns."""

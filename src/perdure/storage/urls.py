@@ -14,8 +14,7 @@ from perdure._runtime.urls import (
     s3_url,
     split_url,
 )
-from perdure.crypto import Cipher
-from perdure.storage.encrypted import EncryptedStorage
+from perdure.crypto import Cipher, check_cipher
 from perdure.storage.local_file import LocalFileStorage
 from perdure.storage.memory import MemoryStorage
 from perdure.storage.protocol import Storage
@@ -47,38 +46,37 @@ def open_storage(url: str, *, cipher: Cipher | None = None) -> Storage:
                           (credentials: the ``AWS_*`` environment)
     ====================  ==============================================
 
-    With ``cipher`` the storage comes wrapped in :class:`EncryptedStorage`: every
-    blob is encrypted before it reaches the backend.
+    With ``cipher`` the backend is built with it (each takes ``cipher=``): every blob
+    is encrypted before it reaches the server or the disk.
 
     Raises:
         ValueError: the URL is malformed, its scheme unknown, or an option of a
             ``postgresql://``, ``redis://`` or ``s3://`` URL bad (the message names it).
+        TypeError: ``cipher`` is not a Cipher.
         ImportError: a ``postgresql://`` URL without ``perdure[postgres]`` installed,
             a ``redis://`` one without ``perdure[redis]``, an ``s3://`` one without
             ``perdure[s3]``.
     """
-    storage = _open_storage(url)
-    return storage if cipher is None else EncryptedStorage(storage, cipher)
-
-
-def _open_storage(url: str) -> Storage:
+    check_cipher(cipher)
     scheme, path = split_url(url, STORAGE_SCHEMES, "storage")
     if scheme == "s3":
         from perdure.storage.s3 import S3Storage
 
         bucket, prefix, options = s3_url(url, "storage")
-        return S3Storage(bucket, prefix=prefix, **options)  # type: ignore[arg-type]
+        return S3Storage(bucket, prefix=prefix, cipher=cipher, **options)  # type: ignore[arg-type]
     if scheme in ("redis", "rediss"):
         from perdure.storage.redis import RedisStorage
 
         target, found = postgres_url(url, REDIS_STORAGE_OPTIONS, "storage")
-        return RedisStorage(target, **found)  # type: ignore[arg-type]
+        return RedisStorage(target, cipher=cipher, **found)  # type: ignore[arg-type]
     if scheme in ("postgresql", "postgres"):
         from perdure.storage.postgres import PostgresStorage
 
         dsn, options = postgres_url(url, POSTGRES_STORAGE_OPTIONS, "storage")
-        return PostgresStorage(dsn, **options)  # type: ignore[arg-type]
+        return PostgresStorage(dsn, cipher=cipher, **options)  # type: ignore[arg-type]
     if scheme == "memory":
-        return MemoryStorage()
+        return MemoryStorage(cipher=cipher)
     assert path is not None
-    return LocalFileStorage(path) if scheme == "file" else SQLiteStorage(path)
+    if scheme == "file":
+        return LocalFileStorage(path, cipher=cipher)
+    return SQLiteStorage(path, cipher=cipher)

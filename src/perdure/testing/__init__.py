@@ -10,6 +10,8 @@ never collects them on their own.
   :class:`AppendStorageSuite` the same for an ``AppendStorage``.
 - :class:`ConditionalStorageSuite` — a ``ConditionalStorage``; fixture
   ``storage_factory``.
+- :class:`CipherStorageSuite` — a ``Storage`` built with ``cipher=``; fixture
+  ``cipher_storage_factory``.
 - :class:`CheckpointStoreSuite` — a ``CheckpointStore``; fixture
   ``checkpoint_store_factory``.
 - :class:`MemoryStoreSuite` — a writable ``MemoryStore``; fixture
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from perdure.testing.memory import MemoryStoreSuite as MemoryStoreSuite
     from perdure.testing.sessions import SessionStoreSuite as SessionStoreSuite
     from perdure.testing.storage import AppendStorageSuite as AppendStorageSuite
+    from perdure.testing.storage import CipherStorageSuite as CipherStorageSuite
     from perdure.testing.storage import ConditionalStorageSuite as ConditionalStorageSuite
     from perdure.testing.storage import StorageSuite as StorageSuite
 
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "AppendStorageSuite": "perdure.testing.storage",
     "CheckpointStoreSuite": "perdure.testing.checkpoints",
+    "CipherStorageSuite": "perdure.testing.storage",
     "ConditionalStorageSuite": "perdure.testing.storage",
     "CorruptionSuite": "perdure.testing.corruption",
     "CorruptionTarget": "perdure.testing.corruption",

@@ -18,11 +18,22 @@ A backend that also implements :class:`~perdure.storage.ConditionalStorage` runs
 A backend that is also an :class:`~perdure.storage.AppendStorage` subclasses
 :class:`AppendStorageSuite` instead: the same contract, plus conditional appends and
 replaces.
+
+A backend that takes ``cipher=`` (SPEC §9) runs the suites above with a factory that
+passes one, and :class:`CipherStorageSuite` for what encryption promises, with the
+fixture ``cipher_storage_factory``: ``factory(cipher)`` opens the backend over the
+test's data with that cipher (``None``: without one, to see the bytes as stored)::
+
+    class TestMyStorageEncryption(CipherStorageSuite):
+        @pytest.fixture
+        def cipher_storage_factory(self, tmp_path):
+            return lambda cipher: MyStorage(tmp_path / "blobs", cipher=cipher)
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import ClassVar, cast
@@ -31,13 +42,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perdure.errors import StorageConflictError
-from perdure.storage.protocol import AppendStorage, ConditionalStorage, Storage
+from perdure.crypto import Cipher, envelope_key_id, is_envelope
+from perdure.errors import DecryptionError, StorageConflictError
+from perdure.storage.protocol import AppendStorage, ConditionalStorage, Storage, can_append
 from perdure.testing._support import close, run_in_threads
 
-__all__ = ["AppendStorageSuite", "ConditionalStorageSuite", "StorageSuite"]
+__all__ = ["AppendStorageSuite", "CipherStorageSuite", "ConditionalStorageSuite", "StorageSuite"]
 
 StorageFactory = Callable[[], Storage]
+CipherStorageFactory = Callable[[Cipher | None], Storage]
 
 INVALID_KEYS = [
     "",
@@ -638,3 +651,140 @@ class AppendStorageSuite(StorageSuite):
         assert sorted(wins) == sorted(
             (int(r), int(i)) for r, i in (line.split() for line in lines[1:])
         )
+
+
+_SECRET = b"card 4111 1111 1111 1111 of alice@example.com"
+
+
+class CipherStorageSuite:
+    """What a :class:`~perdure.storage.Storage` built with ``cipher=`` promises (SPEC §9).
+
+    Needs the fixture ``cipher_storage_factory`` (see the module docstring). Every
+    blob is stored as an envelope under the active key, with a fresh nonce each
+    write; a blob that does not decrypt — another key, an unknown key id, altered
+    bytes, a blob written without encryption — raises
+    :class:`~perdure.errors.DecryptionError`, never garbage; such a storage takes no
+    appends. The plain contract runs as :class:`StorageSuite` (and
+    :class:`ConditionalStorageSuite`) with a factory that passes a cipher.
+
+    The ciphers are :class:`~perdure.crypto.AESGCMCipher` with random keys
+    (``perdure[crypto]``); override the ``cipher`` fixture to test another.
+    """
+
+    @pytest.fixture
+    def cipher(self) -> Cipher:
+        """The cipher under test: one key, ``k1``, drawn afresh for each test."""
+        from perdure.crypto import AESGCMCipher
+
+        return AESGCMCipher(keys={"k1": os.urandom(32)}, active="k1")
+
+    @pytest.fixture
+    def opened_cipher_storage(
+        self, cipher_storage_factory: CipherStorageFactory
+    ) -> Iterator[CipherStorageFactory]:
+        """``cipher_storage_factory``, closing every instance it opened when the test ends."""
+        opened: list[Storage] = []
+
+        def factory(cipher: Cipher | None) -> Storage:
+            storage = cipher_storage_factory(cipher)
+            opened.append(storage)
+            return storage
+
+        yield factory
+        for storage in opened:
+            close(storage)
+
+    @pytest.fixture
+    def storage(self, opened_cipher_storage: CipherStorageFactory, cipher: Cipher) -> Storage:
+        """The backend under test, with ``cipher``."""
+        return opened_cipher_storage(cipher)
+
+    @pytest.fixture
+    def raw(self, opened_cipher_storage: CipherStorageFactory) -> Storage:
+        """The same data without a cipher: the bytes as stored."""
+        return opened_cipher_storage(None)
+
+    async def test_blobs_are_stored_as_envelopes_of_the_active_key(
+        self, storage: Storage, raw: Storage
+    ) -> None:
+        await storage.write("a/b", _SECRET)
+        stored = await raw.read("a/b")
+        assert stored is not None
+        assert is_envelope(stored)
+        assert envelope_key_id(stored) == "k1"
+        assert b"alice" not in stored
+        assert b"4111" not in stored
+        assert await storage.read("a/b") == _SECRET
+        assert await storage.read("missing") is None
+
+    async def test_each_write_draws_a_fresh_nonce(self, storage: Storage, raw: Storage) -> None:
+        await storage.write("k", _SECRET)
+        first = await raw.read("k")
+        await storage.write("k", _SECRET)
+        assert await raw.read("k") != first
+        if isinstance(storage, ConditionalStorage):
+            version = await storage.version("k")
+            await storage.write_if("k", _SECRET, expected=version)
+            stored = await raw.read("k")
+            assert stored is not None
+            assert is_envelope(stored)
+            assert b"alice" not in stored
+            assert await storage.read("k") == _SECRET
+
+    async def test_listing_and_delete_are_unchanged(self, storage: Storage, raw: Storage) -> None:
+        for key in ("p/a", "p/b", "q"):
+            await storage.write(key, _SECRET)
+        assert await storage.list("p/") == ["p/a", "p/b"] == await raw.list("p/")
+        await storage.delete("p/a")
+        assert await raw.read("p/a") is None
+        assert await storage.list("") == ["p/b", "q"]
+
+    async def test_a_wrong_key_is_refused(
+        self, storage: Storage, opened_cipher_storage: CipherStorageFactory
+    ) -> None:
+        from perdure.crypto import AESGCMCipher
+
+        await storage.write("k", _SECRET)
+        wrong = opened_cipher_storage(AESGCMCipher(keys={"k1": os.urandom(32)}, active="k1"))
+        with pytest.raises(DecryptionError) as info:
+            await wrong.read("k")
+        assert info.value.details["reason"] == "authentication_failed"
+
+    async def test_a_missing_key_is_refused(
+        self, storage: Storage, opened_cipher_storage: CipherStorageFactory
+    ) -> None:
+        from perdure.crypto import AESGCMCipher
+
+        await storage.write("k", _SECRET)
+        other = opened_cipher_storage(AESGCMCipher(keys={"k9": os.urandom(32)}, active="k9"))
+        with pytest.raises(DecryptionError) as info:
+            await other.read("k")
+        assert info.value.details["reason"] == "unknown_key"
+
+    async def test_altered_ciphertext_is_refused(self, storage: Storage, raw: Storage) -> None:
+        await storage.write("k", _SECRET)
+        stored = await raw.read("k")
+        assert stored is not None
+        await raw.write("k", stored[:-1] + bytes([stored[-1] ^ 1]))
+        with pytest.raises(DecryptionError):
+            await storage.read("k")
+
+    async def test_a_blob_written_without_encryption_is_refused(
+        self, storage: Storage, raw: Storage
+    ) -> None:
+        await raw.write("k", b"plain text")
+        with pytest.raises(DecryptionError) as info:
+            await storage.read("k")
+        assert info.value.details["reason"] == "not_encrypted"
+
+    async def test_it_takes_no_appends(self, storage: Storage, raw: Storage) -> None:
+        assert not can_append(storage)
+        if not isinstance(storage, AppendStorage):
+            return
+        await storage.write("log", b"head\n")
+        before = await raw.read("log")
+        with pytest.raises(TypeError, match="cipher"):
+            await storage.append("log", b"more\n", size=5, tail=b"head\n")
+        with pytest.raises(TypeError, match="cipher"):
+            await storage.replace("log", b"new\n", size=None, tail=b"")
+        assert await raw.read("log") == before
