@@ -92,7 +92,7 @@ def test_create_and_list(url: str) -> None:
     assert (meta["session_id"], meta["trigger"], meta["label"]) == ("s1", "manual", None)
 
     table = ok("checkpoints", "list", "s1", "-s", url).stdout
-    assert table.split("\n", 2)[1].split() == ["id", "trigger", "label", "messages", "created"]
+    assert table.split("\n", 1)[0].split("\t") == ["id", "trigger", "label", "messages", "created"]
     assert "[b]first" in table  # labels are shown as written, never as markup
     assert second in table
     listed = as_json("checkpoints", "list", "s1", "-s", url)
@@ -300,7 +300,7 @@ def test_a_damaged_checkpoint_is_listed_refused_and_deletable(tmp_path: Path) ->
 
     listed = ok("checkpoints", "list", "s1", "-s", url)
     rows = {
-        line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[2:] if line.strip()
+        line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[1:] if line.strip()
     }
     assert rows[good][0] == "manual"
     assert rows[bad] == ["DAMAGED", "bad", "checkpoint"]
@@ -312,7 +312,7 @@ def test_a_damaged_checkpoint_is_listed_refused_and_deletable(tmp_path: Path) ->
         (bad, True),
     ]
     assert data[1]["error"]["code"] == "session_store_corrupted"
-    assert "checkpoints  2 (latest " in ok("sessions", "show", "s1", "-s", url).stdout
+    assert "checkpoints\t2 (latest " in ok("sessions", "show", "s1", "-s", url).stdout
     assert ", 1 damaged" in ok("sessions", "show", "s1", "-s", url).stdout
 
     # never restored, exported or forked: exit 4 naming the file, nothing written

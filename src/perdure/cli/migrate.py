@@ -14,7 +14,6 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 from rich.text import Text
 
 from perdure.cli._common import (
@@ -27,6 +26,7 @@ from perdure.cli._common import (
     json_option,
     run,
 )
+from perdure.cli.output import new_table, print_table
 from perdure.migrate.langgraph import (
     LangGraphMigrationReport,
     ThreadMigration,
@@ -100,7 +100,7 @@ def _close(store: SessionStore | Storage) -> None:
 def _render(report: MigrationReport) -> None:
     out = console()
     verb = "would import" if report.dry_run else "imported"
-    table = Table(title=f"Strands sessions in {report.source_dir}")
+    table = new_table(title=f"Strands sessions in {report.source_dir}")
     table.add_column("session", overflow="fold")
     table.add_column("status", no_wrap=True)
     for column in ("msgs", "+results", "-orphans", "redacted", "ckpts"):
@@ -115,7 +115,7 @@ def _render(report: MigrationReport) -> None:
             str(entry.redactions_applied),
             str(entry.checkpoints_imported),
         )
-    out.print(table)
+    print_table(table, out)
     for entry in report.sessions:
         lines = [f"  {entry.reason}"] if entry.reason else []
         lines += [f"  note: {note}" for note in entry.notes]
@@ -229,7 +229,7 @@ def strands(
 
 def _render_openai_agents(report: OpenAIAgentsMigrationReport) -> None:
     out = console()
-    table = Table(title=f"OpenAI Agents sessions in {report.source}")
+    table = new_table(title=f"OpenAI Agents sessions in {report.source}")
     table.add_column("session", overflow="fold")
     table.add_column("status", no_wrap=True)
     table.add_column("items", justify="right", no_wrap=True)
@@ -243,7 +243,7 @@ def _render_openai_agents(report: OpenAIAgentsMigrationReport) -> None:
             str(len(entry.skipped_rows)),
             "yes" if entry.verified else "-",
         )
-    out.print(table)
+    print_table(table, out)
     for entry in report.sessions:
         lines = [f"  {entry.reason}"] if entry.reason else []
         lines += [f"  note: {note}" for note in entry.notes]
@@ -396,7 +396,7 @@ def _open_storage_target(url: str, *, dry_run: bool) -> Storage:
 
 def _render_langgraph(report: LangGraphMigrationReport) -> None:
     out = console()
-    table = Table(title=f"LangGraph threads in {report.source}")
+    table = new_table(title=f"LangGraph threads in {report.source}")
     table.add_column("thread", overflow="fold")
     table.add_column("status", no_wrap=True)
     table.add_column("checkpoints", justify="right", no_wrap=True)
@@ -410,7 +410,7 @@ def _render_langgraph(report: LangGraphMigrationReport) -> None:
             str(entry.writes),
             "yes" if entry.verified else "-",
         )
-    out.print(table)
+    print_table(table, out)
     for entry in report.threads:
         lines = [f"  {entry.reason}"] if entry.reason else []
         lines += [f"  note: {note}" for note in entry.notes]

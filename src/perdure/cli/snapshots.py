@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from perdure.agent import Agent, ConversationManager
@@ -32,7 +31,8 @@ from perdure.cli._common import (
     json_option,
     run,
 )
-from perdure.cli.render import print_table, rich_message, shorten
+from perdure.cli.output import new_table, plural, print_table
+from perdure.cli.render import rich_message, shorten
 from perdure.errors import SessionCorruptedError, SnapshotError, StorageError
 from perdure.models.stream import ModelStreamEvent
 from perdure.session import SnapshotSessionManager, validate_session_id
@@ -256,7 +256,7 @@ def list_command(
         )
     else:
         out = console()
-        table = Table(title=f"snapshots of {session_id} (agent {agent_id})")
+        table = new_table(title=f"snapshots of {session_id} (agent {agent_id})")
         for column in ("#", "snapshot id", "created (UTC)", "messages"):
             table.add_column(column, justify="right" if column in ("#", "messages") else "left")
         for number, row in enumerate(rows, start=1):
@@ -264,11 +264,11 @@ def list_command(
             table.add_row(
                 str(number), row["snapshot_id"], row["created_at"], Text(count), end_section=False
             )
-        print_table(out, table)
+        print_table(table, out)
         if latest is None:
             out.print("snapshot_latest: none", markup=False)
         else:
-            shown = latest.get("error") or f"{latest['message_count']} messages"
+            shown = latest.get("error") or plural(latest["message_count"], "message")
             out.print(f"snapshot_latest: {shown}", markup=False)
         if next_cursor:
             out.print(f"more: --after {next_cursor}", markup=False)
@@ -327,7 +327,7 @@ def show(
         echo_json(info)
         return
     out = console()
-    table = Table(show_header=False, title=f"snapshot {snapshot_id} of {session_id}")
+    table = new_table(show_header=False, title=f"snapshot {snapshot_id} of {session_id}")
     table.add_column("field")
     table.add_column("value")
     rows = [
@@ -343,9 +343,9 @@ def show(
         rows.append(("system prompt", shorten(agent.system_prompt)))
     for name, value in rows:
         table.add_row(Text(name), Text(value))
-    print_table(out, table)
+    print_table(table, out)
     if tail:
-        out.print(f"last {len(tail)} of {len(messages)} messages:", markup=False)
+        out.print(f"last {len(tail)} of {plural(len(messages), 'message')}:", markup=False)
         for index, message in enumerate(tail, start=len(messages) - len(tail)):
             out.print(rich_message(message, index))
 
