@@ -72,10 +72,16 @@ def _resolve_store(ctx: click.Context, param: click.Parameter, value: str | None
     source = ctx.get_parameter_source(param.name or "store_url")
     if source is click.core.ParameterSource.COMMANDLINE and value is not None:
         return value
-    before = ctx.meta.get(_STORE_KEY)
-    if isinstance(before, str):
+    before = remembered_store(ctx)
+    if before is not None:
         return before
     return value if value is not None else DEFAULT_STORE
+
+
+def remembered_store(ctx: click.Context) -> str | None:
+    """The ``--store`` given before the command (``perdure --store URL sessions list``)."""
+    before = ctx.meta.get(_STORE_KEY)
+    return before if isinstance(before, str) else None
 
 
 def remember_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -29,6 +29,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("perdure.cli.migrate", "migrate"),
     ("perdure.cli.copy", "copy"),
     ("perdure.cli.schema", "migrate_schema"),
+    ("perdure.cli.memory", "memory"),
 ]
 
 

@@ -147,6 +147,7 @@ def new_table(*columns: str, title: str | None = None, show_header: bool = True)
         box=TABLE_BOX if show_header else None,
         title=title,
         show_header=show_header,
+        show_edge=False,
         pad_edge=False,
     )
     for name in columns:
