@@ -25,7 +25,7 @@ from perdure.cli._common import (
     run,
     session_store,
 )
-from perdure.cli.output import new_table, print_table
+from perdure.cli.output import new_table, print_table, progress_bar
 from perdure.migrate.copy import CopyReport, CopyStatus, copy_sessions
 from perdure.stores.memory import MemorySessionStore
 
@@ -85,12 +85,13 @@ def copy(
                 "that persists",
                 param_hint="--to",
             )
-        report = run(
-            copy_sessions(
-                source, target, session_ids=session_ids or None, overwrite=overwrite,
-                dry_run=dry_run,
-            )
-        )  # fmt: skip
+        with progress_bar("copying", enabled=not as_json) as progress:
+            report = run(
+                copy_sessions(
+                    source, target, session_ids=session_ids or None, overwrite=overwrite,
+                    dry_run=dry_run, progress=progress,
+                )
+            )  # fmt: skip
     if as_json:
         echo_json(report.to_dict())
     else:

@@ -38,7 +38,7 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
-from perdure.cli.output import format_time, new_table, print_table
+from perdure.cli.output import format_time, new_table, print_table, progress_bar
 from perdure.maintenance import GcReport, gc_checkpoints, gc_store, parse_duration
 from perdure.session.store import SupportsExpiry
 
@@ -155,16 +155,18 @@ def gc(
                 "nothing to do: give --ttl, --keep-checkpoints, --max-checkpoint-age, "
                 "or a store URL with a ttl or max_checkpoint_age (file:DIR?ttl=86400)"
             )
-        report = run(
-            gc_store(
-                store,
-                ttl_seconds=ttl_seconds,
-                keep_checkpoints=keep_checkpoints,
-                dry_run=not apply,
-                now=when,
-                max_checkpoint_age=age_seconds,
+        with progress_bar("collecting", enabled=not as_json) as progress:
+            report = run(
+                gc_store(
+                    store,
+                    ttl_seconds=ttl_seconds,
+                    keep_checkpoints=keep_checkpoints,
+                    dry_run=not apply,
+                    now=when,
+                    max_checkpoint_age=age_seconds,
+                    progress=progress,
+                )
             )
-        )
     _report(report, ttl, as_json)
 
 

@@ -172,14 +172,16 @@ def repair(
     """
     with session_store(store_url, file_only="repair") as store:
         assert isinstance(store, FileSessionStore | SQLiteSessionStore)
-        report = run(
-            repair_store(
-                store,
-                dry_run=not apply,
-                quarantine_dir=quarantine_dir,
-                session_ids=list(session_ids) or None,
+        with progress_bar("checking", enabled=not as_json) as progress:
+            report = run(
+                repair_store(
+                    store,
+                    dry_run=not apply,
+                    quarantine_dir=quarantine_dir,
+                    session_ids=list(session_ids) or None,
+                    progress=progress,
+                )
             )
-        )
     if not _only_missing(report.sessions_checked, report.missing, report.clean):
         if as_json:
             echo_json(report.to_dict())
