@@ -188,6 +188,20 @@ def test_export_to_a_file_or_stdout_and_import_elsewhere(url: str, tmp_path: Pat
     assert (meta["session_id"], meta["trigger"], meta["label"]) == ("s9", "import", "two turns")
     ok("checkpoints", "restore", "s9", meta["checkpoint_id"], "-s", other)
     assert history(other, "s9") == ["one", "re: one", "two", "re: two"]
+    # A person is told the new session is empty and how to restore it, and the
+    # command it prints works.
+    said = ok("checkpoints", "import", "s8", str(out), "--create", "-s", other).stdout
+    imported, hint = said.splitlines()
+    assert imported.endswith(" into session 's8' (4 messages)")
+    new_id = imported.split()[2]
+    restore = f"perdure checkpoints restore s8 {new_id} --store {other}"
+    assert hint == (
+        "session 's8' was created empty (0 messages); to continue from the checkpoint, "
+        f"restore it: {restore}"
+    )
+    assert history(other, "s8") == []
+    ok(*restore.split()[1:])
+    assert history(other, "s8") == ["one", "re: one", "two", "re: two"]
     # from standard input, into an existing session
     piped = ok("checkpoints", "import", "s1", "-", "-s", url, input=to_stdout).stdout
     assert piped.startswith("imported checkpoint ")

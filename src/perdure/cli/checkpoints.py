@@ -278,13 +278,20 @@ def import_(
     data = _read_input(file)
     key = _read_key(verify_key_file, "--verify-key-file")
     with session_store(store_url, must_exist=not create_session) as store:
-        meta = run(_import(store, session_id, data, create_session, key))
+        meta, created = run(_import(store, session_id, data, create_session, key))
     if as_json:
         echo_json(meta)
-    else:
+        return
+    click.echo(
+        f"imported checkpoint {meta.checkpoint_id} into session {session_id!r} "
+        f"({plural(meta.message_count, 'message')})"
+    )
+    if created:
+        # The checkpoint is stored beside the session, not restored into it.
         click.echo(
-            f"imported checkpoint {meta.checkpoint_id} into session {session_id!r} "
-            f"({plural(meta.message_count, 'message')})"
+            f"session {session_id!r} was created empty (0 messages); to continue from "
+            f"the checkpoint, restore it: perdure checkpoints restore {session_id} "
+            f"{meta.checkpoint_id} --store {store_url}"
         )
 
 
@@ -348,7 +355,9 @@ async def _import(
     data: bytes,
     create_session: bool,
     key: bytes | None = None,
-) -> CheckpointMeta:
+) -> tuple[CheckpointMeta, bool]:
+    """Import ``data``; also say whether the session was created for it."""
+    created = False
     try:
         session = await existing_session(store, session_id)
     except SessionNotFoundError:
@@ -357,7 +366,8 @@ async def _import(
         import_checkpoint_bytes(data, verify_key=key)  # verify before creating anything
         await store.create(session_id, exist_ok=True)
         session = Session(store, session_id)
-    return await session.import_checkpoint(data, verify_key=key)
+        created = True
+    return await session.import_checkpoint(data, verify_key=key), created
 
 
 def _read_key(path: str | None, option: str) -> bytes | None:
