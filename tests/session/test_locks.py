@@ -94,9 +94,7 @@ def test_lock_folders_stay_out_of_git(tmp_path: Path, url: str) -> None:
     store = open_store(f"{scheme}:{tmp_path / path}")
     Agent(model=ScriptedModel(["hi"]), session_manager=Session(store, "s1"))("hello")
     getattr(store, "close", lambda: None)()
-    locks = (
-        project / "perdure.db.locks" if scheme == "sqlite" else project / ".perdure" / ".locks"
-    )
+    locks = project / "perdure.db.locks" if scheme == "sqlite" else project / ".perdure" / ".locks"
     assert (locks / "s1.lock").exists()
     assert (locks / ".gitignore").read_text().splitlines()[-1] == "*"
     status = subprocess.run(
