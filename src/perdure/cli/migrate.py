@@ -181,10 +181,15 @@ def migrate() -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Read and convert everything; write nothing.")
 @click.option("--overwrite", is_flag=True, help="Replace sessions that already exist in the store.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse a session with a file that cannot be read, instead of importing it with a gap.",
+)
 @json_option
 @handle_errors
 def strands(
-    source_dir: Path, store_url: str, dry_run: bool, overwrite: bool, as_json: bool
+    source_dir: Path, store_url: str, dry_run: bool, overwrite: bool, strict: bool, as_json: bool
 ) -> None:
     """Import Strands Agents sessions (FileSessionManager logs and snapshots) into a store.
 
@@ -193,7 +198,9 @@ def strands(
     SnapshotSessionManager (session/<id>/scopes/agent/<id>/snapshots/); both may be
     present. Broken tool pairs are repaired on the way and every change is reported;
     files that cannot be read are listed, never dropped silently. A session with one
-    agent keeps its id, several agents become <session>.<agent>.
+    agent keeps its id, several agents become <session>.<agent>. Each message keeps,
+    in its "metadata", Strands' message id, created_at and updated_at and any usage
+    and metrics; the first message also keeps the session's creation time.
 
     Exit status: 0 all imported, 1 some file could not be read or some session not
     written, 2 bad usage (memory: is refused: it would keep nothing), 3 no Strands
@@ -206,7 +213,12 @@ def strands(
             progress.start()
         report = run(
             migrate_strands(
-                source_dir, store, dry_run=dry_run, overwrite=overwrite, progress=advance
+                source_dir,
+                store,
+                dry_run=dry_run,
+                overwrite=overwrite,
+                progress=advance,
+                strict=strict,
             )
         )
     finally:

@@ -47,6 +47,29 @@ STORAGE_SCHEMES = ("file", "sqlite", "postgresql", "postgres", "redis", "rediss"
 """The storages the snapshot commands open (a memory: storage would hold nothing)."""
 
 
+def strands_hint(url: str) -> str:
+    """When ``url`` is a folder the Strands SDK wrote, how to import it (else ``""``).
+
+    perdure's snapshots do not read Strands' layout (``session/<id>/scopes/…`` of a
+    ``SnapshotSessionManager``, ``session_<id>/agents/…`` of a ``FileSessionManager``);
+    ``perdure migrate strands`` converts both.
+    """
+    try:
+        scheme, path = split_url(url, STORAGE_SCHEMES, "storage")
+    except ValueError:
+        return ""
+    if scheme != "file" or path is None or not path.is_dir():
+        return ""
+    snapshot_layout = any((path / "session").glob("*/scopes/agent/*/snapshots"))
+    log_layout = any(path.glob("session_*/agents/agent_*"))
+    if not (snapshot_layout or log_layout):
+        return ""
+    return (
+        f"; {str(path)!r} holds sessions written by the Strands Agents SDK: import them "
+        f"with perdure migrate strands {path} --to STORE"
+    )
+
+
 @contextlib.contextmanager
 def _opened(url: str) -> Iterator[Storage]:
     """Open ``--storage`` for a command: a bad URL exits 2, a missing one 3.
@@ -241,7 +264,11 @@ def list_command(
         else:
             latest = None if found is None else {"message_count": len(found.messages)}
     if not rows and latest is None and after is None:
-        fail(f"session {session_id!r} has no snapshots for agent {agent_id!r}", EXIT_NOT_FOUND)
+        fail(
+            f"session {session_id!r} has no snapshots for agent {agent_id!r}"
+            + strands_hint(storage_url),
+            EXIT_NOT_FOUND,
+        )
     full_page = bool(rows) and limit is not None and len(rows) == limit
     next_cursor = rows[-1]["snapshot_id"] if full_page else None
     if as_json:

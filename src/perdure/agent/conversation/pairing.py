@@ -218,8 +218,8 @@ def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int]:
             repaired.append(message)
         else:
             changes += changed
-            if content:
-                repaired.append({"role": message["role"], "content": content})
+            if content:  # other keys (a message's metadata) are kept
+                repaired.append({**message, "content": content})
         open_ids = _tool_use_ids(repaired[-1]) if repaired else []
     # Whatever is open in the last message kept is pending: every message after a
     # toolUse either answers it above or is preceded by a placeholder message, so the
