@@ -7,6 +7,7 @@ for the piped case both streams are pipes and stderr must stay empty.
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -89,8 +90,22 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
+def strands_source(root: Path) -> Path:
+    """Three Strands FileSessionManager sessions of two messages each."""
+    for n in range(3):
+        agent_dir = root / f"session_s{n}" / "agents" / "agent_default"
+        (agent_dir / "messages").mkdir(parents=True)
+        (agent_dir / "agent.json").write_text(json.dumps({"agent_id": "default", "state": {}}))
+        for i, role in enumerate(("user", "assistant")):
+            record = {"message": {"role": role, "content": [{"text": f"m{i}"}]}, "message_id": i}
+            (agent_dir / "messages" / f"message_{i}.json").write_text(json.dumps(record))
+    return root
+
+
 def commands(url: str, target: Path) -> dict[str, tuple[list[str], str]]:
+    strands = strands_source(target.parent / "strands")
     return {
+        "migrate": (["migrate", "strands", str(strands), "--to", f"file:{target}"], "migrating"),
         "verify": (["verify", "--store", url], "verifying"),
         "repair": (["repair", "--store", url], "checking"),
         "gc": (["gc", "--store", url, "--ttl", "30d"], "collecting"),
@@ -98,7 +113,7 @@ def commands(url: str, target: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-@pytest.mark.parametrize("name", ["verify", "repair", "gc", "copy"])
+@pytest.mark.parametrize("name", ["verify", "repair", "gc", "copy", "migrate"])
 def test_a_bar_on_a_terminal_nothing_in_a_pipe(url: str, tmp_path: Path, name: str) -> None:
     args, label = commands(url, tmp_path / "copy")[name]
     status, stdout, terminal = on_a_terminal(args)

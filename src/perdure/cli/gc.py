@@ -38,7 +38,7 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
-from perdure.cli.output import format_time, new_table, print_table, progress_bar
+from perdure.cli.output import format_time, new_table, plural, print_table, progress_bar
 from perdure.maintenance import GcReport, gc_checkpoints, gc_store, parse_duration
 from perdure.session.store import SupportsExpiry
 
@@ -281,15 +281,13 @@ def _print(report: GcReport, ttl: str | None) -> None:
         print_table(table, out)
     if report.orphans or report.temp_files:
         out.print(
-            f"{verb} what killed writers left: {len(report.orphans)} empty session"
-            f"{'' if len(report.orphans) == 1 else 's'} of an interrupted fork, "
-            f"{len(report.temp_files)} temp file{'' if len(report.temp_files) == 1 else 's'}"
+            f"{verb} what killed writers left: {plural(len(report.orphans), 'empty session')} "
+            f"of an interrupted fork, {plural(len(report.temp_files), 'temp file')}"
         )
     sessions, checkpoints = len(report.expired), len(report.pruned)
     out.print(
-        f"{verb} {sessions} of {report.sessions_checked} session"
-        f"{'' if report.sessions_checked == 1 else 's'} and {checkpoints} checkpoint"
-        f"{'' if checkpoints == 1 else 's'}"
+        f"{verb} {sessions} of {plural(report.sessions_checked, 'session')} and "
+        f"{plural(checkpoints, 'checkpoint')}"
     )
 
 

@@ -8,12 +8,12 @@ source layouts are described there.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import Progress
 from rich.text import Text
 
 from perdure.cli._common import (
@@ -26,7 +26,7 @@ from perdure.cli._common import (
     json_option,
     run,
 )
-from perdure.cli.output import new_table, print_table
+from perdure.cli.output import new_table, print_table, progress_bar
 from perdure.migrate.langgraph import (
     LangGraphMigrationReport,
     ThreadMigration,
@@ -146,18 +146,24 @@ def _render(report: MigrationReport) -> None:
 _Entry = SessionMigration | OpenAIAgentsMigration | ThreadMigration
 
 
-def _progress_bar() -> tuple[Progress | None, Callable[[_Entry, int, int], None] | None]:
-    err = console(stderr=True)
-    if not err.is_terminal:
+def _progress_bar() -> tuple[
+    contextlib.ExitStack | None, Callable[[_Entry, int, int], None] | None
+]:
+    """The shared progress bar (:func:`perdure.cli.output.progress_bar`), already shown.
+
+    ``(None, None)`` when stderr is not a terminal; else the stack that removes the
+    bar when closed, and the migration's ``progress(entry, done, total)`` callback.
+    """
+    stack = contextlib.ExitStack()
+    update = stack.enter_context(progress_bar("migrating"))
+    if update is None:
+        stack.close()
         return None, None
-    progress = Progress(console=err, transient=True)
-    task = progress.add_task("migrating", total=None)
 
-    def advance(entry: _Entry, done: int, total: int) -> None:
-        name = entry.thread_id if isinstance(entry, ThreadMigration) else entry.session_id
-        progress.update(task, completed=done, total=total, description=name)
+    def advance(_entry: _Entry, done: int, total: int) -> None:
+        update(done, total)
 
-    return progress, advance
+    return stack, advance
 
 
 @click.group()
@@ -209,8 +215,6 @@ def strands(
     store = _open_target(store_url, dry_run=dry_run)
     progress, advance = (None, None) if as_json else _progress_bar()
     try:
-        if progress is not None:
-            progress.start()
         report = run(
             migrate_strands(
                 source_dir,
@@ -223,7 +227,7 @@ def strands(
         )
     finally:
         if progress is not None:
-            progress.stop()
+            progress.close()
         _close(store)
     if not report.sessions and not report.skipped_files:
         fail(
@@ -352,8 +356,6 @@ def openai_agents(
     store = _open_target(store_url, dry_run=dry_run)
     progress, advance = (None, None) if as_json else _progress_bar()
     try:
-        if progress is not None:
-            progress.start()
         try:
             report = run(
                 migrate_openai_agents(
@@ -370,7 +372,7 @@ def openai_agents(
             raise click.BadParameter(str(exc), param_hint="--from") from None
     finally:
         if progress is not None:
-            progress.stop()
+            progress.close()
         _close(store)
     if not report.sessions:
         fail(f"no OpenAI Agents sessions in {str(source)!r}", EXIT_NOT_FOUND)
@@ -488,8 +490,6 @@ def langgraph(
         raise click.BadParameter(str(exc), param_hint="--prefix") from None
     progress, advance = (None, None) if as_json else _progress_bar()
     try:
-        if progress is not None:
-            progress.start()
         try:
             report = run(
                 migrate_langgraph(
@@ -504,7 +504,7 @@ def langgraph(
             ) from None
     finally:
         if progress is not None:
-            progress.stop()
+            progress.close()
         _close(storage)
     if not report.threads:
         fail(f"no LangGraph threads in {str(source)!r}", EXIT_NOT_FOUND)

@@ -31,7 +31,7 @@ from perdure.cli._common import (
     json_option,
     run,
 )
-from perdure.cli.output import new_table, plural, print_table
+from perdure.cli.output import format_time, new_table, plural, print_table
 from perdure.cli.render import rich_message, shorten
 from perdure.errors import SessionCorruptedError, SnapshotError, StorageError
 from perdure.models.stream import ModelStreamEvent
@@ -284,12 +284,16 @@ def list_command(
     else:
         out = console()
         table = new_table(title=f"snapshots of {session_id} (agent {agent_id})")
-        for column in ("#", "snapshot id", "created (UTC)", "messages"):
+        for column in ("#", "snapshot id", "created", "messages"):
             table.add_column(column, justify="right" if column in ("#", "messages") else "left")
         for number, row in enumerate(rows, start=1):
             count = row.get("error") or str(row["message_count"])
             table.add_row(
-                str(number), row["snapshot_id"], row["created_at"], Text(count), end_section=False
+                str(number),
+                row["snapshot_id"],
+                format_time(row["created_at"]),
+                Text(count),
+                end_section=False,
             )
         print_table(table, out)
         if latest is None:
@@ -359,7 +363,7 @@ def show(
     table.add_column("value")
     rows = [
         ("agent", agent_id),
-        ("created (UTC)", info["created_at"] or "—"),
+        ("created", format_time(info["created_at"]) or "—"),
         ("messages", str(len(messages))),
         ("state keys", ", ".join(info["state_keys"]) or "—"),
         ("conversation manager", json.dumps(manager_state, ensure_ascii=False)),

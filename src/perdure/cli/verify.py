@@ -30,7 +30,7 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
-from perdure.cli.output import new_table, print_table, progress_bar
+from perdure.cli.output import new_table, plural, print_table, progress_bar
 from perdure.maintenance import (
     Damage,
     RepairReport,
@@ -102,8 +102,8 @@ def _exit(missing: tuple[str, ...], clean: bool) -> None:
 def _print_verify(report: VerifyReport, store_url: str, *, repairable: bool) -> None:
     out = console()
     checked = (
-        f"{report.sessions_checked} session{_s(report.sessions_checked)} and "
-        f"{report.checkpoints_checked} checkpoint{_s(report.checkpoints_checked)}"
+        f"{plural(report.sessions_checked, 'session')} and "
+        f"{plural(report.checkpoints_checked, 'checkpoint')}"
     )
     if report.clean:
         found = (
@@ -114,8 +114,8 @@ def _print_verify(report: VerifyReport, store_url: str, *, repairable: bool) -> 
     print_table(damage_table(report.damage), out)
     sessions = report.damaged_sessions
     out.print(
-        f"[red]✗[/] {len(sessions)} of {report.sessions_checked} session"
-        f"{_s(report.sessions_checked)} damaged ({checked} verified)"
+        f"[red]✗[/] {len(sessions)} of {plural(report.sessions_checked, 'session')} "
+        f"damaged ({checked} verified)"
     )
     if repairable:
         out.print(
@@ -199,7 +199,7 @@ def _print_repair(report: RepairReport) -> None:
         and not report.moved_files
     ):
         checked = report.sessions_checked
-        out.print(f"[green]✓[/] {checked} session{_s(checked)} verified: nothing to repair")
+        out.print(f"[green]✓[/] {plural(checked, 'session')} verified: nothing to repair")
         return
     if report.dry_run:
         out.print(
@@ -270,22 +270,18 @@ def _print_repair(report: RepairReport) -> None:
         pass  # only checkpoints: their table said it all
     else:
         verb = "would move" if report.dry_run else "moved"
-        out.print(f"{verb} {moved} record{_s(moved)} of {sessions} session{_s(sessions)}")
+        out.print(f"{verb} {plural(moved, 'record')} of {plural(sessions, 'session')}")
     missing = report.missing_records
     if missing:
         gaps = sum(1 for s in report.sessions if s.gaps)
         keep = "would be kept" if report.dry_run else "were kept"
         them = "it" if missing == 1 else "them"
         out.print(
-            f"{missing} record{_s(missing)} already missing from the journal of {gaps} "
-            f"session{_s(gaps)} (lines deleted?): nothing can bring {them} back; the "
+            f"{plural(missing, 'record')} already missing from the journal of "
+            f"{plural(gaps, 'session')} (lines deleted?): nothing can bring {them} back; the "
             f"records around {them} {keep}",
             soft_wrap=True,
         )
     for item in report.sessions:
         if item.detail is not None:
             out.print(f"{item.session_id}: {item.status}: {item.detail}", style="dim")
-
-
-def _s(count: int) -> str:
-    return "" if count == 1 else "s"
