@@ -4,11 +4,14 @@
 success or error case, its output must hold no Python traceback, the command must
 not end in an exception other than ``SystemExit``, and its stdout — never a
 terminal under ``CliRunner``, so "piped" — must hold no box-drawing character.
+``subprocess.run`` is wrapped too: a ``perdure`` process a test runs (``python -m
+perdure …`` or the README's shell blocks) must print no traceback either.
 """
 
 from __future__ import annotations
 
 import itertools
+import subprocess
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,3 +49,15 @@ def output_rules(monkeypatch: pytest.MonkeyPatch) -> None:
         return result
 
     monkeypatch.setattr(CliRunner, "invoke", checked)
+
+    run = subprocess.run
+
+    def checked_run(*args: Any, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+        done = run(*args, **kwargs)
+        if "perdure" in str(args[0] if args else kwargs.get("args")):
+            for stream in (done.stdout, done.stderr):
+                text = stream.decode(errors="replace") if isinstance(stream, bytes) else stream
+                assert TRACEBACK not in (text or ""), text
+        return done
+
+    monkeypatch.setattr(subprocess, "run", checked_run)
