@@ -196,3 +196,14 @@ def test_sessions_list_shows_time_to_expiry_with_a_ttl(url: str) -> None:
     assert lines[0].split("\t") == ["id", "created", "updated", "messages", "expires in"]
     rows = {line.split("\t")[0]: line.split("\t")[4] for line in lines[1:]}
     assert rows["fresh"].startswith(("59m", "1h")), rows
+
+
+@pytest.mark.parametrize("args", [[], ["sessions"], ["memory"]])
+def test_a_bare_group_shows_its_help_not_an_error(args: list[str]) -> None:
+    result = invoke(*args)
+    shown = result.stdout + result.stderr
+    assert shown.startswith(
+        (f"Usage: {' '.join(['cli', *args])} ", f"Usage: {' '.join(['perdure', *args])} ")
+    ), shown
+    assert "error:" not in shown
+    assert "Commands:" in shown

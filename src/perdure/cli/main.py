@@ -53,6 +53,9 @@ class PerdureGroup(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # bare `perdure` or a bare group
+            exc.show()  # the help, as click shows it
+            sys.exit(exc.exit_code)
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else "perdure"
             message = one_line(exc.format_message()).rstrip(".")
