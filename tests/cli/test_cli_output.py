@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -22,8 +23,10 @@ from perdure import Agent
 from perdure.cli._common import EXIT_NOT_FOUND, EXIT_USAGE
 from perdure.cli.main import cli
 from perdure.cli.output import BOX_CHARACTERS, format_time, plural
+from perdure.cli.sessions import select_sessions
 from perdure.models import ScriptedModel
-from perdure.session import Session, open_store
+from perdure.session import Session, SessionMeta, open_store
+from perdure.session.expiry import epoch_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -155,36 +158,60 @@ def ids(result: Result) -> list[str]:
     return [s["session_id"] for s in json.loads(result.stdout)["sessions"]]
 
 
+def newest_first(sessions: list[dict[str, Any]], field: str) -> list[str]:
+    """Session ids by ``field`` (an ISO time), newest first, ties by id."""
+    in_id_order = sorted(sessions, key=lambda s: s["session_id"])
+    return [
+        s["session_id"]
+        for s in sorted(in_id_order, key=lambda s: epoch_of(s[field]) or 0.0, reverse=True)
+    ]
+
+
+def test_select_sessions_orders_by_time_newest_first() -> None:
+    def meta(session_id: str, created: str, updated: str) -> SessionMeta:
+        return SessionMeta(session_id, created, updated, 1)
+
+    metas = [
+        meta("a", "2025-01-01T10:00:00Z", "2025-01-03T10:00:00Z"),
+        meta("b", "2025-01-02T10:00:00Z", "2025-01-02T10:00:00Z"),
+        meta("c", "2025-01-02T10:00:00+00:00", "2025-01-04T09:00:00+02:00"),  # 07:00Z
+        meta("d", "", ""),  # unreadable times sort last
+    ]
+    names = lambda found: [m.session_id for m in found]  # noqa: E731
+    select = select_sessions
+    assert names(select(metas, sort="updated", after=None, match=None)) == ["c", "a", "b", "d"]
+    assert names(select(metas, sort="created", after=None, match=None)) == ["b", "c", "a", "d"]
+    assert names(select(metas, sort="id", after="b", match=None)) == ["c", "d"]
+    assert names(select(metas, sort="updated", after="a", match=None)) == ["b", "d"]
+    assert names(select(metas, sort="updated", after=None, match="[ab]")) == ["a", "b"]
+    with pytest.raises(ValueError, match="--after"):
+        select(metas, sort="created", after="zz", match=None)
+    with pytest.raises(ValueError, match="--sort"):
+        select(metas, sort="size", after=None, match=None)
+
+
 def test_sessions_list_sorts_filters_and_pages(url: str) -> None:
+    talk(url, "user-b", 1)  # touched last
     listed = invoke("sessions", "list", "-s", url, "--json")
-    by_id = ids(listed)
-    assert by_id == ["bot-c", "user-a", "user-b"]
-    created = sorted(
-        json.loads(listed.stdout)["sessions"], key=lambda s: s["created_at"], reverse=True
-    )
-    assert ids(invoke("sessions", "list", "-s", url, "--sort", "created", "--json")) == [
-        s["session_id"] for s in created
-    ]
-    assert [s["session_id"] for s in created] == ["bot-c", "user-a", "user-b"]  # newest first
-    talk(url, "user-b", 1)  # touched last: first by update, not by creation
-    updated = ids(invoke("sessions", "list", "-s", url, "--sort", "updated", "--json"))
-    assert updated == ["user-b", "bot-c", "user-a"]
-    assert ids(invoke("sessions", "list", "-s", url, "--sort", "created", "--json")) == [
-        "bot-c",
-        "user-a",
-        "user-b",
-    ]
+    sessions = json.loads(listed.stdout)["sessions"]
+    assert ids(listed) == ["bot-c", "user-a", "user-b"]
+    by_update = newest_first(sessions, "updated_at")
+    by_creation = newest_first(sessions, "created_at")
+    assert ids(invoke("sessions", "list", "-s", url, "--sort", "updated", "--json")) == by_update
+    assert ids(invoke("sessions", "list", "-s", url, "--sort", "created", "--json")) == by_creation
     assert ids(invoke("sessions", "list", "-s", url, "--match", "user-*", "--json")) == [
         "user-a",
         "user-b",
     ]
+    first, second = by_update[:2]
     page = invoke("sessions", "list", "-s", url, "--sort", "updated", "--limit", "1", "--json")
-    assert (ids(page), json.loads(page.stdout)["next_after"]) == (["user-b"], "user-b")
-    rest = invoke("sessions", "list", "-s", url, "--sort", "updated", "--after", "user-b", "--json")
-    assert ids(rest) == ["bot-c", "user-a"]
+    assert (ids(page), json.loads(page.stdout)["next_after"]) == ([first], first)
+    rest = invoke("sessions", "list", "-s", url, "--sort", "updated", "--after", first, "--json")
+    assert ids(rest) == by_update[1:]
     human = invoke("sessions", "list", "-s", url, "--sort", "updated", "--limit", "1")
-    assert "more: --after user-b --sort updated" in human.stderr
-    assert human.stdout.splitlines()[1].split("\t")[:1] == ["user-b"]
+    assert f"more: --after {first} --sort updated" in human.stderr
+    assert human.stdout.splitlines()[1].split("\t")[:1] == [first]
+    assert second != first
 
 
 def test_sessions_list_shows_time_to_expiry_with_a_ttl(url: str) -> None:
@@ -207,3 +234,24 @@ def test_a_bare_group_shows_its_help_not_an_error(args: list[str]) -> None:
     ), shown
     assert "error:" not in shown
     assert "Commands:" in shown
+
+
+def test_store_before_the_command_is_the_target_of_a_migration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PERDURE_STORE", raising=False)
+    source = tmp_path / "strands" / "session_trip" / "agents" / "agent_default"
+    (source / "messages").mkdir(parents=True)
+    (source / "agent.json").write_text(json.dumps({"agent_id": "default", "state": {}}))
+    record = {"message": {"role": "user", "content": [{"text": "hi"}]}, "message_id": 0}
+    (source / "messages" / "message_0.json").write_text(json.dumps(record))
+    target = f"file:{tmp_path / 'store'}"
+    done = invoke("--store", target, "migrate", "strands", str(tmp_path / "strands"), "--json")
+    assert done.exit_code == 0, done.stderr
+    assert json.loads(done.stdout)["counts"]["imported"] == 1
+    listed = invoke("sessions", "list", "-s", target, "--json")
+    assert [s["session_id"] for s in json.loads(listed.stdout)["sessions"]] == ["trip"]
+    missing = invoke("migrate", "strands", str(tmp_path / "strands"))
+    assert missing.exit_code == EXIT_USAGE
+    assert missing.stderr.startswith("error: Missing option '--to'")
+    assert missing.stderr.count("\n") == 1

@@ -78,6 +78,20 @@ def _resolve_store(ctx: click.Context, param: click.Parameter, value: str | None
     return value if value is not None else DEFAULT_STORE
 
 
+def resolve_target_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """A required store option with another name (``--to``): it, else ``--store`` given
+    before the command, else the environment; missing altogether is a usage error."""
+    source = ctx.get_parameter_source(param.name or "store_url")
+    if source is click.core.ParameterSource.COMMANDLINE and value is not None:
+        return value
+    before = remembered_store(ctx)
+    if before is not None:
+        return before
+    if value is None:
+        raise click.MissingParameter(ctx=ctx, param=param)
+    return value
+
+
 def remembered_store(ctx: click.Context) -> str | None:
     """The ``--store`` given before the command (``perdure --store URL sessions list``)."""
     before = ctx.meta.get(_STORE_KEY)

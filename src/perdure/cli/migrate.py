@@ -24,6 +24,7 @@ from perdure.cli._common import (
     fail,
     handle_errors,
     json_option,
+    resolve_target_store,
     run,
 )
 from perdure.cli.output import new_table, print_table, progress_bar
@@ -180,10 +181,14 @@ def migrate() -> None:
 @click.option(
     "--to",
     "store_url",
-    required=True,
+    default=None,
     envvar="PERDURE_STORE",
     metavar="URL",
-    help="The perdure store to import into: file:DIR or sqlite:PATH (env PERDURE_STORE).",
+    callback=resolve_target_store,
+    help=(
+        "The perdure store to import into: file:DIR or sqlite:PATH (env PERDURE_STORE; "
+        "or --store before the command)."
+    ),
 )
 @click.option("--dry-run", is_flag=True, help="Read and convert everything; write nothing.")
 @click.option("--overwrite", is_flag=True, help="Replace sessions that already exist in the store.")
@@ -309,11 +314,12 @@ def _sqlite_source(url: str) -> Path:
 @click.option(
     "--to",
     "store_url",
-    required=True,
+    default=None,
     envvar="PERDURE_STORE",
     metavar="URL",
+    callback=resolve_target_store,
     help="The perdure store to import into: file:DIR, sqlite:PATH, postgresql://…, "
-    "redis://… (env PERDURE_STORE).",
+    "redis://… (env PERDURE_STORE; or --store before the command).",
 )
 @click.option(
     "--sessions-table",
