@@ -22,6 +22,7 @@ EXPECTED_CODES = {
     "CheckpointError": "checkpoint_error",
     "SnapshotError": "snapshot_error",
     "FilterFailedError": "filter_failed",
+    "DecryptionError": "decryption",
     "ModelError": "model_error",
     "MemoryStoreError": "memory_store_error",
     "StorageError": "storage_error",

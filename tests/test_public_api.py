@@ -32,6 +32,7 @@ PUBLIC_MODULES = [
     "perdure.agent",
     "perdure.agent.conversation",
     "perdure.bidi",
+    "perdure.crypto",
     "perdure.errors",
     "perdure.hooks",
     "perdure.hygiene",

@@ -7,19 +7,16 @@ a PostgreSQL schema of its own (``APP_NAME``), deleted after it.
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-import postgres_server
-import redis_server
+import doc_examples
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TEXT = README.read_text(encoding="utf-8")
-PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)
+PYTHON_BLOCKS = doc_examples.blocks(TEXT, "python")
 
 
 def test_quick_start_is_one_bash_block_of_two_self_contained_lines() -> None:
@@ -43,22 +40,6 @@ def test_readme_has_examples() -> None:
 SERVER_BLOCKS = [i for i, block in enumerate(PYTHON_BLOCKS) if "REDIS_URL" in block]
 
 
-@pytest.fixture
-def servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The test servers in the environment an example reads, cleaned after it."""
-    redis_url = redis_server.require_server()
-    postgres_server.require_server()
-    app = postgres_server.new_schema_name()
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("DATABASE_URL", postgres_server.DSN)
-    monkeypatch.setenv("APP_NAME", app)
-    try:
-        yield
-    finally:
-        redis_server.drop_prefix(f"{app}:")
-        postgres_server.drop_schema(app)
-
-
 def test_the_production_layout_is_shown() -> None:
     assert len(SERVER_BLOCKS) == 1
     block = PYTHON_BLOCKS[SERVER_BLOCKS[0]]
@@ -67,38 +48,12 @@ def test_the_production_layout_is_shown() -> None:
     assert "checkpoints=checkpoints" in block
 
 
-def _require_openai_agents() -> None:
-    """Skip an example of the ``[openai-agents]`` extra without it (fail under CI=true)."""
-    try:
-        import agents  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip("the OpenAI Agents SDK is not installed: pip install 'perdure[openai-agents]'")
-
-
-def _require_langgraph() -> None:
-    """Skip an example of the ``[langgraph]`` extra without it (fail under CI=true)."""
-    try:
-        import langgraph.checkpoint.sqlite
-        import langgraph.graph  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip("LangGraph is not installed: pip install 'perdure[langgraph]'")
-
-
 @pytest.mark.parametrize("index", [i for i in range(len(PYTHON_BLOCKS)) if i not in SERVER_BLOCKS])
 def test_readme_example_runs(index: int) -> None:
-    if "perdure.adapters.openai_agents" in PYTHON_BLOCKS[index]:
-        _require_openai_agents()
-    if "perdure.adapters.langgraph" in PYTHON_BLOCKS[index]:
-        _require_langgraph()
-    code = compile(PYTHON_BLOCKS[index], f"README.md example {index + 1}", "exec")
-    exec(code, {"__name__": f"readme_example_{index}"})
+    doc_examples.run_python(PYTHON_BLOCKS[index], f"README.md example {index + 1}")
 
 
 @pytest.mark.parametrize("index", SERVER_BLOCKS)
-def test_readme_server_example_runs(index: int, servers: None) -> None:
-    code = compile(PYTHON_BLOCKS[index], f"README.md example {index + 1}", "exec")
-    exec(code, {"__name__": f"readme_example_{index}"})
+def test_readme_server_example_runs(index: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    with doc_examples.server_env(monkeypatch):
+        doc_examples.run_python(PYTHON_BLOCKS[index], f"README.md example {index + 1}")

@@ -24,6 +24,7 @@ The tree::
     ├── SchemaVersionError            schema_version
     ├── MemoryStoreError              memory_store_error
     │   └── MemoryStoreLockedError    memory_store_locked
+    ├── DecryptionError               decryption
     ├── StorageError                  storage_error
     │   ├── StorageLockedError        storage_locked
     │   └── StorageConflictError      storage_conflict
@@ -64,6 +65,7 @@ __all__ = [
     "CheckpointImportError",
     "CheckpointNotFoundError",
     "ContextWindowOverflowError",
+    "DecryptionError",
     "FilterFailedError",
     "MemoryStoreError",
     "MemoryStoreLockedError",
@@ -179,6 +181,19 @@ class FilterFailedError(PerdureError):
     """
 
     code = "filter_failed"
+
+
+class DecryptionError(PerdureError):
+    """An encrypted record could not be decrypted: nothing garbled is ever returned.
+
+    A wrong key, a key the cipher does not hold, altered bytes, or an encrypted
+    record read without a cipher. ``details["reason"]`` says which
+    (``"unknown_key"``, ``"authentication_failed"``, ``"no_cipher"``,
+    ``"not_encrypted"``, …) and ``details["key_id"]`` names the record's key when it
+    is known; the key itself is never in the message.
+    """
+
+    code = "decryption"
 
 
 class StoreUnavailableError(PerdureError, ConnectionError):

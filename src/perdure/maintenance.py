@@ -16,7 +16,10 @@ Guarantees:
   hash chain, every segment, attachments, the agent state) and every checkpoint's
   ``get`` (its sha256). It never stops at the first damage: each damaged session and
   checkpoint is reported with the kind of damage and where it is (file and byte
-  offset, or row); a damaged checkpoint hides none of the others.
+  offset, or row); a damaged checkpoint hides none of the others. An encrypted
+  store (SPEC §9) verifies without its keys: every hash covers the ciphertext and
+  is checked before anything is decrypted, so a ``DecryptionError`` from a read
+  without the key means the bytes matched their hashes.
 - :func:`repair_store` in dry run (the default) writes nothing to the store: it
   runs the store's own quarantine on a scratch copy of each damaged session, so what
   it reports is exactly what ``dry_run=False`` would move. Applied, it reads each
@@ -65,9 +68,11 @@ from perdure.checkpoints.store import (
     get_named_checkpoint,
     scan_checkpoints,
     seal_checkpoint_bytes,
+    stored_meta,
 )
 from perdure.errors import (
     CheckpointNotFoundError,
+    DecryptionError,
     SessionCorruptedError,
     SessionLockedError,
     SessionNotFoundError,
@@ -544,6 +549,8 @@ async def verify_store(
             continue
         except SessionCorruptedError as exc:
             damage.append(_damage(exc, session_id))
+        except DecryptionError:
+            pass  # encrypted, read without its key: raised only once the hashes held
         except OSError as exc:
             damage.append(Damage(session_id, "unreadable", str(exc)))
         sessions_checked += 1
@@ -621,6 +628,8 @@ async def _verify_checkpoints(
             continue  # deleted since it was listed
         except SessionCorruptedError as exc:
             damage.append(_damage(exc, session_id, checkpoint_id=checkpoint_id))
+        except DecryptionError:
+            pass  # encrypted, read without its key: its sha256 held
         except OSError as exc:
             damage.append(Damage(session_id, "unreadable", str(exc), checkpoint_id=checkpoint_id))
         checked += 1
@@ -710,7 +719,9 @@ async def repair_store(
         strict = FileSessionStore(root)
     elif isinstance(store, FileSessionStore):
         root = store.root
-        strict = store if store.recovery == "strict" else FileSessionStore(root)
+        strict = (
+            store if store.recovery == "strict" else FileSessionStore(root, cipher=store.cipher)
+        )
     else:
         raise TypeError(
             f"repair works on file and SQLite stores only (quarantine moves records), "
@@ -734,6 +745,7 @@ async def repair_store(
         recovery="quarantine",
         on_recovery=reports.append,
         quarantine_dir=qdir,
+        cipher=strict.cipher,  # an encrypted store heals with its key
     )
     repairs: list[SessionRepair] = []
     checkpoint_repairs: list[CheckpointRepair] = []
@@ -806,10 +818,15 @@ def _read_if_damaged(path: Path, session_id: str, checkpoint_id: str) -> bytes |
     except FileNotFoundError:
         return None
     try:
-        record = CheckpointRecord.from_json_bytes(data)
+        meta = CheckpointRecord.from_json_bytes(data).meta
+    except DecryptionError:  # encrypted: its sha256 and meta are checked without the key
+        try:
+            meta = stored_meta(data)
+        except ValueError:
+            return data
     except ValueError:
         return data
-    intact = (record.meta.session_id, record.meta.checkpoint_id) == (session_id, checkpoint_id)
+    intact = (meta.session_id, meta.checkpoint_id) == (session_id, checkpoint_id)
     return None if intact else data
 
 
@@ -817,7 +834,7 @@ def _sealed_or_none(data: bytes, session_id: str, checkpoint_id: str) -> bytes |
     """``data`` sealed, when it is an intact unsealed record of this checkpoint."""
     try:
         sealed = seal_checkpoint_bytes(data)
-    except ValueError:
+    except (ValueError, DecryptionError):  # damaged, or encrypted: nothing to seal
         return None
     meta = CheckpointRecord.from_json_bytes(sealed).meta
     return sealed if (meta.session_id, meta.checkpoint_id) == (session_id, checkpoint_id) else None
@@ -992,6 +1009,7 @@ async def _plan(strict: FileSessionStore, found: Damage) -> SessionRepair:
             return SessionRepair(session_id, "unrepairable", found, detail=str(exc))
         rehearsal = FileSessionStore(
             copy_root,
+            cipher=strict.cipher,
             durability="none",
             recovery="quarantine",
             on_recovery=reports.append,

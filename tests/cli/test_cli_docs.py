@@ -6,10 +6,7 @@ that it names every top-level command and that its shell session runs.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +14,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import doc_examples
 from perdure.cli.main import cli
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -91,31 +89,6 @@ def test_every_top_level_command_is_in_the_readme(name: str) -> None:
 
 def test_the_readme_cli_session_runs(tmp_path: Path) -> None:
     """The section's ``bash`` blocks run in a fresh directory with this perdure."""
-    blocks = re.findall(r"```bash\n(.*?)```", readme_section(), flags=re.S)
+    blocks = doc_examples.blocks(readme_section(), "bash")
     assert blocks, f"README.md's {SECTION!r} section has no ```bash block"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    launcher = bin_dir / "perdure"
-    launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m perdure "$@"\n')
-    launcher.chmod(0o755)
-    work = tmp_path / "work"
-    work.mkdir()
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "NO_COLOR": "1",
-    }
-    env.pop("PERDURE_STORE", None)
-    for block in blocks:
-        proc = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", block],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert proc.returncode == 0, (
-            f"{block}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-        )
+    doc_examples.run_bash(blocks, tmp_path, label=f"README.md {SECTION!r}")

@@ -22,7 +22,13 @@ from typing import Any
 import pytest
 from memory_fakes import WordEmbedder
 
-from perdure.errors import MemoryStoreError, SchemaVersionError, StoreUnavailableError
+from crypto_keys import K2, cipher
+from perdure.errors import (
+    DecryptionError,
+    MemoryStoreError,
+    SchemaVersionError,
+    StoreUnavailableError,
+)
 from perdure.memory import MemoryStore, MiniLMEmbedder, has_method
 from perdure.testing import MemoryStoreSuite
 from perdure.testing.memory import MemoryStoreFactory
@@ -87,6 +93,31 @@ class TestHybridPostgresMemoryStoreContract(MemoryStoreSuite):
     ) -> MemoryStoreFactory:
         _require(HAVE_NUMPY, "numpy")
         return lambda namespace: opened(namespace, embedder=WordEmbedder())
+
+
+class TestEncryptedPostgresMemoryStoreContract(MemoryStoreSuite):
+    @pytest.fixture
+    def memory_store_factory(
+        self, opened: Callable[..., PostgresMemoryStore]
+    ) -> MemoryStoreFactory:
+        return lambda namespace: opened(namespace, cipher=cipher())
+
+
+async def test_encrypted_memories_leave_no_text_in_any_row(
+    opened: Callable[..., PostgresMemoryStore], schema: str
+) -> None:
+    store = opened("u", cipher=cipher())
+    await store.add("write to alice.smith@example.com about the zebra", metadata={"m": "zebra"})
+    await store.add("WRITE to alice.smith@example.com  about the zebra")  # a duplicate
+    assert await store.count() == 1
+    (found,) = await store.search("zebra", limit=3)
+    assert found.metadata["m"] == "zebra"
+    dump = repr(execute(f'SELECT * FROM "{schema}".perdure_memories'))
+    assert "~pd1~" in dump
+    assert "zebra" not in dump
+    assert "alice" not in dump
+    with pytest.raises(DecryptionError):
+        await opened("u").list()
 
 
 def test_it_is_a_full_memory_store_and_the_constructor_does_no_io() -> None:
@@ -439,3 +470,23 @@ async def test_minilm_hybrid_recall_without_shared_words(
     )
     found = await store.search("Which colour scheme suits my screen at night?", limit=1)
     assert contents(found) == ["The user prefers dark mode in every app."]
+
+
+async def test_rotate_keys_re_encrypts_the_namespace(
+    opened: Callable[..., PostgresMemoryStore],
+) -> None:
+    from perdure.crypto import AESGCMCipher
+
+    old = opened("u", cipher=cipher("k1"))
+    await old.add("the zebra likes tea", metadata={"m": 1})
+    await old.add("the lion likes coffee")
+    rotating = opened("u", cipher=cipher("k2"))
+    assert await rotating.rotate_keys(batch_size=1) == 2
+    assert await rotating.rotate_keys() == 0
+    only_k2 = opened("u", cipher=AESGCMCipher(keys={"k2": K2}, active="k2"))
+    assert sorted(e.content for e in await only_k2.list()) == [
+        "the lion likes coffee",
+        "the zebra likes tea",
+    ]
+    await only_k2.add("THE ZEBRA  likes tea")  # deduplicated under the new key
+    assert await only_k2.count() == 2

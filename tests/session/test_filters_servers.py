@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import session_stores
+from server_bytes import postgres_bytes, redis_bytes
 from session_stores import make_store
 
 from perdure import Agent
@@ -33,58 +33,6 @@ from pii import (
     pii_script,
     run,
 )
-
-
-def _postgres_bytes() -> bytes:
-    import psycopg
-
-    from postgres_server import DSN
-
-    (schema,) = session_stores.PG_SCHEMAS
-    out: list[bytes] = []
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        tables = conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
-            (schema,),
-        ).fetchall()
-        assert tables
-        for (table,) in tables:
-            for row in conn.execute(f'SELECT * FROM "{schema}"."{table}"'):
-                for value in row:
-                    out.append(bytes(value) if isinstance(value, bytes | memoryview) else
-                               str(value).encode())  # fmt: skip
-    return b"\n".join(out)
-
-
-def _redis_bytes() -> bytes:
-    from redis_server import client
-
-    (prefix,) = session_stores.REDIS_PREFIXES
-    out: list[bytes] = []
-    with client() as c:
-        keys = list(c.scan_iter(match=prefix + "*", count=1000))
-        assert keys
-        for key in keys:
-            kind = c.type(key).decode()
-            out.append(key)
-            if kind == "string":
-                out.append(c.get(key))
-            elif kind == "hash":
-                for field, value in c.hgetall(key).items():
-                    out.extend((field, value))
-            elif kind == "list":
-                out.extend(c.lrange(key, 0, -1))
-            elif kind == "set":
-                out.extend(c.smembers(key))
-            elif kind == "zset":
-                out.extend(member for member, _ in c.zrange(key, 0, -1, withscores=True))
-            elif kind == "stream":
-                for _, fields in c.xrange(key):
-                    for field, value in fields.items():
-                        out.extend((field, value))
-            else:
-                raise AssertionError(f"key {key!r} of type {kind} is not read by this test")
-    return b"\n".join(out)
 
 
 def _run(store: SessionStore, filters: list[Any], read: Any) -> tuple[bytes, bytes]:
@@ -107,7 +55,7 @@ def _run(store: SessionStore, filters: list[Any], read: Any) -> tuple[bytes, byt
 @pytest.mark.parametrize("kind", ["postgres", "redis"])
 def test_a_filtered_session_leaves_no_pii_on_the_server(kind: str, tmp_path: Path) -> None:
     store = make_store(kind, tmp_path)
-    read = _postgres_bytes if kind == "postgres" else _redis_bytes
+    read = postgres_bytes if kind == "postgres" else redis_bytes
     before, exported = _run(store, [PIIRedactor()], read)
     written = read()
     for secret in SECRETS:
@@ -128,6 +76,6 @@ def test_the_server_check_finds_what_an_unfiltered_session_stores(
     kind: str, tmp_path: Path
 ) -> None:
     store = make_store(kind, tmp_path)
-    before, _ = _run(store, [], _postgres_bytes if kind == "postgres" else _redis_bytes)
+    before, _ = _run(store, [], postgres_bytes if kind == "postgres" else redis_bytes)
     for secret in SECRETS:
         assert_found(before, secret)

@@ -20,4 +20,9 @@ def test_the_smallest_benchmark_prints_a_row_per_store(
     for row in measured.values():
         assert row[1] == "120"
         assert all(float(value) > 0 for value in row[2:])  # every figure was measured
+    encrypted = {row[0]: row for row in rows if row and row[0] in ("file+aes", "sqlite+aes")}
+    assert set(encrypted) == {"file+aes", "sqlite+aes"}
+    for row in encrypted.values():
+        assert row[1] == "120"
+        assert all(float(value) > 0 for value in row[2:])
     assert list(tmp_path.iterdir()) == []  # the benchmark cleans up after itself

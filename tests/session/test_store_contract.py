@@ -66,3 +66,40 @@ class TestMemorySessionStore(SessionStoreSuite):
             return make_store("memory", Path(), **options)
 
         return factory
+
+
+# Encryption at rest (SPEC §9): the same contract with every body, state and
+# checkpoint encrypted; the suite sees no difference.
+
+
+def _cipher() -> object:
+    from perdure.crypto import AESGCMCipher
+
+    return AESGCMCipher(keys={"k1": bytes(range(32))}, active="k1")
+
+
+class TestEncryptedSQLiteSessionStore(TestSQLiteSessionStore):
+    def stored_message_count(self, store: SessionStore, needle: str) -> int | None:
+        return None  # the bodies are ciphertext: no needle to find
+
+    @pytest.fixture
+    def store_factory(self, tmp_path: Path) -> StoreFactory:
+        return lambda **options: make_store("sqlite", tmp_path, cipher=_cipher(), **options)
+
+
+class TestEncryptedMemorySessionStore(TestMemorySessionStore):
+    @pytest.fixture
+    def store_factory(self) -> StoreFactory:
+        def factory(**options: object) -> SessionStore:
+            return make_store("memory", Path(), cipher=_cipher(), **options)
+
+        return factory
+
+
+class TestEncryptedFileSessionStore(TestFileSessionStore):
+    def stored_message_count(self, store: SessionStore, needle: str) -> int | None:
+        return None  # the bodies are ciphertext: no needle to find
+
+    @pytest.fixture
+    def store_factory(self, tmp_path: Path) -> StoreFactory:
+        return lambda **options: make_store("file", tmp_path, cipher=_cipher(), **options)

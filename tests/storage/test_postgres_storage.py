@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from crypto_keys import cipher
 from perdure.errors import (
     SchemaVersionError,
     SessionCorruptedError,
@@ -27,7 +28,7 @@ from perdure.errors import (
     StorageError,
     StoreUnavailableError,
 )
-from perdure.storage import ConditionalStorage, Storage, open_storage
+from perdure.storage import ConditionalStorage, EncryptedStorage, Storage, open_storage
 from perdure.testing import ConditionalStorageSuite, StorageSuite
 from perdure.testing.storage import StorageFactory
 from pg_proxy import cutting_proxy
@@ -61,6 +62,14 @@ class TestPostgresStorage(StorageSuite):
     @pytest.fixture
     def storage_factory(self, opened: Callable[..., PostgresStorage]) -> StorageFactory:
         return opened
+
+
+class TestEncryptedPostgresConditionalStorage(ConditionalStorageSuite):
+    """The contract holds with every blob encrypted (SPEC §9)."""
+
+    @pytest.fixture
+    def storage_factory(self, opened: Callable[..., PostgresStorage]) -> StorageFactory:
+        return lambda: EncryptedStorage(opened(), cipher())
 
 
 class TestPostgresConditionalStorage(ConditionalStorageSuite):

@@ -19,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from crypto_keys import cipher
 from perdure.errors import SessionCorruptedError, StorageConflictError, StoreUnavailableError
-from perdure.storage import ConditionalStorage, Storage, open_storage
+from perdure.storage import ConditionalStorage, EncryptedStorage, Storage, open_storage
 from perdure.testing import ConditionalStorageSuite, StorageSuite
 from perdure.testing.storage import StorageFactory
 from pg_proxy import cutting_proxy
@@ -60,6 +61,14 @@ class TestRedisStorage(StorageSuite):
     @pytest.fixture
     def storage_factory(self, opened: Callable[..., RedisStorage]) -> StorageFactory:
         return opened
+
+
+class TestEncryptedRedisConditionalStorage(ConditionalStorageSuite):
+    """The contract holds with every blob encrypted (SPEC §9)."""
+
+    @pytest.fixture
+    def storage_factory(self, opened: Callable[..., RedisStorage]) -> StorageFactory:
+        return lambda: EncryptedStorage(opened(), cipher())
 
 
 class TestRedisConditionalStorage(ConditionalStorageSuite):

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import s3_server
+from crypto_keys import cipher
 from perdure import Agent, NullConversationManager
 from perdure.checkpoints.storage import StorageCheckpointStore
 from perdure.errors import (
@@ -36,7 +37,7 @@ from perdure.errors import (
 )
 from perdure.models import ScriptedModel
 from perdure.snapshots.manager import SnapshotSessionManager
-from perdure.storage import AppendStorage, ConditionalStorage, open_storage
+from perdure.storage import AppendStorage, ConditionalStorage, EncryptedStorage, open_storage
 from perdure.testing import CheckpointStoreSuite, ConditionalStorageSuite, StorageSuite
 from perdure.testing.storage import StorageFactory
 
@@ -69,6 +70,16 @@ class TestS3Storage(StorageSuite):
     @pytest.fixture
     def storage_factory(self, opened: Callable[..., S3Storage]) -> StorageFactory:
         return opened
+
+
+class TestEncryptedS3ConditionalStorage(ConditionalStorageSuite):
+    """The contract holds with every blob encrypted (SPEC §9)."""
+
+    versions_name_content = True
+
+    @pytest.fixture
+    def storage_factory(self, opened: Callable[..., S3Storage]) -> StorageFactory:
+        return lambda: EncryptedStorage(opened(), cipher())
 
 
 class TestS3ConditionalStorage(ConditionalStorageSuite):

@@ -36,6 +36,7 @@ import asyncio
 import atexit
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -77,9 +78,10 @@ class _Runner:
         # checks when its call ends (asyncio.all_tasks walks every task of the process).
         self.made: list[asyncio.Task[Any]] = []
         self.warned: set[str] = set()  # async twins named in a warning already
-        # A socket pair whose read end the loop watches (see _drive), when it can.
-        self.wake: tuple[socket.socket, socket.socket] | None = None
-        self.wake_fd = -1  # its write end's fd, or -1
+        # A socket pair's fds (read end, write end); the loop watches the read end
+        # (see _drive), when it can. Plain fds: no socket object to warn at exit.
+        self.wake: tuple[int, int] | None = None
+        self.wake_fd = -1  # its write end, or -1
 
     def claim(self, may_drive: bool) -> tuple[asyncio.AbstractEventLoop, bool]:
         """The loop, and whether the caller runs it (else it hands its call off)."""
@@ -103,12 +105,15 @@ class _Runner:
 
     def _watch_wake(self) -> None:
         """A new socket pair for the new loop to watch (the last loop's is closed)."""
-        if self.wake is not None:
-            for end in self.wake:
-                end.close()
-        self.wake, self.wake_fd = _wake_on_signal(self.loop), -1
-        if self.wake is not None:
-            self.wake_fd = self.wake[1].fileno()
+        self._close_wake()
+        self.wake = _wake_on_signal(self.loop)
+        self.wake_fd = -1 if self.wake is None else self.wake[1]
+
+    def _close_wake(self) -> None:
+        wake, self.wake, self.wake_fd = self.wake, None, -1
+        for fd in wake or ():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _new_task(
         self, loop: asyncio.AbstractEventLoop, coro: Any, **options: Any
@@ -186,6 +191,7 @@ class _Runner:
             thread.join(timeout=5)
         if not loop.is_running() and not loop.is_closed():
             loop.close()
+            self._close_wake()
 
 
 # A forked child gets a new _Runner; the parent's (a loop another thread may have been
@@ -253,19 +259,21 @@ def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
     loop, drive = runner.claim(may_drive=running is None)
     if drive:
         try:
-            return _drive(loop, coro)
+            return _drive(runner, loop, coro)
         finally:
             runner.release()
     return _hand_off(runner, loop, coro)
 
 
-def _drive(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+def _drive(runner: _Runner, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
     """Run the loop on this thread until ``coro`` is done (``asyncio.Runner``'s way).
 
     On the main thread, a SIGINT cancels the coroutine, which then raises
     ``KeyboardInterrupt`` here once it has unwound; a second one interrupts at once.
     """
-    task = loop.create_task(coro)
+    # Made here, not by the loop's task factory: the call's own task is done when the
+    # call returns, so it need not join the tasks a call may leave behind (runner.made).
+    task: asyncio.Task[T] = asyncio.Task(coro, loop=loop)
     interrupts = 0
 
     def on_sigint(signum: int, frame: object) -> None:
@@ -278,7 +286,7 @@ def _drive(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
         raise KeyboardInterrupt
 
     previous: Any = None
-    wake_fd = _runner.value.wake_fd
+    wake_fd = runner.wake_fd
     old_wake_fd = -1
     # _signal: the signal module's own functions, without the enum conversions its
     # wrappers make (12 us a call here, as much as the rest of the hand-over).
@@ -317,29 +325,28 @@ def _drive(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
             _signal.signal(signal.SIGINT, previous)
 
 
-def _wake_on_signal(
-    loop: asyncio.AbstractEventLoop | None,
-) -> tuple[socket.socket, socket.socket] | None:
-    """A socket pair (read end, write end) whose read end ``loop`` watches and drains.
+def _wake_on_signal(loop: asyncio.AbstractEventLoop | None) -> tuple[int, int] | None:
+    """A socket pair's fds (read end, write end); ``loop`` watches and drains the first.
 
     None when the loop cannot watch a socket (a proactor loop): a driver then does
     without (see :func:`_drive`).
     """
     assert loop is not None
-    reader, writer = socket.socketpair()
-    reader.setblocking(False)
-    writer.setblocking(False)
+    pair = socket.socketpair()
+    for end in pair:
+        end.setblocking(False)
+    reader, writer = (end.detach() for end in pair)
 
     def drain() -> None:
         with contextlib.suppress(OSError):
-            while reader.recv(4096):
+            while os.read(reader, 4096):
                 pass
 
     try:
-        loop.add_reader(reader.fileno(), drain)
+        loop.add_reader(reader, drain)
     except NotImplementedError:
-        reader.close()
-        writer.close()
+        os.close(reader)
+        os.close(writer)
         return None
     return reader, writer
 

@@ -31,11 +31,14 @@ from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     check_checkpoint_id,
+    check_stored_meta,
     checkpoint_damage_kind,
 )
-from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
+from perdure.crypto import Cipher
+from perdure.errors import CheckpointNotFoundError, DecryptionError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
 from perdure.session.rules import (
+    check_cipher,
     check_max_checkpoint_age,
     check_max_checkpoints,
     evicted_checkpoints,
@@ -57,6 +60,8 @@ class StorageCheckpointStore:
             whatever their trigger).
         max_checkpoint_age: seconds; older checkpoints of a session are evicted when
             it gets a new one (and by ``perdure gc``).
+        cipher: keeps each checkpoint's history and state encrypted inside its
+            sealed record (SPEC §9; the record's sha256 covers the ciphertext).
 
     Raises:
         TypeError: ``storage`` is not a ``Storage``, or ``prefix`` not a ``str``.
@@ -72,7 +77,9 @@ class StorageCheckpointStore:
         prefix: str = "checkpoints",
         max_checkpoints: int | None = None,
         max_checkpoint_age: float | None = None,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = check_cipher(cipher)
         if not isinstance(storage, Storage):
             raise TypeError(f"storage must be a Storage, got {type(storage).__name__}")
         self.storage = storage
@@ -117,7 +124,7 @@ class StorageCheckpointStore:
         if not isinstance(record, CheckpointRecord):
             raise TypeError(f"record must be a CheckpointRecord, got {type(record).__name__}")
         meta = CheckpointMeta.from_dict(record.meta.to_dict())
-        data = record.to_json_bytes()
+        data = record.to_json_bytes(self.cipher)
         base = self._session_prefix(meta.session_id)
         await self.storage.write(base + meta.checkpoint_id, data)
         if self.max_checkpoints is not None or self.max_checkpoint_age is not None:
@@ -172,10 +179,18 @@ class StorageCheckpointStore:
         if data is None:
             return None
         try:
-            record = CheckpointRecord.from_json_bytes(data)
+            record = CheckpointRecord.from_json_bytes(data, cipher=self.cipher)
         except ValueError as exc:
             kind = checkpoint_damage_kind(exc)
             raise self._damage(key, session_id, checkpoint_id, str(exc), kind) from None
+        except DecryptionError:
+            check_stored_meta(
+                data,
+                session_id,
+                checkpoint_id,
+                lambda detail: self._damage(key, session_id, checkpoint_id, detail),
+            )
+            raise
         if (record.meta.session_id, record.meta.checkpoint_id) != (session_id, checkpoint_id):
             raise self._damage(key, session_id, checkpoint_id, "it holds another checkpoint")
         return record

@@ -33,6 +33,15 @@ checked, so a file or blob store refuses to read them
 until ``perdure repair --apply`` seals them; the SQLite store still reads its old
 rows, whose body hash lives in their own column.
 
+With a ``cipher`` (SPEC §9) the body's history and state are one envelope::
+
+    {"meta":<meta>,"sealed":"<base64 of the cipher's envelope of {"messages":…,"agent_state":…}>"}
+
+and the sha256 covers those bytes — the ciphertext — so damage is still found
+without the key; the meta (ids, trigger, label, count, time) stays readable for
+``list``. A sealed checkpoint read without a cipher, or with the wrong key, raises
+:class:`~perdure.errors.DecryptionError`.
+
 A damaged checkpoint never hides the others: :func:`scan_checkpoints` lists a
 session's checkpoints with the damaged ones marked (:class:`DamagedCheckpoint`),
 and ``delete`` removes a damaged one like any other.
@@ -41,6 +50,8 @@ and ``delete`` removes a damaged one like any other.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import builtins
 import hashlib
 import json
@@ -52,10 +63,12 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from perdure._runtime.fs import atomic_write
 from perdure._runtime.threads import ProcessLock
-from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
+from perdure.crypto import Cipher
+from perdure.errors import CheckpointNotFoundError, DecryptionError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
 from perdure.session.rules import (
     blob_hash,
+    check_cipher,
     check_max_checkpoint_age,
     check_max_checkpoints,
     evicted_checkpoints,
@@ -75,6 +88,7 @@ _HEAD = b'{"format":"' + _FORMAT.encode("ascii") + b'","sha256":"'
 _MIDDLE = b'","record":'
 _DIGEST_LEN = 64
 _BODY_KEYS = frozenset({"meta", "messages", "agent_state"})
+_SEALED_KEYS = frozenset({"meta", "sealed"})
 
 
 class UnsealedCheckpointError(ValueError):
@@ -169,26 +183,32 @@ class CheckpointRecord:
     messages: list[Message]
     agent_state: dict[str, Any] = field(default_factory=dict)
 
-    def to_json_bytes(self) -> bytes:
+    def to_json_bytes(self, cipher: Cipher | None = None) -> bytes:
         """Serialise as a sealed record: the body and its sha256 (see the module).
 
-        Bytes inside messages and state are encoded as base64 markers.
+        Bytes inside messages and state are encoded as base64 markers. With
+        ``cipher`` the messages and state are encrypted (a fresh nonce each call).
 
         Raises:
             ValueError: a value cannot be stored (NaN, infinity).
         """
-        body = compact_json_bytes(
-            {
-                "meta": self.meta.to_dict(),
-                "messages": encode_bytes_values(self.messages),
-                "agent_state": encode_bytes_values(self.agent_state),
-            }
-        )
+        content = {
+            "messages": encode_bytes_values(self.messages),
+            "agent_state": encode_bytes_values(self.agent_state),
+        }
+        if cipher is None:
+            body = compact_json_bytes({"meta": self.meta.to_dict(), **content})
+        else:
+            envelope = cipher.encrypt(compact_json_bytes(content))
+            sealed = base64.b64encode(envelope).decode("ascii")
+            body = compact_json_bytes({"meta": self.meta.to_dict(), "sealed": sealed})
         digest = hashlib.sha256(body).hexdigest().encode("ascii")
         return b"".join((_HEAD, digest, _MIDDLE, body, b"}"))
 
     @classmethod
-    def from_json_bytes(cls, data: bytes, *, unsealed_ok: bool = False) -> CheckpointRecord:
+    def from_json_bytes(
+        cls, data: bytes, *, unsealed_ok: bool = False, cipher: Cipher | None = None
+    ) -> CheckpointRecord:
         """Check and parse :meth:`to_json_bytes` output.
 
         The body's sha256 is checked before anything is parsed: a record whose bytes
@@ -199,24 +219,29 @@ class CheckpointRecord:
             unsealed_ok: also accept a perdure 0.1 record, which has no hash — only
                 for a caller that checked its bytes another way (the SQLite store's
                 hash column) or that was told to trust it (``repair`` sealing it).
+            cipher: opens an encrypted record (a plain one reads without it).
 
         Raises:
+            DecryptionError: an encrypted record and no cipher, or one that cannot
+                open it (checked after the sha256: damage is still damage).
             UnsealedCheckpointError: a perdure 0.1 record, and ``unsealed_ok`` is
                 false (a ``ValueError``).
             ValueError: not a checkpoint record, or a damaged or malformed one
                 (never another exception type, whatever the damage).
         """
         try:
-            return cls._parse(bytes(data), unsealed_ok)
-        except ValueError:
+            return cls._parse(bytes(data), unsealed_ok, cipher)
+        except (ValueError, DecryptionError):
             raise
         except (TypeError, KeyError, AttributeError, RecursionError) as exc:
             raise ValueError(f"checkpoint record is malformed: {exc!r}") from None
 
     @classmethod
-    def _parse(cls, data: bytes, unsealed_ok: bool) -> CheckpointRecord:
+    def _parse(cls, data: bytes, unsealed_ok: bool, cipher: Cipher | None) -> CheckpointRecord:
         if data.startswith(_HEAD):
             raw = _unseal(data)
+            if isinstance(raw, dict) and set(raw) == _SEALED_KEYS:
+                raw = {"meta": raw["meta"], **_decrypt_content(raw["sealed"], cipher)}
         else:
             try:
                 raw = json.loads(data)
@@ -246,6 +271,54 @@ class CheckpointRecord:
         return cls(meta, messages, state)
 
 
+def stored_meta(data: bytes) -> CheckpointMeta:
+    """The meta of a stored (sealed) checkpoint, its sha256 checked; the content is
+    not opened, so an encrypted checkpoint needs no key here.
+
+    Raises:
+        ValueError: not a sealed checkpoint record, or a damaged one.
+    """
+    try:
+        raw = _unseal(bytes(data)) if bytes(data).startswith(_HEAD) else None
+        if not isinstance(raw, dict):
+            raise ValueError("not a sealed perdure checkpoint record")
+        return CheckpointMeta.from_dict(raw.get("meta"))
+    except (TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise ValueError(f"checkpoint record is malformed: {exc!r}") from None
+
+
+def check_stored_meta(
+    data: bytes, session_id: str, checkpoint_id: str, damaged: Callable[[str], Exception]
+) -> None:
+    """Raise ``damaged(...)`` when a stored (encrypted) checkpoint names another one.
+
+    What an encrypted checkpoint read without its key can still be checked for:
+    its meta is in clear, under its sha256.
+    """
+    meta = stored_meta(data)
+    if (meta.session_id, meta.checkpoint_id) != (session_id, checkpoint_id):
+        raise damaged("it holds another checkpoint")
+
+
+def _decrypt_content(sealed: Any, cipher: Cipher | None) -> dict[str, Any]:
+    """The ``messages`` and ``agent_state`` of an encrypted checkpoint body."""
+    if not isinstance(sealed, str):
+        raise ValueError("checkpoint record's sealed content is not a string")
+    try:
+        envelope = base64.b64decode(sealed, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("checkpoint record's sealed content is not base64") from None
+    if cipher is None:
+        raise DecryptionError(
+            "the checkpoint is encrypted and no cipher was given: pass cipher=",
+            details={"reason": "no_cipher"},
+        )
+    content = json.loads(cipher.decrypt(envelope))
+    if not isinstance(content, dict) or set(content) != {"messages", "agent_state"}:
+        raise ValueError("checkpoint record's sealed content is malformed")
+    return content
+
+
 def verified_record(
     body: bytes,
     stored_hash: str,
@@ -254,6 +327,7 @@ def verified_record(
     *,
     meta_where: str = "the row's",
     unsealed_ok: bool = False,
+    cipher: Cipher | None = None,
 ) -> CheckpointRecord:
     """The checkpoint a row store kept as ``body`` with ``stored_hash`` and ``meta``.
 
@@ -264,7 +338,11 @@ def verified_record(
     if blob_hash(body) != stored_hash:
         raise damaged("the body does not match its hash")
     try:
-        record = CheckpointRecord.from_json_bytes(body, unsealed_ok=unsealed_ok)
+        record = CheckpointRecord.from_json_bytes(body, unsealed_ok=unsealed_ok, cipher=cipher)
+    except DecryptionError:
+        if stored_meta(body) != meta:  # checked without the key, like the hash
+            raise damaged(f"the body's meta does not match {meta_where}") from None
+        raise
     except (TypeError, ValueError, RecursionError) as exc:
         raise damaged(str(exc)) from None
     if record.meta != meta:
@@ -487,6 +565,7 @@ class FileCheckpointStore:
         max_checkpoints: keep at most this many per session (oldest evicted first).
         max_checkpoint_age: seconds; older checkpoints of a session are evicted when
             it gets a new one (and by ``perdure gc``).
+        cipher: keeps each checkpoint's history and state encrypted (SPEC §9).
     """
 
     def __init__(
@@ -495,10 +574,12 @@ class FileCheckpointStore:
         *,
         max_checkpoints: int | None = None,
         max_checkpoint_age: float | None = None,
+        cipher: Cipher | None = None,
         _layout: Callable[[str], Path] | None = None,
         _sessions_root: Path | None = None,
     ) -> None:
         self.root = Path(dir)
+        self.cipher = check_cipher(cipher)
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
         self.max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
         self._layout = _layout or (lambda session_id: self.root / session_id)
@@ -519,7 +600,8 @@ class FileCheckpointStore:
         directory = self._dir(record.meta.session_id)
         directory.mkdir(parents=True, exist_ok=True)
         check_checkpoint_id(record.meta.checkpoint_id)
-        atomic_write(directory / f"{record.meta.checkpoint_id}.json", record.to_json_bytes())
+        data = record.to_json_bytes(self.cipher)
+        atomic_write(directory / f"{record.meta.checkpoint_id}.json", data)
         if self.max_checkpoints is not None or self.max_checkpoint_age is not None:
             for stale in evicted_checkpoints(
                 self._ids(directory), self.max_checkpoints, self.max_checkpoint_age
@@ -549,10 +631,20 @@ class FileCheckpointStore:
         except OSError as exc:  # a directory in its place, EIO, EACCES: it cannot be read
             raise _file_damage(path, session_id, checkpoint_id, "unreadable", exc) from None
         try:
-            record = CheckpointRecord.from_json_bytes(data)
+            record = CheckpointRecord.from_json_bytes(data, cipher=self.cipher)
         except ValueError as exc:
             kind = checkpoint_damage_kind(exc)
             raise _file_damage(path, session_id, checkpoint_id, kind, exc) from None
+        except DecryptionError:
+            check_stored_meta(
+                data,
+                session_id,
+                checkpoint_id,
+                lambda detail: _file_damage(
+                    path, session_id, checkpoint_id, "bad_checkpoint", detail
+                ),
+            )
+            raise
         if (record.meta.session_id, record.meta.checkpoint_id) != (session_id, checkpoint_id):
             raise _file_damage(
                 path, session_id, checkpoint_id, "bad_checkpoint", "it holds another checkpoint"
@@ -641,11 +733,17 @@ class MemoryCheckpointStore:
         max_checkpoints: keep at most this many per session (oldest evicted first).
         max_checkpoint_age: seconds; older checkpoints of a session are evicted when
             it gets a new one (and by ``perdure gc``).
+        cipher: keeps each checkpoint's history and state encrypted (SPEC §9).
     """
 
     def __init__(
-        self, *, max_checkpoints: int | None = None, max_checkpoint_age: float | None = None
+        self,
+        *,
+        max_checkpoints: int | None = None,
+        max_checkpoint_age: float | None = None,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = check_cipher(cipher)
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
         self.max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)
         self._data: dict[str, dict[str, bytes]] = {}
@@ -655,7 +753,7 @@ class MemoryCheckpointStore:
         """Store a copy of ``record`` and apply retention."""
         validate_session_id(record.meta.session_id)
         check_checkpoint_id(record.meta.checkpoint_id)
-        data = record.to_json_bytes()
+        data = record.to_json_bytes(self.cipher)
         with self._guard:
             session = self._data.setdefault(record.meta.session_id, {})
             session[record.meta.checkpoint_id] = data
@@ -674,14 +772,16 @@ class MemoryCheckpointStore:
             raise CheckpointNotFoundError(
                 f"checkpoint {checkpoint_id} of session {session_id!r} not found"
             )
-        return CheckpointRecord.from_json_bytes(data)
+        return CheckpointRecord.from_json_bytes(data, cipher=self.cipher)
 
     async def list(self, session_id: str) -> builtins.list[CheckpointMeta]:
         """The session's checkpoints, oldest first."""
         validate_session_id(session_id)
         with self._guard:
             items = sorted(self._data.get(session_id, {}).items())
-        return [CheckpointRecord.from_json_bytes(data).meta for _, data in items]
+        return [
+            CheckpointRecord.from_json_bytes(data, cipher=self.cipher).meta for _, data in items
+        ]
 
     async def delete(self, session_id: str, checkpoint_id: str) -> None:
         """Delete one checkpoint (idempotent)."""

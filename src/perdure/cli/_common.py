@@ -29,6 +29,7 @@ import click
 from perdure._runtime.loop import run_sync
 from perdure.cli.output import console as console
 from perdure.cli.output import json_option as json_option
+from perdure.crypto import AESGCMCipher, Cipher, keys_from_env
 from perdure.errors import PerdureError
 from perdure.session import SessionStore, open_store
 
@@ -123,8 +124,34 @@ def exit_code_for(error: PerdureError) -> int:
     return _EXIT_BY_CODE.get(error.code, EXIT_ERROR)
 
 
+def env_cipher() -> Cipher | None:
+    """The cipher of the keys in ``PERDURE_KEYS`` / ``PERDURE_KEYS_FILE``, if set.
+
+    Every command opens its store (and snapshot storage) with it, so an encrypted
+    store reads with the keys in the environment. The JSON's ``"active"`` names
+    the key new records are written with; one key alone is active by itself.
+
+    Raises:
+        ValueError: the keys are malformed, or several and none is named active.
+    """
+    found = keys_from_env()
+    if found is None:
+        return None
+    keys, active = found
+    if active is None:
+        if len(keys) != 1:
+            raise ValueError(
+                'PERDURE_KEYS: several keys and no "active": name the key to write with'
+            )
+        (active,) = keys
+    return AESGCMCipher(keys=keys, active=active)
+
+
 def open_cli_store(url: str, **options: Any) -> SessionStore:
-    """Open a store from ``--store``; a bad URL is a usage error (exit 2)."""
+    """Open a store from ``--store``; a bad URL is a usage error (exit 2). With keys in
+    the environment (:func:`env_cipher`) the store is opened with them."""
+    if "cipher" not in options:
+        options["cipher"] = env_cipher()
     try:
         return open_store(url, **options)
     except (ValueError, ImportError) as exc:  # ImportError: the backend's extra is missing
@@ -133,7 +160,7 @@ def open_cli_store(url: str, **options: Any) -> SessionStore:
 
 @contextlib.contextmanager
 def session_store(
-    url: str, *, must_exist: bool = True, file_only: str | None = None
+    url: str, *, must_exist: bool = True, file_only: str | None = None, **options: Any
 ) -> Iterator[SessionStore]:
     """Open the ``--store`` URL for one command, and close it afterwards.
 
@@ -147,7 +174,7 @@ def session_store(
     from perdure.session import FileSessionStore
     from perdure.stores.sqlite import SQLiteSessionStore
 
-    store = open_cli_store(url)
+    store = open_cli_store(url, **options)
     if file_only is not None and not isinstance(store, FileSessionStore | SQLiteSessionStore):
         raise ValueError(
             f"{file_only} works on file and SQLite stores only (--store file:DIR or "

@@ -29,13 +29,11 @@ import click
 from rich.text import Text
 
 from perdure._runtime.fs import atomic_write
-from perdure.checkpoints.export import import_checkpoint_bytes
 from perdure.checkpoints.store import (
     DamagedCheckpoint,
-    ListsCheckpointIds,
     check_checkpoint_id,
-    scan_checkpoints,
 )
+from perdure.cli import ops
 from perdure.cli._common import (
     EXIT_ERROR,
     echo_json,
@@ -48,9 +46,6 @@ from perdure.cli._common import (
 )
 from perdure.cli.output import new_table, plural, print_table
 from perdure.cli.render import format_time
-from perdure.cli.sessions import existing_session
-from perdure.errors import SessionNotFoundError
-from perdure.session import CheckpointMeta, Session, SessionStore
 
 
 @click.group()
@@ -75,17 +70,12 @@ def list_checkpoints(session_id: str, store_url: str, as_json: bool) -> None:
     delete it, or let repair quarantine it.
     """
     with session_store(store_url) as store:
-        found = run(_list(store, session_id))
+        found = run(ops.list_checkpoints(store, session_id))
     if as_json:
         echo_json(
             {
                 "session_id": session_id,
-                "checkpoints": [
-                    item.to_dict()
-                    if isinstance(item, DamagedCheckpoint)
-                    else {**item.to_dict(), "damaged": False}
-                    for item in found
-                ],
+                "checkpoints": [ops.checkpoint_dict(item) for item in found],
             }
         )
         return
@@ -130,7 +120,7 @@ def create(session_id: str, label: str | None, quiet: bool, store_url: str, as_j
     Writes a manual checkpoint of the whole stored session and prints its id.
     """
     with session_store(store_url) as store:
-        meta = run(_create(store, session_id, label))
+        meta = run(ops.create_checkpoint(store, session_id, label))
     if as_json:
         echo_json(meta)
     elif quiet:
@@ -163,8 +153,9 @@ def restore(
     """
     check_checkpoint_id(checkpoint_id)
     with session_store(store_url) as store:
-        session = run(existing_session(store, session_id))
-        result = run(session.restore(checkpoint_id, checkpoint=not no_checkpoint))
+        result = run(
+            ops.restore_checkpoint(store, session_id, checkpoint_id, checkpoint=not no_checkpoint)
+        )
     if result.status != "restored":
         fail(f"restore of session {session_id!r} rejected [{result.reason}]", EXIT_ERROR)
         return
@@ -192,7 +183,7 @@ def delete(session_id: str, checkpoint_id: str, store_url: str, as_json: bool) -
     """Delete a checkpoint (gone already is fine)."""
     check_checkpoint_id(checkpoint_id)
     with session_store(store_url) as store:
-        existed = run(_delete(store, session_id, checkpoint_id))
+        existed = run(ops.delete_checkpoint(store, session_id, checkpoint_id))
     if as_json:
         echo_json({"session_id": session_id, "checkpoint_id": checkpoint_id, "deleted": existed})
     elif existed:
@@ -236,7 +227,7 @@ def export(
     check_checkpoint_id(checkpoint_id)
     key = _read_key(signing_key_file, "--signing-key-file")
     with session_store(store_url) as store:
-        data = run(_export(store, session_id, checkpoint_id, key))
+        data = run(ops.export_checkpoint(store, session_id, checkpoint_id, key))
     if output == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
@@ -278,7 +269,8 @@ def import_(
     data = _read_input(file)
     key = _read_key(verify_key_file, "--verify-key-file")
     with session_store(store_url, must_exist=not create_session) as store:
-        meta, created = run(_import(store, session_id, data, create_session, key))
+        created = create_session and run(ops.message_count(store, session_id)) is None
+        meta = run(ops.import_checkpoint(store, session_id, data, create_session, key))
     if as_json:
         echo_json(meta)
         return
@@ -308,66 +300,13 @@ def fork(session_id: str, checkpoint_id: str, store_url: str, as_json: bool) -> 
     """
     check_checkpoint_id(checkpoint_id)
     with session_store(store_url) as store:
-        new_id = run(_fork(store, session_id, checkpoint_id))
+        new_id = run(ops.fork_checkpoint(store, session_id, checkpoint_id))
     if as_json:
         echo_json(
             {"session_id": new_id, "source_session_id": session_id, "checkpoint_id": checkpoint_id}
         )
     else:
         click.echo(new_id)
-
-
-async def _list(store: SessionStore, session_id: str) -> list[CheckpointMeta | DamagedCheckpoint]:
-    session = await existing_session(store, session_id)
-    if session.checkpoints is None:
-        return []
-    return await scan_checkpoints(session.checkpoints, session_id)
-
-
-async def _create(store: SessionStore, session_id: str, label: str | None) -> CheckpointMeta:
-    return await (await existing_session(store, session_id)).checkpoint(label)
-
-
-async def _delete(store: SessionStore, session_id: str, checkpoint_id: str) -> bool:
-    session = await existing_session(store, session_id)
-    checkpoints = session.checkpoints
-    if checkpoints is None:
-        return False
-    # By id, never by reading it: a damaged checkpoint must be deletable.
-    if isinstance(checkpoints, ListsCheckpointIds):
-        existed = checkpoint_id in await checkpoints.checkpoint_ids(session_id)
-    else:
-        existed = any(m.checkpoint_id == checkpoint_id for m in await checkpoints.list(session_id))
-    await session.delete_checkpoint(checkpoint_id)
-    return existed
-
-
-async def _export(
-    store: SessionStore, session_id: str, checkpoint_id: str, key: bytes | None = None
-) -> bytes:
-    session = await existing_session(store, session_id)
-    return await session.export_checkpoint(checkpoint_id, signing_key=key)
-
-
-async def _import(
-    store: SessionStore,
-    session_id: str,
-    data: bytes,
-    create_session: bool,
-    key: bytes | None = None,
-) -> tuple[CheckpointMeta, bool]:
-    """Import ``data``; also say whether the session was created for it."""
-    created = False
-    try:
-        session = await existing_session(store, session_id)
-    except SessionNotFoundError:
-        if not create_session:
-            raise
-        import_checkpoint_bytes(data, verify_key=key)  # verify before creating anything
-        await store.create(session_id, exist_ok=True)
-        session = Session(store, session_id)
-        created = True
-    return await session.import_checkpoint(data, verify_key=key), created
 
 
 def _read_key(path: str | None, option: str) -> bytes | None:
@@ -386,10 +325,6 @@ def _read_key(path: str | None, option: str) -> bytes | None:
     if not key:
         raise ValueError(f"{option}: {path} holds no key")
     return key
-
-
-async def _fork(store: SessionStore, session_id: str, checkpoint_id: str) -> str:
-    return await (await existing_session(store, session_id)).fork(checkpoint_id)
 
 
 def _read_input(file: str) -> bytes:

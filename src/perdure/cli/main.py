@@ -30,6 +30,8 @@ COMMANDS: list[tuple[str, str]] = [
     ("perdure.cli.copy", "copy"),
     ("perdure.cli.schema", "migrate_schema"),
     ("perdure.cli.memory", "memory"),
+    ("perdure.cli.keys", "rotate_keys"),
+    ("perdure.cli.serve", "serve"),
 ]
 
 

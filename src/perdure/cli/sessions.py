@@ -18,10 +18,8 @@ does not exist is reported (exit 3) instead of being made empty.
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import time
-from typing import Any
 
 import click
 from rich.table import Table
@@ -40,18 +38,22 @@ from perdure.cli._common import (
     to_jsonable,
 )
 from perdure.cli.gc import human_duration
+from perdure.cli.ops import (
+    describe_session,
+    expires_in,
+    message_count,
+    read_history,
+    session_checkpoints,
+    session_dict,
+    state_summary,
+)
 from perdure.cli.output import new_table, note, plural, print_table
 from perdure.cli.render import format_time, rich_message
-from perdure.errors import SessionCorruptedError, SessionNotFoundError
 from perdure.session import (
-    CheckpointMeta,
     DamagedCheckpoint,
-    HistoryPage,
     Session,
     SessionMeta,
     SessionStore,
-    read_history_page,
-    scan_checkpoints,
 )
 from perdure.session.expiry import epoch_of
 
@@ -73,27 +75,6 @@ def check_positive(name: str, value: int) -> int:
     if value < 1:
         raise ValueError(f"{name} must be at least 1, got {value}")
     return value
-
-
-async def existing_session(store: SessionStore, session_id: str) -> Session:
-    """A :class:`Session` for ``session_id``, which must exist.
-
-    Only the session's message count is read, so a session whose history is damaged
-    still reaches its checkpoints (to list, export or fork them).
-
-    Raises:
-        SessionNotFoundError: no such session.
-        ValueError: ``session_id`` is not a valid session id.
-    """
-    await read_history_page(store, session_id, offset=0, limit=0)
-    return Session(store, session_id)
-
-
-async def _checkpoints(session: Session) -> list[CheckpointMeta | DamagedCheckpoint]:
-    """The session's checkpoints, a damaged one marked rather than failing the command."""
-    if session.checkpoints is None:
-        return []
-    return await scan_checkpoints(session.checkpoints, session.session_id)
 
 
 @click.group()
@@ -144,10 +125,7 @@ def list_sessions(
     next_after = shown[-1].session_id if more else None
     if as_json:
         now = time.time()
-        listed = [
-            {**to_jsonable(dataclasses.asdict(meta)), "expires_in": _expires_in(meta, now)}
-            for meta in shown
-        ]
+        listed = [to_jsonable(session_dict(meta, now)) for meta in shown]
         echo_json({"sessions": listed, "next_after": next_after})
         return
     if not shown:
@@ -224,22 +202,14 @@ def show_session(session_id: str, store_url: str, as_json: bool) -> None:
     The agent state is summarised (key names and counts), never its values.
     """
     with session_store(store_url) as store:
+        if as_json:
+            echo_json(run(describe_session(store, session_id)))
+            return
         record = run(store.get(session_id))
-        checkpoints = run(_checkpoints(Session(store, session_id)))
+        checkpoints = run(session_checkpoints(Session(store, session_id)))
     damaged = sum(isinstance(c, DamagedCheckpoint) for c in checkpoints)
     meta = record.meta
-    summary = _state_summary(record.agent_state)
-    if as_json:
-        echo_json(
-            {
-                **to_jsonable(meta),
-                "agent_state": summary,
-                "checkpoints": len(checkpoints),
-                "damaged_checkpoints": damaged,
-                "latest_checkpoint_id": checkpoints[-1].checkpoint_id if checkpoints else None,
-            }
-        )
-        return
+    summary = state_summary(record.agent_state)
     table = new_table(show_header=False)
     table.add_column(style="bold")
     table.add_column()
@@ -295,7 +265,7 @@ def history(
     """
     check_positive("--limit", limit)
     with session_store(store_url) as store:
-        page = run(_read(store, session_id, offset, limit, read_all))
+        page = run(read_history(store, session_id, offset, limit, read_all))
     if as_json:
         echo_json(
             {
@@ -331,7 +301,7 @@ def delete(session_id: str, yes: bool, store_url: str, as_json: bool) -> None:
     Asks first unless --yes. Deleting a session that does not exist is fine.
     """
     with session_store(store_url) as store:
-        count = run(_message_count(store, session_id))
+        count = run(message_count(store, session_id))
         if count is not None:
             if not yes:
                 known = " (damaged)" if count < 0 else f" ({plural(count, 'message')})"
@@ -357,14 +327,6 @@ def delete(session_id: str, yes: bool, store_url: str, as_json: bool) -> None:
         click.echo(f"deleted session {session_id!r}")
 
 
-def _expires_in(meta: SessionMeta, now: float) -> float | None:
-    """Seconds before ``meta``'s session expires unless used (``None``: no ttl)."""
-    if meta.expires_at is None:
-        return None
-    at = epoch_of(meta.expires_at)
-    return None if at is None else round(max(at - now, 0.0), 3)
-
-
 def _sessions_table(metas: list[SessionMeta]) -> Table:
     table = new_table()
     table.add_column("id", no_wrap=True)
@@ -385,52 +347,7 @@ def _sessions_table(metas: list[SessionMeta]) -> Table:
             )
             continue
         cells = (meta.session_id, format_time(meta.created_at), format_time(meta.updated_at))
-        left = _expires_in(meta, now)
+        left = expires_in(meta, now)
         expiry = [Text("-" if left is None else human_duration(left))] if with_ttl else []
         table.add_row(*map(Text, cells), Text(str(meta.message_count)), *expiry)
     return table
-
-
-async def _read(
-    store: SessionStore, session_id: str, offset: int, limit: int, read_all: bool
-) -> HistoryPage:
-    """One page, or (``read_all``) every page from ``offset`` joined into one."""
-    page = await read_history_page(store, session_id, offset=offset, limit=limit)
-    if not read_all:
-        return page
-    messages = list(page.messages)
-    position = page.next_offset
-    while position < page.total:
-        more = await read_history_page(store, session_id, offset=position, limit=limit)
-        # Pages align on tool pairs, so a later page may start before ``position``.
-        messages.extend(more.messages[position - more.offset :])
-        position = more.next_offset
-    return HistoryPage(messages, page.offset, position, page.total)
-
-
-async def _message_count(store: SessionStore, session_id: str) -> int | None:
-    """The session's message count; ``None`` when it does not exist, -1 when damaged."""
-    try:
-        page = await read_history_page(store, session_id, offset=0, limit=0)
-    except SessionNotFoundError:
-        return None
-    except SessionCorruptedError:
-        return -1
-    return page.total
-
-
-def _state_summary(agent_state: dict[str, Any]) -> dict[str, Any]:
-    """What ``show`` tells of the stored agent state: names and counts, never values."""
-    state = agent_state.get("state")
-    internal = agent_state.get("internal_state")
-    interrupts = internal.get("interrupt_state") if isinstance(internal, dict) else None
-    pending = interrupts.get("interrupts") if isinstance(interrupts, dict) else None
-    manager = agent_state.get("conversation_manager_state")
-    manager = manager if isinstance(manager, dict) else {}
-    return {
-        "agent_id": agent_state.get("agent_id"),
-        "state_keys": sorted(map(str, state)) if isinstance(state, dict) else [],
-        "conversation_manager": manager.get("__name__"),
-        "removed_message_count": manager.get("removed_message_count", 0),
-        "interrupts": len(pending) if isinstance(pending, dict) else 0,
-    }

@@ -26,6 +26,7 @@ from perdure.cli._common import (
     EXIT_NOT_FOUND,
     console,
     echo_json,
+    env_cipher,
     fail,
     handle_errors,
     json_option,
@@ -79,7 +80,7 @@ def _opened(url: str) -> Iterator[Storage]:
     """
     try:
         scheme, path = split_url(url, STORAGE_SCHEMES, "storage")
-        storage = open_storage(url)
+        storage = open_storage(url, cipher=env_cipher())
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--storage") from None
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import hashlib
 import sqlite3
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from perdure._runtime.threads import ProcessLock
+from perdure.crypto import Cipher, check_cipher, seal, unseal
 from perdure.memory._sqlite import SQLiteConnection, write_transaction
 from perdure.memory.embedder import Embedder
 from perdure.memory.entry import MemoryEntry
@@ -34,9 +36,11 @@ from perdure.memory.rules import (
     embed_texts,
     fuse_rankings,
     import_numpy,
+    lexical_scan,
     memory_entry,
     message_items,
     meta_json,
+    needs_rotation,
     query_terms,
     words,
 )
@@ -77,6 +81,14 @@ _INSERT = (
 )
 
 _CONSONANTS = "bcdfghjklmnpqrstvwxz"  # no vowels (nor y): the stemmer ignores the prefix
+
+
+def _rows_after(conn: sqlite3.Connection, *, after: int, limit: int) -> list[Any]:
+    """``(id, content, metadata)`` of the file's memories after id ``after``."""
+    return conn.execute(
+        "SELECT id, content, metadata FROM memories WHERE id > ? ORDER BY id LIMIT ?",
+        (after, limit),
+    ).fetchall()
 
 
 def _namespace_token(namespace: str) -> str:
@@ -143,6 +155,16 @@ class LocalMemoryStore(MemoryStore):
             numpy, which ``perdure[embeddings]`` brings), or None for BM25 only.
         name: the store's name in results and tool configs.
         min_similarity: vector matches below this cosine similarity are ignored.
+        cipher: a :class:`~perdure.crypto.Cipher` (SPEC §9): each memory's content
+            and metadata are stored encrypted, and the duplicate check uses the
+            cipher's keyed fingerprint instead of a sha256.
+        searchable: with a ``cipher``, whether the full-text index (and the
+            embeddings) are kept. They are derived from the plaintext, so they
+            are plaintext: the index holds every word of every memory, and an
+            embedding can be inverted to text close to the memory. ``True`` (the
+            default) keeps search fast and says so; ``False`` stores no index
+            and no vectors, and a search decrypts every memory of the namespace
+            and counts the query's words in each (linear in the namespace).
 
     Raises:
         TypeError, ValueError: a bad argument (the message names it).
@@ -156,7 +178,15 @@ class LocalMemoryStore(MemoryStore):
         embedder: Embedder | None = None,
         name: str = "local",
         min_similarity: float = 0.25,
+        cipher: Cipher | None = None,
+        searchable: bool = True,
     ) -> None:
+        self.cipher = check_cipher(cipher)
+        if not isinstance(searchable, bool):
+            raise TypeError(f"searchable must be a bool, got {type(searchable).__name__}")
+        if cipher is None and not searchable:
+            raise ValueError("searchable=False only applies with a cipher (nothing to hide)")
+        self.searchable = searchable
         if not isinstance(path, str | Path):
             raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
         if not str(path):
@@ -200,6 +230,10 @@ class LocalMemoryStore(MemoryStore):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         check_limit(limit)
         terms = query_terms(query)
+        if not self.searchable:
+            if not terms:
+                return []
+            return await self._db.run(lambda conn: self._scan(conn, terms, limit), "searching")
         if self.embedder is None:
             if not terms:
                 return []
@@ -315,9 +349,70 @@ class LocalMemoryStore(MemoryStore):
         Returns how many were embedded (0 without an embedder).
         """
         check_limit(batch_size, "batch_size")
-        if self.embedder is None:
+        if self.embedder is None or not self.searchable:
             return 0
         return await asyncio.to_thread(self._backfill, batch_size)
+
+    async def rotate_keys(self, *, force: bool = False, batch_size: int = 500) -> int:
+        """Re-encrypt the file's memories under the cipher's active key; return how many.
+
+        Every namespace of the file (they share its cipher): content and metadata
+        are sealed again and the duplicate key is the new key's fingerprint. The
+        cipher must still hold the keys the memories are under. Each batch is one
+        transaction: killed, the file holds each memory under its old key or its
+        new one, and calling again resumes. ``force`` also encrypts memories stored
+        before the store had a cipher. A memory whose text another already holds
+        under the new key (added twice mid-rotation) is dropped as the duplicate.
+
+        Raises:
+            ValueError: the store has no cipher.
+            DecryptionError: a memory is under a key the cipher does not hold.
+        """
+        cipher = self.cipher
+        if cipher is None:
+            raise ValueError("rotate_keys needs a store opened with cipher=")
+        check_limit(batch_size, "batch_size")
+        done, after = 0, 0
+        while True:
+            rows = await self._db.run(
+                functools.partial(_rows_after, after=after, limit=batch_size),
+                "reading memories to re-encrypt",
+            )
+            if not rows:
+                return done
+            after = int(rows[-1][0])
+            changes = [
+                (
+                    seal(cipher, unseal(cipher, content)),
+                    content_key(unseal(cipher, content), cipher),
+                    None if metadata is None else seal(cipher, unseal(cipher, metadata)),
+                    memory_id,
+                )
+                for memory_id, content, metadata in rows
+                if needs_rotation(cipher, content, force)
+                or (metadata is not None and needs_rotation(cipher, metadata, force))
+            ]
+            if changes:
+                done += await self._db.run(
+                    functools.partial(self._reencrypt, changes=changes), "re-encrypting memories"
+                )
+
+    def _reencrypt(self, conn: sqlite3.Connection, *, changes: list[tuple[Any, ...]]) -> int:
+        def work() -> int:
+            for content, key, metadata, memory_id in changes:
+                try:
+                    conn.execute(
+                        "UPDATE memories SET content = ?, content_key = ?, metadata = ? "
+                        "WHERE id = ?",
+                        (content, key, metadata, memory_id),
+                    )
+                except sqlite3.IntegrityError:  # its text is there under the new key already
+                    conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+            return len(changes)
+
+        changed = write_transaction(conn, work)
+        self._writes += 1
+        return changed
 
     async def optimize(self) -> None:
         """Merge the full-text index's segments (worth it after a large bulk load)."""
@@ -341,6 +436,8 @@ class LocalMemoryStore(MemoryStore):
 
     def _entry(self, row: tuple[Any, ...], score: float | None) -> MemoryEntry:
         memory_id, content, metadata, created_at = row[:4]
+        # Sealed text read without the key is DecryptionError, never ciphertext as content.
+        content, metadata = unseal(self.cipher, content), unseal(self.cipher, metadata)
         return memory_entry(
             memory_id, content, metadata, created_at, store_name=self.name, score=score
         )
@@ -355,6 +452,17 @@ class LocalMemoryStore(MemoryStore):
             (expression, limit),
         ).fetchall()
         return [(int(rowid), -float(rank)) for rowid, rank in rows]
+
+    def _scan(self, conn: sqlite3.Connection, terms: list[str], limit: int) -> list[MemoryEntry]:
+        """The search of an encrypted store without an index: decrypt and count words."""
+        rows = conn.execute(
+            "SELECT id, content, metadata, created_at FROM memories WHERE namespace = ? "
+            "ORDER BY id",
+            (self.namespace,),
+        ).fetchall()
+        by_id = {int(row[0]): row for row in rows}
+        texts = ((memory_id, unseal(self.cipher, row[1])) for memory_id, row in by_id.items())
+        return [self._entry(by_id[i], score) for i, score in lexical_scan(texts, terms, limit)]
 
     def _fetch(self, conn: sqlite3.Connection, ids: list[int]) -> dict[int, tuple[Any, ...]]:
         if not ids:
@@ -389,17 +497,18 @@ class LocalMemoryStore(MemoryStore):
         """Blocking: embed (outside the connection lock), then insert in one transaction."""
         blobs: list[bytes | None] = [None] * len(items)
         model_id = None
-        if self.embedder is not None:
+        if self.embedder is not None and self.searchable:
             blobs = list(self._embed([content for content, _ in items]))
             model_id = self.embedder.model_id
         now = time.time()
+        cipher = self.cipher
         rows = [
             (
                 self.namespace,
-                content,
-                content_key(content),
-                _index_terms(self._prefix, content),
-                meta_json(meta) if meta else None,
+                seal(cipher, content),
+                content_key(content, cipher),
+                _index_terms(self._prefix, content) if self.searchable else "",
+                seal(cipher, meta_json(meta)) if meta else None,
                 now,
                 blob,
                 model_id if blob is not None else None,
@@ -436,7 +545,7 @@ class LocalMemoryStore(MemoryStore):
             )
             if not rows:
                 return done
-            blobs = self._embed([content for _, content in rows])
+            blobs = self._embed([unseal(self.cipher, content) for _, content in rows])
 
             def work(conn: sqlite3.Connection, rows: Any = rows, blobs: Any = blobs) -> None:
                 write_transaction(

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perdure.crypto import Cipher
 from perdure.errors import FilterFailedError
 from perdure.hooks import AfterInvocationEvent, InvokeModelStage, MessageAddedEvent
 from perdure.hygiene.filters import FilterChain, PersistenceFilter
@@ -273,7 +274,12 @@ class MemoryManager:
                 ExtractionChannel(
                     store,
                     name,
-                    ExtractionOutbox(self._outbox_path(name, store, config), _channel(name, store)),
+                    ExtractionOutbox(
+                        self._outbox_path(name, store, config),
+                        _channel(name, store),
+                        # An encrypted store's messages wait encrypted too (SPEC §9).
+                        cipher=_store_cipher(store),
+                    ),
                     extractor=config.extractor,
                     every_n_messages=config.every_n_messages,
                     on_invocation_end=config.on_invocation_end,
@@ -569,3 +575,9 @@ class MemoryManager:
 def _channel(name: str, store: object) -> str:
     namespace = getattr(store, "namespace", None)
     return f"{name}/{namespace}" if isinstance(namespace, str) and namespace else name
+
+
+def _store_cipher(store: MemoryStore) -> Cipher | None:
+    """The cipher an encrypted memory store was given (``store.cipher``), if any."""
+    cipher = getattr(store, "cipher", None)
+    return cipher if isinstance(cipher, Cipher) else None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perdure._runtime.threads import ProcessLock
+from perdure.crypto import Cipher, check_cipher, seal, unseal
 from perdure.memory._sqlite import SQLiteConnection, stored_json, write_transaction
 from perdure.types import Message, decode_bytes_values, encode_bytes_values
 from perdure.types.json import compact_json_bytes
@@ -42,9 +43,12 @@ class ExtractionOutbox:
     Args:
         path: the SQLite file, or ``":memory:"`` for a buffer that a crash loses.
         channel: whose messages these are; several channels may share one file.
+        cipher: a :class:`~perdure.crypto.Cipher`: messages are buffered encrypted
+            (the :class:`~perdure.memory.MemoryManager` passes its store's).
     """
 
-    def __init__(self, path: Path | str, channel: str) -> None:
+    def __init__(self, path: Path | str, channel: str, *, cipher: Cipher | None = None) -> None:
+        self.cipher = check_cipher(cipher)
         if not isinstance(channel, str) or not channel:
             raise ValueError(f"channel must be a non-empty str, got {channel!r}")
         self.path = path
@@ -57,7 +61,9 @@ class ExtractionOutbox:
         """Store ``message`` durably; return how many unclaimed messages are buffered."""
         # A lone surrogate (text decoded with surrogateescape) is \u-escaped: SQLite
         # stores UTF-8 only.
-        payload = compact_json_bytes(encode_bytes_values(message)).decode("utf-8")
+        payload = seal(
+            self.cipher, compact_json_bytes(encode_bytes_values(message)).decode("utf-8")
+        )
 
         def work(conn: sqlite3.Connection) -> int:
             def insert() -> int:
@@ -94,7 +100,7 @@ class ExtractionOutbox:
                 for row_id, payload in rows:
                     if row_id in self._claimed:
                         continue
-                    stored = stored_json(payload, f"buffered message {row_id}")
+                    stored = stored_json(unseal(self.cipher, payload), f"buffered message {row_id}")
                     message: Any = decode_bytes_values(stored)
                     claimed.append((row_id, message))
                     self._claimed.add(row_id)

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ from perdure._runtime.postgres import (
     quote_ident,
 )
 from perdure._runtime.threads import ProcessLock
+from perdure.crypto import Cipher, check_cipher, seal, unseal
 from perdure.errors import (
     MemoryStoreError,
     MemoryStoreLockedError,
@@ -91,9 +93,11 @@ from perdure.memory.rules import (
     embed_texts,
     fuse_rankings,
     import_numpy,
+    lexical_scan,
     memory_entry,
     message_items,
     meta_json,
+    needs_rotation,
     query_terms,
 )
 from perdure.memory.store import MemoryStore
@@ -238,6 +242,20 @@ class _Statements:
             f"bumped AS ({bump}) SELECT count(*) FROM changed"
         )
         self.generation = f"SELECT generation FROM {g} WHERE namespace = %(ns)s"
+        self.after = (
+            f"SELECT id, content, metadata FROM {m} WHERE namespace = %(ns)s AND id > %(after)s "
+            "ORDER BY id LIMIT %(limit)s"
+        )
+        # A memory whose text another holds under the new key already (added twice
+        # mid-rotation) goes; the others are sealed again.
+        self.drop_duplicate = (
+            f"DELETE FROM {m} WHERE id = %(id)s AND EXISTS (SELECT 1 FROM {m} o "
+            "WHERE o.namespace = %(ns)s AND o.content_key = %(key)s AND o.id <> %(id)s)"
+        )
+        self.reseal = (
+            f"UPDATE {m} SET content = %(content)s, content_key = %(key)s, "
+            "metadata = %(meta)s WHERE id = %(id)s AND namespace = %(ns)s"
+        )
         # array_send: the vectors in PostgreSQL's binary array format, which numpy
         # reads without a Python float per number (see _decode_vectors).
         self.vector_ids = (
@@ -267,6 +285,14 @@ class PostgresMemoryStore(MemoryStore):
         connect_timeout: seconds to wait for a connection.
         reconnect_timeout: seconds a call waits for a server that went away before
             raising ``StoreUnavailableError``.
+        cipher: a :class:`~perdure.crypto.Cipher` (SPEC §9): each memory's content
+            and metadata are stored encrypted and the duplicate check is keyed. The
+            server's text index is generated from the stored content, so it then
+            indexes ciphertext only: nothing of the text is in clear, and a search
+            decrypts every memory of the namespace and counts the query's words
+            (linear in the namespace; no embeddings are stored, being derived from
+            the plaintext). :class:`~perdure.memory.LocalMemoryStore` can keep a
+            plaintext index instead (``searchable=True``).
 
     Raises:
         TypeError, ValueError: a bad argument (the message names it).
@@ -284,7 +310,9 @@ class PostgresMemoryStore(MemoryStore):
         max_connections: int = 4,
         connect_timeout: float = 10.0,
         reconnect_timeout: float = 15.0,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = check_cipher(cipher)
         check_namespace(namespace)
         check_name(name)
         if embedder is not None:
@@ -365,6 +393,10 @@ class PostgresMemoryStore(MemoryStore):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         check_limit(limit)
         terms = query_terms(query)
+        if self.cipher is not None:
+            if not terms:
+                return []
+            return await self.db.run(lambda conn: self._scan(conn, terms, limit), doing="searching")
         if self.embedder is None:
             if not terms:
                 return []
@@ -449,13 +481,65 @@ class PostgresMemoryStore(MemoryStore):
             self._sql.clear, {"ns": self.namespace}, doing="clearing the namespace"
         )
 
+    async def rotate_keys(self, *, force: bool = False, batch_size: int = 500) -> int:
+        """Re-encrypt this namespace's memories under the cipher's active key; return
+        how many.
+
+        As :meth:`LocalMemoryStore.rotate_keys <perdure.memory.LocalMemoryStore.rotate_keys>`,
+        for this store's namespace: each batch is one transaction, so a killed
+        rotation resumes when called again.
+
+        Raises:
+            ValueError: the store has no cipher.
+            DecryptionError: a memory is under a key the cipher does not hold.
+        """
+        cipher = self.cipher
+        if cipher is None:
+            raise ValueError("rotate_keys needs a store opened with cipher=")
+        check_limit(batch_size, "batch_size")
+        done, after = 0, 0
+        while True:
+            params = {"ns": self.namespace, "after": after, "limit": batch_size}
+            rows = await self.db.run(
+                functools.partial(_fetch_all, sql=self._sql.after, params=params),
+                doing="reading memories to re-encrypt",
+            )
+            if not rows:
+                return done
+            after = int(rows[-1][0])
+            changes = [
+                {
+                    "id": int(memory_id),
+                    "ns": self.namespace,
+                    "content": seal(cipher, unseal(cipher, content)),
+                    "key": content_key(unseal(cipher, content), cipher),
+                    "meta": None if metadata is None else seal(cipher, unseal(cipher, metadata)),
+                }
+                for memory_id, content, metadata in rows
+                if needs_rotation(cipher, content, force)
+                or (metadata is not None and needs_rotation(cipher, metadata, force))
+            ]
+            if changes:
+                await asyncio.to_thread(
+                    self.db.call,
+                    functools.partial(self._reseal, changes=changes),
+                    doing="re-encrypting memories",
+                )
+                done += len(changes)
+
+    def _reseal(self, conn: psycopg.Connection[Any], *, changes: list[dict[str, Any]]) -> None:
+        with conn.transaction():
+            for change in changes:
+                conn.execute(self._sql.drop_duplicate, change)
+                conn.execute(self._sql.reseal, change)
+
     async def backfill_embeddings(self, *, batch_size: int = 256) -> int:
         """Embed this namespace's memories that lack a vector of the current embedder.
 
         Returns how many were embedded (0 without an embedder).
         """
         check_limit(batch_size, "batch_size")
-        if self.embedder is None:
+        if self.embedder is None or self.cipher is not None:
             return 0
         return await asyncio.to_thread(self._backfill, batch_size)
 
@@ -463,10 +547,11 @@ class PostgresMemoryStore(MemoryStore):
 
     def _entry(self, row: Sequence[Any], score: float | None) -> MemoryEntry:
         memory_id, content, metadata, created_at = row
+        # Sealed text read without the key is DecryptionError, never ciphertext as content.
         return memory_entry(
             int(memory_id),
-            content,
-            metadata,
+            unseal(self.cipher, content),
+            unseal(self.cipher, metadata),
             float(created_at),
             store_name=self.name,
             score=score,
@@ -499,17 +584,29 @@ class PostgresMemoryStore(MemoryStore):
             self._sql.search, {"query": expression, "ns": self.namespace, "limit": limit}
         ).fetchall()
 
+    def _scan(
+        self, conn: psycopg.Connection[Any], terms: list[str], limit: int
+    ) -> list[MemoryEntry]:
+        """The search of an encrypted store: decrypt every memory and count words."""
+        rows = conn.execute(
+            self._sql.list, {"ns": self.namespace, "limit": None, "offset": 0}
+        ).fetchall()
+        by_id = {int(row[0]): row for row in rows}
+        texts = ((memory_id, unseal(self.cipher, row[1])) for memory_id, row in by_id.items())
+        return [self._entry(by_id[i], score) for i, score in lexical_scan(texts, terms, limit)]
+
     def _insert(self, items: list[tuple[str, dict[str, Any]]]) -> int:
         """Blocking: embed (before taking a connection), then insert in one statement."""
         contents = [content for content, _ in items]
+        cipher = self.cipher
         params: dict[str, Any] = {
             "ns": self.namespace,
-            "contents": contents,
-            "keys": [content_key(content) for content in contents],
-            "metas": [meta_json(meta) if meta else None for _, meta in items],
+            "contents": [seal(cipher, content) for content in contents],
+            "keys": [content_key(content, cipher) for content in contents],
+            "metas": [seal(cipher, meta_json(meta)) if meta else None for _, meta in items],
         }
         sql = self._sql.add_plain
-        if self.embedder is not None:
+        if self.embedder is not None and cipher is None:
             matrix = embed_texts(self.embedder, self._np, contents)
             params.update(
                 vectors=matrix.reshape(-1).tolist(),
@@ -749,3 +846,9 @@ class PostgresMemoryStore(MemoryStore):
             doing="listing memories",
         )
         return [self._entry(row, None) for row in rows]
+
+
+def _fetch_all(
+    conn: psycopg.Connection[Any], *, sql: str, params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    return conn.execute(sql, params).fetchall()

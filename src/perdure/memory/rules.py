@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from perdure.crypto import Cipher, envelope_key_id, is_sealed_text
+from perdure.crypto.cipher import text_envelope
 from perdure.memory.embedder import Embedder
 from perdure.memory.entry import MemoryEntry
 from perdure.memory.errors import MemoryStoreError
@@ -38,9 +40,11 @@ __all__ = [
     "embed_texts",
     "fuse_rankings",
     "import_numpy",
+    "lexical_scan",
     "memory_entry",
     "message_items",
     "meta_json",
+    "needs_rotation",
     "query_terms",
     "storable",
     "words",
@@ -86,10 +90,45 @@ def query_terms(text: str) -> list[str]:
     return (meaningful or found)[:MAX_QUERY_TERMS]
 
 
-def content_key(content: str) -> str:
-    """What makes two memories the same: their text, ignoring case and whitespace."""
-    normalised = " ".join(content.split()).casefold()
-    return hashlib.sha256(normalised.encode("utf-8")).hexdigest()
+def content_key(content: str, cipher: Cipher | None = None) -> str:
+    """What makes two memories the same: their text, ignoring case and whitespace.
+
+    A sha256; with a ``cipher`` (encrypted memories) the cipher's keyed
+    :meth:`~perdure.crypto.Cipher.fingerprint`, so the stored key cannot confirm a
+    guessed text.
+    """
+    normalised = " ".join(content.split()).casefold().encode("utf-8")
+    if cipher is not None:
+        return cipher.fingerprint(normalised)
+    return hashlib.sha256(normalised).hexdigest()
+
+
+def needs_rotation(cipher: Cipher, stored: str, force: bool) -> bool:
+    """Whether a stored text must be sealed again under ``cipher.active``: it is under
+    another key, or (with ``force``) not encrypted at all."""
+    if not is_sealed_text(stored):
+        return force
+    return force or envelope_key_id(text_envelope(stored)) != cipher.active
+
+
+def lexical_scan(
+    rows: Iterable[tuple[int, str]], terms: Sequence[str], limit: int
+) -> list[tuple[int, float]]:
+    """``(id, score)`` of the best ``limit`` of ``rows`` (``(id, text)``) for ``terms``:
+    how many of the query's terms each text holds, best first, oldest first among
+    equals; texts holding none are left out.
+
+    The search of an encrypted memory store that keeps no plaintext index
+    (``searchable=False``): every memory of the namespace is decrypted and read.
+    """
+    wanted = set(terms)
+    scored = []
+    for memory_id, text in rows:
+        found = len(wanted.intersection(word.casefold() for word in words(text)))
+        if found:
+            scored.append((memory_id, float(found)))
+    scored.sort(key=lambda item: (-item[1], item[0]))
+    return scored[:limit]
 
 
 def check_limit(limit: object, argument: str = "limit") -> None:

@@ -18,6 +18,13 @@ are decided here, the same way for every store:
 - **Encoding**: a message is stored as compact JSON text (``bytes`` values and
   marker-shaped dicts encoded by :func:`~perdure.types.encode_bytes_values`) and
   comes back through :func:`decode_message`, which checks its shape.
+- **Encryption at rest** (SPEC §9): with a ``cipher`` every encode above seals the
+  text (:func:`seal`: ``~pd1~`` and the base64 of an envelope, a fresh nonce each
+  time) and every decode opens it first (:func:`unseal`). Hashes are taken over
+  what is stored — the sealed text — so the chain covers the ciphertext and
+  ``perdure verify`` needs no key. Text written before encryption was turned on
+  still reads (it is no envelope); sealed text read without a cipher raises
+  :class:`~perdure.errors.DecryptionError`.
 - **Argument checks** for ``list``, ``get`` and ``commit``, so every store rejects
   the same misuse with the same ``TypeError``/``ValueError``.
 - **Retention**: :func:`check_max_checkpoints`, :func:`check_max_checkpoint_age`,
@@ -35,6 +42,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, cast, overload
 
+from perdure.crypto import Cipher
+from perdure.crypto import check_cipher as check_cipher  # the stores take them from the rules
+from perdure.crypto import seal as seal
+from perdure.crypto import unseal as unseal
+from perdure.crypto import unseal_all as unseal_all
 from perdure.errors import SessionConflictError, SessionLockedError
 from perdure.session.ids import validate_session_id
 from perdure.session.ulid import encode_ulid, is_ulid
@@ -139,8 +151,9 @@ _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 _COMPACT_ASCII = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
 
 
-def encode_message(message: Any, where: str) -> str:
-    """Check that ``message`` is a message and return its stored text.
+def encode_message(message: Any, where: str, cipher: Cipher | None = None) -> str:
+    """Check that ``message`` is a message and return its stored text (sealed with
+    ``cipher``).
 
     Raises:
         TypeError: ``message`` or its content has the wrong type.
@@ -149,13 +162,13 @@ def encode_message(message: Any, where: str) -> str:
     """
     validate_message(message, where)
     if is_text_only(message):  # nothing to check or encode past the text blocks
-        return encode_json(message, where, has_bytes=False)
+        return seal(cipher, encode_json(message, where, has_bytes=False))
     validate_storable(message, where)
-    return encode_json(message, where)
+    return seal(cipher, encode_json(message, where))
 
 
-def encode_state(agent_state: Any) -> str:
-    """The stored text of an agent state (a mapping).
+def encode_state(agent_state: Any, cipher: Cipher | None = None) -> str:
+    """The stored text of an agent state (a mapping), sealed with ``cipher``.
 
     Raises:
         TypeError: ``agent_state`` is not a mapping.
@@ -163,7 +176,7 @@ def encode_state(agent_state: Any) -> str:
     """
     if not isinstance(agent_state, Mapping):
         raise TypeError(f"agent_state must be a mapping, got {type(agent_state).__name__}")
-    return encode_json(dict(agent_state), "agent_state")
+    return seal(cipher, encode_json(dict(agent_state), "agent_state"))
 
 
 _DECODER = json.JSONDecoder()
@@ -182,13 +195,14 @@ def _load(text: str) -> Any:
         raise DecodeError(f"not valid JSON: {exc}") from None
 
 
-def decode_message(text: str) -> Message:
-    """The message stored as ``text``.
+def decode_message(text: str, cipher: Cipher | None = None) -> Message:
+    """The message stored as ``text`` (opened with ``cipher`` when sealed).
 
     Raises:
         DecodeError: ``text`` is not JSON or not a message (the message says why).
+        DecryptionError: sealed text that ``cipher`` cannot open (or no cipher).
     """
-    value = _load(text)
+    value = _load(unseal(cipher, text))
     if looks_like_message(value):  # validated when written; the row's hash vouches for it
         return cast(Message, value)
     try:
@@ -283,6 +297,7 @@ def verify_rows(
     damage: Damage,
     *,
     base: int = 0,
+    cipher: Cipher | None = None,
 ) -> list[Message]:
     """Check that ``rows`` are messages ``first..end-1`` chained from ``prev``; decode them.
 
@@ -298,16 +313,21 @@ def verify_rows(
     ``bad_payload``, ``bad_hash``, ``broken_chain``).
 
     Sound rows take one tight pass (:func:`_verified_texts`); any doubt sends them
-    through the checks below, one finding at a time, which name the row.
+    through the checks below, one finding at a time, which name the row. Hashes
+    are checked over the stored (sealed) text; the texts are opened with
+    ``cipher`` after that, before they parse.
+
+    Raises:
+        DecryptionError: a sealed text ``cipher`` cannot open (or no cipher).
     """
     if not isinstance(rows, list | tuple):
         rows = list(rows)
     texts = _verified_texts(rows, first, prev, end, head, base)
     if texts is not None:
-        messages = decode_messages(texts)
+        messages = decode_messages(unseal_all(cipher, texts))
         if messages is not None:
             return messages
-    return _verify_rows_slowly(rows, first, prev, end, head, damage, base)
+    return _verify_rows_slowly(rows, first, prev, end, head, damage, base, cipher)
 
 
 def _verified_texts(
@@ -358,6 +378,7 @@ def _verify_rows_slowly(
     head: str | None,
     damage: Damage,
     base: int,
+    cipher: Cipher | None = None,
 ) -> list[Message]:
     """:func:`verify_rows`, one check at a time: raises ``damage`` for the first finding."""
     texts: list[Any] = []
@@ -397,6 +418,9 @@ def _verify_rows_slowly(
         raise damage(
             end - 1, "broken_chain", "the last row's hash is not the session's recorded head"
         )
+    # The hashes hold: a sealed text is the writer's, so a failure to open it is
+    # a key problem (DecryptionError), not damage.
+    texts = [unseal(cipher, text) for text in texts]
     messages = decode_messages(texts)
     if messages is None:  # one of them is no message: find it, for the report
         for at, text in enumerate(texts, start=first):
@@ -434,13 +458,14 @@ def looks_like_message(raw: Any) -> bool:
     return True
 
 
-def decode_state(text: str) -> dict[str, Any]:
-    """The agent state stored as ``text``.
+def decode_state(text: str, cipher: Cipher | None = None) -> dict[str, Any]:
+    """The agent state stored as ``text`` (opened with ``cipher`` when sealed).
 
     Raises:
         DecodeError: ``text`` is not a JSON object.
+        DecryptionError: sealed text that ``cipher`` cannot open (or no cipher).
     """
-    value = _load(text)
+    value = _load(unseal(cipher, text))
     if not isinstance(value, dict):
         raise DecodeError(f"agent state is not a JSON object but {type(value).__name__}")
     return value
@@ -638,15 +663,18 @@ def check_extends(
         )
 
 
-def encode_redactions(redactions: Iterable[tuple[int, Message]]) -> dict[int, str]:
-    """Stored texts of checked redactions (:attr:`CommitRequest.redactions`), by index.
+def encode_redactions(
+    redactions: Iterable[tuple[int, Message]], cipher: Cipher | None = None
+) -> dict[int, str]:
+    """Stored texts of checked redactions (:attr:`CommitRequest.redactions`), by index
+    (sealed with ``cipher``).
 
     Raises:
         ValueError: a replacement that cannot be stored.
         TypeError: a replacement that is not a message.
     """
     return {
-        index: encode_message(replacement, f"redactions[{index}]")
+        index: encode_message(replacement, f"redactions[{index}]", cipher)
         for index, replacement in redactions
     }
 

@@ -52,7 +52,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from perdure.errors import SessionCorruptedError, SnapshotError
+from perdure.crypto import envelope_key_id, is_envelope
+from perdure.errors import DecryptionError, SessionCorruptedError, SnapshotError
 from perdure.types import decode_bytes_values, encode_bytes_values, is_text_only
 from perdure.types.json import may_hold_encoded
 
@@ -198,6 +199,20 @@ def json_object(body: bytes, where: str) -> dict[str, Any]:
     return data
 
 
+def refuse_envelope(blob: bytes | None, where: str) -> None:
+    """Raise :class:`~perdure.errors.DecryptionError` for an encrypted blob read as plain.
+
+    A blob written through a cipher (``SnapshotSessionManager(cipher=...)``) and read
+    without one is a missing key, not damage.
+    """
+    if blob is not None and is_envelope(blob):
+        raise DecryptionError(
+            f"snapshot blob {where!r} is encrypted (key {envelope_key_id(blob)!r}) and no "
+            "cipher was given: pass cipher=",
+            details={"reason": "no_cipher", "key_id": envelope_key_id(blob)},
+        )
+
+
 def _corrupt(where: str, why: str) -> SessionCorruptedError:
     return SessionCorruptedError(f"snapshot blob {where!r} is damaged: {why}")
 
@@ -237,6 +252,7 @@ def parse_chunk(blob: bytes | None, sha: str, where: str) -> dict[str, Any]:
     """
     if blob is None:
         raise _corrupt(where, "the chunk is missing")
+    refuse_envelope(blob, where)
     if sha256_hex(blob) != sha:
         raise _corrupt(where, "its sha256 does not match its name")
     header, _, body = blob.partition(b"\n")
@@ -366,6 +382,7 @@ def parse_manifest(blob: bytes, where: str) -> Manifest:
         SessionCorruptedError: the header, checksum, JSON or shape is wrong.
         SnapshotError: the manifest is of another format version.
     """
+    refuse_envelope(blob, where)
     header, newline, body = blob.partition(b"\n")
     match = _MANIFEST_HEADER.fullmatch(header)
     if match is None or not newline:

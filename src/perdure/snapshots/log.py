@@ -71,6 +71,7 @@ from perdure.snapshots.format import (
     encode_json,
     json_object,
     parse_manifest,
+    refuse_envelope,
 )
 from perdure.types.json import may_hold_encoded
 
@@ -300,6 +301,7 @@ def replay(blob: bytes, where: str) -> Replay:
             or the log holds no complete record (see the module docstring).
     """
     if not blob.startswith(_HEADER):
+        refuse_envelope(blob, where)
         raise _corrupt(where, "unknown header")
     lines = blob[len(_HEADER) :].split(b"\n")
     fragment = lines.pop()

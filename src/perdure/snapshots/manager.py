@@ -74,6 +74,7 @@ from typing import Any, Literal, Protocol, cast, runtime_checkable
 from perdure._runtime.loop import run_sync
 from perdure._runtime.threads import ProcessLock
 from perdure.agent import Agent, Snapshot, SnapshotField
+from perdure.crypto import Cipher, check_cipher
 from perdure.errors import (
     SessionConflictError,
     SessionCorruptedError,
@@ -112,7 +113,13 @@ from perdure.snapshots.io import (
 )
 from perdure.snapshots.layout import Layout, copy_message, plan_save
 from perdure.snapshots.log import LatestEnd, LogState, append_record, end_of, new_log
-from perdure.storage import AppendStorage, ConditionalStorage, LocalFileStorage, Storage
+from perdure.storage import (
+    AppendStorage,
+    ConditionalStorage,
+    EncryptedStorage,
+    LocalFileStorage,
+    Storage,
+)
 from perdure.types import Message, validate_message
 
 __all__ = [
@@ -417,11 +424,16 @@ class SnapshotSessionManager:
             (``write="snapshot"``); the agent keeps the originals until it is
             restored. A filter that fails fails the save with
             :class:`~perdure.errors.FilterFailedError` and writes nothing.
+        cipher: a :class:`~perdure.crypto.Cipher` (SPEC §9): ``storage`` is wrapped
+            in :class:`~perdure.storage.EncryptedStorage`, so every blob — latest,
+            snapshots, chunks — is stored encrypted (whole blobs are written then:
+            a ciphertext does not grow by appends).
 
     Raises:
         ValueError: a bad ``session_id`` or an unknown strategy (the message names
             the argument).
-        TypeError: ``storage`` is not a Storage or ``snapshot_trigger`` not callable.
+        TypeError: ``storage`` is not a Storage, ``snapshot_trigger`` not callable
+            or ``cipher`` not a Cipher.
     """
 
     def __init__(
@@ -434,8 +446,10 @@ class SnapshotSessionManager:
         multi_agent_save_latest_on: _MultiAgentSaveLatestStrategy = "node",
         snapshot_trigger: SnapshotTrigger | Callable[..., bool] | None = None,
         filters: Iterable[PersistenceFilter] | None = None,
+        cipher: Cipher | None = None,
     ) -> None:
         self.session_id = validate_session_id(session_id)
+        check_cipher(cipher)
         self._filters = FilterChain(filters)
         self.save_latest_on = cast(
             SaveLatestStrategy, _check_strategy(save_latest_on, _STRATEGIES, "save_latest_on")
@@ -464,6 +478,8 @@ class SnapshotSessionManager:
                 "storage must implement the Storage protocol (write/read/delete/list), "
                 f"got {type(storage).__name__}"
             )
+        if cipher is not None:
+            storage = EncryptedStorage(storage, cipher)
         self.storage: Storage = storage
         self._appends = isinstance(storage, AppendStorage)
         self._versioned = not self._appends and isinstance(storage, ConditionalStorage)

@@ -10,14 +10,17 @@ passes the same contract suite, and every coroutine may be awaited from any even
 loop and thread. :class:`ConditionalStorage` adds versions and compare-and-set
 writes, which raise :class:`~perdure.errors.StorageConflictError` when the blob is
 not at the version the caller expected (every backend here implements it).
-The memory and file backends are also :class:`AppendStorage`: conditional appends
-and replaces, which raise the same error when the blob is not as the caller expected.
+:class:`EncryptedStorage` wraps any of them and encrypts every blob (a
+:class:`~perdure.crypto.Cipher`, SPEC §9). The memory and file backends are also
+:class:`AppendStorage`: conditional appends and replaces, which raise the same error
+when the blob is not as the caller expected.
 """
 
 import typing as _typing
 
 from perdure._runtime.lazy import lazy_exports as _lazy_exports
 from perdure.errors import StorageConflictError
+from perdure.storage.encrypted import EncryptedStorage
 from perdure.storage.keys import validate_key, validate_prefix
 from perdure.storage.local_file import LocalFileStorage
 from perdure.storage.memory import MemoryStorage
@@ -34,6 +37,7 @@ __all__ = [
     "STORAGE_SCHEMES",
     "AppendStorage",
     "ConditionalStorage",
+    "EncryptedStorage",
     "LocalFileStorage",
     "MemoryStorage",
     "PostgresStorage",

@@ -14,6 +14,8 @@ from perdure._runtime.urls import (
     s3_url,
     split_url,
 )
+from perdure.crypto import Cipher
+from perdure.storage.encrypted import EncryptedStorage
 from perdure.storage.local_file import LocalFileStorage
 from perdure.storage.memory import MemoryStorage
 from perdure.storage.protocol import Storage
@@ -24,7 +26,7 @@ __all__ = ["STORAGE_SCHEMES", "open_storage", "split_url"]
 STORAGE_SCHEMES = ("file", "sqlite", "memory", "postgresql", "postgres", "redis", "rediss", "s3")
 
 
-def open_storage(url: str) -> Storage:
+def open_storage(url: str, *, cipher: Cipher | None = None) -> Storage:
     """Open the blob :class:`Storage` a URL names (nothing is created until written).
 
     ====================  ==============================================
@@ -45,6 +47,9 @@ def open_storage(url: str) -> Storage:
                           (credentials: the ``AWS_*`` environment)
     ====================  ==============================================
 
+    With ``cipher`` the storage comes wrapped in :class:`EncryptedStorage`: every
+    blob is encrypted before it reaches the backend.
+
     Raises:
         ValueError: the URL is malformed, its scheme unknown, or an option of a
             ``postgresql://``, ``redis://`` or ``s3://`` URL bad (the message names it).
@@ -52,6 +57,11 @@ def open_storage(url: str) -> Storage:
             a ``redis://`` one without ``perdure[redis]``, an ``s3://`` one without
             ``perdure[s3]``.
     """
+    storage = _open_storage(url)
+    return storage if cipher is None else EncryptedStorage(storage, cipher)
+
+
+def _open_storage(url: str) -> Storage:
     scheme, path = split_url(url, STORAGE_SCHEMES, "storage")
     if scheme == "s3":
         from perdure.storage.s3 import S3Storage

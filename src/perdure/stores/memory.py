@@ -17,6 +17,9 @@ before anything changes). Nothing survives the process. Every coroutine may be
 awaited from any event loop and any thread (a ``threading`` lock guards the data;
 nothing blocks on I/O). Writer locks exclude holders inside this process only.
 
+With ``cipher=`` (a :class:`~perdure.crypto.Cipher`) message bodies, state and
+checkpoints are kept encrypted, as in every store (SPEC §9).
+
 With ``ttl=`` (seconds of inactivity) a session expires as in the file and SQLite
 stores (:mod:`perdure.session._stamps`): every commit, ``get`` and ``create`` renews
 it; past it, reads and commits raise ``session_not_found`` with
@@ -35,12 +38,14 @@ from threading import Lock
 
 import perdure.session.rules as rules
 from perdure.checkpoints.store import MemoryCheckpointStore
+from perdure.crypto import Cipher
 from perdure.errors import SessionConflictError, SessionCorruptedError
 from perdure.session._locks import LockTable
 from perdure.session._stamps import Expiry, MemoryStamps
 from perdure.session.expiry import check_ttl, iso_time
 from perdure.session.ids import validate_session_id
 from perdure.session.paging import check_page_args, page_of, page_read_range
+from perdure.session.rules import check_cipher
 from perdure.session.store import (
     CommitResult,
     ExpiredSessionInfo,
@@ -77,6 +82,7 @@ class MemorySessionStore(StoreBase):
             :attr:`checkpoints` (the oldest are evicted, whatever their trigger).
         max_checkpoint_age: seconds; older checkpoints of a session are evicted when
             it gets a new one (and by ``perdure gc``).
+        cipher: encrypts message bodies, state and checkpoints (SPEC §9).
     """
 
     def __init__(
@@ -85,14 +91,16 @@ class MemorySessionStore(StoreBase):
         ttl: float | None = None,
         max_checkpoints: int | None = None,
         max_checkpoint_age: float | None = None,
+        cipher: Cipher | None = None,
     ) -> None:
         self.ttl = check_ttl(ttl)
+        self.cipher = check_cipher(cipher)
         self._expiry = Expiry(self.ttl, MemoryStamps(), "the memory store")
         self._sessions: dict[str, _Entry] = {}
         self._guard = Lock()
         self._locks = LockTable()
         self.checkpoints = MemoryCheckpointStore(
-            max_checkpoints=max_checkpoints, max_checkpoint_age=max_checkpoint_age
+            max_checkpoints=max_checkpoints, max_checkpoint_age=max_checkpoint_age, cipher=cipher
         )
         """Checkpoints kept beside the sessions, dropped with their session."""
         self.max_checkpoints = self.checkpoints.max_checkpoints
@@ -152,7 +160,7 @@ class MemorySessionStore(StoreBase):
             meta=meta,
             messages=[self._decode(session_id, start + i, text) for i, text in enumerate(texts)],
             offset=start,
-            agent_state=rules.decode_state(state),
+            agent_state=rules.decode_state(state, self.cipher),
             tail=tail,
         )
 
@@ -205,8 +213,8 @@ class MemorySessionStore(StoreBase):
             request.messages,
             request.agent_state,
         )
-        state_text = None if agent_state is None else rules.encode_state(agent_state)
-        redaction_texts = rules.encode_redactions(request.redactions)
+        state_text = None if agent_state is None else rules.encode_state(agent_state, self.cipher)
+        redaction_texts = rules.encode_redactions(request.redactions, self.cipher)
         with self._locks.for_write(session_id), self._guard:
             entry = self._entry(session_id)
             self._expiry.renew(session_id)
@@ -221,7 +229,7 @@ class MemorySessionStore(StoreBase):
                     [self._decode(session_id, stored - 1, t) for t in last if t is not None],
                 )
             new = [
-                rules.encode_message(messages[i], f"messages[{i}]")
+                rules.encode_message(messages[i], f"messages[{i}]", self.cipher)
                 for i in range(plan.start, len(messages))
             ]
             if not rules.writes_anything(request, plan):
@@ -298,10 +306,9 @@ class MemorySessionStore(StoreBase):
             expires_at=self._expiry.expires_at(session_id),
         )
 
-    @staticmethod
-    def _decode(session_id: str, index: int, text: str) -> Message:
+    def _decode(self, session_id: str, index: int, text: str) -> Message:
         try:
-            return rules.decode_message(text)
+            return rules.decode_message(text, self.cipher)
         except rules.DecodeError as exc:  # only a bug could store such text; say so loudly
             raise SessionCorruptedError(
                 f"session {session_id!r}: message {index}: {exc}",

@@ -151,8 +151,10 @@ from perdure.checkpoints.store import (
     check_checkpoint_id,
     verified_record,
 )
+from perdure.crypto import Cipher
 from perdure.errors import (
     CheckpointNotFoundError,
+    DecryptionError,
     SessionConflictError,
     SessionCorruptedError,
     SessionLockedError,
@@ -169,6 +171,7 @@ from perdure.session.rules import (
     DecodeError,
     blob_hash,
     chain_hash,
+    check_cipher,
     check_extends,
     check_get_args,
     check_list_args,
@@ -361,16 +364,17 @@ class _Commit(NamedTuple):
 class _Chain:
     """Encodes messages into chained rows, lazily (inside the write transaction)."""
 
-    def __init__(self, base: int, head: str) -> None:
+    def __init__(self, base: int, head: str, cipher: Cipher | None) -> None:
         self.base = base
         self.head = head
+        self.cipher = cipher
 
     def rows(self, messages: Sequence[Message], start: int) -> Iterator[tuple[int, str, str]]:
         for index in range(start, len(messages)):
             yield self.row(messages, index)
 
     def row(self, messages: Sequence[Message], index: int) -> tuple[int, str, str]:
-        body = encode_message(messages[index], f"messages[{index}]")
+        body = encode_message(messages[index], f"messages[{index}]", self.cipher)
         self.head = chain_hash(self.head, body)
         return self.base + index, body, self.head
 
@@ -440,6 +444,8 @@ def _row_damage(
         decode_message(body if redacted is None else redacted)
     except DecodeError:
         return "bad_payload"
+    except DecryptionError:
+        pass  # encrypted: the hash vouches for it, the content needs the key
     return None
 
 
@@ -524,6 +530,9 @@ class SQLiteSessionStore(StoreBase):
         max_checkpoint_age: seconds; older checkpoints of a session are evicted when
             it gets a new one (and by ``perdure gc``).
         ttl: seconds of inactivity after which a session expires (``None``: never).
+        cipher: a :class:`~perdure.crypto.Cipher`: message bodies, the state and
+            checkpoints are stored encrypted; row hashes cover the ciphertext
+            (SPEC §9).
 
     The store opens its connections on first use; :meth:`close` closes them (the
     store stays usable and reopens on the next call).
@@ -538,7 +547,9 @@ class SQLiteSessionStore(StoreBase):
         max_checkpoints: int | None = None,
         max_checkpoint_age: float | None = None,
         ttl: float | None = None,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = check_cipher(cipher)
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
         if str(path) in ("", ":memory:"):
@@ -672,8 +683,9 @@ class SQLiteSessionStore(StoreBase):
         nothing to write returns the current one.
         """
         agent_state = request.agent_state
-        state_text = None if agent_state is None else encode_state(agent_state)
-        commit = _Commit(request, state_text, encode_redactions(request.redactions))
+        state_text = None if agent_state is None else encode_state(agent_state, self.cipher)
+        redactions = encode_redactions(request.redactions, self.cipher)
+        commit = _Commit(request, state_text, redactions)
         session_id = request.session_id
         # With a ttl, the session's stamp is checked and renewed here: a stat and a
         # utime, done on the caller's thread as the inline append below is (both
@@ -1161,6 +1173,7 @@ class SQLiteSessionStore(StoreBase):
             head.head if end == head.total else None,
             lambda at, kind, detail: self._damage(session_id, at, kind, detail),
             base=head.base,
+            cipher=self.cipher,
         )
 
     def _get(self, session_id: str, offset: int) -> SessionRecord:
@@ -1174,7 +1187,11 @@ class SQLiteSessionStore(StoreBase):
             state_row = conn.execute(
                 "SELECT body FROM perdure_states WHERE sid = ?", (head.sid,)
             ).fetchone()
-        messages = self._verify(session_id, head, rows, start, prev, head.total)
+        try:
+            messages = self._verify(session_id, head, rows, start, prev, head.total)
+        except DecryptionError:
+            self._state(session_id, head, state_row)  # its hash too, before the key stops us
+            raise
         return SessionRecord(
             meta=head.meta(session_id),
             messages=messages,
@@ -1199,7 +1216,7 @@ class SQLiteSessionStore(StoreBase):
         if head.state_hash != text_hash(row[0]):
             raise damaged("the state does not match its hash")
         try:
-            return decode_state(row[0])
+            return decode_state(row[0], self.cipher)
         except DecodeError as exc:
             raise damaged(str(exc)) from None
 
@@ -1527,7 +1544,7 @@ class SQLiteSessionStore(StoreBase):
                 (head.base, head.base + _KEY_SPAN),
             )
         if rewritten or len(messages) > plan.start:
-            chain = _Chain(head.base, ZERO_HASH if rewritten else head.head)
+            chain = _Chain(head.base, ZERO_HASH if rewritten else head.head, self.cipher)
             try:
                 if len(messages) == plan.start + 1 and not rewritten:
                     # One row (a turn's append): no generator, no executemany set-up.
@@ -1581,7 +1598,7 @@ class SQLiteSessionStore(StoreBase):
         if row is None:
             raise self._damage(session_id, at, "bad_sequence", "the row is missing")
         try:
-            return [decode_message(text) for text in row if text is not None]
+            return [decode_message(text, self.cipher) for text in row if text is not None]
         except DecodeError as exc:
             raise self._damage(session_id, at, "bad_payload", str(exc)) from None
 
@@ -1615,7 +1632,7 @@ class SQLiteSessionStore(StoreBase):
     # ------------------------------------------------------------------ checkpoints
 
     def _checkpoint_put(self, meta: CheckpointMeta, record: CheckpointRecord) -> None:
-        body = record.to_json_bytes()  # here, not on the loop: a history can be large
+        body = record.to_json_bytes(self.cipher)  # here, not on the loop: a history can be large
         with self._use(self._writer) as conn, self._write_transaction(conn):
             conn.execute(
                 "INSERT OR REPLACE INTO perdure_checkpoints (session_id, checkpoint_id, "
@@ -1668,7 +1685,9 @@ class SQLiteSessionStore(StoreBase):
         if not isinstance(body, bytes):
             raise damaged("the body does not match its hash")
         # The hash column checks the body, also one written by perdure 0.1 (unsealed).
-        return verified_record(body, stored_hash, meta, damaged, unsealed_ok=True)
+        return verified_record(
+            body, stored_hash, meta, damaged, unsealed_ok=True, cipher=self.cipher
+        )
 
     def _checkpoint_list(self, session_id: str) -> builtins.list[CheckpointMeta]:
         with self._use(self._reader) as conn:
@@ -1855,6 +1874,8 @@ class SQLiteSessionStore(StoreBase):
                     decode_state(str(state_text))
                 except DecodeError:
                     plan.state_bad = True
+                except DecryptionError:
+                    pass  # encrypted: its hash vouches for it
             plan.state_raw = state_row[0]
         clean = plan.keep == len(rows) == head.total and plan.last_hash == head.head
         return None if clean and not plan.state_bad else plan

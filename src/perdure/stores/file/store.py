@@ -108,6 +108,7 @@ from perdure._runtime.fs import append_all, atomic_write, fsync_dir
 from perdure._runtime.fsync import start_fsync
 from perdure._runtime.threads import ProcessLock, StoreThread
 from perdure.checkpoints.store import FileCheckpointStore
+from perdure.crypto import Cipher, is_sealed_text
 from perdure.errors import (
     SessionConflictError,
     SessionCorruptedError,
@@ -128,13 +129,18 @@ from perdure.session.paging import check_page_args, page_of, page_read_range
 from perdure.session.rules import (
     CommitPlan,
     CommitRequest,
+    check_cipher,
     check_extends,
     check_get_args,
     check_list_args,
     check_max_checkpoint_age,
     check_max_checkpoints,
+    decode_messages,
     looks_like_message,
     plan_commit,
+    seal,
+    unseal,
+    unseal_all,
     utc_now,
 )
 from perdure.session.store import (
@@ -183,6 +189,7 @@ from perdure.types import (
     validate_message,
     validate_storable,
 )
+from perdure.types.json import may_hold_encoded
 
 Durability = Literal["commit", "invocation", "none"]
 Recovery = Literal["strict", "quarantine"]
@@ -191,7 +198,10 @@ Recovery = Literal["strict", "quarantine"]
 # these words has its quotes escaped and never matches.
 _ATTACHMENT_REF = re.compile(b'"' + ATTACHMENT_MARKER.encode() + b'":"([0-9a-f]{64})"')
 _MANIFEST_FORMAT = "perdure-manifest/1"
+# An encrypted record's value is its stored form's compact JSON, sealed.
+_ENCODE_VALUE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _MIN_WINDOW = 8 * 1024
+_MARK_EVERY = 256  # records between two marks of a sealed segment
 _INLINE_MAX = 256 * 1024  # bytes an append may copy into the page cache on the loop
 # A lock-free read that a concurrent seal or rewrite disturbed is retried this many
 # times (backing off up to ~10 ms), so a reader never reports a writer's move as damage.
@@ -226,6 +236,12 @@ class _Segment:
     redactions: dict[str, Any] = field(default_factory=dict)
     sha256: str | None = None
     """Digest of the segment file as sealed (absent in manifests written before it)."""
+    marks: list[list[Any]] | None = None
+    """Every ``_MARK_EVERY``-th record's ``[seq, byte offset, hash before it, messages
+    before it]``, recorded at the seal (absent in manifests written before them). A
+    page read verifies the chain between two marks, as it would to the segment's end:
+    a page deep inside a segment that one bulk commit wrote (a copy, an import, a
+    migration: 100k records) reads a few hundred records, not the rest of the segment."""
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items() if value is not None}
@@ -282,6 +298,11 @@ class FileSessionStore(StoreBase):
         attachment_threshold: ``bytes`` values at least this long are stored as
             attachments.
         ttl: seconds of inactivity after which a session expires (``None``: never).
+        cipher: a :class:`~perdure.crypto.Cipher` (SPEC §9): each record's message
+            or state, and each checkpoint's content, is stored encrypted (a journal
+            line keeps its hash, sequence and count in clear; the chain covers the
+            ciphertext, so ``perdure verify`` needs no key). Binaries then stay
+            inside their encrypted record: no attachment files are written.
     """
 
     def __init__(
@@ -297,7 +318,9 @@ class FileSessionStore(StoreBase):
         attachment_threshold: int = 1024,
         max_checkpoint_age: float | None = None,
         ttl: float | None = None,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = check_cipher(cipher)
         if durability not in ("commit", "invocation", "none"):
             raise ValueError(
                 f"durability must be 'commit', 'invocation' or 'none', got {durability!r}"
@@ -340,6 +363,7 @@ class FileSessionStore(StoreBase):
             self.root,
             max_checkpoints=max_checkpoints,
             max_checkpoint_age=max_checkpoint_age,
+            cipher=cipher,
             _layout=lambda session_id: self.session_dir(session_id) / "checkpoints",
             _sessions_root=self.root / "sessions",
         )
@@ -1153,6 +1177,7 @@ class FileSessionStore(StoreBase):
                 or scanned.last_hash != seg.last_hash
                 or not scanned.records
                 or scanned.records[-1].seq != seg.last_seq
+                or not _marks_fit(seg, scanned.records)
             ):
                 raise self._corrupted(
                     session_id, path, "broken_chain", 0, "segment does not match the manifest"
@@ -1233,11 +1258,17 @@ class FileSessionStore(StoreBase):
         messages: builtins.list[Message] = []
         state: dict[str, Any] = {}
         redacted: dict[int, Message] = {}
+        # Encrypted messages are opened together after the walk (one pass, like a
+        # plain journal's one parse), and of the encrypted states only the last.
+        sealed: builtins.list[tuple[int, Record]] = []
+        last_state: Record | None = None
         for record in records:
             count = len(messages)
             if record.type == "m":
                 raw: Any = record.body.get("m")
-                if record.encoded or not looks_like_message(raw):
+                if type(raw) is str:
+                    sealed.append((count, record))
+                elif record.encoded or not looks_like_message(raw):
                     raw = self._message(session_id, sdir, record)
                 messages.append(raw)
             elif record.type == "r":
@@ -1248,16 +1279,36 @@ class FileSessionStore(StoreBase):
                     )
                 redacted[index] = self._message(session_id, sdir, record)
             elif record.type == "s":
-                state = self._state(session_id, sdir, record)
+                if type(record.body.get("s")) is str:
+                    last_state = record
+                else:
+                    state, last_state = self._state(session_id, sdir, record), None
             if record.total != len(messages):
                 raise self._record_damage(
                     session_id, sdir, record, f"message count {record.total} != {len(messages)}"
                 )
+        if last_state is not None:
+            state = self._state(session_id, sdir, last_state)
+        if sealed:
+            texts = [record.body["m"] for _, record in sealed]
+            opened = decode_messages(unseal_all(self.cipher, texts))
+            if opened is None:  # one of them does not open or parse: name it
+                opened = [self._message(session_id, sdir, record) for _, record in sealed]
+            for (at, _), message in zip(sealed, opened, strict=True):
+                messages[at] = message
         return messages, state, redacted
 
     def _state(self, session_id: str, sdir: Path, record: Record) -> dict[str, Any]:
         """The agent state a ``"s"`` record holds."""
         value = record.body.get("s")
+        if type(value) is str:
+            try:
+                value = self._opened(value)
+            except ValueError as exc:
+                raise self._record_damage(session_id, sdir, record, f"bad state: {exc}") from None
+            if not isinstance(value, dict):
+                raise self._record_damage(session_id, sdir, record, "state is not an object")
+            return value
         if not isinstance(value, dict):
             raise self._record_damage(session_id, sdir, record, "state is not an object")
         return decode_bytes_values(value) if record.encoded else value
@@ -1321,6 +1372,7 @@ class FileSessionStore(StoreBase):
             has_state = has_state or any(record.type == "s" for record in records)
         records = []
         state: dict[str, Any] = {}
+        last_state: Record | None = None
         expected: int | None = None  # the message count the next record starts from
         for run, first_seq, first_count in reversed(runs):
             if run and run[0].seq == first_seq:  # read from the file's start
@@ -1337,7 +1389,10 @@ class FileSessionStore(StoreBase):
                     )
                 expected = record.total
                 if record.type == "s":
-                    state = self._state(session_id, sdir, record)
+                    if type(record.body.get("s")) is str:  # encrypted: open only the last
+                        last_state = record
+                    else:
+                        state, last_state = self._state(session_id, sdir, record), None
                 elif record.type == "r":
                     index = record.body.get("i")
                     if not isinstance(index, int) or not 0 <= index < record.total:
@@ -1345,6 +1400,8 @@ class FileSessionStore(StoreBase):
                             session_id, sdir, record, "redaction names no message"
                         )
             records.extend(run)
+        if last_state is not None:
+            state = self._state(session_id, sdir, last_state)
         count = volume.first_count if not records else records[-1].total
         found: dict[int, Message] = {}
         redactions: dict[int, Message] = {}
@@ -1364,9 +1421,33 @@ class FileSessionStore(StoreBase):
             tail=records[-1].hash if records else volume.prev_hash,
         )
 
+    def _opened_stored(self, value: Any) -> Any:
+        """A cached stored value (:attr:`Tail.last`) in its plain stored form."""
+        if type(value) is not str:
+            return value
+        return json.loads(unseal(self.cipher, value))
+
+    def _opened(self, sealed: str) -> Any:
+        """The stored form of an encrypted record's value, opened and its bytes decoded.
+
+        Raises:
+            DecryptionError: no cipher, or one that cannot open it.
+            ValueError: not sealed text, or its plaintext is no JSON.
+        """
+        if not is_sealed_text(sealed):
+            raise ValueError("a text where an object belongs")
+        text = unseal(self.cipher, sealed)
+        value = json.loads(text)
+        return decode_bytes_values(value) if may_hold_encoded(text) else value
+
     def _message(self, session_id: str, sdir: Path, record: Record) -> Message:
         raw = record.body.get("m")
         try:
+            if type(raw) is str:  # encrypted (SPEC §9): the chain vouched for the ciphertext
+                raw = self._opened(raw)
+                if looks_like_message(raw):
+                    return cast(Message, raw)
+                return validate_message(raw, f"record {record.seq}")
             if record.encoded:
                 raw = decode_with_attachments(
                     raw, lambda digest, size: self._load_attachment(session_id, sdir, digest, size)
@@ -1433,22 +1514,22 @@ class FileSessionStore(StoreBase):
         prev, seq = GENESIS, 0
         for seg, path in zip(volume.segments, volume.segment_paths, strict=True):
             if seg.count > lo and seg.first_count < hi:
-                records = self._journal_window(
-                    session_id,
-                    path,
-                    seg.prev_hash,
-                    seg.first_seq,
-                    lo,
-                    _Share(seg.count - max(lo, seg.first_count), seg.count - seg.first_count),
-                    anchor=seg.last_hash,
-                )
+                if seg.marks:
+                    records = self._marked_window(session_id, path, seg, lo, hi)
+                    self._manifest_redactions(seg, lo, hi, redactions)  # some lie past it
+                else:
+                    records = self._journal_window(
+                        session_id,
+                        path,
+                        seg.prev_hash,
+                        seg.first_seq,
+                        lo,
+                        _Share(seg.count - max(lo, seg.first_count), seg.count - seg.first_count),
+                        anchor=seg.last_hash,
+                    )
                 self._collect(session_id, sdir, records, lo, hi, found, redactions)
             elif seg.first_count >= hi:
-                for index, raw in seg.redactions.items():
-                    if lo <= int(index) < hi:
-                        redactions[int(index)] = validate_message(
-                            decode_bytes_values(raw), "manifest redaction"
-                        )
+                self._manifest_redactions(seg, lo, hi, redactions)
             prev, seq = seg.last_hash, seg.last_seq + 1
         if volume.journal is not None and volume.journal.exists():
             share = _Share(total - max(lo, volume.first_count), total - volume.first_count)
@@ -1463,6 +1544,49 @@ class FileSessionStore(StoreBase):
                 session_id, sdir, "bad_sequence", 0, f"messages {missing[:5]} are missing"
             )
         return found
+
+    def _manifest_redactions(
+        self, seg: _Segment, lo: int, hi: int, redactions: dict[int, Message]
+    ) -> None:
+        """The redactions of messages ``lo..hi-1`` that the seal of ``seg`` recorded."""
+        for index, raw in seg.redactions.items():
+            if lo <= int(index) < hi:
+                value = self._opened(raw) if type(raw) is str else decode_bytes_values(raw)
+                redactions[int(index)] = validate_message(value, "manifest redaction")
+
+    def _marked_window(
+        self, session_id: str, path: Path, seg: _Segment, lo: int, hi: int
+    ) -> builtins.list[Record]:
+        """The records of a marked segment between the marks around messages ``lo..hi-1``.
+
+        The chain is verified from the first mark's hash to the second's (or to the
+        segment's end, the manifest's ``last_hash``), so nothing read can have been
+        altered without the manifest, as with :meth:`_journal_window`'s anchor.
+        """
+        marks = seg.marks or []
+        if not all(_well_formed(mark) for mark in marks):
+            raise self._corrupted(session_id, path, "broken_chain", 0, "bad marks in the manifest")
+        start: list[Any] = [seg.first_seq, 0, seg.prev_hash, seg.first_count]
+        stop: list[Any] | None = None
+        for mark in marks:
+            if mark[3] <= lo:
+                start = mark
+            elif mark[3] >= hi:
+                stop = mark
+                break
+        try:
+            with path.open("rb") as handle:
+                handle.seek(start[1])
+                data = handle.read(-1 if stop is None else stop[1] - start[1])
+        except FileNotFoundError:
+            raise self._corrupted(session_id, path, "bad_line", 0, "file is missing") from None
+        scanned = self._scan_bytes(session_id, path, data, start[2], start[0], start[1])
+        end_hash = seg.last_hash if stop is None else stop[2]
+        if scanned.torn or scanned.end != len(data) or scanned.last_hash != end_hash:
+            raise self._corrupted(
+                session_id, path, "broken_chain", scanned.end, "segment does not match the manifest"
+            )
+        return scanned.records
 
     def _collect(
         self,
@@ -1659,11 +1783,12 @@ class FileSessionStore(StoreBase):
         count = tail.count
         if tail.last:
             where = f"messages[{count - 1}]"
+            last = [self._opened_stored(value) for value in tail.last]
             check_extends(
                 session_id,
                 messages,
                 count,
-                tail.last,
+                last,
                 encode=lambda message: self._encode_message(message, {}, where),
             )
             return
@@ -1682,20 +1807,30 @@ class FileSessionStore(StoreBase):
         for message in request.messages[plan.start :]:
             encoded = self._encode_message(message, found, f"messages[{count}]")
             count += 1
-            bodies.append({"c": count, "t": "m", "m": encoded})
+            bodies.append({"c": count, "t": "m", "m": self._sealed(encoded)})
         for index, replacement in request.redactions:
             encoded = self._encode_message(replacement, found, f"redactions[{index}]")
-            bodies.append({"c": count, "t": "r", "i": index, "m": encoded})
+            bodies.append({"c": count, "t": "r", "i": index, "m": self._sealed(encoded)})
         if request.agent_state is not None:
-            bodies.append({"c": count, "t": "s", "s": self._encode_state(request.agent_state)})
+            state = self._sealed(self._encode_state(request.agent_state))
+            bodies.append({"c": count, "t": "s", "s": state})
         return bodies
+
+    def _sealed(self, stored: Any) -> Any:
+        """A record's value as written: ``stored`` itself, or with a cipher its
+        compact JSON encrypted (:func:`~perdure.session.rules.seal`)."""
+        if self.cipher is None:
+            return stored
+        return seal(self.cipher, _ENCODE_VALUE.encode(stored))
 
     def _encode_message(self, message: Message, found: dict[str, bytes], where: str) -> Any:
         validate_message(message, where)
         if is_text_only(message):
             return message  # no bytes to extract, no user dict to escape
         validate_storable(message, where)
-        return extract_attachments(message, self.attachment_threshold, found)
+        # Encrypted, binaries stay in their record: an attachment file would be clear.
+        threshold = self.attachment_threshold if self.cipher is None else 1 << 62
+        return extract_attachments(message, threshold, found)
 
     def _encode_state(self, agent_state: Mapping[str, Any]) -> Any:
         if not isinstance(agent_state, Mapping):
@@ -1921,6 +2056,11 @@ class FileSessionStore(StoreBase):
             last_hash=scanned.last_hash,
             redactions=redactions,
             sha256=hashlib.sha256(data).hexdigest(),
+            marks=[
+                [records[k].seq, records[k].offset, records[k - 1].hash, records[k - 1].total]
+                for k in range(_MARK_EVERY, len(records), _MARK_EVERY)
+            ]
+            or None,
         )
         manifest = {
             "format": _MANIFEST_FORMAT,
@@ -1961,17 +2101,17 @@ class FileSessionStore(StoreBase):
         for message in messages:
             encoded = self._encode_message(message, found, f"messages[{count}]")
             count += 1
-            bodies.append({"c": count, "t": "m", "m": encoded})
+            bodies.append({"c": count, "t": "m", "m": self._sealed(encoded)})
         for index, replacement in redactions:  # checked: each names one of the messages
             encoded = self._encode_message(replacement, found, f"redactions[{index}]")
-            bodies.append({"c": count, "t": "r", "i": index, "m": encoded})
+            bodies.append({"c": count, "t": "r", "i": index, "m": self._sealed(encoded)})
         if agent_state is None:
             agent_state = (
                 previous_state
                 if previous_state is not None
                 else self._read_all(session_id, sdir, 0).agent_state
             )
-        bodies.append({"c": count, "t": "s", "s": self._encode_state(agent_state)})
+        bodies.append({"c": count, "t": "s", "s": self._sealed(self._encode_state(agent_state))})
         self._write_attachments(sdir, found)
         prev = GENESIS
         lines: builtins.list[bytes] = []
@@ -2159,11 +2299,16 @@ class FileSessionStore(StoreBase):
                     )
                 elif kind == "s" and isinstance(body.get("s"), dict):
                     state = decode_bytes_values(body["s"])
+                elif kind == "s" and isinstance(body.get("s"), str):
+                    opened = self._opened(body["s"])
+                    state = opened if isinstance(opened, dict) else state
             except (KeyError, TypeError, ValueError):
                 continue
         return messages, state, redacted
 
     def _decode_loose(self, session_id: str, sdir: Path, raw: Any) -> Message:
+        if type(raw) is str:
+            return validate_message(self._opened(raw), "message")
         decoded = decode_with_attachments(
             raw, lambda digest, size: self._load_attachment(session_id, sdir, digest, size)
         )
@@ -2200,3 +2345,26 @@ def _fsync_file(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _marks_fit(seg: _Segment, records: Sequence[Record]) -> bool:
+    """Whether ``seg``'s marks name its ``records`` as they are (a full read's check)."""
+    for mark in seg.marks or ():
+        if not _well_formed(mark):
+            return False
+        k = mark[0] - seg.first_seq
+        if not 0 < k < len(records):
+            return False
+        if [records[k].offset, records[k - 1].hash, records[k - 1].total] != mark[1:]:
+            return False
+    return True
+
+
+def _well_formed(mark: Any) -> bool:
+    """``[seq, offset, hash, count]``: three ints around a hash, none negative."""
+    return (
+        type(mark) is list
+        and len(mark) == 4
+        and all(type(mark[i]) is int and mark[i] >= 0 for i in (0, 1, 3))
+        and type(mark[2]) is str
+    )

@@ -35,6 +35,7 @@ from perdure.checkpoints.store import (
     check_checkpoint_id,
     verified_record,
 )
+from perdure.crypto import Cipher
 from perdure.errors import (
     CheckpointNotFoundError,
     SchemaVersionError,
@@ -45,6 +46,7 @@ from perdure.errors import (
 from perdure.session.ids import validate_session_id
 from perdure.session.rules import (
     blob_hash,
+    check_cipher,
     check_max_checkpoint_age,
     check_max_checkpoints,
     evicted_checkpoints,
@@ -78,8 +80,12 @@ class PostgresCheckpointStore:
             are evicted, whatever their trigger).
         max_checkpoint_age: seconds; older checkpoints of a session are evicted when
             it gets a new one (and by ``perdure gc``).
-        max_connections, connect_timeout, reconnect_timeout: as for
-            :class:`~perdure.stores.postgres.sessions.PostgresSessionStore`.
+        max_connections: most connections the store opens in one process.
+        connect_timeout: seconds to wait for a connection.
+        reconnect_timeout: seconds an operation waits for a server that went away
+            before raising ``StoreUnavailableError`` (as for
+            :class:`~perdure.stores.postgres.sessions.PostgresSessionStore`).
+        cipher: keeps each checkpoint's history and state encrypted (SPEC §9).
     """
 
     def __init__(
@@ -92,7 +98,9 @@ class PostgresCheckpointStore:
         max_connections: int = 4,
         connect_timeout: float = 10.0,
         reconnect_timeout: float = 15.0,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = check_cipher(cipher)
         db = PostgresDatabase(
             dsn,
             schema=schema,
@@ -117,9 +125,11 @@ class PostgresCheckpointStore:
         db: PostgresDatabase,
         max_checkpoints: int | None,
         max_checkpoint_age: float | None = None,
+        cipher: Cipher | None = None,
     ) -> PostgresCheckpointStore:
         """The checkpoints of a session store, on its database (closed with it)."""
         store = cls.__new__(cls)
+        store.cipher = check_cipher(cipher)
         store._setup(db, max_checkpoints, max_checkpoint_age, owns=False)
         return store
 
@@ -203,6 +213,7 @@ class PostgresCheckpointStore:
             stored_hash,
             meta,
             functools.partial(self._damage, session_id, checkpoint_id),
+            cipher=self.cipher,
         )
 
     async def checkpoint_sessions(self) -> builtins.list[str]:
@@ -260,7 +271,7 @@ class PostgresCheckpointStore:
     # ------------------------------------------------------------------ internals
 
     def _put(self, conn: psycopg.Connection[Any], meta: CheckpointMeta, record: Any) -> None:
-        body = record.to_json_bytes()  # here, in a worker thread: a history can be large
+        body = record.to_json_bytes(self.cipher)  # here, in a worker thread: a history can be large
         params = {
             "sid": meta.session_id,
             "cid": meta.checkpoint_id,

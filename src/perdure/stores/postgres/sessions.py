@@ -91,7 +91,9 @@ from perdure._runtime.postgres import (
     pg_fault,
 )
 from perdure._runtime.threads import ProcessLock
+from perdure.crypto import Cipher
 from perdure.errors import (
+    DecryptionError,
     SchemaVersionError,
     SessionConflictError,
     SessionCorruptedError,
@@ -108,6 +110,7 @@ from perdure.session.rules import (
     CommitRequest,
     DecodeError,
     chain_hash,
+    check_cipher,
     check_extends,
     check_get_args,
     check_list_args,
@@ -230,6 +233,9 @@ class PostgresSessionStore(StoreBase):
         connect_timeout: seconds to wait for a connection.
         reconnect_timeout: seconds an operation waits for a server that went away
             (restarting, say) before raising ``StoreUnavailableError``.
+        cipher: a :class:`~perdure.crypto.Cipher`: message bodies, the state and
+            checkpoints are stored encrypted; row hashes cover the ciphertext
+            (SPEC §9).
 
     Constructing does no I/O; :meth:`close` closes the connections (the store stays
     usable and reconnects on the next call).
@@ -248,7 +254,9 @@ class PostgresSessionStore(StoreBase):
         connect_timeout: float = 10.0,
         reconnect_timeout: float = 15.0,
         max_checkpoint_age: float | None = None,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = check_cipher(cipher)
         for name, value in (
             ("lease", lease),
             ("connect_timeout", connect_timeout),
@@ -290,7 +298,7 @@ class PostgresSessionStore(StoreBase):
         self._sql = _Statements(self.db.q, self.ttl)
         self._flush_lock = threading.Lock()
         self.checkpoints = PostgresCheckpointStore._beside(
-            self.db, self.max_checkpoints, self.max_checkpoint_age
+            self.db, self.max_checkpoints, self.max_checkpoint_age, cipher
         )
         """Checkpoints in the same schema, deleted with their session."""
         # A store dropped without close() still gives back its connections (the
@@ -350,8 +358,8 @@ class PostgresSessionStore(StoreBase):
         stored entirely or not at all. The tail changes when anything was written.
         """
         agent_state = request.agent_state
-        state_text = None if agent_state is None else encode_state(agent_state)
-        redactions = encode_redactions(request.redactions)
+        state_text = None if agent_state is None else encode_state(agent_state, self.cipher)
+        redactions = encode_redactions(request.redactions, self.cipher)
         return await asyncio.to_thread(self._commit, request, state_text, redactions)
 
     async def delete(self, session_id: str) -> None:
@@ -550,7 +558,11 @@ class PostgresSessionStore(StoreBase):
         head = self._checked_head(session_id, head_row[0])
         start = min(offset, head.total)
         prev, window = self._prev(session_id, rows, start)
-        messages = self._verify(session_id, head, window, start, prev, head.total)
+        try:
+            messages = self._verify(session_id, head, window, start, prev, head.total)
+        except DecryptionError:
+            self._state(session_id, head, head_row[0][8])  # its hash too, before the key
+            raise
         state = self._state(session_id, head, head_row[0][8])
         return SessionRecord(
             meta=head.meta(session_id),
@@ -609,6 +621,7 @@ class PostgresSessionStore(StoreBase):
             end,
             head.head if end == head.total else None,
             lambda at, kind, detail: self._damage(session_id, at, kind, detail),
+            cipher=self.cipher,
         )
 
     def _state(self, session_id: str, head: _Head, text: str | None) -> dict[str, Any]:
@@ -625,7 +638,7 @@ class PostgresSessionStore(StoreBase):
         if head.state_hash != text_hash(text):
             raise damaged("the state does not match its hash")
         try:
-            return decode_state(text)
+            return decode_state(text, self.cipher)
         except DecodeError as exc:
             raise damaged(str(exc)) from None
 
@@ -759,7 +772,7 @@ class PostgresSessionStore(StoreBase):
         if request.rewritten or len(messages) > start:
             chained = ZERO_HASH if request.rewritten else seen.head
             for index in range(start, len(messages)):
-                body = encode_message(messages[index], f"messages[{index}]")
+                body = encode_message(messages[index], f"messages[{index}]", self.cipher)
                 chained = chain_hash(chained, body)
                 bodies.append(body)
                 hashes.append(chained)
@@ -985,7 +998,7 @@ class PostgresSessionStore(StoreBase):
 
     def _decode_last(self, session_id: str, head: _Head, text: str) -> Message:
         try:
-            return decode_message(text)
+            return decode_message(text, self.cipher)
         except DecodeError as exc:
             raise self._damage(session_id, head.total - 1, "bad_payload", str(exc)) from None
 

@@ -28,6 +28,7 @@ from perdure.checkpoints.store import (
     check_checkpoint_id,
     verified_record,
 )
+from perdure.crypto import Cipher
 from perdure.errors import CheckpointNotFoundError, SessionCorruptedError
 from perdure.session.ids import validate_session_id
 from perdure.session.rules import HASH_LEN, blob_hash, checkpoint_age_cutoff
@@ -49,7 +50,9 @@ class RedisCheckpointStore:
         server: str,
         max_checkpoints: int | None,
         max_checkpoint_age: float | None = None,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = cipher
         self._clients = clients
         self._prefix = prefix
         self._server = server
@@ -74,7 +77,7 @@ class RedisCheckpointStore:
         if not isinstance(record, CheckpointRecord):
             raise TypeError(f"record must be a CheckpointRecord, got {type(record).__name__}")
         meta = CheckpointMeta.from_dict(record.meta.to_dict())
-        body = record.to_json_bytes()
+        body = record.to_json_bytes(self.cipher)
         keys = keys_of(self._prefix, meta.session_id)
         meta_text = json.dumps(meta.to_dict(), ensure_ascii=True, separators=(",", ":"))
         doing = "storing a checkpoint"
@@ -129,6 +132,7 @@ class RedisCheckpointStore:
             meta,
             functools.partial(self._damage, session_id, checkpoint_id),
             meta_where="the stored meta",
+            cipher=self.cipher,
         )
 
     async def list(self, session_id: str) -> builtins.list[CheckpointMeta]:

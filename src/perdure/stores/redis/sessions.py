@@ -79,7 +79,9 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, NamedTuple
 
 from perdure._runtime.checks import check_seconds
+from perdure.crypto import Cipher
 from perdure.errors import (
+    DecryptionError,
     SessionConflictError,
     SessionCorruptedError,
     SessionNotFoundError,
@@ -95,6 +97,7 @@ from perdure.session.rules import (
     CommitRequest,
     DecodeError,
     chain_hash,
+    check_cipher,
     check_extends,
     check_get_args,
     check_list_args,
@@ -111,6 +114,7 @@ from perdure.session.rules import (
     new_tail,
     plan_commit,
     text_hash,
+    unseal_all,
     utc_now,
     verify_rows,
     writes_anything,
@@ -167,6 +171,9 @@ class RedisSessionStore(StoreBase):
         lease: seconds a writer's lease lasts without renewal.
         socket_timeout: seconds to wait for an answer of the server.
         connect_timeout: seconds to wait for a connection.
+        cipher: a :class:`~perdure.crypto.Cipher`: message bodies, the state and
+            checkpoints are stored encrypted; element hashes cover the ciphertext
+            (SPEC §9).
 
     Constructing does no I/O.
     """
@@ -182,7 +189,9 @@ class RedisSessionStore(StoreBase):
         socket_timeout: float = 10.0,
         connect_timeout: float = 5.0,
         max_checkpoint_age: float | None = None,
+        cipher: Cipher | None = None,
     ) -> None:
+        self.cipher = check_cipher(cipher)
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r}")
         for name, value in (
@@ -210,7 +219,12 @@ class RedisSessionStore(StoreBase):
         self._heads: dict[str, _Seen] = {}  # the head each session's last commit left
         self._heads_guard = threading.Lock()
         self.checkpoints = RedisCheckpointStore(
-            self._clients, self.prefix, self.server, self.max_checkpoints, self.max_checkpoint_age
+            self._clients,
+            self.prefix,
+            self.server,
+            self.max_checkpoints,
+            self.max_checkpoint_age,
+            cipher,
         )
         """Checkpoints in the same Redis, deleted with their session."""
 
@@ -271,7 +285,11 @@ class RedisSessionStore(StoreBase):
             )
         head, start, rows, redacted = found
         first = min(offset, head.total)
-        messages = self._verify(session_id, head, rows, start, redacted, first, head.total)
+        try:
+            messages = self._verify(session_id, head, rows, start, redacted, first, head.total)
+        except DecryptionError:
+            self._state(session_id, head)  # its hash too, before the key stops us
+            raise
         return SessionRecord(
             meta=head.meta(session_id),
             messages=messages,
@@ -349,8 +367,10 @@ class RedisSessionStore(StoreBase):
     async def _apply_commit(self, request: CommitRequest) -> CommitResult:
         """Persist a checked commit: plan against the head, then one checked script."""
         session_id = request.session_id
-        state_text = None if request.agent_state is None else encode_state(request.agent_state)
-        redactions = encode_redactions(request.redactions)
+        state_text = (
+            None if request.agent_state is None else encode_state(request.agent_state, self.cipher)
+        )
+        redactions = encode_redactions(request.redactions, self.cipher)
         keys = self._keys(session_id)
         token = self._token(session_id)
         # Planned against the head this store last left (its own last commit, as a
@@ -678,7 +698,7 @@ class RedisSessionStore(StoreBase):
         :func:`~perdure.session.rules.verify_rows`)."""
         if not redacted:
             messages = _verified(
-                elements, base, first, end, head.head if end == head.total else None
+                elements, base, first, end, head.head if end == head.total else None, self.cipher
             )
             if messages is not None:
                 return messages
@@ -705,6 +725,7 @@ class RedisSessionStore(StoreBase):
             end,
             head.head if end == head.total else None,
             lambda at, kind, detail: self._damage(session_id, at, kind, detail),
+            cipher=self.cipher,
         )
 
     def _split(self, session_id: str, at: int, element: bytes) -> tuple[bytes, str]:
@@ -732,13 +753,13 @@ class RedisSessionStore(StoreBase):
         if head.state_hash != text_hash(head.state):
             raise damaged("the state does not match its hash")
         try:
-            return decode_state(head.state)
+            return decode_state(head.state, self.cipher)
         except DecodeError as exc:
             raise damaged(str(exc)) from None
 
     def _decode(self, session_id: str, index: int, text: str) -> Message:
         try:
-            return decode_message(text)
+            return decode_message(text, self.cipher)
         except DecodeError as exc:
             raise self._damage(session_id, index, "bad_payload", str(exc)) from None
 
@@ -814,7 +835,7 @@ class RedisSessionStore(StoreBase):
             last = ()
             chained = ZERO_HASH if request.rewritten else head.head
             for index in range(start, len(messages)):
-                body = encode_message(messages[index], f"messages[{index}]")
+                body = encode_message(messages[index], f"messages[{index}]", self.cipher)
                 chained = chain_hash(chained, body)
                 row_hashes[index] = chained
                 elements.append(chained.encode("ascii") + body.encode("utf-8"))
@@ -979,7 +1000,12 @@ _ZERO = ZERO_HASH.encode("ascii")
 
 
 def _verified(
-    elements: Sequence[bytes], base: int, first: int, end: int, head: str | None
+    elements: Sequence[bytes],
+    base: int,
+    first: int,
+    end: int,
+    head: str | None,
+    cipher: Cipher | None = None,
 ) -> builtins.list[Message] | None:
     """Messages ``first..end-1`` of ``elements`` (from index ``base``, no redaction
     among them) when each element's hash is its body chained to the element before
@@ -1006,7 +1032,7 @@ def _verified(
         prev = digest
     if head is not None and prev != head.encode("ascii"):
         return None
-    return decode_messages(bodies)
+    return decode_messages(unseal_all(cipher, bodies))
 
 
 async def _lindex_many(conn: Connection, key: str, indexes: Sequence[int]) -> Any:

@@ -1,0 +1,99 @@
+"""``perdure rotate-keys``: re-encrypt a store's records under a new key, in place.
+
+::
+
+    export PERDURE_KEYS_FILE=./keys.json
+    perdure rotate-keys --store sqlite:./perdure.db --to k2
+
+A thin face over :func:`perdure.rotation.rotate_keys`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from perdure.cli._common import (
+    EXIT_NOT_FOUND,
+    echo_json,
+    fail,
+    handle_errors,
+    json_option,
+    open_cli_store,
+    run,
+    session_store,
+    store_option,
+)
+from perdure.crypto import AESGCMCipher, Cipher, keys_from_env, keys_from_file
+from perdure.rotation import rotate_keys as rotate
+
+
+@click.command("rotate-keys")
+@store_option
+@click.option("--to", "to", required=True, help="The key id to re-encrypt everything under.")
+@click.option(
+    "--keys-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="JSON key file (see below); default: $PERDURE_KEYS, then $PERDURE_KEYS_FILE.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Rewrite everything, also what is already under --to (and plain records).",
+)
+@json_option
+@handle_errors
+def rotate_keys(
+    store_url: str, to: str, keys_file: Path | None, force: bool, as_json: bool
+) -> None:
+    """Re-encrypt every session and checkpoint of a store under key --to.
+
+    \b
+    Keys are read from --keys-file, else from the environment variable
+    PERDURE_KEYS (the JSON itself), else from the file PERDURE_KEYS_FILE names.
+    The JSON names every key records may be under, base64 of 32 bytes each:
+        {"keys": {"k1": "<base64>", "k2": "<base64>"}, "active": "k2"}
+    ("active" is optional here: --to decides). Keep the old keys in it until the
+    rotation has finished: they are needed to read what is not rotated yet.
+
+    \b
+    Each session is rewritten in one atomic commit under its writer lock, and each
+    checkpoint replaced atomically: killed at any moment (even SIGKILL), the store
+    stays readable with the same keys, and running the command again resumes,
+    skipping what is already under --to. Sessions held by a running agent are
+    refused (exit 5): run again later. Rewriting a session folds its redactions
+    in and renews its TTL. Memory stores are not rotated by this command.
+    """
+    cipher = _cipher(keys_file, to)
+    with session_store(store_url, cipher=cipher):
+        pass  # a missing store is reported (exit 3) before anything is opened to write
+    report = run(rotate(lambda c: open_cli_store(store_url, cipher=c), cipher, force=force))
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    click.echo(
+        f"{report.sessions_rotated} of {report.sessions_checked} sessions and "
+        f"{report.checkpoints_rotated} of {report.checkpoints_checked} checkpoints "
+        f"re-encrypted; everything is under key {report.to!r}"
+    )
+
+
+def _cipher(keys_file: Path | None, to: str) -> Cipher:
+    if keys_file is not None:
+        if not keys_file.exists():
+            fail(f"--keys-file: no file {str(keys_file)!r}", EXIT_NOT_FOUND)
+        found = keys_from_file(keys_file)
+    else:
+        loaded = keys_from_env()
+        if loaded is None:
+            raise ValueError(
+                "no keys: give --keys-file, or set PERDURE_KEYS or PERDURE_KEYS_FILE "
+                "(see perdure rotate-keys --help)"
+            )
+        found = loaded
+    keys, _ = found
+    if to not in keys:
+        raise ValueError(f"--to: key {to!r} is not among the keys ({sorted(keys)})")
+    return AESGCMCipher(keys=keys, active=to)

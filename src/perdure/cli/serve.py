@@ -1,0 +1,74 @@
+"""``perdure serve``: the JSON API and web page over a store (needs ``perdure[server]``).
+
+::
+
+    perdure serve --store sqlite:./perdure.db                 # http://127.0.0.1:8765/
+    perdure serve --store file:./data --memory sqlite:./memory.db
+    PERDURE_TOKEN=s3cret perdure serve --host 0.0.0.0 --store postgresql://app@db/prod
+
+Bound to anything but loopback, it refuses to start without a token (``--token`` or
+``PERDURE_TOKEN``); with one, every ``/api/`` request needs
+``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from perdure.cli._common import EXIT_USAGE, fail, handle_errors, session_store, store_option
+
+
+@click.command()
+@store_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=8765, show_default=True, help="Port to listen on.")
+@click.option(
+    "--token",
+    envvar="PERDURE_TOKEN",
+    default=None,
+    metavar="TOKEN",
+    help="Require Authorization: Bearer TOKEN on every /api/ route (env PERDURE_TOKEN).",
+)
+@click.option(
+    "--memory",
+    "memory_url",
+    default=None,
+    metavar="URL",
+    help="A memory store to browse: sqlite:PATH or postgresql://…[?schema=NAME].",
+)
+@click.option(
+    "--max-body",
+    type=int,
+    default=None,
+    metavar="BYTES",
+    help="Largest request body accepted (default 64 MiB); larger ones get 413.",
+)
+@handle_errors
+def serve(
+    store_url: str,
+    host: str,
+    port: int,
+    token: str | None,
+    memory_url: str | None,
+    max_body: int | None,
+) -> None:
+    """Serve the JSON API and the web inspector (sessions, checkpoints, verify, memory).
+
+    Open http://HOST:PORT/ in a browser; the API is described at /openapi.json.
+    """
+    try:
+        import uvicorn
+
+        from perdure.server import MAX_BODY, MemoryBrowser, check_bind, create_app
+    except ImportError as exc:
+        fail(f"{exc} (pip install 'perdure[server]')", EXIT_USAGE)
+    check_bind(host, token)
+    memory = MemoryBrowser(memory_url) if memory_url else None
+    with session_store(store_url) as store:
+        app = create_app(
+            store, memory=memory, token=token, max_body=max_body or MAX_BODY, close_store=False
+        )
+        click.echo(f"perdure serve: http://{host}:{port}/ (store {store_url})", err=True)
+        uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
+    if memory is not None:
+        memory.close()
