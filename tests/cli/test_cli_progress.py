@@ -7,6 +7,7 @@ for the piped case both streams are pipes and stderr must stay empty.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pty
@@ -90,6 +91,16 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
+def copy_store(source: str, target: str) -> None:
+    """A plain copy of the module's store, for a command that rewrites it."""
+    from click.testing import CliRunner
+
+    from perdure.cli.main import cli
+
+    done = CliRunner().invoke(cli, ["copy", "--from", source, "--to", target])
+    assert done.exit_code == 0, done.stderr
+
+
 def strands_source(root: Path) -> Path:
     """Three Strands FileSessionManager sessions of two messages each."""
     for n in range(3):
@@ -104,7 +115,15 @@ def strands_source(root: Path) -> Path:
 
 def commands(url: str, target: Path) -> dict[str, tuple[list[str], str]]:
     strands = strands_source(target.parent / "strands")
+    keys = target.parent / "keys.json"
+    keys.write_text(json.dumps({"keys": {"k1": base64.b64encode(bytes(range(32))).decode()}}))
+    plain = f"file:{target.parent / 'plain'}"
+    copy_store(url, plain)
     return {
+        "rotate-keys": (
+            ["rotate-keys", "--store", plain, "--to", "k1", "--keys-file", str(keys), "--force"],
+            "re-encrypting",
+        ),
         "migrate": (["migrate", "strands", str(strands), "--to", f"file:{target}"], "migrating"),
         "verify": (["verify", "--store", url], "verifying"),
         "repair": (["repair", "--store", url], "checking"),
@@ -113,7 +132,7 @@ def commands(url: str, target: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-@pytest.mark.parametrize("name", ["verify", "repair", "gc", "copy", "migrate"])
+@pytest.mark.parametrize("name", ["verify", "repair", "gc", "copy", "migrate", "rotate-keys"])
 def test_a_bar_on_a_terminal_nothing_in_a_pipe(url: str, tmp_path: Path, name: str) -> None:
     args, label = commands(url, tmp_path / "copy")[name]
     status, stdout, terminal = on_a_terminal(args)
