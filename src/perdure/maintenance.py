@@ -678,6 +678,7 @@ async def repair_store(
     dry_run: bool = True,
     quarantine_dir: str | os.PathLike[str] | None = None,
     session_ids: Sequence[str] | None = None,
+    progress: ProgressCallback | None = None,
 ) -> RepairReport:
     """Heal a file store's damaged journals by quarantine, or (dry run) say what would move.
 
@@ -705,13 +706,14 @@ async def repair_store(
         quarantine_dir: where moved records go (default: the store's,
             ``<dir>/.session-recovery-quarantine``).
         session_ids: repair only these sessions; ``None`` for the whole store.
+        progress: called as ``progress(done, total)`` as sessions are verified.
 
     Raises:
         TypeError: ``store`` is neither a file store nor a SQLite store.
         ValueError: the directory does not exist, or a session id is malformed.
     """
     if isinstance(store, SQLiteSessionStore):
-        return await _repair_sqlite(store, dry_run, quarantine_dir, session_ids)
+        return await _repair_sqlite(store, dry_run, quarantine_dir, session_ids, progress)
     if isinstance(store, str | os.PathLike):
         root = Path(store)
         strict = FileSessionStore(root)
@@ -728,7 +730,7 @@ async def repair_store(
     if not root.is_dir():
         raise ValueError(f"store directory {root} does not exist")
     qdir = Path(quarantine_dir) if quarantine_dir is not None else strict.quarantine_dir
-    verified = await verify_store(strict, session_ids=session_ids)
+    verified = await verify_store(strict, session_ids=session_ids, progress=progress)
     journal_damage = [d for d in verified.damage if d.checkpoint_id is None and d.session_id]
     checkpoint_damage = [
         d
@@ -867,6 +869,7 @@ async def _repair_sqlite(
     dry_run: bool,
     quarantine_dir: str | os.PathLike[str] | None,
     session_ids: Sequence[str] | None,
+    progress: ProgressCallback | None = None,
 ) -> RepairReport:
     """:func:`repair_store` for a SQLite store: rows and a damaged WAL, in place."""
     if not store.path.is_file():
@@ -877,7 +880,7 @@ async def _repair_sqlite(
         else store.path.parent / ".session-recovery-quarantine"
     )
     moved_files: list[str] = []
-    verified = await verify_store(store, session_ids=session_ids)
+    verified = await verify_store(store, session_ids=session_ids, progress=progress)
     if any(d.kind == "bad_wal" and d.session_id is None for d in verified.damage):
         if dry_run:
             moved_files.append(str(store.damaged_wal_path))
@@ -1058,6 +1061,7 @@ async def gc_store(
     dry_run: bool = True,
     now: _dt.datetime | None = None,
     max_checkpoint_age: float | None = None,
+    progress: ProgressCallback | None = None,
 ) -> GcReport:
     """Expire inactive sessions and prune old checkpoints (SPEC §9); a dry run by default.
 
@@ -1092,6 +1096,7 @@ async def gc_store(
         max_checkpoint_age: seconds; older checkpoints are pruned (``None``: the
             store's checkpoints' own ``max_checkpoint_age``, if any). A damaged
             checkpoint's age is read from its id.
+        progress: called as ``progress(done, total)`` as sessions are examined.
 
     Raises:
         ValueError: no limit given nor configured on the store (no ttl, no
@@ -1157,7 +1162,9 @@ async def gc_store(
         for sid in leftovers.locked
     )
     pruned: list[PrunedCheckpoint] = []
-    for meta in metas:
+    for done, meta in enumerate(metas):
+        if progress is not None:
+            progress(done, len(metas))
         if meta.damaged is not None:  # never expired nor pruned on guessed metadata
             skipped.append(SkippedSession(meta.session_id, "session_store_corrupted", meta.damaged))
             continue
@@ -1186,6 +1193,8 @@ async def gc_store(
                 skipped.extend(left)
         except (SessionLockedError, SessionCorruptedError) as exc:
             skipped.append(SkippedSession(meta.session_id, exc.code, exc.message))
+    if progress is not None:
+        progress(len(metas), len(metas))
     return GcReport(
         dry_run=dry_run,
         now=now.astimezone(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),

@@ -92,7 +92,7 @@ def test_create_and_list(url: str) -> None:
     assert (meta["session_id"], meta["trigger"], meta["label"]) == ("s1", "manual", None)
 
     table = ok("checkpoints", "list", "s1", "-s", url).stdout
-    assert table.split("\n", 2)[1].split() == ["id", "trigger", "label", "messages", "created"]
+    assert table.split("\n", 1)[0].split("\t") == ["id", "trigger", "label", "messages", "created"]
     assert "[b]first" in table  # labels are shown as written, never as markup
     assert second in table
     listed = as_json("checkpoints", "list", "s1", "-s", url)
@@ -188,6 +188,20 @@ def test_export_to_a_file_or_stdout_and_import_elsewhere(url: str, tmp_path: Pat
     assert (meta["session_id"], meta["trigger"], meta["label"]) == ("s9", "import", "two turns")
     ok("checkpoints", "restore", "s9", meta["checkpoint_id"], "-s", other)
     assert history(other, "s9") == ["one", "re: one", "two", "re: two"]
+    # A person is told the new session is empty and how to restore it, and the
+    # command it prints works.
+    said = ok("checkpoints", "import", "s8", str(out), "--create", "-s", other).stdout
+    imported, hint = said.splitlines()
+    assert imported.endswith(" into session 's8' (4 messages)")
+    new_id = imported.split()[2]
+    restore = f"perdure checkpoints restore s8 {new_id} --store {other}"
+    assert hint == (
+        "session 's8' was created empty (0 messages); to continue from the checkpoint, "
+        f"restore it: {restore}"
+    )
+    assert history(other, "s8") == []
+    ok(*restore.split()[1:])
+    assert history(other, "s8") == ["one", "re: one", "two", "re: two"]
     # from standard input, into an existing session
     piped = ok("checkpoints", "import", "s1", "-", "-s", url, input=to_stdout).stdout
     assert piped.startswith("imported checkpoint ")
@@ -300,7 +314,7 @@ def test_a_damaged_checkpoint_is_listed_refused_and_deletable(tmp_path: Path) ->
 
     listed = ok("checkpoints", "list", "s1", "-s", url)
     rows = {
-        line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[2:] if line.strip()
+        line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[1:] if line.strip()
     }
     assert rows[good][0] == "manual"
     assert rows[bad] == ["DAMAGED", "bad", "checkpoint"]
@@ -312,7 +326,7 @@ def test_a_damaged_checkpoint_is_listed_refused_and_deletable(tmp_path: Path) ->
         (bad, True),
     ]
     assert data[1]["error"]["code"] == "session_store_corrupted"
-    assert "checkpoints  2 (latest " in ok("sessions", "show", "s1", "-s", url).stdout
+    assert "checkpoints\t2 (latest " in ok("sessions", "show", "s1", "-s", url).stdout
     assert ", 1 damaged" in ok("sessions", "show", "s1", "-s", url).stdout
 
     # never restored, exported or forked: exit 4 naming the file, nothing written

@@ -252,3 +252,32 @@ def test_a_memory_target_is_refused_since_nothing_would_persist(tmp_path: Path) 
     )
     assert from_env.exit_code == EXIT_USAGE
     assert "imported" not in from_env.stdout
+
+
+def test_strict_refuses_a_session_with_an_unreadable_message(tmp_path: Path) -> None:
+    source = clean_source(tmp_path / "strands")
+    broken = message_log(source, "broken", chat(4))
+    (broken / "messages" / "message_2.json").write_bytes(b"{not json")
+    url = f"file:{tmp_path / 'store'}"
+    result = invoke("migrate", "strands", str(source), "--to", url, "--strict", "--json")
+    assert result.exit_code == EXIT_PROBLEM, result.stderr
+    entries = {e["session_id"]: e for e in json.loads(result.stdout)["sessions"]}
+    assert entries["broken"]["status"] == "failed"
+    assert "strict" in entries["broken"]["reason"]
+    assert "message_2.json" in entries["broken"]["reason"]
+    assert {entries["long"]["status"], entries["crashed"]["status"]} == {"imported"}
+    store = open_store(url)
+    assert sorted(m.session_id for m in asyncio.run(store.list())) == ["crashed", "long"]
+
+
+def test_snapshots_list_on_a_strands_folder_points_to_migrate(tmp_path: Path) -> None:
+    source = clean_source(tmp_path / "strands")
+    result = invoke("snapshots", "list", "long", "--storage", f"file:{source}")
+    assert result.exit_code == EXIT_NOT_FOUND
+    assert result.stderr.count("\n") == 1
+    assert f"perdure migrate strands {source} --to STORE" in result.stderr
+    elsewhere = tmp_path / "empty"
+    elsewhere.mkdir()
+    plain = invoke("snapshots", "list", "long", "--storage", f"file:{elsewhere}")
+    assert plain.exit_code == EXIT_NOT_FOUND
+    assert "migrate strands" not in plain.stderr

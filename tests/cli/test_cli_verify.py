@@ -17,7 +17,7 @@ from rich.console import Console
 
 import postgres_server
 from perdure import Agent
-from perdure.cli import verify as verify_command
+from perdure.cli import output
 from perdure.cli.main import cli
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore, open_store
@@ -97,11 +97,11 @@ def test_verify_reports_the_damaged_file_session_with_kind_and_position(
     url = f"file:{file_store.root}"
     result = perdure("verify", "--store", url)
     assert result.exit_code == 1, result.output
-    rows = [line.split("│")[1:-1] for line in result.stdout.splitlines() if "│" in line]
-    assert [[cell.strip() for cell in row] for row in rows] == [
-        ["b", "bad_hash", f"journal.jsonl byte {offset}"]  # the one damaged session
+    rows = [line.split("\t") for line in result.stdout.splitlines() if "\t" in line]
+    assert rows == [
+        ["session", "damage", "position"],  # the header: piped output is tab-separated
+        ["b", "bad_hash", f"journal.jsonl byte {offset}"],  # the one damaged session
     ]
-    assert "session" in result.stdout.splitlines()[1]  # the header
     assert "1 of 3 sessions damaged" in result.stdout
     assert f"perdure repair --store {url}" in result.stdout
     report = json.loads(perdure("verify", "--store", url, "--json").stdout)
@@ -281,11 +281,7 @@ def test_repair_after_a_deleted_line_reports_it_missing_and_keeps_the_next_recor
 
     result = perdure("repair", "--store", url, "--apply")
     assert result.exit_code == 0, result.output
-    rows = [
-        [cell.strip() for cell in line.split("│")[1:-1]]
-        for line in result.stdout.splitlines()
-        if "│" in line
-    ]
+    rows = [line.split("\t") for line in result.stdout.splitlines() if "\t" in line][1:]
     offset = sum(map(len, lines[:gone]))
     assert rows == [
         [
@@ -405,7 +401,7 @@ def test_verify_shows_a_progress_bar_on_a_terminal(
             return Console(file=terminal, force_terminal=True, width=100)
         return Console(highlight=False, soft_wrap=False)
 
-    monkeypatch.setattr(verify_command, "console", fake_console)
+    monkeypatch.setattr(output, "console", fake_console)
     result = perdure("verify", "--store", f"file:{file_store.root}")
     assert result.exit_code == 0
     assert "verifying" in terminal.getvalue()

@@ -77,3 +77,31 @@ def test_a_lock_directory_removed_between_holds_is_made_again(tmp_path: Path, ki
     shutil.rmtree(locks)
     asyncio.run(hold_once(store))
     assert (locks / "shared.lock").exists()
+
+
+@pytest.mark.parametrize("url", ["sqlite:project/perdure.db", "file:project/.perdure"])
+def test_lock_folders_stay_out_of_git(tmp_path: Path, url: str) -> None:
+    """Issue 23: the ``*.locks/`` folder a store leaves beside a database is never in
+    ``git status``; the database or store itself is."""
+    from perdure import Agent
+    from perdure.models import ScriptedModel
+    from perdure.session import Session, open_store
+
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    scheme, _, path = url.partition(":")
+    store = open_store(f"{scheme}:{tmp_path / path}")
+    Agent(model=ScriptedModel(["hi"]), session_manager=Session(store, "s1"))("hello")
+    getattr(store, "close", lambda: None)()
+    locks = project / "perdure.db.locks" if scheme == "sqlite" else project / ".perdure" / ".locks"
+    assert (locks / "s1.lock").exists()
+    assert (locks / ".gitignore").read_text().splitlines()[-1] == "*"
+    status = subprocess.run(
+        ["git", "-C", str(project), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert ".locks" not in status, status
+    assert ("perdure.db" if scheme == "sqlite" else ".perdure/") in status

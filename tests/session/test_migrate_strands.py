@@ -259,6 +259,13 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+def bare(messages: Any) -> Any:
+    """Messages (or one) without the ``metadata`` the migration keeps beside them."""
+    if isinstance(messages, dict):
+        return {k: v for k, v in messages.items() if k != "metadata"}
+    return [bare(m) for m in messages]
+
+
 @pytest.fixture(params=["file", "sqlite"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionStore]:
     if request.param == "file":
@@ -318,10 +325,10 @@ def test_message_files_are_ordered_by_number_not_name(
     entry = by_id(run(migrate_strands(strands_dir, store)))["normal"]
     assert (entry.messages_read, entry.messages_imported) == (16, 16)
     stored = run(store.get("normal")).messages
-    assert stored == normal_messages(16)
+    assert bare(stored) == normal_messages(16)
     assert [int(t.split()[0][1:]) for t in texts(stored)] == list(range(16))
     agent = resume(store, "normal")
-    assert agent.messages == normal_messages(16)
+    assert bare(agent.messages) == normal_messages(16)
     assert agent.state.get() == {"city": "Paris", "visits": 3}
 
 
@@ -344,7 +351,7 @@ def test_an_orphan_tool_result_is_dropped(strands_dir: Path, store: SessionStore
     entry = by_id(run(migrate_strands(strands_dir, store)))["orphan"]
     assert (entry.placeholders_added, entry.orphans_dropped) == (0, 1)
     stored = run(store.get("orphan")).messages
-    assert stored[2] == user("m2 and now?")
+    assert bare(stored[2]) == user("m2 and now?")
 
 
 def test_a_redaction_replaces_the_message_and_the_original_is_not_imported(
@@ -352,7 +359,7 @@ def test_a_redaction_replaces_the_message_and_the_original_is_not_imported(
 ) -> None:
     entry = by_id(run(migrate_strands(strands_dir, store)))["redacted"]
     assert entry.redactions_applied == 1
-    assert run(store.get("redacted")).messages[0] == user("[REDACTED]")
+    assert bare(run(store.get("redacted")).messages[0]) == user("[REDACTED]")
     written = b"".join(p.read_bytes() for p in tmp_path.glob("perdure*/**/*") if p.is_file())
     written += b"".join(p.read_bytes() for p in tmp_path.glob("perdure.db*") if p.is_file())
     assert b"4111 1111 1111 1111" not in written  # the card number, not a stray digit run in a hash
@@ -383,10 +390,10 @@ def test_removed_message_count_keeps_the_whole_history_and_the_agents_view(
     strands_dir: Path, store: SessionStore
 ) -> None:
     run(migrate_strands(strands_dir, store))
-    assert run(store.get("trimmed")).messages == normal_messages(8)
+    assert bare(run(store.get("trimmed")).messages) == normal_messages(8)
     agent = resume(store, "trimmed")
     assert agent.conversation_manager.removed_message_count == 4
-    assert agent.messages == normal_messages(8)[4:]
+    assert bare(agent.messages) == normal_messages(8)[4:]
 
 
 def test_several_agents_become_session_dot_agent(strands_dir: Path, store: SessionStore) -> None:
@@ -448,7 +455,7 @@ def test_an_existing_session_is_skipped_unless_overwrite(
     assert len(run(store.get("normal")).messages) == 2
     again = by_id(run(migrate_strands(strands_dir, store, overwrite=True)))["normal"]
     assert again.status == "imported"
-    assert run(store.get("normal")).messages == normal_messages(16)
+    assert bare(run(store.get("normal")).messages) == normal_messages(16)
 
 
 def test_strays_and_unknown_blocks_are_reported_not_dropped_silently(tmp_path: Path) -> None:
@@ -515,7 +522,7 @@ def test_an_unknown_conversation_manager_drops_its_state_with_a_note(tmp_path: P
     entry = run(migrate_strands(root, store)).sessions[0]
     assert any("'MyManager' has no perdure counterpart" in note for note in entry.notes)
     agent = resume(store, "custom")
-    assert agent.messages == normal_messages(4)
+    assert bare(agent.messages) == normal_messages(4)
 
 
 def test_pending_interrupts_are_converted(tmp_path: Path) -> None:
@@ -563,3 +570,75 @@ def test_an_id_perdure_cannot_hold_fails_that_session_only(tmp_path: Path) -> No
         "skipped": 0,
         "failed": 1,
     }
+
+
+def test_timestamps_usage_and_the_sessions_creation_time_are_kept(
+    tmp_path: Path, store: SessionStore
+) -> None:
+    """Issue 23: what perdure has no field for goes into each message's metadata."""
+    root = tmp_path / "strands"
+    agent_dir = file_session(root, "kept", normal_messages(4))
+    record = agent_dir / "messages" / "message_1.json"
+    data = json.loads(record.read_text())
+    data["created_at"] = "2025-06-01T10:00:05.000000+00:00"
+    data["updated_at"] = "2025-06-01T10:00:07.000000+00:00"
+    data["message"]["metadata"] = {
+        "usage": {"inputTokens": 12, "outputTokens": 5, "totalTokens": 17},
+        "metrics": {"latencyMs": 840},
+    }
+    write_json(record, data)
+    entry = by_id(run(migrate_strands(root, store)))["kept"]
+    assert entry.status == "imported"
+    assert entry.strands_created_at == T0
+    stored = run(store.get("kept")).messages
+    assert bare(stored) == normal_messages(4)
+    assert stored[0]["metadata"] == {  # type: ignore[typeddict-item]
+        "strands": {
+            "message_id": 0,
+            "created_at": T0,
+            "updated_at": T0,
+            "session_created_at": T0,
+        }
+    }
+    assert stored[1]["metadata"] == {  # type: ignore[typeddict-item]
+        "strands": {
+            "message_id": 1,
+            "created_at": "2025-06-01T10:00:05.000000+00:00",
+            "updated_at": "2025-06-01T10:00:07.000000+00:00",
+        },
+        "usage": {"inputTokens": 12, "outputTokens": 5, "totalTokens": 17},
+        "metrics": {"latencyMs": 840},
+    }
+    # The metadata stays beside the conversation: a resumed agent goes on, and the
+    # model is sent role and content only by the provider formats.
+    agent = resume(store, "kept")
+    agent("and then?")
+    from perdure.models._anthropic_format import to_anthropic_messages
+    from perdure.models._openai_format import to_openai_messages
+
+    model = agent.model
+    assert isinstance(model, ScriptedModel)
+    sent = model.requests[-1]["messages"]
+    assert any("metadata" in m for m in sent)  # the loop passes messages as stored
+    assert not any("metadata" in m for m in to_openai_messages(sent, None))
+    assert not any("metadata" in m for m in to_anthropic_messages(sent))
+
+
+def test_strict_refuses_a_session_with_an_unreadable_message(
+    tmp_path: Path, store: SessionStore
+) -> None:
+    root = tmp_path / "strands"
+    broken = file_session(root, "broken", normal_messages(4))
+    file_session(root, "fine", normal_messages(2))
+    (broken / "messages" / "message_2.json").write_bytes(b"{not json")
+    report = run(migrate_strands(root, store, strict=True))
+    entries = by_id(report)
+    assert entries["fine"].status == "imported"
+    assert entries["broken"].status == "failed"
+    assert entries["broken"].reason is not None
+    assert "message_2.json" in entries["broken"].reason
+    assert not report.ok
+    assert [m.session_id for m in run(store.list())] == ["fine"]  # nothing half-imported
+    # Without --strict the session is imported with its gap (and the gap reported).
+    relaxed = by_id(run(migrate_strands(root, store)))["broken"]
+    assert (relaxed.status, relaxed.messages_read) == ("imported", 3)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from perdure.agent.checkpoint import Checkpoint
-from perdure.agent.conversation.pairing import placeholder_tool_result
+from perdure.agent.conversation.pairing import merge_user_runs, placeholder_tool_result
 from perdure.agent.events import (
     AgentEvent,
     CheckpointEvent,
@@ -221,6 +221,9 @@ async def _call_model(
             tool_specs = context.tool_specs
         else:
             request_messages, system_prompt = list(agent.messages), agent.system_prompt
+        # Never two user messages in a row to a model (the stored history may have
+        # them after a failed call or a torn tail); the stored log stays as written.
+        request_messages = merge_user_runs(request_messages)
         response: ModelResponse | None = None
         try:
             stream = agent.model.stream(

@@ -25,9 +25,10 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, NoReturn, TypeVar
 
 import click
-from rich.console import Console
 
 from perdure._runtime.loop import run_sync
+from perdure.cli.output import console as console
+from perdure.cli.output import json_option as json_option
 from perdure.crypto import AESGCMCipher, Cipher, keys_from_env
 from perdure.errors import PerdureError
 from perdure.session import SessionStore, open_store
@@ -59,20 +60,63 @@ _EXIT_BY_CODE = {
 
 DEFAULT_STORE = "file:.perdure"
 
+STORE_HELP = (
+    "The session store: file:DIR, sqlite:PATH, postgresql://USER@HOST/DB[?schema=NAME] "
+    "or memory: (env PERDURE_STORE); may also come before the command."
+)
+
+_STORE_KEY = "perdure.store"
+
+
+def _resolve_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """The store URL: ``--store`` after the command, else before it, else env, else default."""
+    source = ctx.get_parameter_source(param.name or "store_url")
+    if source is click.core.ParameterSource.COMMANDLINE and value is not None:
+        return value
+    before = remembered_store(ctx)
+    if before is not None:
+        return before
+    return value if value is not None else DEFAULT_STORE
+
+
+def resolve_target_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """A required store option with another name (``--to``): it, else ``--store`` given
+    before the command, else the environment; missing altogether is a usage error."""
+    source = ctx.get_parameter_source(param.name or "store_url")
+    if source is click.core.ParameterSource.COMMANDLINE and value is not None:
+        return value
+    before = remembered_store(ctx)
+    if before is not None:
+        return before
+    if value is None:
+        raise click.MissingParameter(ctx=ctx, param=param)
+    return value
+
+
+def remembered_store(ctx: click.Context) -> str | None:
+    """The ``--store`` given before the command (``perdure --store URL sessions list``)."""
+    before = ctx.meta.get(_STORE_KEY)
+    return before if isinstance(before, str) else None
+
+
+def remember_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """The group's ``--store`` callback: keep it for the command that follows."""
+    if value is not None:
+        ctx.meta[_STORE_KEY] = value
+    return value
+
+
 store_option = click.option(
     "--store",
     "-s",
     "store_url",
     envvar="PERDURE_STORE",
-    default=DEFAULT_STORE,
-    show_default=True,
+    default=None,
+    show_default=DEFAULT_STORE,
     metavar="URL",
-    help=(
-        "The session store: file:DIR, sqlite:PATH, postgresql://USER@HOST/DB[?schema=NAME] "
-        "or memory: (env PERDURE_STORE)."
-    ),
+    callback=_resolve_store,
+    help=STORE_HELP,
 )
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
 def exit_code_for(error: PerdureError) -> int:
@@ -192,11 +236,6 @@ def handle_errors(command: F) -> F:
             fail("interrupted", EXIT_INTERRUPTED)
 
     return wrapper  # type: ignore[return-value]
-
-
-def console(*, stderr: bool = False) -> Console:
-    """A rich console: colours on a terminal, plain text in pipes and under NO_COLOR."""
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
 
 
 def to_jsonable(value: Any) -> Any:

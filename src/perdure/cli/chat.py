@@ -45,6 +45,7 @@ from perdure.agent import (
     ToolStartEvent,
 )
 from perdure.cli._common import EXIT_USAGE, fail, handle_errors, session_store, store_option
+from perdure.cli.output import plural
 from perdure.cli.render import preview, tool_result_text
 from perdure.cli.style import Style
 from perdure.errors import PerdureError
@@ -152,7 +153,8 @@ def run_chat(
     interactive = bool(getattr(stdin, "isatty", lambda: False)())
     failed = False
     if agent.messages:
-        stdout.write(style(f"(resumed a conversation of {len(agent.messages)} messages)\n", "dim"))
+        resumed = plural(len(agent.messages), "message")
+        stdout.write(style(f"(resumed a conversation of {resumed})\n", "dim"))
     try:
         while True:
             if interactive:

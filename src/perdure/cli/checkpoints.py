@@ -26,8 +26,6 @@ import sys
 from pathlib import Path
 
 import click
-from rich import box
-from rich.table import Table
 from rich.text import Text
 
 from perdure._runtime.fs import atomic_write
@@ -38,7 +36,6 @@ from perdure.checkpoints.store import (
 from perdure.cli import ops
 from perdure.cli._common import (
     EXIT_ERROR,
-    console,
     echo_json,
     fail,
     handle_errors,
@@ -47,7 +44,8 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
-from perdure.cli.render import format_time, print_table
+from perdure.cli.output import new_table, plural, print_table
+from perdure.cli.render import format_time
 
 
 @click.group()
@@ -84,7 +82,7 @@ def list_checkpoints(session_id: str, store_url: str, as_json: bool) -> None:
     if not found:
         click.echo(f"session {session_id!r} has no checkpoints")
         return
-    table = Table(box=box.SIMPLE)
+    table = new_table()
     table.add_column("id", no_wrap=True)
     table.add_column("trigger", no_wrap=True)
     table.add_column("label")
@@ -97,7 +95,7 @@ def list_checkpoints(session_id: str, store_url: str, as_json: bool) -> None:
             continue
         cells = (item.checkpoint_id, item.trigger, item.label or "", str(item.message_count))
         table.add_row(*map(Text, cells), Text(format_time(item.created_at)))
-    print_table(console(), table)
+    print_table(table)
     damaged = [item for item in found if isinstance(item, DamagedCheckpoint)]
     for item in damaged:
         click.echo(f"damaged: {item.error.message}", err=True)
@@ -130,7 +128,7 @@ def create(session_id: str, label: str | None, quiet: bool, store_url: str, as_j
     else:
         click.echo(
             f"created checkpoint {meta.checkpoint_id} of session {session_id!r} "
-            f"({meta.message_count} messages)"
+            f"({plural(meta.message_count, 'message')})"
         )
 
 
@@ -171,7 +169,7 @@ def restore(
     )
     click.echo(
         f"restored session {session_id!r} to checkpoint {checkpoint_id}: "
-        f"{result.from_messages} → {result.to_messages} messages{saved}"
+        f"{result.from_messages} → {plural(result.to_messages, 'message')}{saved}"
     )
 
 
@@ -271,13 +269,21 @@ def import_(
     data = _read_input(file)
     key = _read_key(verify_key_file, "--verify-key-file")
     with session_store(store_url, must_exist=not create_session) as store:
+        created = create_session and run(ops.message_count(store, session_id)) is None
         meta = run(ops.import_checkpoint(store, session_id, data, create_session, key))
     if as_json:
         echo_json(meta)
-    else:
+        return
+    click.echo(
+        f"imported checkpoint {meta.checkpoint_id} into session {session_id!r} "
+        f"({plural(meta.message_count, 'message')})"
+    )
+    if created:
+        # The checkpoint is stored beside the session, not restored into it.
         click.echo(
-            f"imported checkpoint {meta.checkpoint_id} into session {session_id!r} "
-            f"({meta.message_count} messages)"
+            f"session {session_id!r} was created empty (0 messages); to continue from "
+            f"the checkpoint, restore it: perdure checkpoints restore {session_id} "
+            f"{meta.checkpoint_id} --store {store_url}"
         )
 
 

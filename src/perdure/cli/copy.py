@@ -13,7 +13,6 @@ back and compared before it counts as copied.
 from __future__ import annotations
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from perdure.cli._common import (
@@ -26,6 +25,7 @@ from perdure.cli._common import (
     run,
     session_store,
 )
+from perdure.cli.output import new_table, print_table, progress_bar
 from perdure.migrate.copy import CopyReport, CopyStatus, copy_sessions
 from perdure.stores.memory import MemorySessionStore
 
@@ -85,12 +85,13 @@ def copy(
                 "that persists",
                 param_hint="--to",
             )
-        report = run(
-            copy_sessions(
-                source, target, session_ids=session_ids or None, overwrite=overwrite,
-                dry_run=dry_run,
-            )
-        )  # fmt: skip
+        with progress_bar("copying", enabled=not as_json) as progress:
+            report = run(
+                copy_sessions(
+                    source, target, session_ids=session_ids or None, overwrite=overwrite,
+                    dry_run=dry_run, progress=progress,
+                )
+            )  # fmt: skip
     if as_json:
         echo_json(report.to_dict())
     else:
@@ -101,7 +102,7 @@ def copy(
 
 def _render(report: CopyReport, source_url: str, target_url: str) -> None:
     out = console()
-    table = Table(title=f"{source_url} → {target_url}")
+    table = new_table(title=f"{source_url} → {target_url}")
     table.add_column("session", overflow="fold")
     table.add_column("status", no_wrap=True)
     table.add_column("msgs", justify="right", no_wrap=True)
@@ -115,7 +116,7 @@ def _render(report: CopyReport, source_url: str, target_url: str) -> None:
             str(entry.checkpoints),
             Text(entry.reason or ""),
         )
-    out.print(table)
+    print_table(table, out)
     done: CopyStatus = "would_copy" if report.dry_run else "copied"
     verb = "would copy" if report.dry_run else "copied"
     suffix = " (dry run: nothing written)" if report.dry_run else ""

@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import click
-from rich.table import Table
 
 from perdure.cli._common import (
     EXIT_NOT_FOUND,
@@ -39,6 +38,7 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
+from perdure.cli.output import format_time, new_table, plural, print_table, progress_bar
 from perdure.maintenance import GcReport, gc_checkpoints, gc_store, parse_duration
 from perdure.session.store import SupportsExpiry
 
@@ -155,16 +155,18 @@ def gc(
                 "nothing to do: give --ttl, --keep-checkpoints, --max-checkpoint-age, "
                 "or a store URL with a ttl or max_checkpoint_age (file:DIR?ttl=86400)"
             )
-        report = run(
-            gc_store(
-                store,
-                ttl_seconds=ttl_seconds,
-                keep_checkpoints=keep_checkpoints,
-                dry_run=not apply,
-                now=when,
-                max_checkpoint_age=age_seconds,
+        with progress_bar("collecting", enabled=not as_json) as progress:
+            report = run(
+                gc_store(
+                    store,
+                    ttl_seconds=ttl_seconds,
+                    keep_checkpoints=keep_checkpoints,
+                    dry_run=not apply,
+                    now=when,
+                    max_checkpoint_age=age_seconds,
+                    progress=progress,
+                )
             )
-        )
     _report(report, ttl, as_json)
 
 
@@ -235,7 +237,7 @@ def _print(report: GcReport, ttl: str | None) -> None:
         out.print("[bold]dry run[/]: nothing was deleted; --apply deletes what is listed")
     if report.expired:
         out.print(f"sessions inactive for more than {ttl}:")
-        table = Table()
+        table = new_table()
         table.add_column("session", overflow="fold")
         table.add_column("updated", no_wrap=True)
         table.add_column("idle", justify="right", no_wrap=True)
@@ -247,7 +249,7 @@ def _print(report: GcReport, ttl: str | None) -> None:
                 human_duration(item.idle_seconds),
                 str(item.message_count),
             )
-        out.print(table)
+        print_table(table, out)
     if report.pruned:
         limits = []
         if report.keep_checkpoints is not None:
@@ -255,7 +257,7 @@ def _print(report: GcReport, ttl: str | None) -> None:
         if report.max_checkpoint_age is not None:
             limits.append(f"older than {human_duration(report.max_checkpoint_age)}")
         out.print(f"checkpoints {' or '.join(limits)}:")
-        table = Table()
+        table = new_table()
         table.add_column("session", overflow="fold")
         table.add_column("checkpoint", overflow="fold")
         table.add_column("trigger", no_wrap=True)
@@ -267,33 +269,31 @@ def _print(report: GcReport, ttl: str | None) -> None:
                 "damaged" if pruned.damaged else pruned.trigger,
                 short_time(pruned.created_at),
             )
-        out.print(table)
+        print_table(table, out)
     if report.skipped:
         out.print("skipped:")
-        table = Table()
+        table = new_table()
         table.add_column("session", overflow="fold")
         table.add_column("reason", no_wrap=True)
         table.add_column("detail")
         for skipped in report.skipped:
             table.add_row(skipped.session_id or "(store)", skipped.code, skipped.detail)
-        out.print(table)
+        print_table(table, out)
     if report.orphans or report.temp_files:
         out.print(
-            f"{verb} what killed writers left: {len(report.orphans)} empty session"
-            f"{'' if len(report.orphans) == 1 else 's'} of an interrupted fork, "
-            f"{len(report.temp_files)} temp file{'' if len(report.temp_files) == 1 else 's'}"
+            f"{verb} what killed writers left: {plural(len(report.orphans), 'empty session')} "
+            f"of an interrupted fork, {plural(len(report.temp_files), 'temp file')}"
         )
     sessions, checkpoints = len(report.expired), len(report.pruned)
     out.print(
-        f"{verb} {sessions} of {report.sessions_checked} session"
-        f"{'' if report.sessions_checked == 1 else 's'} and {checkpoints} checkpoint"
-        f"{'' if checkpoints == 1 else 's'}"
+        f"{verb} {sessions} of {plural(report.sessions_checked, 'session')} and "
+        f"{plural(checkpoints, 'checkpoint')}"
     )
 
 
 def short_time(iso: str) -> str:
-    """An ISO-8601 UTC time to the second, for tables: ``2025-03-01 12:00:05``."""
-    return iso[:19].replace("T", " ")
+    """An ISO-8601 time in UTC to the second with ``Z``: ``2025-03-01T12:00:05Z``."""
+    return format_time(iso)
 
 
 def human_duration(seconds: float) -> str:

@@ -25,6 +25,7 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
+from perdure.cli.output import plural, progress_bar
 from perdure.crypto import AESGCMCipher, Cipher, keys_from_env, keys_from_file
 from perdure.rotation import rotate_keys as rotate
 
@@ -69,13 +70,21 @@ def rotate_keys(
     cipher = _cipher(keys_file, to)
     with session_store(store_url, cipher=cipher):
         pass  # a missing store is reported (exit 3) before anything is opened to write
-    report = run(rotate(lambda c: open_cli_store(store_url, cipher=c), cipher, force=force))
+    with progress_bar("re-encrypting", enabled=not as_json) as progress:
+        report = run(
+            rotate(
+                lambda c: open_cli_store(store_url, cipher=c),
+                cipher,
+                force=force,
+                progress=progress,
+            )
+        )
     if as_json:
         echo_json(report.to_dict())
         return
     click.echo(
-        f"{report.sessions_rotated} of {report.sessions_checked} sessions and "
-        f"{report.checkpoints_rotated} of {report.checkpoints_checked} checkpoints "
+        f"{report.sessions_rotated} of {plural(report.sessions_checked, 'session')} and "
+        f"{report.checkpoints_rotated} of {plural(report.checkpoints_checked, 'checkpoint')} "
         f"re-encrypted; everything is under key {report.to!r}"
     )
 

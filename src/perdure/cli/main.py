@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
 from perdure import __version__
 from perdure._runtime.loop import run_sync
-from perdure.cli._common import EXIT_INTERRUPTED
+from perdure.cli._common import EXIT_INTERRUPTED, fail, remember_store
+from perdure.cli.output import format_option
 
 # (module, attribute) of each command, added to the group in this order.
 COMMANDS: list[tuple[str, str]] = [
@@ -26,13 +29,65 @@ COMMANDS: list[tuple[str, str]] = [
     ("perdure.cli.migrate", "migrate"),
     ("perdure.cli.copy", "copy"),
     ("perdure.cli.schema", "migrate_schema"),
+    ("perdure.cli.memory", "memory"),
     ("perdure.cli.keys", "rotate_keys"),
     ("perdure.cli.serve", "serve"),
 ]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class PerdureGroup(click.Group):
+    """The root group: every error, click's included, is one ``error: …`` line.
+
+    click prints a usage error as ``Usage: …`` / ``Try …`` / ``Error: …``; perdure's
+    own errors are one line (``_common.fail``). Both now read ``error: MESSAGE`` with
+    a pointer to ``--help`` for usage errors, and keep their exit status (2).
+    """
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # bare `perdure` or a bare group
+            exc.show()  # the help, as click shows it
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "perdure"
+            message = one_line(exc.format_message()).rstrip(".")
+            fail(f"{message} (see '{where} --help')", exc.exit_code)
+        except click.ClickException as exc:
+            fail(one_line(exc.format_message()), exc.exit_code)
+        except click.Abort:
+            fail("aborted", EXIT_INTERRUPTED)
+        sys.exit(status if isinstance(status, int) else 0)
+
+
+def one_line(message: str) -> str:
+    """click's message on one line (some of its messages wrap)."""
+    return " ".join(message.split())
+
+
+@click.group(cls=PerdureGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="perdure")
+@click.option(
+    "--store",
+    "-s",
+    "store_url",
+    metavar="URL",
+    default=None,
+    expose_value=False,
+    is_eager=True,
+    callback=remember_store,
+    help="The store for the command that follows (see its --help); it may also come after it.",
+)
+@format_option
 def cli() -> None:
     """perdure: agent state that lasts."""
 
@@ -60,6 +115,27 @@ def _register() -> None:
         if not isinstance(command, click.Command):
             raise TypeError(f"{module_name}.{attribute} is not a click command")
         cli.add_command(command)
+    for _name, command in _walk(cli):
+        _whole_short_help(command)
+
+
+def _walk(command: click.Command) -> Iterator[tuple[str, click.Command]]:
+    yield command.name or "", command
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            yield from _walk(sub)
+
+
+def _whole_short_help(command: click.Command) -> None:
+    """Give ``command`` its help's whole first paragraph as short help.
+
+    click cuts a command's summary in a group's listing to fit one line (``Show a
+    session: metadata, state,...``); the listing now shows the whole sentence,
+    wrapped.
+    """
+    if command.short_help is None and command.help:
+        first = inspect.cleandoc(command.help).split("\n\n")[0]
+        command.short_help = " ".join(first.split())
 
 
 _register()

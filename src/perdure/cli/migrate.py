@@ -8,13 +8,12 @@ source layouts are described there.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import Progress
-from rich.table import Table
 from rich.text import Text
 
 from perdure.cli._common import (
@@ -25,8 +24,10 @@ from perdure.cli._common import (
     fail,
     handle_errors,
     json_option,
+    resolve_target_store,
     run,
 )
+from perdure.cli.output import new_table, print_table, progress_bar
 from perdure.migrate.langgraph import (
     LangGraphMigrationReport,
     ThreadMigration,
@@ -100,7 +101,7 @@ def _close(store: SessionStore | Storage) -> None:
 def _render(report: MigrationReport) -> None:
     out = console()
     verb = "would import" if report.dry_run else "imported"
-    table = Table(title=f"Strands sessions in {report.source_dir}")
+    table = new_table(title=f"Strands sessions in {report.source_dir}")
     table.add_column("session", overflow="fold")
     table.add_column("status", no_wrap=True)
     for column in ("msgs", "+results", "-orphans", "redacted", "ckpts"):
@@ -115,7 +116,7 @@ def _render(report: MigrationReport) -> None:
             str(entry.redactions_applied),
             str(entry.checkpoints_imported),
         )
-    out.print(table)
+    print_table(table, out)
     for entry in report.sessions:
         lines = [f"  {entry.reason}"] if entry.reason else []
         lines += [f"  note: {note}" for note in entry.notes]
@@ -146,18 +147,24 @@ def _render(report: MigrationReport) -> None:
 _Entry = SessionMigration | OpenAIAgentsMigration | ThreadMigration
 
 
-def _progress_bar() -> tuple[Progress | None, Callable[[_Entry, int, int], None] | None]:
-    err = console(stderr=True)
-    if not err.is_terminal:
+def _progress_bar() -> tuple[
+    contextlib.ExitStack | None, Callable[[_Entry, int, int], None] | None
+]:
+    """The shared progress bar (:func:`perdure.cli.output.progress_bar`), already shown.
+
+    ``(None, None)`` when stderr is not a terminal; else the stack that removes the
+    bar when closed, and the migration's ``progress(entry, done, total)`` callback.
+    """
+    stack = contextlib.ExitStack()
+    update = stack.enter_context(progress_bar("migrating"))
+    if update is None:
+        stack.close()
         return None, None
-    progress = Progress(console=err, transient=True)
-    task = progress.add_task("migrating", total=None)
 
-    def advance(entry: _Entry, done: int, total: int) -> None:
-        name = entry.thread_id if isinstance(entry, ThreadMigration) else entry.session_id
-        progress.update(task, completed=done, total=total, description=name)
+    def advance(_entry: _Entry, done: int, total: int) -> None:
+        update(done, total)
 
-    return progress, advance
+    return stack, advance
 
 
 @click.group()
@@ -174,17 +181,26 @@ def migrate() -> None:
 @click.option(
     "--to",
     "store_url",
-    required=True,
+    default=None,
     envvar="PERDURE_STORE",
     metavar="URL",
-    help="The perdure store to import into: file:DIR or sqlite:PATH (env PERDURE_STORE).",
+    callback=resolve_target_store,
+    help=(
+        "The perdure store to import into: file:DIR or sqlite:PATH (env PERDURE_STORE; "
+        "or --store before the command)."
+    ),
 )
 @click.option("--dry-run", is_flag=True, help="Read and convert everything; write nothing.")
 @click.option("--overwrite", is_flag=True, help="Replace sessions that already exist in the store.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse a session with a file that cannot be read, instead of importing it with a gap.",
+)
 @json_option
 @handle_errors
 def strands(
-    source_dir: Path, store_url: str, dry_run: bool, overwrite: bool, as_json: bool
+    source_dir: Path, store_url: str, dry_run: bool, overwrite: bool, strict: bool, as_json: bool
 ) -> None:
     """Import Strands Agents sessions (FileSessionManager logs and snapshots) into a store.
 
@@ -193,7 +209,9 @@ def strands(
     SnapshotSessionManager (session/<id>/scopes/agent/<id>/snapshots/); both may be
     present. Broken tool pairs are repaired on the way and every change is reported;
     files that cannot be read are listed, never dropped silently. A session with one
-    agent keeps its id, several agents become <session>.<agent>.
+    agent keeps its id, several agents become <session>.<agent>. Each message keeps,
+    in its "metadata", Strands' message id, created_at and updated_at and any usage
+    and metrics; the first message also keeps the session's creation time.
 
     Exit status: 0 all imported, 1 some file could not be read or some session not
     written, 2 bad usage (memory: is refused: it would keep nothing), 3 no Strands
@@ -202,16 +220,19 @@ def strands(
     store = _open_target(store_url, dry_run=dry_run)
     progress, advance = (None, None) if as_json else _progress_bar()
     try:
-        if progress is not None:
-            progress.start()
         report = run(
             migrate_strands(
-                source_dir, store, dry_run=dry_run, overwrite=overwrite, progress=advance
+                source_dir,
+                store,
+                dry_run=dry_run,
+                overwrite=overwrite,
+                progress=advance,
+                strict=strict,
             )
         )
     finally:
         if progress is not None:
-            progress.stop()
+            progress.close()
         _close(store)
     if not report.sessions and not report.skipped_files:
         fail(
@@ -229,7 +250,7 @@ def strands(
 
 def _render_openai_agents(report: OpenAIAgentsMigrationReport) -> None:
     out = console()
-    table = Table(title=f"OpenAI Agents sessions in {report.source}")
+    table = new_table(title=f"OpenAI Agents sessions in {report.source}")
     table.add_column("session", overflow="fold")
     table.add_column("status", no_wrap=True)
     table.add_column("items", justify="right", no_wrap=True)
@@ -243,7 +264,7 @@ def _render_openai_agents(report: OpenAIAgentsMigrationReport) -> None:
             str(len(entry.skipped_rows)),
             "yes" if entry.verified else "-",
         )
-    out.print(table)
+    print_table(table, out)
     for entry in report.sessions:
         lines = [f"  {entry.reason}"] if entry.reason else []
         lines += [f"  note: {note}" for note in entry.notes]
@@ -293,11 +314,12 @@ def _sqlite_source(url: str) -> Path:
 @click.option(
     "--to",
     "store_url",
-    required=True,
+    default=None,
     envvar="PERDURE_STORE",
     metavar="URL",
+    callback=resolve_target_store,
     help="The perdure store to import into: file:DIR, sqlite:PATH, postgresql://…, "
-    "redis://… (env PERDURE_STORE).",
+    "redis://… (env PERDURE_STORE; or --store before the command).",
 )
 @click.option(
     "--sessions-table",
@@ -340,8 +362,6 @@ def openai_agents(
     store = _open_target(store_url, dry_run=dry_run)
     progress, advance = (None, None) if as_json else _progress_bar()
     try:
-        if progress is not None:
-            progress.start()
         try:
             report = run(
                 migrate_openai_agents(
@@ -358,7 +378,7 @@ def openai_agents(
             raise click.BadParameter(str(exc), param_hint="--from") from None
     finally:
         if progress is not None:
-            progress.stop()
+            progress.close()
         _close(store)
     if not report.sessions:
         fail(f"no OpenAI Agents sessions in {str(source)!r}", EXIT_NOT_FOUND)
@@ -396,7 +416,7 @@ def _open_storage_target(url: str, *, dry_run: bool) -> Storage:
 
 def _render_langgraph(report: LangGraphMigrationReport) -> None:
     out = console()
-    table = Table(title=f"LangGraph threads in {report.source}")
+    table = new_table(title=f"LangGraph threads in {report.source}")
     table.add_column("thread", overflow="fold")
     table.add_column("status", no_wrap=True)
     table.add_column("checkpoints", justify="right", no_wrap=True)
@@ -410,7 +430,7 @@ def _render_langgraph(report: LangGraphMigrationReport) -> None:
             str(entry.writes),
             "yes" if entry.verified else "-",
         )
-    out.print(table)
+    print_table(table, out)
     for entry in report.threads:
         lines = [f"  {entry.reason}"] if entry.reason else []
         lines += [f"  note: {note}" for note in entry.notes]
@@ -476,8 +496,6 @@ def langgraph(
         raise click.BadParameter(str(exc), param_hint="--prefix") from None
     progress, advance = (None, None) if as_json else _progress_bar()
     try:
-        if progress is not None:
-            progress.start()
         try:
             report = run(
                 migrate_langgraph(
@@ -492,7 +510,7 @@ def langgraph(
             ) from None
     finally:
         if progress is not None:
-            progress.stop()
+            progress.close()
         _close(storage)
     if not report.threads:
         fail(f"no LangGraph threads in {str(source)!r}", EXIT_NOT_FOUND)

@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from perdure.cli import output
 from perdure.types import Message
 
 PREVIEW_CHARS = 200
@@ -72,11 +72,8 @@ def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
 
 
 def format_time(iso: str) -> str:
-    """An ISO-8601 UTC timestamp to the second, for tables: ``2025-01-01 12:00:00``."""
-    date, sep, time = iso.partition("T")
-    if not sep:
-        return iso
-    return f"{date} {time[:8]}"
+    """An ISO-8601 time in UTC to the second with ``Z`` (see :mod:`perdure.cli.output`)."""
+    return output.format_time(iso)
 
 
 def describe_binary(kind: str, body: Any) -> str:
@@ -157,16 +154,8 @@ def rich_message(message: Message | Mapping[str, Any], index: int | None = None)
 
 
 def print_table(out: Console, table: Table) -> None:
-    """Print ``table`` at its natural width, wider than the console if it must be.
-
-    Rich would otherwise cut cells to fit 80 columns (the width it assumes in a
-    pipe) or a narrow terminal; an id cut short is useless, so the table is never
-    squeezed.
-    """
-    natural = Measurement.get(out, out.options.update(max_width=1 << 20), table).maximum
-    if natural > out.width:
-        out.width = natural
-    out.print(table)
+    """Print ``table`` by the output rules of :func:`perdure.cli.output.print_table`."""
+    output.print_table(table, out)
 
 
 def _inline(block: Any) -> str:

@@ -25,6 +25,7 @@ import click
 
 from perdure._runtime.urls import postgres_url, split_url
 from perdure.cli._common import echo_json, handle_errors, json_option, open_cli_store, run
+from perdure.cli.output import plural
 from perdure.storage import open_storage
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def _print(option: str, done: SchemaMigration) -> None:
     where = f"{done.component} ({option} {done.server}, schema {done.schema!r})"
     before = "no tables" if done.before is None else f"version {done.before}"
     count = len(done.steps)
-    steps = f" ({count} step{'' if count == 1 else 's'})" if count else ""
+    steps = f" ({plural(count, 'step')})" if count else ""
     if done.action == "create":
         what = "would create" if done.dry_run else "created"
     elif done.action == "upgrade":

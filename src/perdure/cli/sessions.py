@@ -18,10 +18,10 @@ does not exist is reported (exit 3) instead of being made empty.
 
 from __future__ import annotations
 
+import fnmatch
 import time
 
 import click
-from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -47,18 +47,27 @@ from perdure.cli.ops import (
     session_dict,
     state_summary,
 )
-from perdure.cli.render import format_time, print_table, rich_message
+from perdure.cli.output import new_table, note, plural, print_table
+from perdure.cli.render import format_time, rich_message
 from perdure.session import (
     DamagedCheckpoint,
     Session,
     SessionMeta,
+    SessionStore,
 )
+from perdure.session.expiry import epoch_of
 
 DEFAULT_PAGE = 20
 """Messages per history page unless ``--limit`` says otherwise."""
 
 DEFAULT_LIST = 100
 """Sessions per listing unless ``--limit`` says otherwise."""
+
+SORTS = ("id", "updated", "created")
+"""The orders of ``sessions list --sort``."""
+
+LIST_BATCH = 1000
+"""Sessions read per store call when a listing must see them all (--sort, --match)."""
 
 
 def check_positive(name: str, value: int) -> int:
@@ -75,28 +84,43 @@ def sessions() -> None:
 
 @sessions.command("list")
 @click.option(
+    "--sort",
+    type=click.Choice(SORTS),
+    default="id",
+    show_default=True,
+    help="Order: by id, or newest first by last update or creation.",
+)
+@click.option(
     "--limit",
     type=int,
     default=DEFAULT_LIST,
     show_default=True,
     help="Show at most this many sessions.",
 )
-@click.option("--after", metavar="ID", default=None, help="Start after this session id.")
+@click.option(
+    "--after", metavar="ID", default=None, help="Start after this session id (in --sort order)."
+)
+@click.option("--match", metavar="GLOB", default=None, help="Only ids matching GLOB ('user-*').")
 @store_option
 @json_option
 @handle_errors
-def list_sessions(limit: int, after: str | None, store_url: str, as_json: bool) -> None:
+def list_sessions(
+    sort: str, limit: int, after: str | None, match: str | None, store_url: str, as_json: bool
+) -> None:
     """List sessions: metadata only, never content.
 
-    Shows id, created, updated and message count, sorted by id; page with --after.
-    A damaged session is listed too, marked damaged (`perdure verify` says how).
-    In a store with a ttl (file:DIR?ttl=3600, …), the time left before each session
-    expires unless used (JSON: "expires_at" and "expires_in" seconds); expired
-    sessions are not listed.
+    Shows id, created, updated (UTC) and message count; sorted by id unless --sort
+    says otherwise; page with --after, filter ids with --match. A damaged session is
+    listed too, marked damaged (`perdure verify` says how). In a store with a ttl
+    (file:DIR?ttl=3600, …), the time left before each session expires unless used
+    (JSON: "expires_at" and "expires_in" seconds); expired sessions are not listed.
     """
     check_positive("--limit", limit)
     with session_store(store_url) as store:
-        found = run(store.list(limit=limit + 1, after=after))
+        if sort == "id" and match is None:
+            found = run(store.list(limit=limit + 1, after=after))
+        else:
+            found = select_sessions(run(_list_all(store)), sort=sort, after=after, match=match)
     shown, more = found[:limit], len(found) > limit
     next_after = shown[-1].session_id if more else None
     if as_json:
@@ -104,22 +128,67 @@ def list_sessions(limit: int, after: str | None, store_url: str, as_json: bool) 
         listed = [to_jsonable(session_dict(meta, now)) for meta in shown]
         echo_json({"sessions": listed, "next_after": next_after})
         return
-    out = console()
     if not shown:
         click.echo("no sessions" + (f" after {after!r}" if after else ""))
         return
-    print_table(out, _sessions_table(shown))
+    print_table(_sessions_table(shown))
     damaged = sum(1 for meta in shown if meta.damaged is not None)
     if damaged:
-        out.print(
-            Text(
-                f"{damaged} session{'' if damaged == 1 else 's'} damaged: "
-                f"perdure verify --store {store_url} tells what and where",
-                "red",
-            )
+        note(
+            f"{plural(damaged, 'session')} damaged: "
+            f"perdure verify --store {store_url} tells what and where",
+            "red",
         )
     if next_after is not None:
-        out.print(Text(f"more: --after {next_after}", "dim"))
+        again = "" if sort == "id" else f" --sort {sort}"
+        note(f"more: --after {next_after}{again}", "dim")
+
+
+def select_sessions(
+    metas: list[SessionMeta], *, sort: str, after: str | None, match: str | None
+) -> list[SessionMeta]:
+    """``metas`` filtered by the glob ``match``, in ``sort`` order, from after id ``after``.
+
+    ``id`` sorts ascending; ``updated`` and ``created`` newest first, ties by id. With
+    an order other than ``id``, ``after`` must name a listed session (the position
+    it names is that session's place in the order).
+
+    Raises:
+        ValueError: ``sort`` is unknown, or ``after`` is not in the listing.
+    """
+    if sort not in SORTS:
+        raise ValueError(f"--sort must be one of {', '.join(SORTS)}, got {sort!r}")
+    chosen = [m for m in metas if match is None or fnmatch.fnmatchcase(m.session_id, match)]
+    if sort == "id":
+        chosen.sort(key=lambda m: m.session_id)
+        return [m for m in chosen if after is None or m.session_id > after]
+    field = "updated_at" if sort == "updated" else "created_at"
+    chosen.sort(key=lambda m: m.session_id)
+    chosen.sort(key=lambda m: _epoch(getattr(m, field)), reverse=True)  # stable: ties by id
+    if after is None:
+        return chosen
+    ids = [m.session_id for m in chosen]
+    if after not in ids:
+        raise ValueError(f"--after: no session {after!r} in this listing (--sort {sort})")
+    return chosen[ids.index(after) + 1 :]
+
+
+def _epoch(iso: str) -> float:
+    """Seconds since the epoch of a stored time; an unreadable one sorts last."""
+    at = epoch_of(iso) if iso else None
+    return float("-inf") if at is None else at
+
+
+async def _list_all(store: SessionStore) -> list[SessionMeta]:
+    """Every session's metadata, read page by page (metadata only, never content)."""
+    found: list[SessionMeta] = []
+    after: str | None = None
+    while True:
+        page = await store.list(limit=LIST_BATCH, after=after)
+        found.extend(page)
+        if len(page) < LIST_BATCH:
+            return found
+        after = page[-1].session_id
 
 
 @sessions.command("show")
@@ -141,7 +210,7 @@ def show_session(session_id: str, store_url: str, as_json: bool) -> None:
     damaged = sum(isinstance(c, DamagedCheckpoint) for c in checkpoints)
     meta = record.meta
     summary = state_summary(record.agent_state)
-    table = Table(show_header=False, box=None, pad_edge=False)
+    table = new_table(show_header=False)
     table.add_column(style="bold")
     table.add_column()
     rows: list[tuple[str, str]] = [
@@ -154,11 +223,11 @@ def show_session(session_id: str, store_url: str, as_json: bool) -> None:
         keys = summary["state_keys"]
         rows += [
             ("agent", str(summary["agent_id"])),
-            ("state", f"{len(keys)} keys" + (f": {', '.join(keys)}" if keys else "")),
+            ("state", plural(len(keys), "key") + (f": {', '.join(keys)}" if keys else "")),
             (
                 "conversation",
                 f"{summary['conversation_manager']}, "
-                f"{summary['removed_message_count']} messages removed",
+                f"{plural(summary['removed_message_count'], 'message')} removed",
             ),
             ("interrupts", f"{summary['interrupts']} pending"),
         ]
@@ -169,7 +238,7 @@ def show_session(session_id: str, store_url: str, as_json: bool) -> None:
     rows.append(("checkpoints", f"{len(checkpoints)}{latest}{marked}"))
     for key, value in rows:
         table.add_row(Text(key), Text(value))
-    print_table(console(), table)
+    print_table(table)
 
 
 @sessions.command("history")
@@ -235,7 +304,7 @@ def delete(session_id: str, yes: bool, store_url: str, as_json: bool) -> None:
         count = run(message_count(store, session_id))
         if count is not None:
             if not yes:
-                known = " (damaged)" if count < 0 else f" ({count} messages)"
+                known = " (damaged)" if count < 0 else f" ({plural(count, 'message')})"
                 try:
                     confirmed = click.confirm(
                         f"Delete session {session_id!r}{known} and its checkpoints?",
@@ -259,7 +328,7 @@ def delete(session_id: str, yes: bool, store_url: str, as_json: bool) -> None:
 
 
 def _sessions_table(metas: list[SessionMeta]) -> Table:
-    table = Table(box=box.SIMPLE)
+    table = new_table()
     table.add_column("id", no_wrap=True)
     table.add_column("created", no_wrap=True)
     table.add_column("updated", no_wrap=True)

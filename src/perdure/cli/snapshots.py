@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from perdure.agent import Agent, ConversationManager
@@ -33,7 +32,8 @@ from perdure.cli._common import (
     json_option,
     run,
 )
-from perdure.cli.render import print_table, rich_message, shorten
+from perdure.cli.output import format_time, new_table, plural, print_table
+from perdure.cli.render import rich_message, shorten
 from perdure.errors import SessionCorruptedError, SnapshotError, StorageError
 from perdure.models.stream import ModelStreamEvent
 from perdure.session import SnapshotSessionManager, validate_session_id
@@ -46,6 +46,29 @@ __all__ = ["snapshots"]
 DEFAULT_STORAGE = "file:.perdure/storage"
 STORAGE_SCHEMES = ("file", "sqlite", "postgresql", "postgres", "redis", "rediss", "s3")
 """The storages the snapshot commands open (a memory: storage would hold nothing)."""
+
+
+def strands_hint(url: str) -> str:
+    """When ``url`` is a folder the Strands SDK wrote, how to import it (else ``""``).
+
+    perdure's snapshots do not read Strands' layout (``session/<id>/scopes/…`` of a
+    ``SnapshotSessionManager``, ``session_<id>/agents/…`` of a ``FileSessionManager``);
+    ``perdure migrate strands`` converts both.
+    """
+    try:
+        scheme, path = split_url(url, STORAGE_SCHEMES, "storage")
+    except ValueError:
+        return ""
+    if scheme != "file" or path is None or not path.is_dir():
+        return ""
+    snapshot_layout = any((path / "session").glob("*/scopes/agent/*/snapshots"))
+    log_layout = any(path.glob("session_*/agents/agent_*"))
+    if not (snapshot_layout or log_layout):
+        return ""
+    return (
+        f"; {str(path)!r} holds sessions written by the Strands Agents SDK: import them "
+        f"with perdure migrate strands {path} --to STORE"
+    )
 
 
 @contextlib.contextmanager
@@ -242,7 +265,11 @@ def list_command(
         else:
             latest = None if found is None else {"message_count": len(found.messages)}
     if not rows and latest is None and after is None:
-        fail(f"session {session_id!r} has no snapshots for agent {agent_id!r}", EXIT_NOT_FOUND)
+        fail(
+            f"session {session_id!r} has no snapshots for agent {agent_id!r}"
+            + strands_hint(storage_url),
+            EXIT_NOT_FOUND,
+        )
     full_page = bool(rows) and limit is not None and len(rows) == limit
     next_cursor = rows[-1]["snapshot_id"] if full_page else None
     if as_json:
@@ -257,19 +284,23 @@ def list_command(
         )
     else:
         out = console()
-        table = Table(title=f"snapshots of {session_id} (agent {agent_id})")
-        for column in ("#", "snapshot id", "created (UTC)", "messages"):
+        table = new_table(title=f"snapshots of {session_id} (agent {agent_id})")
+        for column in ("#", "snapshot id", "created", "messages"):
             table.add_column(column, justify="right" if column in ("#", "messages") else "left")
         for number, row in enumerate(rows, start=1):
             count = row.get("error") or str(row["message_count"])
             table.add_row(
-                str(number), row["snapshot_id"], row["created_at"], Text(count), end_section=False
+                str(number),
+                row["snapshot_id"],
+                format_time(row["created_at"]),
+                Text(count),
+                end_section=False,
             )
-        print_table(out, table)
+        print_table(table, out)
         if latest is None:
             out.print("snapshot_latest: none", markup=False)
         else:
-            shown = latest.get("error") or f"{latest['message_count']} messages"
+            shown = latest.get("error") or plural(latest["message_count"], "message")
             out.print(f"snapshot_latest: {shown}", markup=False)
         if next_cursor:
             out.print(f"more: --after {next_cursor}", markup=False)
@@ -328,12 +359,12 @@ def show(
         echo_json(info)
         return
     out = console()
-    table = Table(show_header=False, title=f"snapshot {snapshot_id} of {session_id}")
+    table = new_table(show_header=False, title=f"snapshot {snapshot_id} of {session_id}")
     table.add_column("field")
     table.add_column("value")
     rows = [
         ("agent", agent_id),
-        ("created (UTC)", info["created_at"] or "—"),
+        ("created", format_time(info["created_at"]) or "—"),
         ("messages", str(len(messages))),
         ("state keys", ", ".join(info["state_keys"]) or "—"),
         ("conversation manager", json.dumps(manager_state, ensure_ascii=False)),
@@ -344,9 +375,9 @@ def show(
         rows.append(("system prompt", shorten(agent.system_prompt)))
     for name, value in rows:
         table.add_row(Text(name), Text(value))
-    print_table(out, table)
+    print_table(table, out)
     if tail:
-        out.print(f"last {len(tail)} of {len(messages)} messages:", markup=False)
+        out.print(f"last {len(tail)} of {plural(len(messages), 'message')}:", markup=False)
         for index, message in enumerate(tail, start=len(messages) - len(tail)):
             out.print(rich_message(message, index))
 

@@ -16,11 +16,7 @@ counts and positions of what it moves, never content. Neither creates a store: a
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from perdure.cli._common import (
@@ -34,9 +30,9 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
+from perdure.cli.output import new_table, plural, print_table, progress_bar
 from perdure.maintenance import (
     Damage,
-    ProgressCallback,
     RepairReport,
     VerifyReport,
     repair_store,
@@ -44,29 +40,6 @@ from perdure.maintenance import (
 )
 from perdure.session import FileSessionStore
 from perdure.stores.sqlite import SQLiteSessionStore
-
-
-@contextlib.contextmanager
-def progress_bar(label: str, *, enabled: bool) -> Iterator[ProgressCallback | None]:
-    """A transient rich progress bar on stderr when it is a terminal; else no callback."""
-    err = console(stderr=True)
-    if not enabled or not err.is_terminal:
-        yield None
-        return
-    with Progress(
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=None)
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update
 
 
 @click.command()
@@ -129,8 +102,8 @@ def _exit(missing: tuple[str, ...], clean: bool) -> None:
 def _print_verify(report: VerifyReport, store_url: str, *, repairable: bool) -> None:
     out = console()
     checked = (
-        f"{report.sessions_checked} session{_s(report.sessions_checked)} and "
-        f"{report.checkpoints_checked} checkpoint{_s(report.checkpoints_checked)}"
+        f"{plural(report.sessions_checked, 'session')} and "
+        f"{plural(report.checkpoints_checked, 'checkpoint')}"
     )
     if report.clean:
         found = (
@@ -138,11 +111,11 @@ def _print_verify(report: VerifyReport, store_url: str, *, repairable: bool) -> 
         )
         out.print(f"[green]✓[/] {checked} verified: no damage{found}")
         return
-    out.print(damage_table(report.damage))
+    print_table(damage_table(report.damage), out)
     sessions = report.damaged_sessions
     out.print(
-        f"[red]✗[/] {len(sessions)} of {report.sessions_checked} session"
-        f"{_s(report.sessions_checked)} damaged ({checked} verified)"
+        f"[red]✗[/] {len(sessions)} of {plural(report.sessions_checked, 'session')} "
+        f"damaged ({checked} verified)"
     )
     if repairable:
         out.print(
@@ -152,7 +125,7 @@ def _print_verify(report: VerifyReport, store_url: str, *, repairable: bool) -> 
 
 def damage_table(damage: tuple[Damage, ...]) -> Table:
     """Damaged sessions and checkpoints: session, kind, position."""
-    table = Table()
+    table = new_table()
     table.add_column("session", overflow="fold")
     table.add_column("damage", no_wrap=True)
     table.add_column("position", overflow="fold")
@@ -199,14 +172,16 @@ def repair(
     """
     with session_store(store_url, file_only="repair") as store:
         assert isinstance(store, FileSessionStore | SQLiteSessionStore)
-        report = run(
-            repair_store(
-                store,
-                dry_run=not apply,
-                quarantine_dir=quarantine_dir,
-                session_ids=list(session_ids) or None,
+        with progress_bar("checking", enabled=not as_json) as progress:
+            report = run(
+                repair_store(
+                    store,
+                    dry_run=not apply,
+                    quarantine_dir=quarantine_dir,
+                    session_ids=list(session_ids) or None,
+                    progress=progress,
+                )
             )
-        )
     if not _only_missing(report.sessions_checked, report.missing, report.clean):
         if as_json:
             echo_json(report.to_dict())
@@ -224,7 +199,7 @@ def _print_repair(report: RepairReport) -> None:
         and not report.moved_files
     ):
         checked = report.sessions_checked
-        out.print(f"[green]✓[/] {checked} session{_s(checked)} verified: nothing to repair")
+        out.print(f"[green]✓[/] {plural(checked, 'session')} verified: nothing to repair")
         return
     if report.dry_run:
         out.print(
@@ -233,7 +208,7 @@ def _print_repair(report: RepairReport) -> None:
             soft_wrap=True,
         )
     if report.sessions:
-        table = Table()
+        table = new_table()
         table.add_column("session", overflow="fold")
         table.add_column("damage", no_wrap=True)
         table.add_column("position", overflow="fold")
@@ -251,7 +226,7 @@ def _print_repair(report: RepairReport) -> None:
                 ", ".join(map(str, item.positions)) or "-",
                 ", ".join(f"{count} before line {line}" for line, count in item.gaps) or "-",
             )
-        out.print(table)
+        print_table(table, out)
         for item in report.sessions:
             if item.quarantine_path is not None:
                 out.print(f"{item.session_id}: moved to {item.quarantine_path}", soft_wrap=True)
@@ -259,7 +234,7 @@ def _print_repair(report: RepairReport) -> None:
         verb = "would move" if report.dry_run else "moved"
         out.print(f"{verb} the damaged WAL {moved_file} to quarantine", soft_wrap=True)
     if report.checkpoints:
-        table = Table()
+        table = new_table()
         table.add_column("session", overflow="fold")
         table.add_column("checkpoint", overflow="fold")
         table.add_column("damage", no_wrap=True)
@@ -271,7 +246,7 @@ def _print_repair(report: RepairReport) -> None:
                 fixed.damage.kind,
                 fixed.status.replace("_", " "),
             )
-        out.print(table)
+        print_table(table, out)
         for fixed in report.checkpoints:
             if fixed.quarantine_path is not None:
                 out.print(
@@ -288,29 +263,25 @@ def _print_repair(report: RepairReport) -> None:
     by_hand = tuple(d for d in report.remaining if d not in listed)
     if by_hand:
         out.print("not repaired by quarantine (delete or restore these by hand):")
-        out.print(damage_table(by_hand))
+        print_table(damage_table(by_hand), out)
     moved = report.quarantined
     sessions = sum(1 for s in report.sessions if s.quarantined)
     if report.checkpoints and not report.sessions:
         pass  # only checkpoints: their table said it all
     else:
         verb = "would move" if report.dry_run else "moved"
-        out.print(f"{verb} {moved} record{_s(moved)} of {sessions} session{_s(sessions)}")
+        out.print(f"{verb} {plural(moved, 'record')} of {plural(sessions, 'session')}")
     missing = report.missing_records
     if missing:
         gaps = sum(1 for s in report.sessions if s.gaps)
         keep = "would be kept" if report.dry_run else "were kept"
         them = "it" if missing == 1 else "them"
         out.print(
-            f"{missing} record{_s(missing)} already missing from the journal of {gaps} "
-            f"session{_s(gaps)} (lines deleted?): nothing can bring {them} back; the "
+            f"{plural(missing, 'record')} already missing from the journal of "
+            f"{plural(gaps, 'session')} (lines deleted?): nothing can bring {them} back; the "
             f"records around {them} {keep}",
             soft_wrap=True,
         )
     for item in report.sessions:
         if item.detail is not None:
             out.print(f"{item.session_id}: {item.status}: {item.detail}", style="dim")
-
-
-def _s(count: int) -> str:
-    return "" if count == 1 else "s"

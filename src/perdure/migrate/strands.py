@@ -147,6 +147,8 @@ class SessionMigration:
         orphans_dropped: ``toolResult`` blocks dropped because nothing asked for them.
         redactions_applied: Messages replaced by their ``redact_message``.
         checkpoints_imported: Immutable snapshots imported as checkpoints.
+        strands_created_at: When Strands created the session (``session.json``),
+            kept in the first message's metadata; ``None`` when unknown.
         skipped_files: Files of this agent that were not imported, with reasons.
         notes: Other things worth knowing (dropped blocks, moved offsets, …).
     """
@@ -164,6 +166,7 @@ class SessionMigration:
     orphans_dropped: int = 0
     redactions_applied: int = 0
     checkpoints_imported: int = 0
+    strands_created_at: str | None = None
     skipped_files: list[SkippedFile] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -347,7 +350,7 @@ def _repair(messages: list[Message], offset: int) -> _Repaired:
     tagged = list(messages)
     if offset < len(messages):
         first = tagged[offset]
-        tagged[offset] = {"role": first["role"], "content": [*first["content"], marker]}
+        tagged[offset] = {**first, "content": [*first["content"], marker]}
     repaired, changes = repair_tool_pairs(tagged)
     delta = _tool_results(repaired) - _tool_results(messages)
     placeholders, orphans = (changes + delta) // 2, (changes - delta) // 2
@@ -359,7 +362,7 @@ def _repair(messages: list[Message], offset: int) -> _Repaired:
     found = repaired[new_offset]
     content = [block for block in found["content"] if block is not marker]
     if content:
-        repaired[new_offset] = {"role": found["role"], "content": content}
+        repaired[new_offset] = {**found, "content": content}
     else:
         del repaired[new_offset]
     return _Repaired(repaired, new_offset, placeholders, orphans)
@@ -547,7 +550,45 @@ def _read_message(entry: SessionMigration, path: Path, where: str, number: int) 
         entry.skipped_files.append(
             SkippedFile(where, "no content perdure can hold was left in the message")
         )
-    return message
+        return None
+    return with_metadata(message, _message_metadata(data, number))
+
+
+MESSAGE_METADATA = "metadata"
+"""The key of a message's metadata: what perdure has no field for, kept from the source."""
+
+
+def with_metadata(message: Message, metadata: dict[str, Any]) -> Message:
+    """``message`` with ``metadata`` merged into its ``"metadata"`` (a new dict)."""
+    if not metadata:
+        return message
+    merged = {**message}
+    old = merged.get(MESSAGE_METADATA)
+    merged[MESSAGE_METADATA] = {**(old if isinstance(old, dict) else {}), **metadata}
+    return merged  # type: ignore[return-value]  # a message, with one more key
+
+
+def _message_metadata(record: dict[str, Any], number: int) -> dict[str, Any]:
+    """What a Strands message record holds beyond role and content, for the message.
+
+    ``strands``: the record's ``message_id``, ``created_at`` and ``updated_at``;
+    ``usage`` and ``metrics``: a model call's token counts and timings, where Strands
+    kept them (on the message's ``metadata``, or on the record).
+    """
+    kept: dict[str, Any] = {"message_id": number}
+    for key in ("created_at", "updated_at"):
+        if isinstance(record.get(key), str):
+            kept[key] = record[key]
+    metadata: dict[str, Any] = {"strands": kept}
+    raw = record.get("message")
+    sources = [record, raw, raw.get("metadata") if isinstance(raw, dict) else None]
+    for source in sources:
+        if not isinstance(source, dict):
+            continue
+        for key in ("usage", "metrics"):
+            if isinstance(source.get(key), dict):
+                metadata[key] = decode_bytes_values(source[key])
+    return metadata
 
 
 def _read_message_log(plan: _Plan, root: Path, agent_dir: Path) -> None:
@@ -612,7 +653,11 @@ def _read_message_log(plan: _Plan, root: Path, agent_dir: Path) -> None:
 def _scan_message_logs(
     root: Path, report: MigrationReport
 ) -> dict[tuple[str, str], tuple[Path, str]]:
-    """Find ``session_<id>/agents/agent_<id>`` directories; report what else is there."""
+    """Find ``session_<id>/agents/agent_<id>`` directories; report what else is there.
+
+    Maps each ``(session_id, agent_id)`` to its directory and the session's
+    ``created_at`` from ``session.json`` (``""`` when unknown).
+    """
     found: dict[tuple[str, str], tuple[Path, str]] = {}
     for session_dir in _children(root, root, report.skipped_files):
         if not session_dir.name.startswith(_SESSION_PREFIX) or not session_dir.is_dir():
@@ -620,6 +665,7 @@ def _scan_message_logs(
         session_id = session_dir.name[len(_SESSION_PREFIX) :]
         rel = _rel(session_dir, root)
         meta = session_dir / "session.json"
+        created = ""
         if meta.exists():
             try:
                 data = _read_json(meta)
@@ -627,6 +673,9 @@ def _scan_message_logs(
                     raise ValueError("not a JSON object")
             except ValueError as exc:
                 report.skipped_files.append(SkippedFile(f"{rel}/session.json", str(exc)))
+            else:
+                stamp = data.get("created_at")
+                created = stamp if isinstance(stamp, str) else ""
         multi = session_dir / "multi_agents"
         if multi.is_dir():
             for child in _children(multi, root, report.skipped_files):
@@ -646,7 +695,7 @@ def _scan_message_logs(
                 )
                 continue
             agent_id = agent_dir.name[len(_AGENT_PREFIX) :]
-            found[(session_id, agent_id)] = (agent_dir, rel)
+            found[(session_id, agent_id)] = (agent_dir, created)
     return found
 
 
@@ -850,13 +899,14 @@ def _scan(source: Path, dry_run: bool) -> tuple[MigrationReport, list[_Plan]]:
         plan = _Plan(entry)
         _read_snapshots(plan, source, snapshots_dir)
         plans.append(plan)
-    for (session_id, agent_id), (agent_dir, _) in logs.items():
+    for (session_id, agent_id), (agent_dir, created) in logs.items():
         entry = SessionMigration(
             session_id=target(session_id, agent_id),
             strands_session_id=session_id,
             agent_id=agent_id,
             layout="file_session_manager",
             source=_rel(agent_dir, source),
+            strands_created_at=created or None,
         )
         plan = _Plan(entry)
         if (session_id, agent_id) in snaps:
@@ -867,6 +917,13 @@ def _scan(source: Path, dry_run: bool) -> tuple[MigrationReport, list[_Plan]]:
             )
         else:
             _read_message_log(plan, source, agent_dir)
+            if created and plan.messages:
+                # perdure stamps a session's created_at when it is written; Strands'
+                # creation time goes with the first message instead.
+                plan.messages[0] = with_metadata(
+                    plan.messages[0],
+                    {"strands": {**_strands_of(plan.messages[0]), "session_created_at": created}},
+                )
         plans.append(plan)
 
     taken: dict[str, str] = {}
@@ -888,6 +945,12 @@ def _scan(source: Path, dry_run: bool) -> tuple[MigrationReport, list[_Plan]]:
         taken[entry.session_id] = entry.source
     report.sessions = [plan.entry for plan in plans]
     return report, plans
+
+
+def _strands_of(message: Message) -> dict[str, Any]:
+    metadata = message.get(MESSAGE_METADATA)
+    strands = metadata.get("strands") if isinstance(metadata, dict) else None
+    return dict(strands) if isinstance(strands, dict) else {}
 
 
 # --------------------------------------------------------------------------- write
@@ -949,6 +1012,7 @@ async def migrate_strands(
     dry_run: bool = False,
     overwrite: bool = False,
     progress: Callable[[SessionMigration, int, int], None] | None = None,
+    strict: bool = False,
 ) -> MigrationReport:
     """Import the Strands Agents sessions under ``source_dir`` into ``store``.
 
@@ -964,6 +1028,9 @@ async def migrate_strands(
         overwrite: Replace sessions that already exist in ``store`` (delete, then
             write; not atomic) instead of skipping them.
         progress: Called as ``progress(entry, done, total)`` after each agent.
+        strict: Refuse (status ``"failed"``, nothing written) a session with a file
+            that could not be read — a message among them — instead of importing
+            it with a gap.
 
     Returns:
         The report; ``report.ok`` is false when a file could not be read or a
@@ -981,6 +1048,13 @@ async def migrate_strands(
     total = len(plans)
     for done, plan in enumerate(plans, start=1):
         entry = plan.entry
+        if strict and entry.status == "imported" and entry.skipped_files:
+            first = entry.skipped_files[0]
+            entry.status = "failed"
+            entry.reason = (
+                f"strict: {len(entry.skipped_files)} file(s) of this session could not be "
+                f"read ({first.path}: {first.reason}); nothing was imported"
+            )
         if entry.status == "imported":
             await _migrate_one(store, plan, dry_run=dry_run, overwrite=overwrite)
         if progress is not None:

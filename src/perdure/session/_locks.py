@@ -21,6 +21,26 @@ from pathlib import Path
 from perdure._runtime.threads import PerProcess, on_fork_in_child
 from perdure.errors import SessionLockedError
 
+GITIGNORE = ".gitignore"
+"""Written in a lock directory so that git never shows it (``*``: ignore everything)."""
+
+
+def ignore_in_git(directory: Path) -> None:
+    """Make git ignore ``directory`` (lock files beside a user's database or store).
+
+    A ``.gitignore`` holding ``*`` hides the folder and itself from ``git status``;
+    it is written once, never overwritten, and a failure to write it is ignored —
+    locks work without it.
+    """
+    try:
+        fd = os.open(directory / GITIGNORE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError:  # already there (the usual case), or a read-only directory
+        return
+    try:
+        os.write(fd, b"# perdure's writer locks: nothing here belongs in version control\n*\n")
+    finally:
+        os.close(fd)
+
 
 class LockTable:
     """Per-session writer locks for one store instance.
@@ -102,6 +122,7 @@ class LockTable:
                 return self._flock(session_id)
         else:
             self._directory.mkdir(parents=True, exist_ok=True)
+            ignore_in_git(self._directory)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

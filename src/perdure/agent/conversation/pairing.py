@@ -23,6 +23,7 @@ __all__ = [
     "find_cut_index",
     "find_latest_cut_index",
     "is_valid_cut",
+    "merge_user_runs",
     "placeholder_tool_result",
     "repair_tool_pairs",
     "tail_repairs",
@@ -93,6 +94,42 @@ def find_latest_cut_index(messages: Sequence[Message], max_remove: int) -> int |
         if is_valid_cut(messages, index):
             return index
     return None
+
+
+def merge_user_runs(messages: Sequence[Message]) -> list[Message]:
+    """The request to send for ``messages``: consecutive user messages merged into one.
+
+    A failed model call (or a torn tail) leaves the user's prompt in the history, and
+    the next prompt follows it; providers refuse two user messages in a row, or
+    read them oddly. The merged message carries every block of the run in order,
+    except that ``toolResult`` blocks come first (they must open the turn that
+    answers the tool calls). The stored history is not touched: the result is a new
+    list, a merged message is a new dict with a new content list, and every other
+    message is the same object.
+    """
+    merged: list[Message] = []
+    run = 0  # how many messages the last entry of ``merged`` stands for
+    for message in messages:
+        if message.get("role") == "user" and merged and merged[-1].get("role") == "user":
+            previous = merged[-1]
+            if run == 1:
+                previous = {"role": "user", "content": list(previous["content"])}
+                merged[-1] = previous
+            previous["content"].extend(message["content"])
+            run += 1
+            continue
+        if run > 1:
+            _results_first(merged[-1])
+        merged.append(message)
+        run = 1
+    if run > 1:
+        _results_first(merged[-1])
+    return merged
+
+
+def _results_first(message: Message) -> None:
+    """Move ``toolResult`` blocks ahead of the others in a merged message (stable)."""
+    message["content"].sort(key=lambda block: "toolResult" not in block)
 
 
 def _tool_use_ids(message: Message) -> list[str]:
@@ -181,8 +218,8 @@ def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int]:
             repaired.append(message)
         else:
             changes += changed
-            if content:
-                repaired.append({"role": message["role"], "content": content})
+            if content:  # other keys (a message's metadata) are kept
+                repaired.append({**message, "content": content})
         open_ids = _tool_use_ids(repaired[-1]) if repaired else []
     # Whatever is open in the last message kept is pending: every message after a
     # toolUse either answers it above or is preceded by a placeholder message, so the

@@ -1,0 +1,138 @@
+"""``perdure memory list|search|show|delete|export`` over real memory stores.
+
+Memories are written by the library (LocalMemoryStore on a SQLite file, and
+PostgresMemoryStore on a fresh schema), then read, exported and erased through the
+click group. Two users share each store: every command must see one user only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+import postgres_server
+from perdure.cli._common import EXIT_NOT_FOUND, EXIT_USAGE
+from perdure.cli.main import cli
+from perdure.memory import LocalMemoryStore
+
+FACTS = ["likes trains", "lives in Lyon", "is vegetarian"]
+
+
+def invoke(*args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), input=input)
+
+
+def open_memory(url: str, user: str) -> object:
+    if url.startswith("sqlite:"):
+        return LocalMemoryStore(url.removeprefix("sqlite:"), namespace=user)
+    from perdure._runtime.urls import postgres_url
+    from perdure.memory.postgres_store import PostgresMemoryStore
+
+    dsn, options = postgres_url(url, {"schema": str}, "memory store")
+    return PostgresMemoryStore(dsn, namespace=user, schema=str(options["schema"]))
+
+
+async def _fill(store: object, user: str) -> None:
+    for fact in FACTS:
+        await store.add(f"{user} {fact}", metadata={"source": "test"})  # type: ignore[attr-defined]
+
+
+def fill(url: str) -> None:
+    for user in ("alice", "bob"):
+        store = open_memory(url, user)
+        asyncio.run(_fill(store, user))
+        store.close()  # type: ignore[attr-defined]
+
+
+def count(url: str, user: str) -> int:
+    store = open_memory(url, user)
+    try:
+        return int(asyncio.run(store.count()))  # type: ignore[attr-defined]
+    finally:
+        store.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        url = postgres_server.store_url(request)
+    else:
+        url = f"sqlite:{tmp_path / 'memory.sqlite'}"
+    fill(url)
+    return url
+
+
+def ok(*args: str) -> Result:
+    result = invoke(*args)
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    return result
+
+
+def test_list_shows_one_users_memories(url: str) -> None:
+    lines = ok("memory", "list", "--store", url, "--user", "alice").stdout.splitlines()
+    assert lines[0].split("\t") == ["id", "created", "content"]
+    rows = [line.split("\t") for line in lines[1:]]
+    assert [row[2] for row in rows] == [f"alice {fact}" for fact in FACTS]
+    assert all(row[1].endswith("Z") for row in rows)
+    data = json.loads(ok("memory", "list", "-s", url, "-u", "bob", "--json").stdout)
+    assert data["total"] == 3
+    assert [m["content"] for m in data["memories"]] == [f"bob {fact}" for fact in FACTS]
+    assert data["memories"][0]["metadata"] == {"source": "test"}
+    # --store before the command, like every other command.
+    assert ok("--store", url, "memory", "list", "-u", "alice").stdout == "\n".join(lines) + "\n"
+
+
+def test_search_show_and_export(url: str, tmp_path: Path) -> None:
+    found = json.loads(ok("memory", "search", "trains", "-s", url, "-u", "alice", "--json").stdout)
+    assert [m["content"] for m in found["memories"]] == ["alice likes trains"]
+    memory_id = found["memories"][0]["memory_id"]
+    shown = ok("memory", "show", str(memory_id), "-s", url, "-u", "alice").stdout
+    assert "content\talice likes trains" in shown.splitlines()
+    # Another user's memory id is not found for this user.
+    bob = json.loads(ok("memory", "list", "-s", url, "-u", "bob", "--json").stdout)
+    other = invoke("memory", "show", str(bob["memories"][0]["memory_id"]), "-s", url, "-u", "alice")
+    assert other.exit_code == EXIT_NOT_FOUND
+    assert other.stderr.startswith("error: user 'alice' has no memory")
+
+    exported = ok("memory", "export", "-s", url, "-u", "alice").stdout.splitlines()
+    assert [json.loads(line)["content"] for line in exported] == [f"alice {f}" for f in FACTS]
+    out = tmp_path / "alice.jsonl"
+    to_file = ok("memory", "export", "-s", url, "-u", "alice", "-o", str(out))
+    assert to_file.stderr == f"exported 3 memories of user 'alice' to {out}\n"
+    assert out.read_text().splitlines() == exported
+
+
+def test_delete_all_forgets_one_user_and_proves_it(url: str) -> None:
+    refused = invoke("memory", "delete", "--all", "-s", url, "-u", "alice", input="n\n")
+    assert refused.exit_code != 0
+    assert count(url, "alice") == 3
+    done = ok("memory", "delete", "--all", "--yes", "-s", url, "-u", "alice")
+    assert done.stdout == "deleted 3 memories of user 'alice'; 0 memories left\n"
+    assert count(url, "alice") == 0
+    assert count(url, "bob") == 3  # the other user keeps everything
+    listed = ok("memory", "list", "-s", url, "-u", "alice")
+    assert listed.stdout == "no memories for user 'alice'\n"
+    bob = json.loads(ok("memory", "list", "-s", url, "-u", "bob", "--json").stdout)
+    first = str(bob["memories"][0]["memory_id"])
+    one = json.loads(ok("memory", "delete", first, "-y", "-s", url, "-u", "bob", "--json").stdout)
+    assert one == {"user": "bob", "deleted": 1, "remaining": 2}
+
+
+def test_bad_input_is_one_error_line(tmp_path: Path) -> None:
+    missing = invoke("memory", "list", "-s", f"sqlite:{tmp_path / 'none.sqlite'}", "-u", "a")
+    assert missing.exit_code == EXIT_NOT_FOUND
+    assert not (tmp_path / "none.sqlite").exists()  # a read never creates a store
+    for args in (
+        ["memory", "list", "-u", "a"],  # no --store
+        ["memory", "list", "-s", "file:x", "-u", "a"],
+        ["memory", "list", "-s", f"sqlite:{tmp_path / 'none.sqlite'}"],  # no --user
+        ["memory", "delete", "-y", "-s", f"sqlite:{tmp_path / 'x'}", "-u", "a"],  # nothing named
+    ):
+        result = invoke(*args)
+        assert result.exit_code in (EXIT_USAGE, EXIT_NOT_FOUND), (args, result.stderr)
+        assert result.stderr.startswith("error: ")
+        assert result.stderr.count("\n") == 1
