@@ -14,6 +14,7 @@ from perdure._runtime.loop import in_running_loop, run_blocking, run_sync
 from perdure._runtime.threads import ProcessLock
 from perdure.agent.checkpoint import Checkpoint
 from perdure.agent.conversation import ConversationManager, SlidingWindowConversationManager
+from perdure.agent.conversation.pairing import UserRunWatch
 from perdure.agent.event_loop import (
     LoopStart,
     StreamInterrupt,
@@ -159,6 +160,7 @@ class Agent:
         self._turn_lock = ProcessLock()
         self._cancel = threading.Event()
         self._stream_interrupt = StreamInterrupt()
+        self._user_runs = UserRunWatch()  # before each model call (see event_loop)
         self._pending_init: list[Callable[[], Awaitable[None]]] = []
         self._initializing = False
         # initialize() runs once at a time, from any loop or thread: the others wait.

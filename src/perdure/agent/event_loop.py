@@ -219,11 +219,14 @@ async def _call_model(
             await agent.middleware.run(InvokeModelStage.Input, context)
             request_messages, system_prompt = context.messages, context.system_prompt
             tool_specs = context.tool_specs
+            # Never two user messages in a row to a model (the stored history may have
+            # them after a failed call or a torn tail); the stored log stays as written.
+            request_messages = merge_user_runs(request_messages)
+        elif agent._user_runs.has_runs(agent.messages):
+            request_messages = merge_user_runs(agent.messages)
+            system_prompt = agent.system_prompt
         else:
             request_messages, system_prompt = list(agent.messages), agent.system_prompt
-        # Never two user messages in a row to a model (the stored history may have
-        # them after a failed call or a torn tail); the stored log stays as written.
-        request_messages = merge_user_runs(request_messages)
         response: ModelResponse | None = None
         try:
             stream = agent.model.stream(

@@ -96,6 +96,46 @@ def find_latest_cut_index(messages: Sequence[Message], max_remove: int) -> int |
     return None
 
 
+class UserRunWatch:
+    """Whether a history holds two user messages in a row, looked at incrementally.
+
+    Asked before every model call, where a scan of the whole history would make every
+    turn cost more the longer the conversation: an agent's history grows at its end,
+    so messages seen by the last look are not looked at again while the list is the
+    same object, no shorter, and still holds the message it ended with where it was.
+    Any other change (a resume, a compaction, a list set anew) is looked at whole.
+    """
+
+    __slots__ = ("_found", "_last", "_list", "_seen")
+
+    def __init__(self) -> None:
+        self._list: list[Message] | None = None
+        self._seen = 0
+        self._last: Message | None = None
+        self._found = False
+
+    def has_runs(self, messages: list[Message]) -> bool:
+        """True when ``messages`` holds consecutive user messages somewhere."""
+        seen = self._seen
+        if (
+            messages is not self._list
+            or len(messages) < seen
+            or (seen and messages[seen - 1] is not self._last)
+        ):
+            seen, self._found = 0, False
+        if not self._found:
+            after_user = seen > 0 and messages[seen - 1].get("role") == "user"
+            for index in range(seen, len(messages)):
+                user = messages[index].get("role") == "user"
+                if user and after_user:
+                    self._found = True
+                    break
+                after_user = user
+        self._list, self._seen = messages, len(messages)
+        self._last = messages[-1] if messages else None
+        return self._found
+
+
 def merge_user_runs(messages: Sequence[Message]) -> list[Message]:
     """The request to send for ``messages``: consecutive user messages merged into one.
 
