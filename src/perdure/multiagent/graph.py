@@ -35,10 +35,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from perdure._runtime.loop import run_sync
-from perdure._runtime.threads import ProcessLock
 from perdure.agent import Agent
-from perdure.errors import TurnRunningError
+from perdure.multiagent.orchestrator import Orchestrator
 from perdure.multiagent.persist import RunStore, check_agent_ids, run_store
 from perdure.multiagent.run import (
     RunState,
@@ -46,8 +44,6 @@ from perdure.multiagent.run import (
     node_record,
     reachable,
     ready_nodes,
-    replay,
-    start_record,
 )
 from perdure.session.ids import validate_session_id
 from perdure.types.json import validate_storable
@@ -218,8 +214,10 @@ class GraphBuilder:
         )
 
 
-class Graph:
+class Graph(Orchestrator[GraphResult]):
     """A built graph; call it with a task (see the module docstring)."""
+
+    kind = "graph"
 
     def __init__(
         self,
@@ -231,13 +229,13 @@ class Graph:
         parallel: bool,
         graph_id: str,
     ) -> None:
+        super().__init__(store, graph_id)
         self.graph_id = graph_id
         self.entry_point = entry
         self.max_steps = max_steps
         self.parallel = parallel
         self._nodes = nodes
         self._edges = edges
-        self._store = store
         self._rank = {node_id: i for i, node_id in enumerate(nodes)}
         successors: dict[str, list[str]] = {n: [] for n in nodes}
         self._predecessors: dict[str, list[str]] = {n: [] for n in nodes}
@@ -245,8 +243,6 @@ class Graph:
             successors[edge.source].append(edge.target)
             self._predecessors[edge.target].append(edge.source)
         self._reach = reachable(successors)
-        self._records: list[dict[str, Any]] | None = None
-        self._lock = ProcessLock()
         self._save_lock = asyncio.Lock()
 
     @property
@@ -254,64 +250,20 @@ class Graph:
         """The node ids, in the order they were added."""
         return list(self._nodes)
 
-    def __call__(self, task: str) -> GraphResult:
-        """Run (or resume) the graph on ``task``; the sync face of :meth:`invoke_async`."""
-        return run_sync(self.invoke_async(task), async_name="graph.invoke_async(task)")
+    def _node_agents(self) -> list[Agent]:
+        return [n.executor for n in self._nodes.values() if isinstance(n.executor, Agent)]
 
-    async def invoke_async(self, task: str) -> GraphResult:
-        """Run the graph on ``task``, or resume its unfinished run of that task.
-
-        Raises:
-            TypeError: ``task`` is not a str.
-            ValueError: an unfinished run of another task is stored.
-            TurnRunningError: this graph is running already.
-            SessionConflictError, SessionLockedError: another writer has the run
-                (or any other error saving it: the next invocation reads what is
-                stored and goes on from there).
-            SessionCorruptedError: the stored run is damaged.
-        """
-        if not isinstance(task, str):
-            raise TypeError(f"task must be a str, got {type(task).__name__}")
-        if not self._lock.acquire(blocking=False):
-            raise TurnRunningError(f"graph {self.graph_id!r} is already running")
-        try:
-            async with self._store.holding():
-                return await self._invoke(task)
-        except BaseException:
-            # Whatever was not saved is forgotten: the next invocation reads the run
-            # as it is stored (a save that failed, a cancellation) and goes on from there.
-            self._records = None
-            raise
-        finally:
-            self._lock.release()
+    def _check_resumable(self, state: RunState) -> None:
+        unknown = sorted(set(state.pending) - set(self._nodes))
+        if unknown:
+            raise ValueError(
+                f"the unfinished run of graph {self.graph_id!r} goes on at {unknown}, "
+                f"which are not nodes of this graph ({self.node_ids})"
+            )
 
     async def _invoke(self, task: str) -> GraphResult:
+        records, state, fresh = await self._begin(task, self.entry_point)
         store = self._store
-        if self._records is None:
-            self._records = await store.load() or []
-            for node in self._nodes.values():
-                if isinstance(node.executor, Agent):
-                    await store.restore_agent(node.executor)
-        records = self._records
-        state = replay(records, self.graph_id) if records else None
-        if state is not None and state.status == "running" and state.task != task:
-            raise ValueError(
-                f"graph {self.graph_id!r} has an unfinished run of the task {state.task!r}; "
-                "call it with that task to resume it"
-            )
-        if state is not None and state.status == "running":
-            unknown = sorted(set(state.pending) - set(self._nodes))
-            if unknown:
-                raise ValueError(
-                    f"the unfinished run of graph {self.graph_id!r} goes on at {unknown}, "
-                    f"which are not nodes of this graph ({self.node_ids})"
-                )
-        if state is None or state.status != "running":
-            records = self._records = [start_record("graph", task, [self.entry_point], {})]
-            state = replay(records, self.graph_id)
-            fresh = True
-        else:
-            fresh = False
         steps = len(state.order)
         error: str | None = None
         while state.pending:

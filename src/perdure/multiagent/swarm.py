@@ -21,12 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from perdure._runtime.loop import run_sync
-from perdure._runtime.threads import ProcessLock
 from perdure.agent import Agent
-from perdure.errors import TurnRunningError
+from perdure.multiagent.orchestrator import Orchestrator
 from perdure.multiagent.persist import RunStore, check_agent_ids, run_store
-from perdure.multiagent.run import RunState, end_record, node_record, replay, start_record
+from perdure.multiagent.run import RunState, end_record, node_record
 from perdure.session.ids import validate_session_id
 from perdure.tools import ToolContext
 from perdure.types import ToolResult, ToolSpec, ToolUse
@@ -127,7 +125,7 @@ class _HandoffTool:
         return answer("success", f"Handed off to {target}.")
 
 
-class Swarm:
+class Swarm(Orchestrator[SwarmResult]):
     """Agents that hand a task to each other (see the module docstring).
 
     Args:
@@ -144,6 +142,8 @@ class Swarm:
             another swarm.
         TypeError: an agent that is not an :class:`~perdure.agent.Agent`.
     """
+
+    kind = "swarm"
 
     def __init__(
         self,
@@ -176,71 +176,28 @@ class Swarm:
                     f"agent {agent.name!r} already has a tool named {HANDOFF_TOOL!r} "
                     "(is it in another swarm?)"
                 )
-        self._store: RunStore = run_store(session_manager, swarm_id)
-        check_agent_ids(agents, self._store, "swarm")
+        store: RunStore = run_store(session_manager, swarm_id)
+        check_agent_ids(agents, store, "swarm")
+        super().__init__(store, swarm_id)
         self.swarm_id = swarm_id
         self.entry = entry_name
         self.max_handoffs = max_handoffs
         self._agents = {a.name: a for a in agents}
         for agent in agents:
             agent.tool_registry.register(_HandoffTool(self, agent.name))
-        self._records: list[dict[str, Any]] | None = None
         self._handoff: tuple[dict[str, str], dict[str, Any]] | None = None
-        self._lock = ProcessLock()
 
     @property
     def agent_names(self) -> list[str]:
         """The agents' names, in the order given."""
         return list(self._agents)
 
-    def __call__(self, task: str) -> SwarmResult:
-        """Run (or resume) the swarm on ``task``; the sync face of :meth:`invoke_async`."""
-        return run_sync(self.invoke_async(task), async_name="swarm.invoke_async(task)")
-
-    async def invoke_async(self, task: str) -> SwarmResult:
-        """Run the swarm on ``task``, or resume its unfinished run of that task.
-
-        Raises:
-            TypeError: ``task`` is not a str.
-            ValueError: an unfinished run of another task is stored.
-            TurnRunningError: this swarm is running already.
-            SessionConflictError, SessionLockedError: another writer has the run
-                (or any other error saving it: the next invocation reads what is
-                stored and goes on from there).
-            SessionCorruptedError: the stored run is damaged.
-        """
-        if not isinstance(task, str):
-            raise TypeError(f"task must be a str, got {type(task).__name__}")
-        if not self._lock.acquire(blocking=False):
-            raise TurnRunningError(f"swarm {self.swarm_id!r} is already running")
-        try:
-            async with self._store.holding():
-                return await self._invoke(task)
-        except BaseException:
-            # Whatever was not saved is forgotten: the next invocation reads the run
-            # as it is stored (a save that failed, a cancellation) and goes on from there.
-            self._records = None
-            raise
-        finally:
-            self._lock.release()
+    def _node_agents(self) -> list[Agent]:
+        return list(self._agents.values())
 
     async def _invoke(self, task: str) -> SwarmResult:
+        records, state, fresh = await self._begin(task, self.entry)
         store = self._store
-        if self._records is None:
-            self._records = await store.load() or []
-            for agent in self._agents.values():
-                await store.restore_agent(agent)
-        records = self._records
-        state = replay(records, self.swarm_id) if records else None
-        if state is not None and state.status == "running" and state.task != task:
-            raise ValueError(
-                f"swarm {self.swarm_id!r} has an unfinished run of the task {state.task!r}; "
-                "call it with that task to resume it"
-            )
-        fresh = state is None or state.status != "running"
-        if state is None or state.status != "running":
-            records = self._records = [start_record("swarm", task, [self.entry], {})]
-            state = replay(records, self.swarm_id)
         while state.pending:
             name = state.pending[0]
             if name not in self._agents:
