@@ -111,6 +111,28 @@ def test_a_usage_error_in_a_real_process_is_one_line() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["copy", "--from", "file:{tmp}/a", "--to", "file:{tmp}/b"],
+        ["migrate-schema", "--store", "postgresql://nobody@127.0.0.1:1/x"],
+        ["snapshots", "list", "s1"],
+        ["demo", "--data-dir", "{tmp}/demo"],
+    ],
+)
+def test_a_store_before_a_command_that_would_ignore_it_is_refused(
+    url: str, command: list[str], tmp_path: Path
+) -> None:
+    command = [arg.replace("{tmp}", str(tmp_path)) for arg in command]
+    done = invoke("--store", url, *command)
+    assert done.exit_code == EXIT_USAGE
+    assert f"--store before {command[1] if command[0] == 'snapshots' else command[0]!r}" in (
+        done.stderr
+    )
+    assert not (tmp_path / "b").exists()
+    assert invoke("--store", url, command[0], "--help").exit_code == 0  # help still shows
+
+
 def test_store_before_or_after_the_command(url: str, tmp_path: Path) -> None:
     after = invoke("sessions", "list", "--store", url, "--json")
     before = invoke("--store", url, "sessions", "list", "--json")

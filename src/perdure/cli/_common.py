@@ -36,6 +36,23 @@ from perdure.session import SessionStore, open_store
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+STORE_READERS: set[Any] = set()
+"""The option callbacks that take a ``--store`` given before the command: a command
+with none of them among its options would ignore it, and is refused it instead."""
+
+
+def reads_remembered_store(callback: F) -> F:
+    """Mark an option callback as one that takes the ``--store`` given before the command."""
+    STORE_READERS.add(callback)
+    return callback
+
+
+def takes_remembered_store(command: click.Command) -> bool:
+    """Whether ``command`` has an option that takes a ``--store`` given before it."""
+    return any(getattr(param, "callback", None) in STORE_READERS for param in command.params)
+
+
 EXIT_OK = 0
 EXIT_PROBLEM = 1
 EXIT_USAGE = 2
@@ -68,6 +85,7 @@ STORE_HELP = (
 _STORE_KEY = "perdure.store"
 
 
+@reads_remembered_store
 def _resolve_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
     """The store URL: ``--store`` after the command, else before it, else env, else default."""
     source = ctx.get_parameter_source(param.name or "store_url")
@@ -79,6 +97,7 @@ def _resolve_store(ctx: click.Context, param: click.Parameter, value: str | None
     return value if value is not None else DEFAULT_STORE
 
 
+@reads_remembered_store
 def resolve_target_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
     """A required store option with another name (``--to``): it, else ``--store`` given
     before the command, else the environment; missing altogether is a usage error."""

@@ -13,7 +13,13 @@ import click
 
 from perdure import __version__
 from perdure._runtime.loop import run_sync
-from perdure.cli._common import EXIT_INTERRUPTED, fail, remember_store
+from perdure.cli._common import (
+    EXIT_INTERRUPTED,
+    fail,
+    remember_store,
+    remembered_store,
+    takes_remembered_store,
+)
 from perdure.cli.output import format_option
 
 # (module, attribute) of each command, added to the group in this order.
@@ -67,6 +73,39 @@ class PerdureGroup(click.Group):
         except click.Abort:
             fail("aborted", EXIT_INTERRUPTED)
         sys.exit(status if isinstance(status, int) else 0)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Refuse a ``--store`` before a command that would not use it (``copy`` takes
+        ``--from``/``--to``, ``migrate-schema`` its own ``--store``, the demo none)."""
+        if remembered_store(ctx) is not None:
+            leaf = self._leaf(ctx)
+            if leaf is not None and not takes_remembered_store(leaf):
+                raise click.UsageError(
+                    f"--store before {leaf.name!r} would be ignored: that command names "
+                    f"its stores with options of its own ('perdure … {leaf.name} --help')",
+                    ctx=ctx,
+                )
+        return super().invoke(ctx)
+
+    def _leaf(self, ctx: click.Context) -> click.Command | None:
+        """The command the arguments name (through nested groups); None if unknown."""
+        protected = ctx.__dict__.get("_protected_args")  # click >= 8.2: the name
+        if protected is None:
+            protected = ctx.protected_args
+        command: click.Command = self
+        args = [*protected, *ctx.args]
+        if any(arg in ("-h", "--help") for arg in args):
+            return None  # asking for help: shown as usual
+        while isinstance(command, click.Group):
+            names = [arg for arg in args if not arg.startswith("-")]
+            if not names:
+                return None
+            found = command.get_command(ctx, names[0])
+            if found is None:
+                return None
+            args = args[args.index(names[0]) + 1 :]
+            command = found
+        return command
 
 
 def one_line(message: str) -> str:

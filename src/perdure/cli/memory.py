@@ -33,6 +33,7 @@ from perdure.cli._common import (
     fail,
     handle_errors,
     json_option,
+    reads_remembered_store,
     remembered_store,
     run,
 )
@@ -46,6 +47,7 @@ PAGE = 500
 """Memories read per store call when a command must see them all."""
 
 
+@reads_remembered_store
 def _resolve_memory_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
     source = ctx.get_parameter_source(param.name or "store_url")
     if source is click.core.ParameterSource.COMMANDLINE and value is not None:
