@@ -143,3 +143,47 @@ def test_session_signs_exports_and_verifies_imports(tmp_path: Path) -> None:
         run(other.import_checkpoint(run(session.export_checkpoint(mark.checkpoint_id)), KEY))
     assert run(other.list_checkpoints()) == before  # nothing written
     store.close()
+
+
+def test_a_large_export_is_checked_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decoding and hashing a large export would stall every other coroutine: a
+    worker thread does it; a small one is checked where it is."""
+    import threading
+
+    from perdure.session import session as session_module
+
+    checked_on: list[int] = []
+    real = session_module.import_checkpoint_bytes
+
+    def recording(data: Any, *, verify_key: Any = None) -> Any:
+        checked_on.append(threading.get_ident())
+        return real(data, verify_key=verify_key)
+
+    monkeypatch.setattr(session_module, "import_checkpoint_bytes", recording)
+    store = FileSessionStore(tmp_path / "s")
+    session = Session(store, "a")
+    agent = Agent(model=ScriptedModel(["ok", "ok"]), session_manager=session)
+    agent("short")
+    small = run(session.export_checkpoint(run(session.checkpoint()).checkpoint_id))
+    agent("x" * (session_module._IMPORT_ON_LOOP_MAX + 1))
+    large = run(session.export_checkpoint(run(session.checkpoint()).checkpoint_id))
+    assert len(small) <= session_module._IMPORT_ON_LOOP_MAX < len(large)
+    other = Session(store, "b")
+
+    async def import_both() -> tuple[int, Any, Any]:
+        loop_thread = threading.get_ident()
+        return (
+            loop_thread,
+            await other.import_checkpoint(small),
+            await other.import_checkpoint(large),
+        )
+
+    loop_thread, first, second = run(import_both())
+    assert checked_on[0] == loop_thread  # the small export, on the loop
+    assert checked_on[1] != loop_thread  # the large one, in a worker
+    assert (first.message_count, second.message_count) == (2, 4)
+    restored = run(other.list_checkpoints())
+    assert len(restored) == 2
+    store.close()

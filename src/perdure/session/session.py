@@ -26,6 +26,7 @@ its stored last message with a filtered one: filtered with filtered.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import os
@@ -98,6 +99,8 @@ AGENT_STATE_FORMAT = "perdure-agent-state/1"
 _PAST_END = sys.maxsize
 # Reads of the window before giving up on a session whose state keeps moving.
 _WINDOW_READS = 3
+# Bytes of an export checked on the event loop itself; a larger one, in a worker.
+_IMPORT_ON_LOOP_MAX = 256 * 1024
 
 
 class _Filtered(Sequence[Message]):
@@ -518,8 +521,13 @@ class Session:
             StoreNotWiredError: no checkpoint store is wired.
             ValueError: ``verify_key`` is empty.
         """
-        imported = import_checkpoint_bytes(data, verify_key=verify_key)
         checkpoints = self._require_checkpoints("import_checkpoint")
+        if isinstance(data, bytes | bytearray | str) and len(data) > _IMPORT_ON_LOOP_MAX:
+            # Decoding and hashing a large export takes long enough (a 64 MiB one:
+            # seconds) to stall every other coroutine of the loop: a worker does it.
+            imported = await asyncio.to_thread(import_checkpoint_bytes, data, verify_key=verify_key)
+        else:
+            imported = import_checkpoint_bytes(data, verify_key=verify_key)
         messages, state = self._filter_all(imported.messages, imported.agent_state, "checkpoint")
         meta = CheckpointMeta(
             checkpoint_id=await new_checkpoint_id(checkpoints, self.session_id),
