@@ -85,31 +85,31 @@ STORE_HELP = (
 _STORE_KEY = "perdure.store"
 
 
-@reads_remembered_store
-def _resolve_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
-    """The store URL: ``--store`` after the command, else before it, else env, else default."""
+def given_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A store option's URL: given after the command, else ``--store`` given before it,
+    else the option's environment variable, else None."""
     source = ctx.get_parameter_source(param.name or "store_url")
     if source is click.core.ParameterSource.COMMANDLINE and value is not None:
         return value
     before = remembered_store(ctx)
-    if before is not None:
-        return before
-    return value if value is not None else DEFAULT_STORE
+    return before if before is not None else value
+
+
+@reads_remembered_store
+def _resolve_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """The store URL: ``--store`` after the command, else before it, else env, else default."""
+    found = given_store(ctx, param, value)
+    return found if found is not None else DEFAULT_STORE
 
 
 @reads_remembered_store
 def resolve_target_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
     """A required store option with another name (``--to``): it, else ``--store`` given
     before the command, else the environment; missing altogether is a usage error."""
-    source = ctx.get_parameter_source(param.name or "store_url")
-    if source is click.core.ParameterSource.COMMANDLINE and value is not None:
-        return value
-    before = remembered_store(ctx)
-    if before is not None:
-        return before
-    if value is None:
+    found = given_store(ctx, param, value)
+    if found is None:
         raise click.MissingParameter(ctx=ctx, param=param)
-    return value
+    return found
 
 
 def remembered_store(ctx: click.Context) -> str | None:

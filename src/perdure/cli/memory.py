@@ -31,10 +31,10 @@ from perdure.cli._common import (
     EXIT_NOT_FOUND,
     echo_json,
     fail,
+    given_store,
     handle_errors,
     json_option,
     reads_remembered_store,
-    remembered_store,
     run,
 )
 from perdure.cli.output import format_time, new_table, note, plural, print_table
@@ -49,17 +49,12 @@ PAGE = 500
 
 @reads_remembered_store
 def _resolve_memory_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
-    source = ctx.get_parameter_source(param.name or "store_url")
-    if source is click.core.ParameterSource.COMMANDLINE and value is not None:
-        return value
-    before = remembered_store(ctx)
-    if before is not None:
-        return before
-    if value is None:
+    found = given_store(ctx, param, value)
+    if found is None:
         raise click.UsageError(
             "--store: name the memory store (sqlite:PATH or postgresql://USER@HOST/DB?schema=NAME)"
         )
-    return value
+    return found
 
 
 memory_store_option = click.option(
