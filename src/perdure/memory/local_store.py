@@ -40,8 +40,8 @@ from perdure.memory.rules import (
     memory_entry,
     message_items,
     meta_json,
-    needs_rotation,
     query_terms,
+    rotated,
     words,
 )
 from perdure.memory.store import MemoryStore
@@ -382,15 +382,9 @@ class LocalMemoryStore(MemoryStore):
                 return done
             after = int(rows[-1][0])
             changes = [
-                (
-                    seal(cipher, unseal(cipher, content)),
-                    content_key(unseal(cipher, content), cipher),
-                    None if metadata is None else seal(cipher, unseal(cipher, metadata)),
-                    memory_id,
-                )
+                (*sealed, memory_id)
                 for memory_id, content, metadata in rows
-                if needs_rotation(cipher, content, force)
-                or (metadata is not None and needs_rotation(cipher, metadata, force))
+                if (sealed := rotated(cipher, content, metadata, force)) is not None
             ]
             if changes:
                 done += await self._db.run(

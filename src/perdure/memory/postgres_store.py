@@ -97,8 +97,8 @@ from perdure.memory.rules import (
     memory_entry,
     message_items,
     meta_json,
-    needs_rotation,
     query_terms,
+    rotated,
 )
 from perdure.memory.store import MemoryStore
 from perdure.types import Message
@@ -507,18 +507,13 @@ class PostgresMemoryStore(MemoryStore):
             if not rows:
                 return done
             after = int(rows[-1][0])
-            changes = [
-                {
-                    "id": int(memory_id),
-                    "ns": self.namespace,
-                    "content": seal(cipher, unseal(cipher, content)),
-                    "key": content_key(unseal(cipher, content), cipher),
-                    "meta": None if metadata is None else seal(cipher, unseal(cipher, metadata)),
-                }
-                for memory_id, content, metadata in rows
-                if needs_rotation(cipher, content, force)
-                or (metadata is not None and needs_rotation(cipher, metadata, force))
-            ]
+            changes: list[dict[str, Any]] = []
+            for memory_id, content, metadata in rows:
+                sealed = rotated(cipher, content, metadata, force)
+                if sealed is not None:
+                    text, key, meta = sealed
+                    change = {"content": text, "key": key, "meta": meta}
+                    changes.append({"id": int(memory_id), "ns": self.namespace, **change})
             if changes:
                 await asyncio.to_thread(
                     self.db.call,

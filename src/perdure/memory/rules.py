@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from perdure.crypto import Cipher, envelope_key_id, is_sealed_text
+from perdure.crypto import Cipher, envelope_key_id, is_sealed_text, seal, unseal
 from perdure.crypto.cipher import text_envelope
 from perdure.memory.embedder import Embedder
 from perdure.memory.entry import MemoryEntry
@@ -109,6 +109,20 @@ def needs_rotation(cipher: Cipher, stored: str, force: bool) -> bool:
     if not is_sealed_text(stored):
         return force
     return force or envelope_key_id(text_envelope(stored)) != cipher.active
+
+
+def rotated(
+    cipher: Cipher, content: str, metadata: str | None, force: bool
+) -> tuple[str, str, str | None] | None:
+    """A stored memory's content, duplicate key and metadata sealed again under
+    ``cipher.active``, or None when neither text needs it (see :func:`needs_rotation`)."""
+    if not needs_rotation(cipher, content, force) and (
+        metadata is None or not needs_rotation(cipher, metadata, force)
+    ):
+        return None
+    text = unseal(cipher, content)
+    meta = None if metadata is None else seal(cipher, unseal(cipher, metadata))
+    return seal(cipher, text), content_key(text, cipher), meta
 
 
 def lexical_scan(
