@@ -226,7 +226,9 @@ async def _call_model(
             request_messages = merge_user_runs(agent.messages)
             system_prompt = agent.system_prompt
         else:
-            request_messages, system_prompt = list(agent.messages), agent.system_prompt
+            # The history itself, not a copy: adapters must not mutate it (the Model
+            # protocol), and a copy per call made a long conversation quadratic.
+            request_messages, system_prompt = agent.messages, agent.system_prompt
         response: ModelResponse | None = None
         try:
             stream = agent.model.stream(
