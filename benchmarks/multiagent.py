@@ -2,19 +2,19 @@
 
 A chain of N nodes runs with a ``SnapshotSessionManager(multi_agent_save_latest_on=
 "node")`` on ``LocalFileStorage`` (one run per kind of node; ``--quick`` for a small
-one). Every save the graph makes after a node is timed — the run's record and, for an
-agent node, the agent's own snapshot before it — and right after it one sample of the
-fsync floor is taken (``write`` + ``fsync`` of a record-sized line appended to one
-file, ``benchmarks/floors.py``), so that each save is compared with a floor measured
-under the same load (the disk is shared). The table gives, for the first and the
-last ``--window`` nodes of the run, the median save time, the median floor, and the
-median of the per-node ratios. Three rows: function nodes (the run's record is the
-only write), perdure ``Agent`` nodes on a ``ScriptedModel`` (each agent's snapshot is
-saved too, before the record: a file of its own, created by its first save), and
-function nodes on a ``Session`` over a ``FileSessionStore`` (one journal commit per
-node).
+one). Every save the graph makes after a node is timed — the run's records and, for
+an agent node, the making of the record that keeps the agent's state in the run —
+and right after it one sample of the fsync floor is taken (``write`` + ``fsync`` of
+a record-sized line appended to one file, ``benchmarks/floors.py``), so that each
+save is compared with a floor measured under the same load (the disk is shared).
+The table gives, for the first and the last ``--window`` nodes of the run, the
+median save time, the median floor, and the median of the per-node ratios. Three
+rows: function nodes (the run's record is the only write); perdure ``Agent`` nodes
+on a ``ScriptedModel``, a new agent at every node (the agent's state goes into the
+run as a record before its node's, in the same append); and function nodes on a
+``Session`` over a ``FileSessionStore`` (one journal commit per node).
 
-The target (issue 24): function nodes cost at most 2x the fsync floor, and the last
+The target (issue 24): nodes cost at most 2x the fsync floor, and the last
 nodes cost what the first do (the bytes and storage operations of a save do not grow
 with the run). A line also gives ``LocalFileStorage.append`` alone, the storage's
 own price for any save of ``latest``. Compare the ratios, not absolute times.
@@ -58,6 +58,13 @@ class TimedManager(SnapshotSessionManager):
             return await super().save_snapshot(agent, is_latest=is_latest)
         finally:
             self.pending += time.perf_counter() - start
+
+    def node_agent_record(self, agent: Agent, start: int) -> dict[str, Any]:
+        begun = time.perf_counter()
+        try:
+            return super().node_agent_record(agent, start)
+        finally:
+            self.pending += time.perf_counter() - begun
 
     async def save_multi_agent(
         self, orchestrator_id: str, records: Sequence[Mapping[str, Any]]

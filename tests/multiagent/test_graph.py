@@ -196,21 +196,27 @@ async def test_a_completed_run_is_not_resumed_a_new_call_starts_afresh() -> None
     assert len(record.messages) == 7  # the second run replaced the first: start, 5, end
 
 
-async def test_node_agents_are_restored_from_the_manager_of_the_graph() -> None:
+async def test_node_agents_are_kept_in_the_run_and_restored_with_it() -> None:
     storage = MemoryStorage()
 
-    def build() -> tuple[Any, Agent]:
-        writer = Agent(ScriptedModel(["drafted"]), agent_id="writer")
+    def build(answer: str) -> tuple[Any, Agent]:
+        writer = Agent(ScriptedModel([answer]), agent_id="writer")
         b = GraphBuilder()
         b.add_node(writer, "write")
         return b.build(session_manager=SnapshotSessionManager("s", storage=storage)), writer
 
-    graph, _ = build()
+    graph, _ = build("drafted")
     await graph.invoke_async("draft it")
-    _, restored = build()
-    stored = await SnapshotSessionManager("s", storage=storage).restore_snapshot(restored)
-    assert stored is True
-    assert [m["content"][0]["text"] for m in restored.messages] == ["draft it", "drafted"]
+    # One file for the whole run: the agent's state went into it, not into a latest
+    # of its own (whose first save would create a file: three fsyncs a node).
+    assert await storage.list("sessions/s/agents/") == []
+    stored = await SnapshotSessionManager("s", storage=storage).restore_multi_agent("graph")
+    assert stored is not None
+    assert [r["t"] for r in stored] == ["start", "agent", "node", "end"]
+    graph, restored = build("revised")
+    await graph.invoke_async("revise it")
+    texts = [m["content"][0]["text"] for m in restored.messages]
+    assert texts == ["draft it", "drafted", "revise it", "revised"]
 
 
 async def test_a_damaged_run_raises_instead_of_starting_empty() -> None:

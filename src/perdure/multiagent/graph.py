@@ -336,14 +336,17 @@ class Graph(Orchestrator[GraphResult]):
             for e in self._edges
             if e.source == node_id and (e.condition is None or _holds(e, view))
         ]
+        kept: dict[str, Any] | None = None
         if isinstance(node.executor, Agent) and self._store.strategy == "node":
             # The agent before the record that says its node completed.
             try:
-                await self._store.save_agent(node.executor)
+                kept = await self._store.save_agent(node.executor)
             except Exception as exc:
                 raise _SaveFailed() from exc
         # No await from here to the append: with parallel=True another node's save may
         # write this record at once, and it must find the run as this record says.
+        if kept is not None:
+            records.append(kept)
         state.order.append(node_id)
         state.results[node_id] = text
         pending = [p for p in state.pending if p != node_id]
@@ -374,7 +377,9 @@ class Graph(Orchestrator[GraphResult]):
             if final and store.strategy == "invocation":
                 for node in self._nodes.values():
                     if isinstance(node.executor, Agent):
-                        await store.save_agent(node.executor)
+                        kept = await store.save_agent(node.executor)
+                        if kept is not None:
+                            records.append(kept)
             await store.save(records, fresh=fresh)
 
     def _result(

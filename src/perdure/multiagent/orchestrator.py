@@ -95,5 +95,7 @@ class Orchestrator(Generic[R]):
                 )
             self._check_resumable(state)
             return records, state, False
-        records = self._records = [start_record(self.kind, task, [entry], {})]
+        # What the run that ends held of the node agents goes on into the new one.
+        carried = await self._store.carry_agents(records, list(self._node_agents()))
+        records = self._records = [start_record(self.kind, task, [entry], {}), *carried]
         return records, replay(records, self._run_id), True

@@ -8,13 +8,19 @@ its node, so a record never points at an agent state that was not kept.
 
 * :class:`~perdure.session.SnapshotSessionManager`: the records are the
   orchestrator's ``snapshot_latest`` (``sessions/<sid>/multi_agents/<id>/``, one
-  append per save on a local file), and a node agent without a session manager of
-  its own is saved and restored as that session's agent ``agent.agent_id`` — so node
-  agents need distinct ids.
-A node completes when its record is saved. A crash before that (during the node, or
-between its agent's save and its record's) runs the node again on resume: then that
-agent's history may hold the interrupted attempt too, as it was saved. A crash
-after it never runs the node again.
+  append per save on a local file). A node agent without a session manager of its
+  own is kept in the run too: before its node's record goes an ``agent`` record
+  (``SnapshotSessionManager.node_agent_record``) with the messages it gained since
+  its last one and its other fields, so that a node costs one append however many
+  agents the orchestrator has — a first save of its own would create a file (three
+  fsyncs). When a new run starts, what the old one held of each agent is carried
+  into it, and an agent whose carried messages pass :data:`CARRY_MAX` is saved
+  instead as that session's agent ``agent.agent_id`` (its own ``latest``), which
+  its later records build on — so node agents need distinct ids. An agent is
+  restored from its own ``latest``, then from the run's records of it.
+A node completes when its record is saved. A crash before that (during the node)
+runs the node again on resume: then that agent's history may hold the interrupted
+attempt too, if it was saved. A crash after it never runs the node again.
 
 * :class:`~perdure.session.Session`: the records are the messages of the session's
   history (one message per record, its text the record's JSON), committed to the
@@ -27,11 +33,13 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from perdure.agent import Agent
 from perdure.errors import SessionCorruptedError, SessionNotFoundError
 from perdure.hygiene.filters import FilterChain
+from perdure.multiagent.run import agent_records, fold_agent
 from perdure.session.session import Session
 from perdure.snapshots.manager import SnapshotSessionManager
 from perdure.types import Message
@@ -55,14 +63,55 @@ class RunStore:
         """Store ``records`` (the whole run; ``fresh``: a new run replaces the old)."""
 
     async def restore_agent(self, agent: Agent) -> None:
-        """Bring a node agent back as it was saved."""
+        """Bring a node agent back as it was saved (after :meth:`load`)."""
 
-    async def save_agent(self, agent: Agent) -> None:
-        """Save a node agent after its node."""
+    async def save_agent(self, agent: Agent) -> dict[str, Any] | None:
+        """Save a node agent after its node; or return the record that keeps it in the run.
+
+        A returned record must go into the run before the record of the node.
+        """
+        return None
+
+    async def carry_agents(
+        self, records: Sequence[Mapping[str, Any]], agents: Sequence[Agent]
+    ) -> list[dict[str, Any]]:
+        """The records a new run starts with, after its start, to keep what ``records`` held.
+
+        ``records`` are the run that ends; ``agents`` the node agents.
+        """
+        return []
 
     def holding(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Held for a whole invocation (a writer lock, where the store has one)."""
         return contextlib.nullcontext()
+
+
+# Messages of a node agent carried from one run into the next before they go into
+# the agent's own ``latest`` instead: a new run's first save rewrites at most this
+# many of each agent's messages.
+CARRY_MAX = 64
+
+
+@dataclass(frozen=True)
+class _Ends:
+    """The first ``count`` messages of a history, known by their first and last
+    (held, compared by identity)."""
+
+    count: int
+    first: Any = None
+    last: Any = None
+
+    @classmethod
+    def of(cls, messages: Sequence[Any]) -> _Ends:
+        return cls(len(messages), *((messages[0], messages[-1]) if messages else ()))
+
+    def begin(self, messages: Sequence[Any]) -> bool:
+        """``messages`` still begins with these."""
+        return self.count == 0 or (
+            len(messages) >= self.count
+            and messages[0] is self.first
+            and messages[self.count - 1] is self.last
+        )
 
 
 class _SnapshotRunStore(RunStore):
@@ -72,20 +121,71 @@ class _SnapshotRunStore(RunStore):
         self.manager = manager
         self.orchestrator_id = orchestrator_id
         self.strategy = manager.multi_agent_save_latest_on
+        self.loaded: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
+        # Per node agent id: the messages stored in all (its latest and the run's
+        # records of it), and those of them in its own latest.
+        self.stored: dict[str, _Ends] = {}
+        self.in_latest: dict[str, _Ends] = {}
 
     async def load(self) -> list[dict[str, Any]] | None:
-        return await self.manager.restore_multi_agent(self.orchestrator_id)
+        records = await self.manager.restore_multi_agent(self.orchestrator_id)
+        self.loaded, self.stored, self.in_latest = agent_records(records or []), {}, {}
+        return records
 
     async def save(self, records: Sequence[Mapping[str, Any]], *, fresh: bool) -> None:
         await self.manager.save_multi_agent(self.orchestrator_id, records)
 
     async def restore_agent(self, agent: Agent) -> None:
-        if agent.session_manager is None:
-            await self.manager.restore_snapshot(agent)
+        if agent.session_manager is not None:
+            return
+        found = await self.manager.restore_snapshot(agent)
+        # What the agent held before, when nothing was stored, is not stored.
+        history = agent.messages if found else []
+        self.in_latest[agent.agent_id] = _Ends.of(history)
+        messages, fields = fold_agent(
+            self.loaded.get(agent.agent_id, []), agent.agent_id, history, self.orchestrator_id
+        )
+        if fields is not None:
+            self.manager.apply_node_agent(agent, messages, fields, self.orchestrator_id)
+            found = True
+        self.stored[agent.agent_id] = _Ends.of(agent.messages) if found else _Ends(0)
 
-    async def save_agent(self, agent: Agent) -> None:
-        if agent.session_manager is None:
-            await self.manager.save_snapshot(agent, is_latest=True)
+    def _record(self, agent: Agent, since: _Ends | None) -> dict[str, Any]:
+        """The agent's record from ``since`` on (from its first message if it moved)."""
+        start = since.count if since is not None and since.begin(agent.messages) else 0
+        record = self.manager.node_agent_record(agent, start)
+        # Counted as stored now: if the save fails, the orchestrator loads the run
+        # again, and this with it.
+        self.stored[agent.agent_id] = _Ends.of(agent.messages)
+        if start == 0:
+            self.in_latest[agent.agent_id] = _Ends(0)
+        return record
+
+    async def save_agent(self, agent: Agent) -> dict[str, Any] | None:
+        if agent.session_manager is not None:
+            return None
+        return self._record(agent, self.stored.get(agent.agent_id))
+
+    async def carry_agents(
+        self, records: Sequence[Mapping[str, Any]], agents: Sequence[Agent]
+    ) -> list[dict[str, Any]]:
+        held = {r.get("agent") for r in records if r.get("t") == "agent"}
+        carried: list[dict[str, Any]] = []
+        for agent in agents:
+            if agent.session_manager is not None or agent.agent_id not in held:
+                continue
+            base = self.in_latest.get(agent.agent_id)
+            if base is None or not base.begin(agent.messages):
+                base = _Ends(0)
+            if len(agent.messages) - base.count > CARRY_MAX:
+                # Into the agent's own latest; the new run holds nothing of it.
+                await self.manager.save_snapshot(agent, is_latest=True)
+                self.stored[agent.agent_id] = self.in_latest[agent.agent_id] = _Ends.of(
+                    agent.messages
+                )
+                continue
+            carried.append(self._record(agent, base))
+        return carried
 
 
 def _as_message(record: Mapping[str, Any], filters: FilterChain, session_id: str) -> Message:

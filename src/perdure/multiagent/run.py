@@ -13,6 +13,16 @@ once (a session manager appends the new ones; see :mod:`perdure.multiagent.persi
   it) and, in a swarm, ``"handoff": {"from", "to", "message"}``.
 * ``{"t": "end", "status": "completed"|"failed", "error": str|None}`` — the run is
   over; the next invocation starts a new one.
+* ``{"t": "agent", "agent": id, "from": int, "messages": [message, …], "fields":
+  {…}}`` — a node agent's state, kept in the run by a ``SnapshotSessionManager``
+  (made by its ``node_agent_record``; see :mod:`perdure.multiagent.persist`): the
+  agent's history from index ``from`` on, in stored form (the messages before
+  ``from`` are those it had already, in its own ``latest`` or in the run's earlier
+  records of it), and its other fields as a snapshot without messages
+  (``schema_version``, ``scope``, ``created_at``, ``data``, ``app_data``). Such
+  records may stand anywhere after the start, after the end too (the agents saved
+  when an invocation ends); :func:`replay` passes over them and :func:`fold_agent`
+  folds them.
 
 :func:`replay` folds them into a :class:`RunState`; anything malformed raises
 :class:`~perdure.errors.SessionCorruptedError` rather than giving a wrong run.
@@ -26,11 +36,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from perdure.errors import SessionCorruptedError
+from perdure.types import decode_bytes_values
 
 __all__ = [
     "RUN_FORMAT",
     "RunState",
+    "agent_records",
     "end_record",
+    "fold_agent",
     "node_record",
     "reachable",
     "ready_nodes",
@@ -104,6 +117,69 @@ def end_record(status: str, error: str | None = None) -> dict[str, Any]:
     return {"t": "end", "status": status, "error": error}
 
 
+def _agent_record_ok(record: Mapping[str, Any]) -> bool:
+    start = record.get("from")
+    return (
+        isinstance(record.get("agent"), str)
+        and isinstance(start, int)
+        and not isinstance(start, bool)
+        and start >= 0
+        and isinstance(record.get("messages"), list)
+        and isinstance(record.get("fields"), dict)
+    )
+
+
+def agent_records(
+    records: Sequence[Mapping[str, Any]],
+) -> dict[str, list[tuple[int, Mapping[str, Any]]]]:
+    """Each node agent's records in the run, oldest first, with their indexes in it."""
+    found: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
+    for index, record in enumerate(records):
+        if record.get("t") == "agent":
+            found.setdefault(str(record.get("agent")), []).append((index, record))
+    return found
+
+
+def fold_agent(
+    records: Sequence[tuple[int, Mapping[str, Any]]],
+    agent_id: str,
+    messages: list[Any],
+    where: str,
+) -> tuple[list[Any], dict[str, Any] | None]:
+    """Fold an agent's records (from :func:`agent_records`) over the history it had.
+
+    The records hold messages in their stored form (``bytes`` encoded); the history
+    returned holds them decoded. Returns the history and the newest fields
+    (``None``: there is no record, and ``messages`` is returned as it is). Each
+    record keeps the history before its ``from`` and replaces the rest, so folding a
+    record over a history that already holds it changes nothing.
+
+    Raises:
+        SessionCorruptedError: a record is malformed, or starts past the end of the
+            history it follows (the message names ``where`` and its index in the run).
+    """
+    fields: dict[str, Any] | None = None
+    for index, record in records:
+        if not _agent_record_ok(record):
+            raise _bad(where, index, "is a malformed agent record")
+        start = record["from"]
+        if start > len(messages):
+            raise _bad(
+                where,
+                index,
+                f"goes on from message {start} of agent {agent_id!r}, which has only "
+                f"{len(messages)}",
+            )
+        try:
+            added = decode_bytes_values(record["messages"])
+        except (ValueError, RecursionError) as exc:
+            why = f"holds a malformed message of agent {agent_id!r}: {exc}"
+            raise _bad(where, index, why) from None
+        messages = messages[:start] + added
+        fields = record["fields"]
+    return messages, fields
+
+
 def _bad(where: str, index: int, why: str) -> SessionCorruptedError:
     return SessionCorruptedError(f"orchestrator run {where!r}: record {index} {why}")
 
@@ -135,9 +211,13 @@ def replay(records: Sequence[Mapping[str, Any]], where: str) -> RunState:
     state = RunState(kind=kind, task=task, pending=list(pending), shared=copy.deepcopy(shared))
     for index in range(1, len(records)):
         record = records[index]
+        kind = record.get("t")
+        if kind == "agent":  # a node agent's state: fold_agent's, not the run's
+            if not _agent_record_ok(record):
+                raise _bad(where, index, "is a malformed agent record")
+            continue
         if state.status != "running":
             raise _bad(where, index, "follows the end of the run")
-        kind = record.get("t")
         if kind == "node":
             node, result, pending = record.get("node"), record.get("result"), record.get("pending")
             if not isinstance(node, str) or not isinstance(result, str) or not _strings(pending):

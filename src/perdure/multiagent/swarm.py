@@ -221,7 +221,9 @@ class Swarm(Orchestrator[SwarmResult]):
                 handoff, extra = self._handoff
             self._handoff = None
             if store.strategy == "node":
-                await store.save_agent(agent)  # the agent before the record of its turn
+                kept = await store.save_agent(agent)  # the agent before its turn's record
+                if kept is not None:
+                    records.append(kept)
             state.order.append(name)
             state.results[name] = text
             before = copy.deepcopy(state.shared)
@@ -253,7 +255,9 @@ class Swarm(Orchestrator[SwarmResult]):
             if not final:
                 return
             for agent in self._agents.values():
-                await store.save_agent(agent)
+                kept = await store.save_agent(agent)
+                if kept is not None:
+                    records.append(kept)
         await store.save(records, fresh=fresh)
 
 

@@ -121,7 +121,7 @@ from perdure.storage import (
     Storage,
     can_append,
 )
-from perdure.types import Message, validate_message
+from perdure.types import Message, encode_bytes_values, validate_message
 
 __all__ = [
     "BidiAgentSaveLatestStrategy",
@@ -800,11 +800,72 @@ class SnapshotSessionManager:
         """A record as the carrier's message, its values through the filters first.
 
         Filtered as a value (as agent state is), not as the JSON text it becomes, so a
-        filter's replacement can never break the JSON.
+        filter's replacement can never break the JSON. A node agent's record
+        (:meth:`node_agent_record`) went through the filters when it was made.
         """
-        if self._filters:
+        if self._filters and record.get("t") != "agent":
             record = self._filters.state(dict(record), "snapshot", self.session_id)
         return _record_message(record)
+
+    def node_agent_record(self, agent: Agent, start: int) -> dict[str, Any]:
+        """A run record of a node agent: its messages from ``start`` on, and its other fields.
+
+        (Used by :mod:`perdure.multiagent`: an orchestrator keeps its node agents'
+        states in its run, so a node costs one append, not a second file.) The
+        messages go through the filters as messages and the fields as agent state,
+        as they would into the agent's own ``latest``; ``bytes`` values are encoded
+        as a snapshot encodes them.
+
+        Raises:
+            FilterFailedError: a filter failed.
+            SnapshotError: a field is not JSON-serializable.
+        """
+        messages: Sequence[Message] = agent.messages[start:]
+        if self._filters:
+            messages = self._filters.messages(messages, "snapshot", self.session_id)
+        captured = agent.take_snapshot(preset="session", exclude=[SnapshotField.messages])
+        if self._filters:
+            captured.data = self._filters.state(captured.data, "snapshot", self.session_id)
+        return {
+            "t": "agent",
+            "agent": agent.agent_id,
+            "from": start,
+            "messages": encode_bytes_values(list(messages)),
+            "fields": captured.to_dict(),
+        }
+
+    def apply_node_agent(
+        self, agent: Agent, messages: Sequence[Any], fields: Mapping[str, Any], where: str
+    ) -> None:
+        """Put a node agent's state, as its run's records hold it, into ``agent``.
+
+        Everything is checked before the agent changes: ``fields`` (stored form) as a
+        snapshot without messages, ``messages`` (decoded, as
+        :func:`~perdure.multiagent.run.fold_agent` gives them) as a snapshot's messages.
+
+        Raises:
+            SessionCorruptedError: the state does not make a valid agent (``where``
+                names the run).
+        """
+        history = list(messages)
+        try:
+            snapshot = Snapshot.from_dict(dict(fields))
+            loaded = Snapshot(
+                schema_version=snapshot.schema_version,
+                scope=snapshot.scope,
+                created_at=snapshot.created_at,
+                data={**snapshot.data, SnapshotField.messages.value: history},
+                app_data=snapshot.app_data,
+            )
+            loaded.validate()
+        except (SnapshotError, ValueError, RecursionError) as exc:
+            raise SessionCorruptedError(
+                f"orchestrator run {where!r}: the state of agent {agent.agent_id!r} is "
+                f"damaged ({exc})"
+            ) from exc
+        del loaded.data[SnapshotField.messages.value]
+        agent.load_snapshot(loaded)
+        agent.messages = history
 
     async def restore_multi_agent(self, orchestrator_id: str) -> list[dict[str, Any]] | None:
         """Read an orchestrator's ``snapshot_latest``: its run's records, oldest first.
