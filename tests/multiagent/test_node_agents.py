@@ -7,6 +7,13 @@ and is saved as its own ``latest`` once it has grown past ``CARRY_MAX`` messages
 
 from __future__ import annotations
 
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -222,3 +229,51 @@ async def test_a_damaged_agent_state_raises_when_the_graph_restores_it() -> None
     with pytest.raises(SessionCorruptedError, match="state of agent 'writer' is damaged"):
         await graph.invoke_async("again")
     assert restored.messages == []
+
+
+CARRY_WRITER = Path(__file__).parent.parent / "multiagent_carry_writer.py"
+
+
+def carry_writer(store: Path, tasks: int, kill_at: int | str) -> subprocess.CompletedProcess[str]:
+    tests = str(CARRY_WRITER.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path])}
+    return subprocess.run(
+        [sys.executable, str(CARRY_WRITER), str(store), str(tasks), str(kill_at)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
+def test_node_agents_killed_anywhere_across_many_runs_keep_each_turn_once(tmp_path: Path) -> None:
+    # A graph of two agent nodes invoked for t0..t11 (CARRY_MAX 4: agents are carried
+    # and moved into their own latest every few runs), its process SIGKILLed before or
+    # after a storage write chosen at random, again and again until it finishes. Each
+    # agent must hold every task's turn exactly once, in order: nothing lost (a node
+    # whose record was saved never runs again) and nothing doubled (records folded
+    # again over a latest that holds them).
+    tasks, rng, kills = 12, random.Random(24), 0
+    store = tmp_path / "store"
+    while True:
+        kill_at = rng.choice([-1, 1]) * rng.randint(1, 6)
+        child = carry_writer(store, tasks, kill_at)
+        if child.returncode == 0:
+            assert child.stdout.strip() == "done"
+            break
+        assert child.returncode == -signal.SIGKILL, child.stderr
+        kills += 1
+        assert kills < 200, "the writer never finished"
+    assert kills >= 10  # it was killed at many points, not once
+    for name in ("w1", "w2"):  # and the agents moved into latests of their own
+        assert (store / "sessions" / "run" / "agents" / name / "latest.blob").exists()
+    checked = carry_writer(store, tasks, "check")
+    assert checked.returncode == 0, checked.stderr
+    histories = json.loads(checked.stdout)
+    for name in ("w1", "w2"):
+        history = histories[name]
+        prompts = [text.split("\n")[0] for text in history[::2]]
+        assert prompts == [f"t{k}" for k in range(tasks)] + ["check"], name
+        assert history[1::2] == [f"ans:{p}" for p in prompts], name
