@@ -81,3 +81,26 @@ def test_bad_arguments_are_named() -> None:
         EncryptedStorage(object(), CIPHER)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="cipher must be a Cipher"):
         EncryptedStorage(MemoryStorage(), object())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["memory", "local_file", "sqlite"])
+def test_a_storage_that_encrypts_already_is_refused_not_encrypted_twice(
+    tmp_path: Path, kind: str
+) -> None:
+    from perdure.session import SnapshotSessionManager
+
+    storage = {
+        "memory": lambda: MemoryStorage(cipher=CIPHER),
+        "local_file": lambda: LocalFileStorage(tmp_path / "blobs", cipher=CIPHER),
+        "sqlite": lambda: SQLiteStorage(tmp_path / "blobs.db", cipher=CIPHER),
+    }[kind]()
+    with pytest.raises(ValueError, match="encrypts already"):
+        EncryptedStorage(storage, CIPHER)
+    with pytest.raises(ValueError, match="encrypts already"):
+        SnapshotSessionManager("s", storage=storage, cipher=CIPHER)
+    with pytest.raises(ValueError, match="encrypts already"):
+        EncryptedStorage(EncryptedStorage(MemoryStorage(), CIPHER), CIPHER)
+    SnapshotSessionManager("s", storage=storage)  # the storage's own cipher alone is fine
+    SnapshotSessionManager("s", storage=MemoryStorage(), cipher=CIPHER)
+    if isinstance(storage, SQLiteStorage):
+        storage.close()

@@ -429,11 +429,13 @@ class SnapshotSessionManager:
             in :class:`~perdure.storage.EncryptedStorage` (the default storage is
             built with it), so every blob — latest, snapshots, chunks — is stored
             encrypted. Whole blobs are written then, as they are on a storage built
-            with its own ``cipher=``: a ciphertext does not grow by appends.
+            with its own ``cipher=``: a ciphertext does not grow by appends. A
+            storage that encrypts already is refused (``ValueError``): give the
+            cipher once.
 
     Raises:
-        ValueError: a bad ``session_id`` or an unknown strategy (the message names
-            the argument).
+        ValueError: a bad ``session_id``, an unknown strategy (the message names the
+            argument), or a ``cipher`` for a ``storage`` that encrypts already.
         TypeError: ``storage`` is not a Storage, ``snapshot_trigger`` not callable
             or ``cipher`` not a Cipher.
     """

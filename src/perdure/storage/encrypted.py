@@ -74,6 +74,9 @@ class EncryptedStorage:
 
     Raises:
         TypeError: ``storage`` is not a Storage or ``cipher`` not a Cipher.
+        ValueError: ``storage`` encrypts already (built with its own ``cipher=``, or an
+            ``EncryptedStorage``): every blob would be encrypted twice, and readable
+            only through both.
     """
 
     def __init__(self, storage: Storage, cipher: Cipher) -> None:
@@ -81,6 +84,11 @@ class EncryptedStorage:
             raise TypeError(f"storage must be a Storage, got {type(storage).__name__}")
         if not isinstance(cipher, Cipher):
             raise TypeError(f"cipher must be a Cipher, got {type(cipher).__name__}")
+        if getattr(storage, "cipher", None) is not None:
+            raise ValueError(
+                f"storage {storage!r} encrypts already (it has a cipher of its own): give "
+                "the cipher once, to the storage or to what wraps it, not to both"
+            )
         self.storage = storage
         self.cipher = cipher
 
