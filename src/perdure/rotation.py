@@ -1,6 +1,8 @@
 """Key rotation: re-encrypt a store's records under a new key, in place (SPEC §9).
 
-``perdure rotate-keys`` is a thin face over :func:`rotate_keys`. Every session whose
+``perdure rotate-keys`` is a thin face over :func:`rotate_keys` (a session store) and
+:func:`rotate_storage_keys` (a blob storage: a ``SnapshotSessionManager``'s snapshots,
+chunks and runs, a LangGraph saver's checkpoints). Every session whose
 records are not all under the target key is rewritten whole — one atomic rewrite
 commit per session, under its writer lock — and every checkpoint not under it is
 written again under its own id (an atomic replace). A process killed at any moment
@@ -22,10 +24,12 @@ from typing import Any
 
 from perdure.checkpoints.store import CheckpointStore, checkpoint_names, get_named_checkpoint
 from perdure.crypto import Cipher, envelope_key_id
-from perdure.errors import CheckpointNotFoundError, SessionNotFoundError
+from perdure.errors import CheckpointNotFoundError, SessionNotFoundError, StorageConflictError
 from perdure.session.store import SessionStore
+from perdure.snapshots.io import list_all
+from perdure.storage import ConditionalStorage, Storage
 
-__all__ = ["KeyTally", "RotationReport", "rotate_keys"]
+__all__ = ["BlobRotationReport", "KeyTally", "RotationReport", "rotate_keys", "rotate_storage_keys"]
 
 _PAGE = 200
 
@@ -138,6 +142,97 @@ async def rotate_keys(
                 progress(done, len(ids))
     finally:
         close = getattr(store, "close", None)
+        if callable(close):
+            close()
+    return report
+
+
+@dataclass
+class BlobRotationReport:
+    """What :func:`rotate_storage_keys` did.
+
+    Attributes:
+        to: the key the blobs are under now.
+        blobs_checked / blobs_rotated: blobs read / written again.
+        blobs_changed: blobs another writer replaced or deleted while they were
+            rotated, left as that writer wrote them.
+        keys_seen: every key id found under the blobs before the rotation.
+    """
+
+    to: str
+    blobs_checked: int = 0
+    blobs_rotated: int = 0
+    blobs_changed: int = 0
+    keys_seen: set[str] = field(default_factory=set)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
+        return {
+            "to": self.to,
+            "blobs_checked": self.blobs_checked,
+            "blobs_rotated": self.blobs_rotated,
+            "blobs_changed": self.blobs_changed,
+            "keys_seen": sorted(self.keys_seen),
+        }
+
+
+async def rotate_storage_keys(
+    open_storage: Callable[[Cipher], Storage],
+    cipher: Cipher,
+    *,
+    force: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> BlobRotationReport:
+    """Re-encrypt every blob of a storage under ``cipher.active``.
+
+    Each blob not under the target key is read and written again under its key, on
+    condition that it is still the version read (``write_if``): a blob another
+    writer replaced meanwhile (a snapshot manager saving ``latest``) is left as that
+    writer wrote it and counted in ``blobs_changed``, and a manager that saved
+    nothing meanwhile finds the new version at its next save and reports a conflict
+    (``session_conflict``) rather than overwrite it: rotate while nothing writes.
+    Each write is atomic, so a process killed at any moment leaves every blob under
+    its old key or its new one; running again resumes, skipping what is done.
+
+    Args:
+        open_storage: opens the storage with the cipher it is given (e.g.
+            ``lambda c: open_storage(url, cipher=c)``); closed afterwards if it has a
+            ``close``.
+        cipher: holds the target key (active) and every key blobs may be under.
+        force: write every blob again, also those already under the target key.
+        progress: called as ``progress(done, total)`` after each blob.
+
+    Raises:
+        DecryptionError: a blob is under a key ``cipher`` does not hold, or was
+            written without encryption (nothing of it was written).
+        TypeError: the storage is not a ``ConditionalStorage``.
+    """
+    tally = KeyTally(cipher)
+    storage = open_storage(tally)
+    report = BlobRotationReport(cipher.active)
+    try:
+        if not isinstance(storage, ConditionalStorage):
+            raise TypeError(
+                f"rotating keys needs a ConditionalStorage (write_if), got {type(storage).__name__}"
+            )
+        keys = await list_all(storage, "")
+        for done, key in enumerate(keys, start=1):
+            tally.reset()
+            version = await storage.version(key)
+            data = None if version is None else await storage.read(key)
+            if data is not None:
+                report.blobs_checked += 1
+                report.keys_seen |= tally.keys
+                if force or tally.keys != {tally.active}:
+                    try:
+                        await storage.write_if(key, data, expected=version)
+                        report.blobs_rotated += 1
+                    except StorageConflictError:
+                        report.blobs_changed += 1
+            if progress is not None:
+                progress(done, len(keys))
+    finally:
+        close = getattr(storage, "close", None)
         if callable(close):
             close()
     return report

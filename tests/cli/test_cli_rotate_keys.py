@@ -232,3 +232,122 @@ def test_every_command_reads_an_encrypted_store_with_the_keys_in_the_environment
     )
     assert several.exit_code == 2
     assert '"active"' in several.output
+
+
+def _snapshots(root: Path, active: str) -> Any:
+    from perdure.session import SnapshotSessionManager
+    from perdure.storage import LocalFileStorage
+
+    storage = LocalFileStorage(root, cipher=cipher(active) if active != "k2-only" else ONLY_K2)
+    return SnapshotSessionManager("s", storage=storage)
+
+
+def _raw_key_ids(root: Path) -> set[str]:
+    from perdure.crypto import envelope_key_id
+
+    blobs = [p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    assert blobs
+    return {envelope_key_id(p.read_bytes()) for p in blobs}
+
+
+def _saved_agent(root: Path, turns: int) -> list[Any]:
+    from perdure import Agent
+    from perdure.models import ScriptedModel
+
+    manager = _snapshots(root, "k1")
+    agent = Agent(ScriptedModel([f"a{i}" for i in range(turns)]), session_manager=manager)
+    for i in range(turns):
+        agent(f"q{i}")
+        if i % 7 == 0:
+            run(manager.save_snapshot(agent, is_latest=False))  # an immutable snapshot too
+    return list(agent.messages)
+
+
+def _restored(root: Path) -> list[Any]:
+    from perdure import Agent
+    from perdure.models import ScriptedModel
+
+    return list(Agent(ScriptedModel([]), session_manager=_snapshots(root, "k2-only")).messages)
+
+
+def test_rotate_keys_of_a_snapshot_storage_killed_anywhere_resumes(tmp_path: Path) -> None:
+    root = tmp_path / "snapshots"
+    history = _saved_agent(root, 40)  # latest, immutable snapshots and sealed chunks
+    assert _raw_key_ids(root) == {"k1"}
+    keys = _key_file(tmp_path)
+    command = ["rotate-keys", "--storage", f"file:{root}", "--to", "k2", "--keys-file", str(keys)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS])}
+    rng = random.Random(7)
+    mixed = 0
+    for _ in range(8):
+        killed = subprocess.run(
+            [sys.executable, str(Path(TESTS) / "rotate_keys_child.py"), str(rng.randint(1, 12)),
+             *command],
+            env=env, capture_output=True, timeout=300,
+        )  # fmt: skip
+        assert killed.returncode in (-signal.SIGKILL, 0), killed.stderr
+        # Killed anywhere, the agent comes back whole with both keys at hand.
+        from perdure import Agent
+        from perdure.models import ScriptedModel
+
+        both = Agent(ScriptedModel([]), session_manager=_snapshots(tmp_path / "snapshots", "k2"))
+        assert both.messages == history
+        mixed += _raw_key_ids(root) == {"k1", "k2"}
+    assert mixed >= 2  # the kills landed part-way through
+    done = subprocess.run(
+        [sys.executable, "-m", "perdure.cli.main", *command, "--json"],
+        env=env, capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["to"] == "k2"
+    assert report["blobs_changed"] == 0
+    assert _raw_key_ids(root) == {"k2"}
+    assert _restored(root) == history  # k2 alone reads it all
+    again = CliRunner().invoke(cli, [*command, "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["blobs_rotated"] == 0  # nothing left to do
+
+
+def test_rotate_keys_of_a_storage_leaves_a_blob_another_writer_replaced(tmp_path: Path) -> None:
+    from perdure.rotation import rotate_storage_keys
+    from perdure.storage import MemoryStorage
+
+    class Racing(MemoryStorage):
+        async def read(self, key: str) -> bytes | None:
+            data = await super().read(key)
+            if key == "a":  # another writer saves "a" between the version read and now
+                await super().write("a", b"new a")
+            return data
+
+    racing = Racing(cipher=cipher("k1"))
+    run(racing.write("a", b"old a"))
+    run(racing.write("b", b"old b"))
+
+    def opened(tally: Any) -> MemoryStorage:
+        racing.cipher = tally  # the rotation's cipher from now on (a public attribute)
+        return racing
+
+    report = run(rotate_storage_keys(opened, cipher("k2")))
+    assert (report.blobs_checked, report.blobs_rotated, report.blobs_changed) == (2, 1, 1)
+    assert run(racing.read("a")) == b"new a"  # the other writer's, not the old bytes
+    assert run(racing.read("b")) == b"old b"
+
+
+def test_rotate_keys_takes_a_store_or_a_storage_not_both(tmp_path: Path) -> None:
+    keys = _key_file(tmp_path)
+    runner = CliRunner()
+    both = runner.invoke(
+        cli,
+        ["rotate-keys", "--store", f"sqlite:{tmp_path / 'p.db'}", "--storage",
+         f"file:{tmp_path / 's'}", "--to", "k2", "--keys-file", str(keys)],
+    )  # fmt: skip
+    assert both.exit_code == 2
+    assert "not both" in both.output
+    missing = runner.invoke(
+        cli,
+        ["rotate-keys", "--storage", f"file:{tmp_path / 'none'}", "--to", "k2",
+         "--keys-file", str(keys)],
+    )  # fmt: skip
+    assert missing.exit_code == 3
+    assert not (tmp_path / "none").exists()

@@ -4,8 +4,10 @@
 
     export PERDURE_KEYS_FILE=./keys.json
     perdure rotate-keys --store sqlite:./perdure.db --to k2
+    perdure rotate-keys --storage file:./snapshots --to k2
 
-A thin face over :func:`perdure.rotation.rotate_keys`.
+A thin face over :func:`perdure.rotation.rotate_keys` and
+:func:`perdure.rotation.rotate_storage_keys`.
 """
 
 from __future__ import annotations
@@ -21,17 +23,32 @@ from perdure.cli._common import (
     handle_errors,
     json_option,
     open_cli_store,
+    remembered_store,
     run,
     session_store,
     store_option,
 )
 from perdure.cli.output import plural, progress_bar
+from perdure.cli.snapshots import _opened as opened_storage
 from perdure.crypto import AESGCMCipher, Cipher, keys_from_env, keys_from_file
 from perdure.rotation import rotate_keys as rotate
+from perdure.rotation import rotate_storage_keys
+from perdure.storage import open_storage
 
 
 @click.command("rotate-keys")
 @store_option
+@click.option(
+    "--storage",
+    "storage_url",
+    default=None,
+    metavar="URL",
+    help=(
+        "Rotate the blobs of this storage instead of a store (a SnapshotSessionManager's "
+        "snapshots, a LangGraph saver's checkpoints): file:DIR, sqlite:PATH, "
+        "postgresql://…, redis://… or s3://… (as snapshots --storage)."
+    ),
+)
 @click.option("--to", "to", required=True, help="The key id to re-encrypt everything under.")
 @click.option(
     "--keys-file",
@@ -45,11 +62,19 @@ from perdure.rotation import rotate_keys as rotate
     help="Rewrite everything, also what is already under --to (and plain records).",
 )
 @json_option
+@click.pass_context
 @handle_errors
 def rotate_keys(
-    store_url: str, to: str, keys_file: Path | None, force: bool, as_json: bool
+    ctx: click.Context,
+    store_url: str,
+    storage_url: str | None,
+    to: str,
+    keys_file: Path | None,
+    force: bool,
+    as_json: bool,
 ) -> None:
-    """Re-encrypt every session and checkpoint of a store under key --to.
+    """Re-encrypt every session and checkpoint of a store (or every blob of a
+    --storage) under key --to.
 
     \b
     Keys are read from --keys-file, else from the environment variable
@@ -66,8 +91,21 @@ def rotate_keys(
     skipping what is already under --to. Sessions held by a running agent are
     refused (exit 5): run again later. Rewriting a session folds its redactions
     in and renews its TTL. Memory stores are not rotated by this command.
+
+    \b
+    With --storage, each blob not under --to is written again on condition that
+    it is unchanged since it was read; a blob a running snapshot manager replaced
+    meanwhile is left as it wrote it (counted as changed), and such a manager's
+    next save reports a conflict instead of overwriting: rotate while nothing
+    writes. Killed, it resumes the same way.
     """
     cipher = _cipher(keys_file, to)
+    if storage_url is not None:
+        explicit = ctx.get_parameter_source("store_url") is click.core.ParameterSource.COMMANDLINE
+        if explicit or remembered_store(ctx) is not None:
+            raise click.UsageError("give --store or --storage, not both")
+        _rotate_storage(storage_url, cipher, force=force, as_json=as_json)
+        return
     with session_store(store_url, cipher=cipher):
         pass  # a missing store is reported (exit 3) before anything is opened to write
     with progress_bar("re-encrypting", enabled=not as_json) as progress:
@@ -86,6 +124,25 @@ def rotate_keys(
         f"{report.sessions_rotated} of {plural(report.sessions_checked, 'session')} and "
         f"{report.checkpoints_rotated} of {plural(report.checkpoints_checked, 'checkpoint')} "
         f"re-encrypted; everything is under key {report.to!r}"
+    )
+
+
+def _rotate_storage(url: str, cipher: Cipher, *, force: bool, as_json: bool) -> None:
+    with opened_storage(url):
+        pass  # a missing storage is reported (exit 3) before anything is written
+    with progress_bar("re-encrypting", enabled=not as_json) as progress:
+        report = run(
+            rotate_storage_keys(
+                lambda c: open_storage(url, cipher=c), cipher, force=force, progress=progress
+            )
+        )
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    changed = f"; {plural(report.blobs_changed, 'blob')} changed meanwhile, left as written"
+    click.echo(
+        f"{report.blobs_rotated} of {plural(report.blobs_checked, 'blob')} re-encrypted"
+        f"{changed if report.blobs_changed else ''}; everything is under key {report.to!r}"
     )
 
 
