@@ -151,7 +151,9 @@ def openai_peer(counts: list[int], messages: int, work: Path) -> dict[str, Any]:
             f"SQLiteSession: journal_mode={settings['journal_mode']}, "
             f"synchronous={settings['synchronous']} (SQLite's default; the SDK sets none), "
             f"{commits:g} commits a turn; the sessions of one file share one lock in the "
-            "process, each operation in a worker thread"
+            "process, each operation in a worker thread; the Runner reads the session's whole "
+            "history back every turn, so a turn costs more as the session grows (a row of "
+            "fewer sessions runs longer ones)"
         ),
     }
 
