@@ -1,6 +1,6 @@
 """Many agents, one store: aggregate durable throughput by the number of sessions.
 
-Run: ``.venv/bin/python benchmarks/concurrency.py [--quick] [--sessions 1,4,16,64]``
+Run: ``.venv/bin/python benchmarks/concurrency.py [--quick] [--sessions 1,4,16,64] [--peers]``
 
 One run prints one table. Each row runs N agents at once in one process and one
 event loop, each with its own ``Session`` on one shared store (a
@@ -9,7 +9,7 @@ event loop, each with its own ``Session`` on one shared store (a
 run: ``await agent.invoke_async(...)`` turns with a model that answers at once (as
 in ``agent_path.py``), two messages a turn. Every session runs the same number of
 turns (``--messages`` in all, default 4,000; ``--quick`` 1,200, spread over the
-sessions, at least 4 turns each).
+sessions, at least 4 turns each: ``peers_concurrency.turns_per_session``).
 
 For each store and N it prints, with ``durability="commit"`` (every message durable
 before its commit returns) and with ``durability="none"`` (no fsync per message: the
@@ -24,12 +24,33 @@ Issue 25's targets: with 16 and 64 sessions, durable >= 0.7x none and >= 3x one,
 the file and the SQLite store. The last lines say which rows meet them. The figures
 are noisy on a shared machine: rows run interleaved by store, and a ratio is only
 meaningful within one run.
+
+With ``--peers`` a second table sets the OpenAI Agents SDK's ``SQLiteSession`` beside
+perdure's SQLite rows: for each N, N ``SQLiteSession(f"s{i}", one_db_file)`` (one
+database file, as its docs suggest) in one process and one event loop, each running
+``Runner.run(agent, QUESTION, session=session)`` turns at once with a stub model that
+answers at once with the same text, the same number of turns a session as perdure's
+row of that N (``benchmarks/peers_concurrency.py`` says exactly how). Columns: its
+messages/s and p50 / p99 of a turn beside perdure's ``durability="commit"`` SQLite
+row of the same N, and "x" = perdure / peer messages/s (above 1: perdure is faster);
+a footnote says what the peer makes durable as it ships (its SQLite pragmas, its
+commits a turn). Its SDK lives in a separate virtual environment, never in perdure's:
+``--peers`` creates it at ``benchmarks/.peers-venv`` (git-ignored; ``--peers-venv
+PATH`` for another place) from the pins in ``benchmarks/peers-requirements.txt`` the
+first time (about a minute), then runs ``peers_concurrency.py`` in it as a subprocess,
+after perdure's rows, and reads its JSON result (``--peers-json FILE`` reads one
+written earlier, with the same ``--messages``, instead). ``--peers`` needs the sqlite
+store among ``--stores``.
+
+Example: ``.venv/bin/python benchmarks/concurrency.py --quick --peers --stores sqlite
+--sessions 1,16``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shutil
 import statistics
 import sys
@@ -37,6 +58,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from perdure import Agent, NullConversationManager
 from perdure.models import ModelResponse, ScriptedModel
@@ -44,11 +66,19 @@ from perdure.session import FileSessionStore, Session, SessionStore
 from perdure.stores.sqlite import SQLiteSessionStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agent_path import wrapped
 from peers import ANSWER, QUESTION
+from peers_concurrency import FORMAT as PEERS_FORMAT
+from peers_concurrency import percentile, session_counts, turns_per_session
+from peers_venv import PEERS_VENV, ensure_peers_venv, run_peers_script
 
 TARGET_NONE = 0.7
 TARGET_ONE = 3.0
 TARGET_SESSIONS = (16, 64)
+BENCHMARKS = Path(__file__).resolve().parent
+PEERS_SCRIPT = BENCHMARKS / "peers_concurrency.py"
+PEER_COLUMNS = ("rate", "p50_ms", "p99_ms")
+PEER_LABELS = {"openai": "OpenAI Agents {version}, SQLiteSession"}
 
 
 @dataclass(frozen=True)
@@ -79,11 +109,6 @@ def open_store(kind: str, work: Path, durability: str) -> SessionStore:
     if kind == "file":
         return FileSessionStore(work / "file", durability=durability)  # type: ignore[arg-type]
     return SQLiteSessionStore(work / "sessions.db", durability=durability)  # type: ignore[arg-type]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def run(kind: str, sessions: int, durability: str, turns: int, work: Path) -> Row:
@@ -150,6 +175,101 @@ def table(rows: list[Row]) -> list[str]:
     return [*out, "", *verdicts]
 
 
+def run_peers(python: Path, counts: list[int], messages: int, work: Path) -> Any:
+    """Run ``peers_concurrency.py`` with ``python`` (the peers' venv); its JSON result."""
+    args = ["--sessions", ",".join(map(str, counts)), "--messages", str(messages)]
+    return run_peers_script(
+        python, PEERS_SCRIPT, [*args, "--dir", str(work / "run")], work / "peers.json"
+    )
+
+
+def check_peers(document: Any, messages: int) -> dict[str, Any]:
+    """``document`` if it is a peers_concurrency.py result for ``messages``, else ValueError."""
+    if not isinstance(document, dict) or document.get("format") != PEERS_FORMAT:
+        raise ValueError(
+            f"not a result of benchmarks/peers_concurrency.py (format {PEERS_FORMAT!r})"
+        )
+    if document.get("messages") != messages:
+        raise ValueError(
+            f"the peers ran {document.get('messages')} messages a row; this run: {messages}"
+        )
+    peers = document.get("peers")
+    if not isinstance(peers, dict):
+        raise ValueError("the peers' result has no 'peers' object")
+    for name, peer in peers.items():
+        if not isinstance(peer, dict):
+            raise ValueError(f"peer {name!r}: expected an object, got {peer!r}")
+        if "error" in peer:
+            continue
+        rows = peer.get("rows")
+        if not isinstance(rows, list) or not rows:
+            raise ValueError(f"peer {name!r}: no 'rows'")
+        seen: set[int] = set()
+        for row in rows:
+            sessions = row.get("sessions") if isinstance(row, dict) else None
+            if not isinstance(sessions, int) or sessions < 1 or sessions in seen:
+                raise ValueError(
+                    f"peer {name!r}: a row's sessions must be a new count >= 1: {row!r}"
+                )
+            seen.add(sessions)
+            turns = turns_per_session(messages, sessions)
+            if row.get("turns") != turns:
+                raise ValueError(
+                    f"peer {name!r}: {sessions} sessions ran {row.get('turns')} turns each; "
+                    f"this run: {turns}"
+                )
+            for key in PEER_COLUMNS:
+                value = row.get(key)
+                if not (isinstance(value, int | float) and value > 0):
+                    raise ValueError(
+                        f"peer {name!r}, {sessions} sessions: {key} must be a positive number, "
+                        f"got {value!r}"
+                    )
+    return document
+
+
+def peers_table(rows: list[Row], document: dict[str, Any]) -> list[str]:
+    """The second table: each peer's rows beside perdure's durable SQLite row of the same N."""
+    mine = {r.sessions: r for r in rows if r.store == "sqlite" and r.durability == "commit"}
+    lines = [
+        f"beside a peer: N sessions on one SQLite database file, one process, one loop; "
+        f"{document['messages']:,} messages a row"
+    ]
+    notes: list[str] = []
+    for name, result in document["peers"].items():
+        label = PEER_LABELS.get(name, name).format(version=result.get("version", "?"))
+        if "error" in result:
+            lines.append(f"{label}: failed: {result['error']}"[:200])
+            continue
+        header = (
+            f"{'sessions':>8}{'perdure msg/s':>15}{'p50 ms':>8}{'p99 ms':>8}"
+            f"{'peer msg/s':>12}{'p50 ms':>8}{'p99 ms':>8}{'x':>8}"
+        )
+        lines += ["", f"perdure sqlite commit | {label}", header, "-" * len(header)]
+        for peer in sorted(result["rows"], key=lambda r: r["sessions"]):
+            n = peer["sessions"]
+            ours = mine.get(n)
+            cells = (
+                f"{ours.rate:>15,.0f}{ours.p50_ms:>8.2f}{ours.p99_ms:>8.2f}"
+                if ours is not None
+                else f"{'-':>15}{'-':>8}{'-':>8}"
+            )
+            ratio = f"{ours.rate / peer['rate']:>7.2f}x" if ours is not None else f"{'-':>8}"
+            lines.append(
+                f"{n:>8}{cells}{peer['rate']:>12,.0f}{peer['p50_ms']:>8.2f}"
+                f"{peer['p99_ms']:>8.2f}{ratio}"
+            )
+        notes += wrapped(f"{label}: {result.get('how', '?')}", "")
+        notes += wrapped(f"durability as it ships: {result.get('note', '?')}", "  ")
+    lines += wrapped(
+        "x = perdure / peer messages/s (above 1: perdure is faster); '-': no such row in "
+        "this run. perdure: SQLiteSessionStore(durability='commit'), every message durable "
+        "before its commit returns (synchronous=FULL in WAL mode), one Agent a session",
+        "",
+    )
+    return [*lines, *notes]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,200 messages a row")
@@ -157,33 +277,67 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", default="1,4,16,64", help="session counts, comma-separated")
     parser.add_argument("--stores", default="file,sqlite", help="file, sqlite or both")
     parser.add_argument("--dir", help="where to write (default: a temp dir on the current disk)")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="add OpenAI Agents' SQLiteSession (installs the SDK once in benchmarks/.peers-venv)",
+    )
+    parser.add_argument("--peers-venv", help="the peers' venv (implies --peers)")
+    parser.add_argument(
+        "--peers-json",
+        help="a result of an earlier peers_concurrency.py run, instead of running it",
+    )
     args = parser.parse_args(argv)
     try:
-        counts = sorted({int(n) for n in args.sessions.split(",")})
-    except ValueError:
-        parser.error(f"--sessions must be numbers separated by commas, got {args.sessions!r}")
-    if not counts or min(counts) < 1:
-        parser.error("--sessions needs numbers >= 1")
+        counts = session_counts(args.sessions)
+    except ValueError as error:
+        parser.error(str(error))
     stores = [s for s in args.stores.split(",") if s]
     if not stores or any(s not in ("file", "sqlite") for s in stores):
         parser.error(f"--stores takes file and sqlite, got {args.stores!r}")
     messages = args.messages or (1200 if args.quick else 4000)
+    if (args.peers or args.peers_venv or args.peers_json) and "sqlite" not in stores:
+        parser.error("the peers are set beside perdure's SQLite rows: --stores must include sqlite")
+    peers_document: Any = None
+    peers_python: Path | None = None
+    if args.peers_json:
+        try:
+            peers_document = check_peers(json.loads(Path(args.peers_json).read_text()), messages)
+        except (OSError, ValueError) as error:
+            parser.error(f"--peers-json {args.peers_json}: {error}")
+    elif args.peers or args.peers_venv:
+        # Before perdure's rows: an install does not run while they are measured.
+        peers_python = ensure_peers_venv(Path(args.peers_venv or PEERS_VENV).resolve())
     base = Path(tempfile.mkdtemp(prefix="perdure-concurrency-", dir=args.dir or "."))
     rows: list[Row] = []
     try:
         for sessions in counts:
-            turns = max(4, messages // (2 * sessions))
+            turns = turns_per_session(messages, sessions)
             for store in stores:
                 for durability in ("commit", "none"):
                     work = base / f"{store}-{sessions}-{durability}"
                     work.mkdir()
                     rows.append(asyncio.run(run(store, sessions, durability, turns, work)))
                     shutil.rmtree(work, ignore_errors=True)
+        if peers_python is not None:
+            work = base / "peers"
+            work.mkdir()
+            peers_document = check_peers(run_peers(peers_python, counts, messages, work), messages)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(f"{messages:,} messages a row (or 8 a session, at least); one process, one loop")
     for line in table(rows):
         print(line)
+    print()
+    if peers_document is None:
+        print(
+            "peers: not measured. --peers adds the OpenAI Agents SDK's SQLiteSession (N sessions "
+            "on one file)\n  beside the SQLite rows (it installs the SDK once in "
+            "benchmarks/.peers-venv; see benchmarks/peers_concurrency.py)."
+        )
+    else:
+        for line in peers_table(rows, peers_document):
+            print(line)
     return 0
 
 

@@ -360,6 +360,23 @@ def _openai_model_class() -> type:
     return InstantOpenAIModel
 
 
+def counted_sqlite_session(counter: CommitCounter, session_id: str, db_path: Path) -> Any:
+    """An OpenAI Agents ``SQLiteSession`` whose every connection ``counter`` counts the commits of.
+
+    The SDK configures each connection it opens (its own settings kept); ``counter`` is
+    attached there too.
+    """
+    from agents import SQLiteSession
+
+    class CountedSession(SQLiteSession):  # type: ignore[misc]
+        @staticmethod
+        def _configure_connection(conn: sqlite3.Connection) -> None:
+            SQLiteSession._configure_connection(conn)
+            counter.attach(conn)
+
+    return CountedSession(session_id, db_path)
+
+
 def openai_peer(turns: int, resume_size: int, work: Path, floors: Floors) -> dict[str, Any]:
     from agents import Agent, Runner, SQLiteSession, set_tracing_disabled
 
@@ -385,14 +402,7 @@ def openai_peer(turns: int, resume_size: int, work: Path, floors: Floors) -> dic
 
     # What SQLite makes durable: the SDK's own connection settings and its commits a turn.
     counter = CommitCounter()
-
-    class CountedSession(SQLiteSession):  # type: ignore[misc]
-        @staticmethod
-        def _configure_connection(conn: sqlite3.Connection) -> None:
-            SQLiteSession._configure_connection(conn)
-            counter.attach(conn)
-
-    counted = CountedSession("count", work / "count.db")
+    counted = counted_sqlite_session(counter, "count", work / "count.db")
 
     async def count_commits() -> tuple[dict[str, str], float]:
         settings = await asyncio.to_thread(lambda: pragmas(counted._get_connection()))

@@ -1,11 +1,13 @@
 """The peers' virtual environment, shared by the benchmarks that set perdure beside them.
 
 The peers' SDKs (Strands, OpenAI Agents, LangGraph and their savers) never go into
-perdure's own environment: tests and CI need none of them. ``agent_path.py --peers``
-and ``postgres.py --peers`` create ``benchmarks/.peers-venv`` (git-ignored) from the
-pins in ``benchmarks/peers-requirements.txt`` the first time (about a minute), then
-run their peers' script (``peers.py``, ``peers_postgres.py``) with its interpreter as
-a subprocess and read the JSON result it writes.
+perdure's own environment: tests and CI need none of them. ``agent_path.py --peers``,
+``postgres.py --peers``, ``redis_store.py --peers`` and ``concurrency.py --peers``
+create ``benchmarks/.peers-venv`` (git-ignored) from the pins in
+``benchmarks/peers-requirements.txt`` the first time (about a minute), then run their
+peers' script (``peers.py``, ``peers_postgres.py``, ``peers_redis.py``,
+``peers_concurrency.py``) with its interpreter as a subprocess and read the JSON result
+it writes.
 
 It imports nothing from perdure.
 """
