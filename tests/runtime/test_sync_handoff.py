@@ -66,18 +66,24 @@ def test_an_interrupt_while_waiting_cancels_the_coroutine() -> None:
 
 def test_while_a_call_runs_a_sigint_wakes_the_loop_through_a_socket_it_watches() -> None:
     """A SIGINT that lands just before the loop's select() must not wait there
-    unhandled: the C handler writes to a wakeup fd, and the loop watches its socket."""
+    unhandled: the C handler writes to a wakeup fd, and the loop watches its socket.
+    (Set once the loop runs: the call's first step, run before it, does no select().)"""
     seen: dict[str, int] = {}
 
-    async def look() -> None:
+    def wakeup_fd() -> int:
         fd = signal.set_wakeup_fd(-1)  # read it (and put it back at once)
         signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
-        seen["fd"] = fd
-        await asyncio.sleep(0)
+        return fd
+
+    async def look() -> None:
+        seen["first step"] = wakeup_fd()
+        await asyncio.sleep(0)  # the loop runs the rest
+        seen["fd"] = wakeup_fd()
 
     before = signal.set_wakeup_fd(-1)
     signal.set_wakeup_fd(before)
     run_blocking(look())
+    assert seen["first step"] == before
     assert seen["fd"] >= 0
     peer = socket.socket(fileno=os.dup(seen["fd"]))
     try:  # the other end is one the loop reads: a byte written there wakes it

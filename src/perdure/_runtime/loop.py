@@ -286,25 +286,28 @@ def _drive(runner: _Runner, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any
         raise KeyboardInterrupt
 
     previous: Any = None
-    wake_fd = runner.wake_fd
-    old_wake_fd = -1
+    wake_fd = -1
+    old_wake_fd: int | None = None  # set while this call has the wakeup fd set
     # _signal: the signal module's own functions, without the enum conversions its
     # wrappers make (12 us a call here, as much as the rest of the hand-over).
     if (
-        threading.current_thread() is threading.main_thread()
+        threading.get_ident() == threading.main_thread().ident
         and _signal.getsignal(signal.SIGINT) is signal.default_int_handler
     ):
         previous = _signal.signal(signal.SIGINT, on_sigint)
-        if wake_fd >= 0:
-            # A SIGINT that lands after the loop's last look at pending signals and
-            # before its select() would otherwise wait there unhandled until the next
-            # event (an hour's sleep): the C handler writes to this fd, which the
-            # loop watches, so select() returns and the Python handler runs.
-            old_wake_fd = _signal.set_wakeup_fd(wake_fd, warn_on_full_buffer=False)
+        wake_fd = runner.wake_fd
     try:
         try:
             if _first_step(loop, task) and not _has_ready(loop):
                 return task.result()
+            if wake_fd >= 0:
+                # A SIGINT that lands after the loop's last look at pending signals
+                # and before its select() would otherwise wait there unhandled until
+                # the next event (an hour's sleep): the C handler writes to this fd,
+                # which the loop watches, so select() returns and the Python handler
+                # runs. Not needed before: the first step runs no select(), and a
+                # SIGINT during it runs the handler at its next bytecode.
+                old_wake_fd = _signal.set_wakeup_fd(wake_fd, warn_on_full_buffer=False)
             return loop.run_until_complete(task)
         except asyncio.CancelledError:
             if interrupts:
@@ -320,7 +323,7 @@ def _drive(runner: _Runner, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any
             raise
     finally:
         if previous is not None:
-            if wake_fd >= 0:
+            if old_wake_fd is not None:
                 _signal.set_wakeup_fd(old_wake_fd)
             _signal.signal(signal.SIGINT, previous)
 

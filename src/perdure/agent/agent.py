@@ -194,7 +194,14 @@ class Agent:
                 tool or hook of a running agent): use ``await agent.invoke_async(...)``.
             TurnRunningError: another invocation of this agent is running.
         """
-        return run_sync(self._invoke_and_flush(prompt), async_name="agent.invoke_async(prompt)")
+        # The flush wrapper only for a memory manager that has one: a bare turn
+        # should not pay for a second coroutine.
+        coro = (
+            self.invoke_async(prompt)
+            if getattr(self.memory_manager, "flush", None) is None
+            else self._invoke_and_flush(prompt)
+        )
+        return run_sync(coro, async_name="agent.invoke_async(prompt)")
 
     async def _invoke_and_flush(self, prompt: Prompt) -> AgentResult:
         result = await self.invoke_async(prompt)
