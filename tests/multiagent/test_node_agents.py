@@ -277,3 +277,17 @@ def test_node_agents_killed_anywhere_across_many_runs_keep_each_turn_once(tmp_pa
         prompts = [text.split("\n")[0] for text in history[::2]]
         assert prompts == [f"t{k}" for k in range(tasks)] + ["check"], name
         assert history[1::2] == [f"ans:{p}" for p in prompts], name
+
+
+async def test_an_agent_left_out_of_the_graph_for_a_run_comes_back_whole() -> None:
+    storage = MemoryStorage()
+    graph, _ = writer_graph(storage, ["drafted"])
+    await graph.invoke_async("draft it")
+    # A run of a graph without the writer: its records are carried as they are.
+    b = GraphBuilder()
+    b.add_node(lambda task, up: "no writer today", "notes")
+    await b.build(session_manager=SnapshotSessionManager("s", storage=storage)).invoke_async("x")
+    graph, writer = writer_graph(storage, ["again"])
+    await graph.invoke_async("again")
+    answers = [m["content"][0]["text"] for m in writer.messages if m["role"] == "assistant"]
+    assert answers == ["drafted", "again"]

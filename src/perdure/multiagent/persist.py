@@ -170,7 +170,12 @@ class _SnapshotRunStore(RunStore):
         self, records: Sequence[Mapping[str, Any]], agents: Sequence[Agent]
     ) -> list[dict[str, Any]]:
         held = {r.get("agent") for r in records if r.get("t") == "agent"}
-        carried: list[dict[str, Any]] = []
+        present = {agent.agent_id for agent in agents}
+        # An agent no node has now (the graph changed) keeps its records as they
+        # are, so that it comes back whole if a node has it again.
+        carried = [
+            dict(r) for r in records if r.get("t") == "agent" and r.get("agent") not in present
+        ]
         for agent in agents:
             if agent.session_manager is not None or agent.agent_id not in held:
                 continue
