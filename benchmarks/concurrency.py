@@ -20,6 +20,11 @@ rate the CPU allows, the limit group commit can approach on these cores):
 - "x none" = durable rate / the no-fsync rate of the same sessions;
 - "x one" = durable rate / one durable session's rate (the N = 1 row).
 
+``--stores postgres`` adds a :class:`~perdure.stores.postgres.PostgresSessionStore`
+on ``--dsn`` (default ``$PERDURE_TEST_PG`` or the local test server; a schema of its
+own a row, dropped after it), whose durable commits the server's own group commit
+makes durable together.
+
 Issue 25's targets: with 16 and 64 sessions, durable >= 0.7x none and >= 3x one, on
 the file and the SQLite store. The last lines say which rows meet them. The figures
 are noisy on a shared machine: rows run interleaved by store, and a ratio is only
@@ -50,7 +55,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -75,6 +82,7 @@ from peers_venv import PEERS_VENV, ensure_peers_venv, run_peers_script
 TARGET_NONE = 0.7
 TARGET_ONE = 3.0
 TARGET_SESSIONS = (16, 64)
+TARGET_STORES = ("file", "sqlite")  # issue 25's targets; PostgreSQL rows are shown only
 BENCHMARKS = Path(__file__).resolve().parent
 PEERS_SCRIPT = BENCHMARKS / "peers_concurrency.py"
 PEER_COLUMNS = ("rate", "p50_ms", "p99_ms")
@@ -105,14 +113,37 @@ def instant_model(turns: int) -> ScriptedModel:
     )
 
 
-def open_store(kind: str, work: Path, durability: str) -> SessionStore:
+DSN = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+STORES = ("file", "sqlite", "postgres")
+
+
+def open_store(kind: str, work: Path, durability: str, dsn: str = DSN) -> SessionStore:
     if kind == "file":
         return FileSessionStore(work / "file", durability=durability)  # type: ignore[arg-type]
+    if kind == "postgres":
+        from perdure.stores.postgres import PostgresSessionStore
+
+        # A schema of its own a row (the row's work directory names it), dropped after.
+        return PostgresSessionStore(dsn, schema=pg_schema(work), durability=durability)  # type: ignore[arg-type]
     return SQLiteSessionStore(work / "sessions.db", durability=durability)  # type: ignore[arg-type]
 
 
-async def run(kind: str, sessions: int, durability: str, turns: int, work: Path) -> Row:
-    store = open_store(kind, work, durability)
+def pg_schema(work: Path) -> str:
+    """A schema for the row that writes under ``work`` (two runs on one server never share one)."""
+    return "bench_concurrency_" + hashlib.sha256(str(work.resolve()).encode()).hexdigest()[:16]
+
+
+def drop_pg_schema(work: Path, dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{pg_schema(work)}" CASCADE')
+
+
+async def run(
+    kind: str, sessions: int, durability: str, turns: int, work: Path, dsn: str = DSN
+) -> Row:
+    store = open_store(kind, work, durability, dsn)
     agents = [
         await Agent.create(
             model=instant_model(turns + 1),
@@ -166,7 +197,7 @@ def table(rows: list[Row]) -> list[str]:
                 f"{durable.p99_ms:>8.2f}{none.rate:>12,.0f}{none.p50_ms:>8.2f}"
                 f"{none.p99_ms:>8.2f}{x_none:>8.2f}{x_one:>7.2f}"
             )
-            if sessions in TARGET_SESSIONS:
+            if sessions in TARGET_SESSIONS and store in TARGET_STORES:
                 met = x_none >= TARGET_NONE and x_one >= TARGET_ONE
                 verdicts.append(
                     f"{store} x{sessions}: {x_none:.2f}x none (target {TARGET_NONE}), "
@@ -275,7 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="1,200 messages a row")
     parser.add_argument("--messages", type=int, help="messages a row (default 4,000)")
     parser.add_argument("--sessions", default="1,4,16,64", help="session counts, comma-separated")
-    parser.add_argument("--stores", default="file,sqlite", help="file, sqlite or both")
+    parser.add_argument(
+        "--stores",
+        default="file,sqlite",
+        help="comma-separated: file, sqlite, postgres (default file,sqlite)",
+    )
+    parser.add_argument("--dsn", default=DSN, help="the PostgreSQL server for --stores postgres")
     parser.add_argument("--dir", help="where to write (default: a temp dir on the current disk)")
     parser.add_argument(
         "--peers",
@@ -293,8 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     stores = [s for s in args.stores.split(",") if s]
-    if not stores or any(s not in ("file", "sqlite") for s in stores):
-        parser.error(f"--stores takes file and sqlite, got {args.stores!r}")
+    if not stores or any(s not in STORES for s in stores):
+        parser.error(f"--stores takes {', '.join(STORES)}, got {args.stores!r}")
     messages = args.messages or (1200 if args.quick else 4000)
     if (args.peers or args.peers_venv or args.peers_json) and "sqlite" not in stores:
         parser.error("the peers are set beside perdure's SQLite rows: --stores must include sqlite")
@@ -317,7 +353,13 @@ def main(argv: list[str] | None = None) -> int:
                 for durability in ("commit", "none"):
                     work = base / f"{store}-{sessions}-{durability}"
                     work.mkdir()
-                    rows.append(asyncio.run(run(store, sessions, durability, turns, work)))
+                    try:
+                        rows.append(
+                            asyncio.run(run(store, sessions, durability, turns, work, args.dsn))
+                        )
+                    finally:
+                        if store == "postgres":
+                            drop_pg_schema(work, args.dsn)
                     shutil.rmtree(work, ignore_errors=True)
         if peers_python is not None:
             work = base / "peers"

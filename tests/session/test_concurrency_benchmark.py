@@ -38,6 +38,33 @@ def test_the_tiny_benchmark_prints_a_row_per_store_and_count_and_the_verdicts(
     assert list(tmp_path.iterdir()) == []  # cleans up after itself
 
 
+def test_the_tiny_benchmark_runs_postgres_rows_and_drops_their_schemas(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import postgres_server
+
+    reason = postgres_server.unreachable()
+    if reason is not None:
+        if postgres_server.IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    import psycopg
+
+    bench = load_benchmark("concurrency")
+    argv = ["--messages", "16", "--sessions", "1,16", "--stores", "postgres"]
+    assert bench.main([*argv, "--dsn", postgres_server.DSN, "--dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for sessions in (1, 16):
+        row = next(line for line in lines if line.split()[:2] == ["postgres", str(sessions)])
+        assert float(row.split()[2].replace(",", "")) > 0
+    assert not any(line.startswith("postgres x16: ") for line in lines)  # no target of its own
+    with psycopg.connect(postgres_server.DSN) as conn:
+        left = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'bench_concurrency_%'"
+        ).fetchall()
+    assert left == []
+
+
 def test_bad_session_counts_are_refused_with_a_clear_message(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
