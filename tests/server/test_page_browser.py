@@ -244,3 +244,55 @@ def test_verify_shows_the_damage_it_found(tmp_path: Path) -> None:
                 browser.close()
     finally:
         stop(proc)
+
+
+def test_an_import_shows_its_upload_checks_and_write(tmp_path: Path) -> None:
+    """The page uploads an export to the import job, follows the job, and says what
+    was imported; a damaged export ends with the job's error, and nothing written."""
+    sync_playwright, expect = _require_browser()
+    url = f"file:{tmp_path / 'store'}"
+    known = asyncio.run(_make(url, tmp_path / "memory.db"))
+    store = open_store(url)
+    try:
+        data = asyncio.run(
+            ops.export_checkpoint(store, "support-ticket-4711", known["checkpoint_id"])
+        )
+    finally:
+        close(store)
+    good, bad = tmp_path / "good.checkpoint.json", tmp_path / "bad.checkpoint.json"
+    good.write_bytes(data)
+    bad.write_bytes(data.replace(b'"q3"', b'"q4"', 1))
+    proc, base = start("--store", url)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            try:
+                page = browser.new_page()
+                page.goto(f"{base}/#/s/session-007")
+                expect(page.locator("#session-title")).to_have_text("session-007")
+                page.set_input_files("#import-file", str(bad))
+                page.click("#import-checkpoint")
+                notice = page.locator("#checkpoint-notice")
+                expect(notice).to_contain_text("checkpoint_import_invalid", timeout=30_000)
+                expect(page.locator("#checkpoints li")).to_have_count(0)
+                page.set_input_files("#import-file", str(good))
+                page.click("#import-checkpoint")
+                expect(page.locator("#notice")).to_contain_text(
+                    "Imported checkpoint", timeout=30_000
+                )
+                item = page.locator("#checkpoints li")
+                expect(item).to_have_count(1)
+                assert "before the refund" in item.inner_text()
+                assert "82 messages" in item.inner_text()
+            finally:
+                browser.close()
+    finally:
+        stop(proc)
+    store = open_store(url)
+    try:
+        listed = asyncio.run(ops.list_checkpoints(store, "session-007"))
+    finally:
+        close(store)
+    assert [(c.trigger, c.label, c.message_count) for c in listed] == [  # type: ignore[union-attr]
+        ("import", "before the refund", 82)
+    ]

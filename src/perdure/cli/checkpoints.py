@@ -44,7 +44,7 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
-from perdure.cli.output import new_table, plural, print_table
+from perdure.cli.output import new_table, plural, print_table, progress_bar
 from perdure.cli.render import format_time
 
 
@@ -264,13 +264,17 @@ def import_(
 
     FILE (- for standard input) is verified in full first: any altered byte is
     refused (exit 4) and nothing is written. With --verify-key-file an unsigned
-    export, or one signed with another key, is refused too.
+    export, or one signed with another key, is refused too. On a terminal a
+    progress bar follows the checks of a big export.
     """
     data = _read_input(file)
     key = _read_key(verify_key_file, "--verify-key-file")
     with session_store(store_url, must_exist=not create_session) as store:
         created = create_session and run(ops.message_count(store, session_id)) is None
-        meta = run(ops.import_checkpoint(store, session_id, data, create_session, key))
+        with progress_bar("verifying", enabled=not as_json) as progress:
+            meta = run(
+                ops.import_checkpoint(store, session_id, data, create_session, key, progress)
+            )
     if as_json:
         echo_json(meta)
         return

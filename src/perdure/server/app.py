@@ -28,7 +28,7 @@ from perdure.checkpoints.store import check_checkpoint_id
 from perdure.cli import ops
 from perdure.maintenance import verify_store
 from perdure.server.errors import ApiError, error_body, error_response, json_response
-from perdure.server.jobs import Jobs
+from perdure.server.jobs import Job, Jobs
 from perdure.server.listing import SessionIndex
 from perdure.server.memory import MemoryBrowser
 from perdure.server.openapi import openapi_document
@@ -292,7 +292,29 @@ async def start_verify(app: Inspector, request: Request) -> Response:
         report = await verify_store(app.store, session_ids=ids, progress=job.progress)
         return report.to_dict()
 
-    return json_response(app.jobs.start("verify", work).to_dict(), 202)
+    return json_response(app.jobs.start("verify", work, phase="verifying").to_dict(), 202)
+
+
+@_api
+async def start_import(app: Inspector, request: Request) -> Response:
+    """Import an export (the body) as a job; 202 with the job, whose result is the
+    checkpoint. Its progress follows the checks (phase ``verifying``), then the
+    write (phase ``writing``)."""
+    session_id = session_id_of(request)
+    create = bool_param(request, "create")
+    data = await read_body(request)
+
+    async def work(job: Job) -> dict[str, Any]:
+        def progress(done: int, total: int) -> None:
+            job.progress(done, total)
+            if done == total:
+                job.phase = "writing"
+
+        meta = await ops.import_checkpoint(app.store, session_id, data, create, None, progress)
+        app.index.invalidate()
+        return meta.to_dict()
+
+    return json_response(app.jobs.start("import", work, phase="verifying").to_dict(), 202)
 
 
 @_api
@@ -414,6 +436,7 @@ ROUTES = [
     ),
     Route("/api/verify", verify, methods=["POST"]),
     Route("/api/jobs/verify", start_verify, methods=["POST"]),
+    Route("/api/jobs/import/{session_id}", start_import, methods=["POST"]),
     Route("/api/jobs/{job_id}", get_job, methods=["GET"]),
     Route("/api/memory/{namespace}/entries", memory_entries, methods=["GET"]),
     Route("/api/memory/{namespace}/entries/{memory_id}", delete_memory, methods=["DELETE"]),

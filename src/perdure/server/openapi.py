@@ -222,6 +222,10 @@ SCHEMAS: dict[str, Any] = {
             "state": {"enum": ["running", "done", "failed"]},
             "done": {"type": "integer"},
             "total": {"type": ["integer", "null"]},
+            "phase": {
+                "type": ["string", "null"],
+                "description": "verifying, then (an import) writing",
+            },
             "result": {},
             "error": {"type": ["object", "null"]},
             "started_at": {"type": "number"},
@@ -466,6 +470,23 @@ def openapi_document() -> dict[str, Any]:
                 body={
                     "required": False,
                     "content": {"application/json": {"schema": _ref("VerifyRequest")}},
+                },
+                mutating=True,
+            )
+        },
+        "/api/jobs/import/{session_id}": {
+            "post": _op(
+                "Import an exported checkpoint as a job (verified in full first); poll "
+                "/api/jobs/{job_id}: progress through the checks, then phase writing; the "
+                "result is the checkpoint, a refused export fails the job with the error",
+                ("202", "Job", "the job, running"),
+                params=[
+                    _SESSION,
+                    _query("create", {"type": "boolean"}, "create the session if absent"),
+                ],
+                body={
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("Export")}},
                 },
                 mutating=True,
             )
