@@ -603,3 +603,78 @@ async def test_a_refused_import_job_ends_with_the_error_and_writes_nothing(
             400,
             "bad_request",
         )
+
+
+async def test_exports_are_signed_on_request_and_imports_verified_with_the_key(
+    store: SessionStore,
+) -> None:
+    from perdure.checkpoints.export import import_checkpoint_bytes
+
+    key = b"a key the team shares"
+    cid = (await ops.create_checkpoint(store, "s1", "mark")).checkpoint_id
+    export = f"/api/sessions/s1/checkpoints/{cid}/export"
+    unsigned = await ops.export_checkpoint(store, "s1", cid)
+    other = await ops.export_checkpoint(store, "s1", cid, b"another key")
+
+    async with client(create_app(store)) as http:  # no key: nothing to sign with
+        assert (await http.get("/api/info")).json()["signing"] is False
+        assert_error(
+            await http.get(export, params={"signed": "true"}),
+            400,
+            "signing_key_not_configured",
+            "--signing-key-file",
+        )
+        assert (await http.get(export, params={"signed": "false"})).content == unsigned
+        assert_error(await http.get(export, params={"signed": "yes"}), 400, "bad_request")
+        # without a key, imports are checked by their sha256 alone, signed or not
+        answer = await http.post("/api/sessions/s2/checkpoints/import", content=other, headers=JSON)
+        assert answer.status_code == 201, answer.text
+
+    async with client(create_app(store, signing_key=key)) as http:
+        assert (await http.get("/api/info")).json()["signing"] is True
+        signed = (await http.get(export, params={"signed": "true"})).content
+        assert signed == await ops.export_checkpoint(store, "s1", cid, key)
+        assert import_checkpoint_bytes(signed, verify_key=key).meta.label == "mark"
+        assert (await http.get(export)).content == unsigned  # signing is asked for
+
+        before = (await http.get("/api/sessions/s2/checkpoints")).json()
+        for refused, reason in ((unsigned, "not signed"), (other, "signature does not match")):
+            assert_error(
+                await http.post(
+                    "/api/sessions/s2/checkpoints/import", content=refused, headers=JSON
+                ),
+                400,
+                "checkpoint_import_invalid",
+                reason,
+            )
+            job, _ = await poll(
+                http,
+                (await http.post("/api/jobs/import/s2", content=refused, headers=JSON)).json(),
+            )
+            assert (job["state"], job["error"]["code"]) == ("failed", "checkpoint_import_invalid")
+            assert reason in job["error"]["message"]
+        assert (await http.get("/api/sessions/s2/checkpoints")).json() == before
+
+        answer = await http.post(
+            "/api/sessions/s2/checkpoints/import", content=signed, headers=JSON
+        )
+        assert answer.status_code == 201, answer.text
+        job, _ = await poll(
+            http, (await http.post("/api/jobs/import/s2", content=signed, headers=JSON)).json()
+        )
+        assert job["state"] == "done", job
+        assert job["result"]["label"] == "mark"
+
+
+def test_a_signing_key_must_be_a_non_empty_bytes_or_str(tmp_path: Any) -> None:
+    from perdure.session import open_store
+
+    store = open_store(f"sqlite:{tmp_path / 'p.db'}")
+    try:
+        with pytest.raises(ValueError, match="signing_key must not be empty"):
+            create_app(store, signing_key=b"")
+        with pytest.raises(TypeError, match="signing_key must be bytes or str"):
+            create_app(store, signing_key=42)  # type: ignore[arg-type]
+        assert create_app(store, signing_key="text key") is not None
+    finally:
+        close(store)

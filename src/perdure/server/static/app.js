@@ -251,8 +251,17 @@ function renderMessages(messages, offset) {
   return nodes;
 }
 
+let serverInfo = null;
+function info() {
+  // What this server offers (memory view, signing key), asked once per visit.
+  if (!serverInfo) serverInfo = api("GET", "/api/info").catch((error) => { serverInfo = null; throw error; });
+  return serverInfo;
+}
+
 async function download(sessionId, checkpointId) {
-  const response = await api("GET", `/api/sessions/${encodeURIComponent(sessionId)}/checkpoints/${checkpointId}/export`, undefined, { raw: true });
+  // A server with a signing key signs the download: its own imports refuse unsigned ones.
+  const signed = (await info()).signing ? "?signed=true" : "";
+  const response = await api("GET", `/api/sessions/${encodeURIComponent(sessionId)}/checkpoints/${checkpointId}/export${signed}`, undefined, { raw: true });
   const url = URL.createObjectURL(await response.blob());
   const link = el("a", { href: url, download: `${checkpointId}.checkpoint.json` });
   document.body.append(link);
