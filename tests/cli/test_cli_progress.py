@@ -154,3 +154,31 @@ def test_no_bar_with_json_even_on_a_terminal(url: str) -> None:
     assert status == 0
     assert "verifying" not in terminal
     assert stdout.lstrip().startswith("{")
+
+
+def test_checkpoints_import_draws_the_checks_of_the_export(url: str, tmp_path: Path) -> None:
+    """The steps of an import's checks (the parse, the hashes, each message, the agent
+    state: 5 for a two-message checkpoint), then the one line it prints."""
+    import asyncio
+
+    from perdure.cli import ops
+
+    store = open_store(url)
+    try:
+        mark = asyncio.run(ops.create_checkpoint(store, "s0", "for the bar"))
+        data = asyncio.run(ops.export_checkpoint(store, "s0", mark.checkpoint_id))
+    finally:
+        getattr(store, "close", lambda: None)()
+    export = tmp_path / "s0.checkpoint.json"
+    export.write_bytes(data)
+    args = ["checkpoints", "import", "s0", str(export), "--store", url]
+    status, stdout, terminal = on_a_terminal(args)
+    assert status == 0, (stdout, terminal)
+    assert "verifying" in terminal, terminal
+    assert "5/5" in terminal, terminal
+    assert stdout.startswith("imported checkpoint ")
+
+    done = piped(args)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert done.stdout.startswith("imported checkpoint ")

@@ -499,3 +499,182 @@ async def test_an_unexpected_error_is_500_without_its_details(
     assert logged
     assert logged[0].exc_info is not None
     assert "secret detail" in str(logged[0].exc_info[1])
+
+
+async def poll(http: Any, job: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
+    """Poll a job until it ends; the job and every (done, total, phase) seen meanwhile."""
+    seen: list[tuple[Any, ...]] = [(job["done"], job["total"], job["phase"])]
+    for _ in range(5000):
+        if job["state"] != "running":
+            break
+        await asyncio.sleep(0.002)
+        job = (await http.get(f"/api/jobs/{job['job_id']}")).json()
+        seen.append((job["done"], job["total"], job["phase"]))
+    return job, seen
+
+
+async def test_a_big_import_is_a_job_with_progress_through_its_checks(
+    store: SessionStore,
+) -> None:
+    import os
+
+    images: list[Any] = [
+        {
+            "role": "user",
+            "content": [
+                {"text": f"photo {n}"},
+                {"image": {"format": "png", "source": {"bytes": os.urandom(64 * 1024)}}},
+            ],
+        }
+        for n in range(40)
+    ]
+    await fill(store, "big", conversation(1500) + images)
+    cid = (await ops.create_checkpoint(store, "big", "big")).checkpoint_id
+    data = await ops.export_checkpoint(store, "big", cid)
+    assert len(data) > 3 * 1024 * 1024
+    async with client(create_app(store)) as http:
+        started = await http.post("/api/jobs/import/s2", content=data, headers=JSON)
+        assert started.status_code == 202, started.text
+        assert (started.json()["kind"], started.json()["phase"]) == ("import", "verifying")
+        job, seen = await poll(http, started.json())
+        assert job["state"] == "done", job
+        result = job["result"]
+        assert (result["session_id"], result["trigger"], result["label"]) == ("s2", "import", "big")
+        assert result["message_count"] == 1500 * 4 + 2 + 40
+        # Steps: the parse, the hashes, 41 attachments (the PNG and 40 photos), each
+        # message, the agent state.
+        total = 3 + 41 + result["message_count"]
+        assert (job["done"], job["total"], job["phase"]) == (total, total, "writing")
+        dones = [done for done, _, _ in seen]
+        assert dones == sorted(dones)
+        assert any(0 < done < total for done in dones), seen  # progress was seen moving
+        assert {t for _, t, _ in seen} <= {None, total}
+        listed = (await http.get("/api/sessions/s2/checkpoints")).json()["checkpoints"]
+        assert listed[-1]["checkpoint_id"] == result["checkpoint_id"]
+        assert (await ops.export_checkpoint(store, "s2", result["checkpoint_id"])) != data
+
+        # A session created by the import shows in the list at once.
+        created = await http.post("/api/jobs/import/fresh?create=true", content=data, headers=JSON)
+        job, _ = await poll(http, created.json())
+        assert job["state"] == "done", job
+        assert (await read_history_page(store, "fresh", offset=0, limit=0)).total == 0
+        page = (await http.get("/api/sessions", params={"q": "fresh"})).json()
+        assert [s["session_id"] for s in page["sessions"]] == ["fresh"]
+
+
+async def test_a_refused_import_job_ends_with_the_error_and_writes_nothing(
+    store: SessionStore,
+) -> None:
+    cid = (await ops.create_checkpoint(store, "s1", None)).checkpoint_id
+    data = await ops.export_checkpoint(store, "s1", cid)
+    damaged = data.replace(b'"q3"', b'"q4"', 1)
+    assert damaged != data
+    async with client(create_app(store)) as http:
+        before = (await http.get("/api/sessions/s2/checkpoints")).json()
+        started = await http.post("/api/jobs/import/s2", content=damaged, headers=JSON)
+        assert started.status_code == 202
+        job, _ = await poll(http, started.json())
+        assert job["state"] == "failed"
+        assert job["result"] is None
+        assert job["error"]["code"] == "checkpoint_import_invalid"
+        assert "sha256" in job["error"]["message"]
+        assert (await http.get("/api/sessions/s2/checkpoints")).json() == before
+
+        job, _ = await poll(
+            http, (await http.post("/api/jobs/import/nobody", content=data, headers=JSON)).json()
+        )
+        assert (job["state"], job["error"]["code"]) == ("failed", "session_not_found")
+        job, _ = await poll(
+            http,
+            (
+                await http.post("/api/jobs/import/nobody?create=1", content=damaged, headers=JSON)
+            ).json(),
+        )
+        assert (job["state"], job["error"]["code"]) == ("failed", "checkpoint_import_invalid")
+        assert await ops.message_count(store, "nobody") is None  # nothing was created
+
+        assert_error(
+            await http.post("/api/jobs/import/.hidden", content=data, headers=JSON),
+            400,
+            "bad_request",
+        )
+        assert_error(
+            await http.post("/api/jobs/import/s2?create=maybe", content=data, headers=JSON),
+            400,
+            "bad_request",
+        )
+
+
+async def test_exports_are_signed_on_request_and_imports_verified_with_the_key(
+    store: SessionStore,
+) -> None:
+    from perdure.checkpoints.export import import_checkpoint_bytes
+
+    key = b"a key the team shares"
+    cid = (await ops.create_checkpoint(store, "s1", "mark")).checkpoint_id
+    export = f"/api/sessions/s1/checkpoints/{cid}/export"
+    unsigned = await ops.export_checkpoint(store, "s1", cid)
+    other = await ops.export_checkpoint(store, "s1", cid, b"another key")
+
+    async with client(create_app(store)) as http:  # no key: nothing to sign with
+        assert (await http.get("/api/info")).json()["signing"] is False
+        assert_error(
+            await http.get(export, params={"signed": "true"}),
+            400,
+            "signing_key_not_configured",
+            "--signing-key-file",
+        )
+        assert (await http.get(export, params={"signed": "false"})).content == unsigned
+        assert_error(await http.get(export, params={"signed": "yes"}), 400, "bad_request")
+        # without a key, imports are checked by their sha256 alone, signed or not
+        answer = await http.post("/api/sessions/s2/checkpoints/import", content=other, headers=JSON)
+        assert answer.status_code == 201, answer.text
+
+    async with client(create_app(store, signing_key=key)) as http:
+        assert (await http.get("/api/info")).json()["signing"] is True
+        signed = (await http.get(export, params={"signed": "true"})).content
+        assert signed == await ops.export_checkpoint(store, "s1", cid, key)
+        assert import_checkpoint_bytes(signed, verify_key=key).meta.label == "mark"
+        assert (await http.get(export)).content == unsigned  # signing is asked for
+
+        before = (await http.get("/api/sessions/s2/checkpoints")).json()
+        for refused, reason in ((unsigned, "not signed"), (other, "signature does not match")):
+            assert_error(
+                await http.post(
+                    "/api/sessions/s2/checkpoints/import", content=refused, headers=JSON
+                ),
+                400,
+                "checkpoint_import_invalid",
+                reason,
+            )
+            job, _ = await poll(
+                http,
+                (await http.post("/api/jobs/import/s2", content=refused, headers=JSON)).json(),
+            )
+            assert (job["state"], job["error"]["code"]) == ("failed", "checkpoint_import_invalid")
+            assert reason in job["error"]["message"]
+        assert (await http.get("/api/sessions/s2/checkpoints")).json() == before
+
+        answer = await http.post(
+            "/api/sessions/s2/checkpoints/import", content=signed, headers=JSON
+        )
+        assert answer.status_code == 201, answer.text
+        job, _ = await poll(
+            http, (await http.post("/api/jobs/import/s2", content=signed, headers=JSON)).json()
+        )
+        assert job["state"] == "done", job
+        assert job["result"]["label"] == "mark"
+
+
+def test_a_signing_key_must_be_a_non_empty_bytes_or_str(tmp_path: Any) -> None:
+    from perdure.session import open_store
+
+    store = open_store(f"sqlite:{tmp_path / 'p.db'}")
+    try:
+        with pytest.raises(ValueError, match="signing_key must not be empty"):
+            create_app(store, signing_key=b"")
+        with pytest.raises(TypeError, match="signing_key must be bytes or str"):
+            create_app(store, signing_key=42)  # type: ignore[arg-type]
+        assert create_app(store, signing_key="text key") is not None
+    finally:
+        close(store)

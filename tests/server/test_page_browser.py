@@ -244,3 +244,70 @@ def test_verify_shows_the_damage_it_found(tmp_path: Path) -> None:
                 browser.close()
     finally:
         stop(proc)
+
+
+def test_an_import_shows_its_upload_checks_and_write(tmp_path: Path) -> None:
+    """On a server with a signing key the page's export is signed; its import job is
+    followed to the end; an unsigned or damaged export ends with the job's error, and
+    nothing is written."""
+    sync_playwright, expect = _require_browser()
+    url = f"file:{tmp_path / 'store'}"
+    known = asyncio.run(_make(url, tmp_path / "memory.db"))
+    store = open_store(url)
+    try:
+        data = asyncio.run(
+            ops.export_checkpoint(store, "support-ticket-4711", known["checkpoint_id"])
+        )
+    finally:
+        close(store)
+    unsigned, damaged = tmp_path / "unsigned.json", tmp_path / "damaged.json"
+    unsigned.write_bytes(data)
+    key = tmp_path / "export.key"
+    key.write_bytes(b"shared secret\n")
+    proc, base = start("--store", url, "--signing-key-file", str(key))
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            try:
+                page = browser.new_page()
+                page.goto(f"{base}/#/s/support-ticket-4711")
+                item = page.locator(f'li[data-checkpoint-id="{known["checkpoint_id"]}"]')
+                with page.expect_download() as download:
+                    item.locator("button.export").click()
+                signed = Path(download.value.path()).read_bytes()
+                assert b'"hmac_sha256"' in signed
+                damaged.write_bytes(signed.replace(b'"q3"', b'"q4"', 1))
+
+                page.goto(f"{base}/#/s/session-007")
+                expect(page.locator("#session-title")).to_have_text("session-007")
+                notice = page.locator("#checkpoint-notice")
+                for refused, reason in ((unsigned, "not signed"), (damaged, "sha256")):
+                    page.set_input_files("#import-file", str(refused))
+                    page.click("#import-checkpoint")
+                    expect(notice).to_contain_text("checkpoint_import_invalid", timeout=30_000)
+                    expect(notice).to_contain_text(reason)
+                    expect(page.locator("#import-checkpoint")).to_be_enabled()
+                expect(page.locator("#checkpoints li")).to_have_count(0)
+                good = tmp_path / "signed.json"
+                good.write_bytes(signed)
+                page.set_input_files("#import-file", str(good))
+                page.click("#import-checkpoint")
+                expect(page.locator("#notice")).to_contain_text(
+                    "Imported checkpoint", timeout=30_000
+                )
+                item = page.locator("#checkpoints li")
+                expect(item).to_have_count(1)
+                assert "before the refund" in item.inner_text()
+                assert "82 messages" in item.inner_text()
+            finally:
+                browser.close()
+    finally:
+        stop(proc)
+    store = open_store(url)
+    try:
+        listed = asyncio.run(ops.list_checkpoints(store, "session-007"))
+    finally:
+        close(store)
+    assert [(c.trigger, c.label, c.message_count) for c in listed] == [  # type: ignore[union-attr]
+        ("import", "before the refund", 82)
+    ]

@@ -149,3 +149,61 @@ def test_the_readme_serve_example_runs(store_dir: str) -> None:
         stop(proc)
     assert "--host 0.0.0.0" in lines[2]
     assert lines[2].startswith("PERDURE_TOKEN=")
+
+
+def test_serve_signs_exports_with_the_key_file_of_the_cli(store_dir: str, tmp_path: Path) -> None:
+    """--signing-key-file: the same key file as ``checkpoints export``; the server
+    signs on request, and the CLI's import with that key accepts what it signed."""
+    from perdure.checkpoints.export import import_checkpoint_bytes
+    from perdure.errors import CheckpointImportError
+
+    key_file = tmp_path / "export.key"
+    key_file.write_bytes(b"team secret\n")
+    created = CliRunner().invoke(cli, ["checkpoints", "create", "s1", "--store", store_dir, "-q"])
+    assert created.exit_code == 0, created.output
+    checkpoint_id = created.stdout.strip()
+    proc, base = start("--store", store_dir, "--signing-key-file", str(key_file))
+    try:
+        assert get(f"{base}/api/info")[1]["signing"] is True
+        url = f"{base}/api/sessions/s1/checkpoints/{checkpoint_id}/export?signed=true"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            signed = response.read()
+    finally:
+        stop(proc)
+    assert "hmac_sha256" in json.loads(signed)
+    assert import_checkpoint_bytes(signed, verify_key=b"team secret").meta.checkpoint_id == (
+        checkpoint_id
+    )
+    with pytest.raises(CheckpointImportError):
+        import_checkpoint_bytes(signed, verify_key=b"another")
+    export = tmp_path / "s1.checkpoint.json"
+    export.write_bytes(signed)
+    imported = CliRunner().invoke(
+        cli,
+        [
+            "checkpoints",
+            "import",
+            "s1",
+            str(export),
+            "--verify-key-file",
+            str(key_file),
+            "--store",
+            store_dir,
+        ],
+    )
+    assert imported.exit_code == 0, imported.output
+
+
+def test_serve_refuses_an_unreadable_key_file(store_dir: str, tmp_path: Path) -> None:
+    missing = CliRunner().invoke(
+        cli, ["serve", "--store", store_dir, "--signing-key-file", str(tmp_path / "nope")]
+    )
+    assert missing.exit_code == 2, missing.output
+    assert "--signing-key-file: cannot read" in missing.stderr
+    empty = tmp_path / "empty.key"
+    empty.write_bytes(b"\n")
+    result = CliRunner().invoke(
+        cli, ["serve", "--store", store_dir, "--signing-key-file", str(empty)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "holds no key" in result.stderr

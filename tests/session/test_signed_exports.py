@@ -157,9 +157,9 @@ def test_a_large_export_is_checked_off_the_event_loop(
     checked_on: list[int] = []
     real = session_module.import_checkpoint_bytes
 
-    def recording(data: Any, *, verify_key: Any = None) -> Any:
+    def recording(data: Any, *, verify_key: Any = None, progress: Any = None) -> Any:
         checked_on.append(threading.get_ident())
-        return real(data, verify_key=verify_key)
+        return real(data, verify_key=verify_key, progress=progress)
 
     monkeypatch.setattr(session_module, "import_checkpoint_bytes", recording)
     store = FileSessionStore(tmp_path / "s")
@@ -187,3 +187,34 @@ def test_a_large_export_is_checked_off_the_event_loop(
     restored = run(other.list_checkpoints())
     assert len(restored) == 2
     store.close()
+
+
+def test_import_reports_progress_through_its_checks() -> None:
+    """progress(done, total): the parse, the hashes, each attachment, each message,
+    the agent state; it only grows, ends at (total, total), and stops where a
+    refused export failed."""
+    base = _record()
+    image = {"image": {"format": "png", "source": {"bytes": b"\x89PNG not really"}}}
+    messages: list[Any] = [
+        {"role": "user", "content": [{"text": f"m{n}"}, image]} for n in range(130)
+    ]
+    meta = CheckpointMeta(**{**base.meta.to_dict(), "message_count": 130})
+    record = CheckpointRecord(meta, messages, base.agent_state)
+    data = export_checkpoint_bytes(record, signing_key=KEY)
+    calls: list[tuple[int, int]] = []
+    import_checkpoint_bytes(data, verify_key=KEY, progress=lambda d, t: calls.append((d, t)))
+    assert len(json.loads(data)["attachments"]) == 1
+    total = 3 + 1 + 130
+    assert calls[:3] == [(1, total), (2, total), (3, total)]  # parse, hashes, attachment
+    assert (3 + 64, total) in calls
+    assert (3 + 128, total) in calls
+    assert calls[-1] == (total, total)
+    assert [d for d, _ in calls] == sorted({d for d, _ in calls})
+    assert {t for _, t in calls} == {total}
+
+    refused: list[tuple[int, int]] = []
+    with pytest.raises(CheckpointImportError):
+        import_checkpoint_bytes(
+            data, verify_key=b"other", progress=lambda d, t: refused.append((d, t))
+        )
+    assert refused == [(1, total)]  # parsed, then refused at the signature

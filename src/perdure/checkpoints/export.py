@@ -35,6 +35,7 @@ import binascii
 import hashlib
 import hmac
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,10 @@ from perdure.types import Message, validate_storable_message
 from perdure.types.json import compact_json_bytes
 
 EXPORT_FORMAT = "perdure-checkpoint/1"
+ImportProgress = Callable[[int, int], None]
+"""Called as ``progress(done, total)`` as an import's checks advance (see
+:func:`import_checkpoint_bytes`)."""
+_REPORT_EVERY = 64  # messages checked between two progress reports
 _KEYS = {"format", "checkpoint", "messages", "agent_state", "attachments", "sha256"}
 _SIGNATURE = "hmac_sha256"
 
@@ -117,13 +122,19 @@ class ImportedCheckpoint:
 
 
 def import_checkpoint_bytes(
-    data: Any, *, verify_key: bytes | str | None = None
+    data: Any, *, verify_key: bytes | str | None = None, progress: ImportProgress | None = None
 ) -> ImportedCheckpoint:
     """Verify and decode an export.
 
     With ``verify_key`` the export must be signed with that key (see the module
     docstring): an unsigned export, or one whose signature does not match (a
     forgery, even with its sha256 recomputed, or another key), is refused.
+
+    ``progress(done, total)`` is called as the checks advance, once the JSON is
+    parsed (the total is known from then on): its steps are the parse, the hashes
+    (sha256, canonical form, signature), each attachment, each message (reported
+    every few dozen) and the agent state. The last call is ``(total, total)``; a
+    refused export stops the calls where it failed.
 
     Raises:
         CheckpointImportError: anything at all is wrong (code
@@ -132,7 +143,7 @@ def import_checkpoint_bytes(
     """
     key = None if verify_key is None else check_key(verify_key, "verify_key")
     try:
-        return _import(data, key)
+        return _import(data, key, progress)
     except CheckpointImportError:
         raise
     except (
@@ -146,7 +157,23 @@ def import_checkpoint_bytes(
         raise CheckpointImportError(f"checkpoint import is invalid: {exc}") from None
 
 
-def _import(data: Any, key: bytes | None) -> ImportedCheckpoint:
+class _Steps:
+    """An import's progress: steps done of a total known once the JSON is parsed."""
+
+    def __init__(self, progress: ImportProgress | None, doc: dict[str, Any]) -> None:
+        attachments, messages = doc.get("attachments"), doc.get("messages")
+        self.progress = progress
+        self.total = 3 + (len(attachments) if isinstance(attachments, dict) else 0)
+        self.total += len(messages) if isinstance(messages, list) else 0
+        self.done = 0
+
+    def advance(self, steps: int = 1, *, report: bool = True) -> None:
+        self.done = min(self.done + steps, self.total)
+        if self.progress is not None and (report or self.done == self.total):
+            self.progress(self.done, self.total)
+
+
+def _import(data: Any, key: bytes | None, progress: ImportProgress | None) -> ImportedCheckpoint:
     if isinstance(data, str):
         data = data.encode("utf-8")
     if not isinstance(data, bytes | bytearray | memoryview):
@@ -159,6 +186,8 @@ def _import(data: Any, key: bytes | None) -> ImportedCheckpoint:
         raise CheckpointImportError(
             f"unknown format {doc.get('format')!r}, expected {EXPORT_FORMAT!r}"
         )
+    steps = _Steps(progress, doc)
+    steps.advance()  # parsed
     signature = doc.pop(_SIGNATURE, None)
     if set(doc) != _KEYS:
         raise CheckpointImportError(f"export has fields {sorted(doc)}, expected {sorted(_KEYS)}")
@@ -180,6 +209,7 @@ def _import(data: Any, key: bytes | None) -> ImportedCheckpoint:
             raise CheckpointImportError(
                 "the export's signature does not match: it was altered, or signed with another key"
             )
+    steps.advance()  # hashes, canonical form and signature checked
     meta = CheckpointMeta.from_dict(doc["checkpoint"])
     attachments = doc["attachments"]
     if not isinstance(attachments, dict):
@@ -192,6 +222,7 @@ def _import(data: Any, key: bytes | None) -> ImportedCheckpoint:
         if hashlib.sha256(blob).hexdigest() != digest:
             raise CheckpointImportError(f"attachment {digest[:12]}… does not match its sha256")
         blobs[digest] = blob
+        steps.advance()
 
     def load(digest: str, size: int) -> bytes:
         blob = blobs.get(digest)
@@ -199,11 +230,14 @@ def _import(data: Any, key: bytes | None) -> ImportedCheckpoint:
             raise CheckpointImportError(f"attachment {digest[:12]}… is missing or of another size")
         return blob
 
-    messages = decode_with_attachments(doc["messages"], load)
-    if not isinstance(messages, list):
+    if not isinstance(doc["messages"], list):
         raise CheckpointImportError("messages must be a list")
-    for index, message in enumerate(messages):
+    messages: list[Message] = []
+    for index, item in enumerate(doc["messages"]):
+        message = decode_with_attachments(item, load)
         validate_storable_message(message, f"messages[{index}]")
+        messages.append(message)
+        steps.advance(report=(index + 1) % _REPORT_EVERY == 0)
     state = decode_with_attachments(doc["agent_state"], load)
     if not isinstance(state, dict):
         raise CheckpointImportError("agent_state must be an object")
@@ -211,4 +245,5 @@ def _import(data: Any, key: bytes | None) -> ImportedCheckpoint:
         raise CheckpointImportError(
             f"the checkpoint says {meta.message_count} messages but holds {len(messages)}"
         )
+    steps.advance()  # the agent state
     return ImportedCheckpoint(meta, messages, state)

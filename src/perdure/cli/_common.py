@@ -22,6 +22,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -228,6 +229,25 @@ def _close(store: SessionStore) -> None:
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on perdure's loop (the CLI is sync)."""
     return run_sync(coro, async_name="the async API")
+
+
+def read_key_file(path: str | None, option: str) -> bytes | None:
+    """The HMAC key in ``path`` (its bytes, less one final newline), or None without a
+    path: what ``--signing-key-file`` and ``--verify-key-file`` name.
+
+    Raises:
+        ValueError: the file cannot be read or holds no key (the message names the option).
+    """
+    if path is None:
+        return None
+    try:
+        key = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{option}: cannot read {path}: {exc.strerror or exc}") from None
+    key = key.removesuffix(b"\n").removesuffix(b"\r")
+    if not key:
+        raise ValueError(f"{option}: {path} holds no key")
+    return key
 
 
 def fail(message: str, code: int) -> NoReturn:

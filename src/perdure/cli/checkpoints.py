@@ -40,11 +40,12 @@ from perdure.cli._common import (
     fail,
     handle_errors,
     json_option,
+    read_key_file,
     run,
     session_store,
     store_option,
 )
-from perdure.cli.output import new_table, plural, print_table
+from perdure.cli.output import new_table, plural, print_table, progress_bar
 from perdure.cli.render import format_time
 
 
@@ -225,7 +226,7 @@ def export(
     --signing-key-file, so that an import with the same key refuses any edit.
     """
     check_checkpoint_id(checkpoint_id)
-    key = _read_key(signing_key_file, "--signing-key-file")
+    key = read_key_file(signing_key_file, "--signing-key-file")
     with session_store(store_url) as store:
         data = run(ops.export_checkpoint(store, session_id, checkpoint_id, key))
     if output == "-":
@@ -264,13 +265,17 @@ def import_(
 
     FILE (- for standard input) is verified in full first: any altered byte is
     refused (exit 4) and nothing is written. With --verify-key-file an unsigned
-    export, or one signed with another key, is refused too.
+    export, or one signed with another key, is refused too. On a terminal a
+    progress bar follows the checks of a big export.
     """
     data = _read_input(file)
-    key = _read_key(verify_key_file, "--verify-key-file")
+    key = read_key_file(verify_key_file, "--verify-key-file")
     with session_store(store_url, must_exist=not create_session) as store:
         created = create_session and run(ops.message_count(store, session_id)) is None
-        meta = run(ops.import_checkpoint(store, session_id, data, create_session, key))
+        with progress_bar("verifying", enabled=not as_json) as progress:
+            meta = run(
+                ops.import_checkpoint(store, session_id, data, create_session, key, progress)
+            )
     if as_json:
         echo_json(meta)
         return
@@ -307,24 +312,6 @@ def fork(session_id: str, checkpoint_id: str, store_url: str, as_json: bool) -> 
         )
     else:
         click.echo(new_id)
-
-
-def _read_key(path: str | None, option: str) -> bytes | None:
-    """The key in ``path`` (its bytes, less one final newline), or None without a path.
-
-    Raises:
-        ValueError: the file cannot be read or holds no key (the message names the option).
-    """
-    if path is None:
-        return None
-    try:
-        key = Path(path).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"{option}: cannot read {path}: {exc.strerror or exc}") from None
-    key = key.removesuffix(b"\n").removesuffix(b"\r")
-    if not key:
-        raise ValueError(f"{option}: {path} holds no key")
-    return key
 
 
 def _read_input(file: str) -> bytes:

@@ -12,7 +12,7 @@ import dataclasses
 import time
 from typing import Any
 
-from perdure.checkpoints.export import import_checkpoint_bytes
+from perdure.checkpoints.export import ImportProgress
 from perdure.checkpoints.store import (
     DamagedCheckpoint,
     ListsCheckpointIds,
@@ -29,6 +29,7 @@ from perdure.session import (
 )
 from perdure.session.expiry import epoch_of
 from perdure.session.results import RestoreResult
+from perdure.session.session import verify_export
 
 
 async def existing_session(store: SessionStore, session_id: str) -> Session:
@@ -150,20 +151,23 @@ async def import_checkpoint(
     data: bytes,
     create_session: bool,
     key: bytes | None = None,
+    progress: ImportProgress | None = None,
 ) -> CheckpointMeta:
     """Add an exported checkpoint to the session, verified in full before anything is written.
 
     With ``create_session`` a missing session is created, after the export verified.
+    ``progress(done, total)`` follows the checks; the write comes after its last call.
     """
     try:
         session = await existing_session(store, session_id)
     except SessionNotFoundError:
         if not create_session:
             raise
-        import_checkpoint_bytes(data, verify_key=key)  # verify before creating anything
+        # Verified before anything is created, and only once.
+        imported = await verify_export(data, key, progress=progress)
         await store.create(session_id, exist_ok=True)
-        session = Session(store, session_id)
-    return await session.import_checkpoint(data, verify_key=key)
+        return await Session(store, session_id).import_checkpoint(imported)
+    return await session.import_checkpoint(data, verify_key=key, progress=progress)
 
 
 async def fork_checkpoint(store: SessionStore, session_id: str, checkpoint_id: str) -> str:

@@ -8,14 +8,23 @@
 
 Bound to anything but loopback, it refuses to start without a token (``--token`` or
 ``PERDURE_TOKEN``); with one, every ``/api/`` request needs
-``Authorization: Bearer <token>``.
+``Authorization: Bearer <token>``. With ``--signing-key-file`` (the key file of
+``perdure checkpoints export --signing-key-file``) exports can be signed
+(``…/export?signed=true``) and every import must be signed with that key.
 """
 
 from __future__ import annotations
 
 import click
 
-from perdure.cli._common import EXIT_USAGE, fail, handle_errors, session_store, store_option
+from perdure.cli._common import (
+    EXIT_USAGE,
+    fail,
+    handle_errors,
+    read_key_file,
+    session_store,
+    store_option,
+)
 
 
 @click.command()
@@ -43,6 +52,13 @@ from perdure.cli._common import EXIT_USAGE, fail, handle_errors, session_store, 
     metavar="BYTES",
     help="Largest request body accepted (default 64 MiB); larger ones get 413.",
 )
+@click.option(
+    "--signing-key-file",
+    metavar="FILE",
+    default=None,
+    help="HMAC key (the bytes of FILE, less a final newline) to sign exports with "
+    "(?signed=true) and to verify every import against: unsigned ones are refused.",
+)
 @handle_errors
 def serve(
     store_url: str,
@@ -51,6 +67,7 @@ def serve(
     token: str | None,
     memory_url: str | None,
     max_body: int | None,
+    signing_key_file: str | None,
 ) -> None:
     """Serve the JSON API and the web inspector (sessions, checkpoints, verify, memory).
 
@@ -63,10 +80,16 @@ def serve(
     except ImportError as exc:
         fail(f"{exc} (pip install 'perdure[server]')", EXIT_USAGE)
     check_bind(host, token)
+    key = read_key_file(signing_key_file, "--signing-key-file")
     memory = MemoryBrowser(memory_url) if memory_url else None
     with session_store(store_url) as store:
         app = create_app(
-            store, memory=memory, token=token, max_body=max_body or MAX_BODY, close_store=False
+            store,
+            memory=memory,
+            token=token,
+            max_body=max_body or MAX_BODY,
+            close_store=False,
+            signing_key=key,
         )
         click.echo(f"perdure serve: http://{host}:{port}/ (store {store_url})", err=True)
         uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)

@@ -24,11 +24,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from perdure import __version__
+from perdure.checkpoints.export import check_key
 from perdure.checkpoints.store import check_checkpoint_id
 from perdure.cli import ops
 from perdure.maintenance import verify_store
 from perdure.server.errors import ApiError, error_body, error_response, json_response
-from perdure.server.jobs import Jobs
+from perdure.server.jobs import Job, Jobs
 from perdure.server.listing import SessionIndex
 from perdure.server.memory import MemoryBrowser
 from perdure.server.openapi import openapi_document
@@ -50,9 +51,12 @@ Handler = Callable[[Request], Awaitable[Response]]
 class Inspector:
     """The state the routes share: the store, the memory store, the index, the jobs."""
 
-    def __init__(self, store: SessionStore, memory: MemoryBrowser | None) -> None:
+    def __init__(
+        self, store: SessionStore, memory: MemoryBrowser | None, signing_key: bytes | None
+    ) -> None:
         self.store = store
         self.memory = memory
+        self.signing_key = signing_key  # signs exports on request, verifies every import
         self.index = SessionIndex(store)
         self.jobs = Jobs()
 
@@ -240,9 +244,19 @@ async def fork_checkpoint(app: Inspector, request: Request) -> Response:
 
 @_api
 async def export_checkpoint(app: Inspector, request: Request) -> Response:
-    """The checkpoint as a verifiable export (``perdure-checkpoint/1``), as a download."""
+    """The checkpoint as a verifiable export (``perdure-checkpoint/1``), as a download;
+    with ``signed=true``, signed with the server's key (400 when it has none)."""
     session_id, checkpoint_id = session_id_of(request), checkpoint_id_of(request)
-    data = await ops.export_checkpoint(app.store, session_id, checkpoint_id)
+    key = None
+    if bool_param(request, "signed"):
+        if app.signing_key is None:
+            raise ApiError(
+                400,
+                "signing_key_not_configured",
+                "this server has no signing key: start it with --signing-key-file FILE",
+            )
+        key = app.signing_key
+    data = await ops.export_checkpoint(app.store, session_id, checkpoint_id, key)
     name = f"{checkpoint_id}.checkpoint.json"
     return Response(
         data,
@@ -254,11 +268,12 @@ async def export_checkpoint(app: Inspector, request: Request) -> Response:
 
 @_api
 async def import_checkpoint(app: Inspector, request: Request) -> Response:
-    """Add an exported checkpoint (the body) to the session; 201 with the checkpoint."""
+    """Add an exported checkpoint (the body) to the session; 201 with the checkpoint.
+    A server with a signing key refuses an export not signed with it."""
     session_id = session_id_of(request)
     create = bool_param(request, "create")
     data = await read_body(request)
-    meta = await ops.import_checkpoint(app.store, session_id, data, create)
+    meta = await ops.import_checkpoint(app.store, session_id, data, create, app.signing_key)
     app.index.invalidate()
     return json_response(meta.to_dict(), 201)
 
@@ -292,7 +307,31 @@ async def start_verify(app: Inspector, request: Request) -> Response:
         report = await verify_store(app.store, session_ids=ids, progress=job.progress)
         return report.to_dict()
 
-    return json_response(app.jobs.start("verify", work).to_dict(), 202)
+    return json_response(app.jobs.start("verify", work, phase="verifying").to_dict(), 202)
+
+
+@_api
+async def start_import(app: Inspector, request: Request) -> Response:
+    """Import an export (the body) as a job; 202 with the job, whose result is the
+    checkpoint. Its progress follows the checks (phase ``verifying``), then the
+    write (phase ``writing``)."""
+    session_id = session_id_of(request)
+    create = bool_param(request, "create")
+    data = await read_body(request)
+
+    async def work(job: Job) -> dict[str, Any]:
+        def progress(done: int, total: int) -> None:
+            job.progress(done, total)
+            if done == total:
+                job.phase = "writing"
+
+        meta = await ops.import_checkpoint(
+            app.store, session_id, data, create, app.signing_key, progress
+        )
+        app.index.invalidate()
+        return meta.to_dict()
+
+    return json_response(app.jobs.start("import", work, phase="verifying").to_dict(), 202)
 
 
 @_api
@@ -349,7 +388,13 @@ async def delete_memory(app: Inspector, request: Request) -> Response:
 @_api
 async def info(app: Inspector, request: Request) -> Response:
     """What the page needs to know of this server."""
-    return json_response({"version": __version__, "memory": app.memory is not None})
+    return json_response(
+        {
+            "version": __version__,
+            "memory": app.memory is not None,
+            "signing": app.signing_key is not None,
+        }
+    )
 
 
 async def openapi(request: Request) -> Response:
@@ -414,6 +459,7 @@ ROUTES = [
     ),
     Route("/api/verify", verify, methods=["POST"]),
     Route("/api/jobs/verify", start_verify, methods=["POST"]),
+    Route("/api/jobs/import/{session_id}", start_import, methods=["POST"]),
     Route("/api/jobs/{job_id}", get_job, methods=["GET"]),
     Route("/api/memory/{namespace}/entries", memory_entries, methods=["GET"]),
     Route("/api/memory/{namespace}/entries/{memory_id}", delete_memory, methods=["DELETE"]),
@@ -430,6 +476,7 @@ def create_app(
     token: str | None = None,
     max_body: int = MAX_BODY,
     close_store: bool = False,
+    signing_key: bytes | str | None = None,
 ) -> Starlette:
     """The ASGI app over ``store`` (and ``memory``, a namespace browser, when given).
 
@@ -439,13 +486,19 @@ def create_app(
         token: when set, every ``/api/`` request needs ``Authorization: Bearer <token>``.
         max_body: the largest request body accepted, in bytes (413 past it).
         close_store: close ``store`` (and ``memory``) when the app shuts down.
+        signing_key: an HMAC key (see :mod:`perdure.checkpoints.export`): exports are
+            signed with it on request (``?signed=true``), and every import must be
+            signed with it. Without one, ``?signed=true`` is 400
+            ``signing_key_not_configured`` and imports are checked by their sha256.
 
     Raises:
-        ValueError: ``max_body`` is not positive.
+        ValueError: ``max_body`` is not positive, or ``signing_key`` is empty.
+        TypeError: ``signing_key`` is not bytes or str.
     """
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
         raise ValueError(f"max_body must be a positive int, got {max_body!r}")
-    inspector = Inspector(store, memory)
+    key = None if signing_key is None else check_key(signing_key, "signing_key")
+    inspector = Inspector(store, memory, key)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -1,7 +1,10 @@
-"""Long operations run as jobs the page polls: ``POST /api/jobs/verify``, ``GET /api/jobs/{id}``.
+"""Long operations run as jobs the page polls: ``POST /api/jobs/verify``,
+``POST /api/jobs/import/{session_id}``, ``GET /api/jobs/{id}``.
 
 A job is an asyncio task on the server's loop with a progress counter the
-operation's ``progress(done, total)`` callback moves. Jobs live in memory: a restart
+operation's ``progress(done, total)`` callback moves (from a worker thread too: it
+only sets two numbers), and a ``phase`` the operation names (``verifying``,
+``writing``). Jobs live in memory: a restart
 forgets them (their effects, if any, are in the store). The newest
 :data:`MAX_JOBS` are kept; older finished ones are dropped.
 """
@@ -32,6 +35,7 @@ class Job:
     state: JobState = "running"
     done: int = 0
     total: int | None = None
+    phase: str | None = None
     result: Any = None
     error: dict[str, Any] | None = None
     started_at: float = field(default_factory=time.time)
@@ -49,6 +53,7 @@ class Job:
             "state": self.state,
             "done": self.done,
             "total": self.total,
+            "phase": self.phase,
             "result": self.result,
             "error": self.error,
             "started_at": self.started_at,
@@ -63,9 +68,11 @@ class Jobs:
         self._jobs: dict[str, Job] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def start(self, kind: str, work: Callable[[Job], Awaitable[Any]]) -> Job:
+    def start(
+        self, kind: str, work: Callable[[Job], Awaitable[Any]], *, phase: str | None = None
+    ) -> Job:
         """Start ``work(job)`` in the background; its return value becomes the result."""
-        job = Job(uuid.uuid4().hex, kind)
+        job = Job(uuid.uuid4().hex, kind, phase=phase)
         self._jobs[job.job_id] = job
         self._trim()
         task = asyncio.get_running_loop().create_task(self._run(job, work))

@@ -172,7 +172,10 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "description": "A perdure-checkpoint/1 export, self-contained and hashed.",
         "required": ["format"],
-        "properties": {"format": {"type": "string"}},
+        "properties": {
+            "format": {"type": "string"},
+            "hmac_sha256": {"type": "string", "description": "the signature, when signed"},
+        },
     },
     "VerifyReport": {
         "type": "object",
@@ -222,6 +225,10 @@ SCHEMAS: dict[str, Any] = {
             "state": {"enum": ["running", "done", "failed"]},
             "done": {"type": "integer"},
             "total": {"type": ["integer", "null"]},
+            "phase": {
+                "type": ["string", "null"],
+                "description": "verifying, then (an import) writing",
+            },
             "result": {},
             "error": {"type": ["object", "null"]},
             "started_at": {"type": "number"},
@@ -263,8 +270,15 @@ SCHEMAS: dict[str, Any] = {
     },
     "Info": {
         "type": "object",
-        "required": ["version", "memory"],
-        "properties": {"version": {"type": "string"}, "memory": {"type": "boolean"}},
+        "required": ["version", "memory", "signing"],
+        "properties": {
+            "version": {"type": "string"},
+            "memory": {"type": "boolean"},
+            "signing": {
+                "type": "boolean",
+                "description": "a signing key is set: exports can be signed, imports must be",
+            },
+        },
     },
 }
 
@@ -400,7 +414,8 @@ def openapi_document() -> dict[str, Any]:
         },
         "/api/sessions/{session_id}/checkpoints/import": {
             "post": _op(
-                "Import an exported checkpoint (verified in full first)",
+                "Import an exported checkpoint (verified in full first; on a server with a "
+                "signing key it must be signed with that key)",
                 ("201", "Checkpoint", "the imported checkpoint"),
                 params=[
                     _SESSION,
@@ -443,9 +458,18 @@ def openapi_document() -> dict[str, Any]:
         },
         "/api/sessions/{session_id}/checkpoints/{checkpoint_id}/export": {
             "get": _op(
-                "Download the checkpoint as a verifiable export",
+                "Download the checkpoint as a verifiable export; signed=true signs it with "
+                "the server's key (400 signing_key_not_configured without one)",
                 ("200", "Export", "the export (perdure-checkpoint/1)"),
-                params=[_SESSION, _CHECKPOINT],
+                params=[
+                    _SESSION,
+                    _CHECKPOINT,
+                    _query(
+                        "signed",
+                        {"type": "boolean"},
+                        "sign with the server's key (HMAC-SHA256, field hmac_sha256)",
+                    ),
+                ],
             )
         },
         "/api/verify": {
@@ -466,6 +490,23 @@ def openapi_document() -> dict[str, Any]:
                 body={
                     "required": False,
                     "content": {"application/json": {"schema": _ref("VerifyRequest")}},
+                },
+                mutating=True,
+            )
+        },
+        "/api/jobs/import/{session_id}": {
+            "post": _op(
+                "Import an exported checkpoint as a job (verified in full first); poll "
+                "/api/jobs/{job_id}: progress through the checks, then phase writing; the "
+                "result is the checkpoint, a refused export fails the job with the error",
+                ("202", "Job", "the job, running"),
+                params=[
+                    _SESSION,
+                    _query("create", {"type": "boolean"}, "create the session if absent"),
+                ],
+                body={
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("Export")}},
                 },
                 mutating=True,
             )

@@ -43,7 +43,12 @@ from perdure.agent.conversation.summarize import (
     summary_message,
 )
 from perdure.agent.interrupt_state import InterruptState
-from perdure.checkpoints.export import export_checkpoint_bytes, import_checkpoint_bytes
+from perdure.checkpoints.export import (
+    ImportedCheckpoint,
+    ImportProgress,
+    export_checkpoint_bytes,
+    import_checkpoint_bytes,
+)
 from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
@@ -101,6 +106,27 @@ _PAST_END = sys.maxsize
 _WINDOW_READS = 3
 # Bytes of an export checked on the event loop itself; a larger one, in a worker.
 _IMPORT_ON_LOOP_MAX = 256 * 1024
+
+
+async def verify_export(
+    data: bytes | str,
+    verify_key: bytes | str | None = None,
+    *,
+    progress: ImportProgress | None = None,
+) -> ImportedCheckpoint:
+    """:func:`~perdure.checkpoints.export.import_checkpoint_bytes` without stalling
+    the loop: an export over 256 KiB is checked in a worker thread (decoding and
+    hashing a 64 MiB one takes seconds), so ``progress`` may be called from there.
+
+    Raises:
+        CheckpointImportError: the export failed any check.
+        ValueError: ``verify_key`` is empty.
+    """
+    if isinstance(data, bytes | bytearray | str) and len(data) > _IMPORT_ON_LOOP_MAX:
+        return await asyncio.to_thread(
+            import_checkpoint_bytes, data, verify_key=verify_key, progress=progress
+        )
+    return import_checkpoint_bytes(data, verify_key=verify_key, progress=progress)
 
 
 class _Filtered(Sequence[Message]):
@@ -507,13 +533,20 @@ class Session:
         return export_checkpoint_bytes(record, signing_key=signing_key)
 
     async def import_checkpoint(
-        self, data: bytes, verify_key: bytes | str | None = None
+        self,
+        data: bytes | ImportedCheckpoint,
+        verify_key: bytes | str | None = None,
+        *,
+        progress: ImportProgress | None = None,
     ) -> CheckpointMeta:
         """Verify an export and store it as an ``import`` checkpoint of this session.
 
         With ``verify_key`` the export must carry a valid HMAC-SHA256 signature under
         that key; without one, signed and unsigned exports import alike (the sha256
-        detects damage, not forgery).
+        detects damage, not forgery). ``progress(done, total)`` follows the checks
+        (see :func:`~perdure.checkpoints.export.import_checkpoint_bytes`); the write
+        comes after its last call. ``data`` may also be what
+        :func:`verify_export` returned (it is not checked again).
 
         Raises:
             CheckpointImportError: the export failed any check (with ``verify_key``:
@@ -522,12 +555,10 @@ class Session:
             ValueError: ``verify_key`` is empty.
         """
         checkpoints = self._require_checkpoints("import_checkpoint")
-        if isinstance(data, bytes | bytearray | str) and len(data) > _IMPORT_ON_LOOP_MAX:
-            # Decoding and hashing a large export takes long enough (a 64 MiB one:
-            # seconds) to stall every other coroutine of the loop: a worker does it.
-            imported = await asyncio.to_thread(import_checkpoint_bytes, data, verify_key=verify_key)
+        if isinstance(data, ImportedCheckpoint):
+            imported = data
         else:
-            imported = import_checkpoint_bytes(data, verify_key=verify_key)
+            imported = await verify_export(data, verify_key, progress=progress)
         messages, state = self._filter_all(imported.messages, imported.agent_state, "checkpoint")
         meta = CheckpointMeta(
             checkpoint_id=await new_checkpoint_id(checkpoints, self.session_id),

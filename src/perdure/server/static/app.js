@@ -251,8 +251,17 @@ function renderMessages(messages, offset) {
   return nodes;
 }
 
+let serverInfo = null;
+function info() {
+  // What this server offers (memory view, signing key), asked once per visit.
+  if (!serverInfo) serverInfo = api("GET", "/api/info").catch((error) => { serverInfo = null; throw error; });
+  return serverInfo;
+}
+
 async function download(sessionId, checkpointId) {
-  const response = await api("GET", `/api/sessions/${encodeURIComponent(sessionId)}/checkpoints/${checkpointId}/export`, undefined, { raw: true });
+  // A server with a signing key signs the download: its own imports refuse unsigned ones.
+  const signed = (await info()).signing ? "?signed=true" : "";
+  const response = await api("GET", `/api/sessions/${encodeURIComponent(sessionId)}/checkpoints/${checkpointId}/export${signed}`, undefined, { raw: true });
   const url = URL.createObjectURL(await response.blob());
   const link = el("a", { href: url, download: `${checkpointId}.checkpoint.json` });
   document.body.append(link);
@@ -261,26 +270,45 @@ async function download(sessionId, checkpointId) {
   setTimeout(() => URL.revokeObjectURL(url), 1000);
 }
 
-function uploadImport(sessionId, file, progress) {
-  // XMLHttpRequest, not fetch: its upload events give the progress of a big import.
+function uploadImport(sessionId, file, progress, label) {
+  // XMLHttpRequest, not fetch: its upload events give the progress of a big upload.
+  // The import runs as a job (202): its checks and its write are polled after.
   return new Promise((resolve, reject) => {
     const request = new XMLHttpRequest();
-    request.open("POST", `/api/sessions/${encodeURIComponent(sessionId)}/checkpoints/import`);
+    request.open("POST", `/api/jobs/import/${encodeURIComponent(sessionId)}`);
     request.setRequestHeader("Content-Type", "application/json");
     for (const [key, value] of Object.entries(authHeaders())) request.setRequestHeader(key, value);
     request.upload.addEventListener("progress", (event) => {
-      if (event.lengthComputable) { progress.max = event.total; progress.value = event.loaded; }
+      if (event.lengthComputable) {
+        progress.max = event.total; progress.value = event.loaded;
+        label.textContent = `uploading ${Math.round(100 * event.loaded / event.total)}%`;
+      }
     });
     request.addEventListener("load", () => {
       let body = null;
       try { body = JSON.parse(request.responseText); } catch (_) { /* not JSON */ }
-      if (request.status === 201) resolve(body);
+      if (request.status === 202) resolve(body);
       else reject(new ApiError(request.status, body && body.error ? body.error.code : "http_" + request.status,
         body && body.error ? body.error.message : request.statusText));
     });
     request.addEventListener("error", () => reject(new Error("the upload failed")));
     request.send(file);
   });
+}
+
+async function followJob(job, progress, label, unit) {
+  // Poll a job until it ends, showing its phase and progress; its result, or throws its error.
+  while (job.state === "running") {
+    if (job.total) { progress.max = job.total; progress.value = job.done; }
+    else progress.removeAttribute("value");
+    label.textContent = job.total ? `${job.phase || ""} ${job.done} of ${job.total} ${unit}`.trim() : (job.phase || "");
+    if (job.phase === "writing") progress.removeAttribute("value");
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    job = await api("GET", `/api/jobs/${job.job_id}`);
+  }
+  if (job.state === "failed") throw new ApiError(500, job.error.code, job.error.message);
+  if (job.total) label.textContent = `${job.done} of ${job.total} ${unit}`;
+  return job;
 }
 
 function checkpointPanel(sessionId, checkpoints, reload) {
@@ -338,16 +366,23 @@ function checkpointPanel(sessionId, checkpoints, reload) {
   }, "Checkpoint now");
   const file = el("input", { type: "file", id: "import-file", accept: ".json,application/json" });
   const progress = el("progress", { id: "import-progress", value: "0", max: "1", hidden: true });
+  const progressLabel = el("span", { id: "import-phase", class: "muted" });
   const importButton = el("button", {
     id: "import-checkpoint",
     onclick: async () => {
       if (!file.files.length) { say(el("div", { class: "notice", text: "Choose an export file first." })); return; }
       progress.hidden = false;
+      importButton.disabled = true;
       try {
-        const meta = await uploadImport(sessionId, file.files[0], progress);
+        const job = await uploadImport(sessionId, file.files[0], progress, progressLabel);
+        const meta = (await followJob(job, progress, progressLabel, "steps")).result;
         sessionStorage.setItem("perdure-notice", `Imported checkpoint ${meta.checkpoint_id}.`);
         reload();
-      } catch (error) { say(failure(error)); } finally { progress.hidden = true; }
+      } catch (error) { say(failure(error)); } finally {
+        progress.hidden = true;
+        progressLabel.textContent = "";
+        importButton.disabled = false;
+      }
     },
   }, "Import");
   return el("section", { id: "checkpoints" },
@@ -355,7 +390,7 @@ function checkpointPanel(sessionId, checkpoints, reload) {
     notice,
     checkpoints.length ? el("ol", { class: "timeline" }, items) : el("p", { class: "muted", text: "No checkpoints yet." }),
     el("div", { class: "toolbar" }, label, create),
-    el("div", { class: "toolbar" }, file, importButton, progress));
+    el("div", { class: "toolbar" }, file, importButton, progress, progressLabel));
 }
 
 async function sessionView(sessionId, params) {
@@ -419,14 +454,7 @@ async function verifyView() {
       progress.hidden = false;
       progress.removeAttribute("value");
       try {
-        let job = await api("POST", "/api/jobs/verify", {});
-        while (job.state === "running") {
-          if (job.total) { progress.max = job.total; progress.value = job.done; label.textContent = `${job.done} of ${job.total} sessions`; }
-          await new Promise((resolve) => setTimeout(resolve, 300));
-          job = await api("GET", `/api/jobs/${job.job_id}`);
-        }
-        if (job.state === "failed") throw new ApiError(500, job.error.code, job.error.message);
-        label.textContent = `${job.done} of ${job.total} sessions`;
+        const job = await followJob(await api("POST", "/api/jobs/verify", {}), progress, label, "sessions");
         report.replaceChildren(renderReport(job.result));
       } catch (error) {
         report.replaceChildren(failure(error));

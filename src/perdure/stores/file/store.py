@@ -179,6 +179,7 @@ from perdure.stores.file.leftovers import (
 from perdure.stores.file.leftovers import (
     StoreLeftovers as StoreLeftovers,
 )
+from perdure.stores.file.listing import ListingCache
 from perdure.stores.file.quarantine import SessionRecoveryReport as SessionRecoveryReport
 from perdure.stores.file.quarantine import triage
 from perdure.stores.file.tail import Encoded, Tail, encode_records, end_of, last_line, read_tail
@@ -370,6 +371,7 @@ class FileSessionStore(StoreBase):
         """Checkpoints beside each session (``<session dir>/checkpoints/``), deleted with it."""
         self.attachment_threshold = attachment_threshold
         self._locks = LockTable(self.root / ".locks")
+        self._listing = ListingCache(self.root)  # list rows while their files stand still
         self._tails: dict[str, Tail] = {}
         # The writer-lock hold (LockTable.hold_id) under which each cached tail was
         # last written or checked: while it lasts nobody else can change the journal.
@@ -714,14 +716,23 @@ class FileSessionStore(StoreBase):
             return []
         # A directory without meta.json is a session too when it holds data (its
         # meta.json was lost): it is listed, marked damaged, never hidden.
+        # (Strings, not Paths, in this loop over every session: a third of its time.)
+        sessions = str(base)
         ids = sorted(
-            p.name
-            for p in base.iterdir()
-            if (is_session_name(p.name) or is_renamed_session(p))
-            and ((p / META).is_file() or (p.is_dir() and not create_leftovers(p)))
+            name
+            for name in os.listdir(sessions)
+            if (is_session_name(name) or is_renamed_session(base / name))
+            and (
+                os.path.isfile(f"{sessions}{os.sep}{name}{os.sep}{META}")
+                or (
+                    os.path.isdir(f"{sessions}{os.sep}{name}") and not create_leftovers(base / name)
+                )
+            )
         )
+        everything = after is None and limit is None
         if after is not None:
             ids = [i for i in ids if i > after]
+        reaches_end = limit is None or len(ids) <= limit
         if limit is not None:
             ids = ids[:limit]
         metas: builtins.list[SessionMeta] = []
@@ -732,11 +743,16 @@ class FileSessionStore(StoreBase):
                 metas.append(SessionMeta(sid, "", "", 0, damaged=invalid_id(sid)))
                 continue
             try:
-                metas.append(self._meta(sid))
+                sdir = f"{sessions}{os.sep}{sid}"
+                metas.append(self._listing.row(sid, sdir, functools.partial(self._meta, sid)))
             except SessionNotFoundError:
                 continue  # deleted while listing
             except SessionCorruptedError as exc:
                 metas.append(SessionMeta(sid, "", "", 0, damaged=exc.message))
+        if everything:
+            self._listing.keep_only(set(ids))
+        if reaches_end:
+            self._listing.save()  # once per walk of the store, when it changed
         return metas
 
     def _meta(self, session_id: str) -> SessionMeta:
