@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import sys
 from typing import Any
 
@@ -58,6 +59,7 @@ async def test_sessions_sorted_by_update_and_filtered(store: SessionStore) -> No
         page = (await http.get("/api/sessions", params={"order": "updated", "limit": 2})).json()
         assert page["sessions"][0]["session_id"] == "late-one"
         assert (page["offset"], page["next_offset"], page["total"]) == (0, 2, 3)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", page["as_of"])  # as stored
         nxt = (await http.get("/api/sessions", params={"order": "updated", "offset": 2})).json()
         assert len(nxt["sessions"]) == 1
         assert nxt["next_offset"] is None

@@ -128,8 +128,9 @@ def checkpoint_id_of(request: Request) -> str:
 
 
 def _iso(epoch: float) -> str:
-    """``epoch`` as ISO-8601 UTC, as the stores write times."""
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat()
+    """``epoch`` as ISO-8601 UTC with ``Z``, as the stores write times."""
+    moment = datetime.datetime.fromtimestamp(epoch, datetime.UTC)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 @_api
