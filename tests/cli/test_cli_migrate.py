@@ -43,13 +43,22 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def message_log(
-    root: Path, session_id: str, messages: list[Any], agent_id: str = "default"
+    root: Path,
+    session_id: str,
+    messages: list[Any],
+    agent_id: str = "default",
+    created_at: str = "",
 ) -> Path:
     """A Strands FileSessionManager session (messages already bytes-encoded)."""
     agent_dir = root / f"session_{session_id}" / "agents" / f"agent_{agent_id}"
     write_json(
         root / f"session_{session_id}" / "session.json",
-        {"session_id": session_id, "session_type": "AGENT", "created_at": "", "updated_at": ""},
+        {
+            "session_id": session_id,
+            "session_type": "AGENT",
+            "created_at": created_at,
+            "updated_at": created_at,
+        },
     )
     write_json(
         agent_dir / "agent.json",
@@ -138,6 +147,24 @@ def test_import_into_a_file_store_then_resume(tmp_path: Path) -> None:
     model = crashed.model
     assert isinstance(model, ScriptedModel)
     assert_model_valid(model.requests[-1]["messages"])
+
+
+def test_a_migrated_session_keeps_its_strands_creation_time(tmp_path: Path) -> None:
+    # As Strands writes it: datetime.now(timezone.utc).isoformat().
+    message_log(tmp_path / "strands", "old", chat(2), created_at="2025-03-04T05:06:07.891011+00:00")
+    url = f"sqlite:{tmp_path / 'perdure.db'}"
+    done = invoke("migrate", "strands", str(tmp_path / "strands"), "--to", url, "--json")
+    assert done.exit_code == 0, done.stderr
+    listed = invoke("sessions", "list", "--store", url)
+    assert listed.exit_code == 0, listed.stderr
+    header, row = (line.split("\t") for line in listed.stdout.splitlines())
+    assert dict(zip(header, row, strict=True))["created"] == "2025-03-04T05:06:07Z"
+    as_json = json.loads(invoke("sessions", "list", "--store", url, "--json").stdout)
+    assert as_json["sessions"][0]["created_at"] == "2025-03-04T05:06:07.891011Z"
+    shown = invoke("sessions", "show", "old", "--store", url)
+    fields = dict(line.split("\t", 1) for line in shown.stdout.splitlines())
+    assert fields["created"] == "2025-03-04T05:06:07Z", shown.stdout
+    assert fields["updated"] > fields["created"]
 
 
 def test_text_output_dry_run_rerun_and_overwrite(tmp_path: Path) -> None:
