@@ -173,15 +173,15 @@ def test_text_output_dry_run_rerun_and_overwrite(tmp_path: Path) -> None:
     dry = invoke("migrate", "strands", str(source), "--to", f"file:{target}", "--dry-run")
     assert dry.exit_code == 0, dry.stderr
     assert "would import" in dry.stdout
-    assert "dry run: nothing written" in dry.stdout
+    assert "dry run: nothing written" in dry.stderr  # the summary: on stderr when piped
     assert not target.exists()
     first = invoke("migrate", "strands", str(source), "--to", f"file:{target}")
     assert first.exit_code == 0, first.stderr
-    assert "2 imported, 0 skipped, 0 failed" in first.stdout
+    assert "2 imported, 0 skipped, 0 failed" in first.stderr
     again = invoke("migrate", "strands", str(source), "--to", f"file:{target}")
     assert again.exit_code == 0, again.stderr
-    assert "0 imported, 2 skipped" in again.stdout
-    assert "already exists" in again.stdout
+    assert "0 imported, 2 skipped" in again.stderr
+    assert "already exists" in again.stderr
     replaced = invoke(
         "migrate", "strands", str(source), "--to", f"file:{target}", "--overwrite", "--json"
     )
@@ -197,9 +197,9 @@ def test_malformed_files_are_listed_and_the_status_is_1(tmp_path: Path) -> None:
     write_json(source / "session_broken2" / "session.json", [])
     result = invoke("migrate", "strands", str(source), "--to", f"file:{tmp_path / 'store'}")
     assert result.exit_code == EXIT_PROBLEM, result.stderr
-    assert "session_broken/agents/agent_default/messages/message_3.json: not UTF-8" in result.stdout
-    assert "session_broken2/session.json: not a JSON object" in result.stdout
-    assert "3 imported" in result.stdout
+    assert "session_broken/agents/agent_default/messages/message_3.json: not UTF-8" in result.stderr
+    assert "session_broken2/session.json: not a JSON object" in result.stderr
+    assert "3 imported" in result.stderr
     assert "was not imported" in result.stderr
 
 
@@ -236,7 +236,8 @@ def test_the_snapshot_layout_through_a_subprocess_into_sqlite(tmp_path: Path) ->
         check=False,
     )
     assert completed.returncode == 0, completed.stderr
-    assert "1 imported" in completed.stdout
+    assert "1 imported" in completed.stderr
+    assert completed.stdout.splitlines()[1].split("\t")[:2] == ["snap", "imported"]
     store = open_store(f"sqlite:{database}")
     agent = resume(store, "snap")
     assert texts(agent.messages) == ["m0", "m1", "m2", "m3"]

@@ -163,7 +163,7 @@ def test_one_bad_meta_json_is_marked_and_the_rest_listed(tmp_path: Path, damage:
     ]
     verified = invoke("verify", "--store", url)
     assert verified.exit_code == EXIT_PROBLEM
-    assert "1 of 3 sessions damaged" in verified.stdout
+    assert "1 of 3 sessions damaged" in verified.stderr
 
 
 def test_list_pages_with_limit_and_after(seeded: str) -> None:

@@ -148,7 +148,7 @@ def test_perdure_copy_on_the_command_line(tmp_path: Path) -> None:
     assert rows[1][:2] == ["a", "2024-02-29T12:00:00Z"]  # the source's creation time
     human = runner.invoke(cli, ["copy", "--from", source_url, "--to", target_url])
     assert human.exit_code == 1  # both there already: skipped, and said so
-    assert "0 copied, 2 skipped, 0 failed" in human.stdout
+    assert "0 copied, 2 skipped, 0 failed" in human.stderr  # the summary: stderr when piped
     refused = runner.invoke(cli, ["copy", "--from", source_url, "--to", "memory:"])
     assert refused.exit_code == 2
     assert "persists" in refused.stderr
