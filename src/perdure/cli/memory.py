@@ -79,7 +79,10 @@ user_option = click.option(
 def memory_store(url: str, user: str) -> Iterator[Any]:
     """Open the memory store ``url`` for ``user``'s namespace, and close it afterwards.
 
-    A ``sqlite:`` file that does not exist is reported (exit 3), not created empty.
+    Every ``perdure memory`` command reads (or deletes from) a store that is there:
+    one that is not — a ``sqlite:`` path with no file, or a file or ``postgresql://``
+    schema without perdure's memory tables — is reported (exit 3, as ``--store`` of
+    the session commands), and nothing is created.
 
     Raises:
         ValueError: an unknown scheme, or a path missing.
@@ -93,9 +96,7 @@ def memory_store(url: str, user: str) -> Iterator[Any]:
     store: Any
     if scheme == "sqlite":
         path = Path(rest[2:] if rest.startswith("//") else rest).expanduser()
-        if not path.exists():
-            fail(f"no memory store at {path} (--store {url})", EXIT_NOT_FOUND)
-        store = LocalMemoryStore(path, namespace=user)
+        store, where = LocalMemoryStore(path, namespace=user), str(path)
     else:
         from perdure._runtime.urls import postgres_url
         from perdure.memory.postgres_store import PostgresMemoryStore
@@ -104,7 +105,12 @@ def memory_store(url: str, user: str) -> Iterator[Any]:
         store = PostgresMemoryStore(
             dsn, namespace=user, schema=str(options.get("schema", "perdure"))
         )
+        where = url
     try:
+        if not run(store.schema_exists()):
+            what = "no such file" if scheme == "sqlite" and not path.exists() else None
+            found = what or "no perdure memory tables in it"
+            fail(f"no memory store at {where} ({found})", EXIT_NOT_FOUND)
         yield store
     finally:
         store.close()
@@ -161,7 +167,12 @@ def _table(entries: list[MemoryEntry], *, scored: bool = False) -> None:
 
 @click.group()
 def memory() -> None:
-    """Inspect, export and erase the long-term memories of one user."""
+    """Inspect, export and erase the long-term memories of one user.
+
+    --store must name a memory store that is there: a path with no file, or a
+    file or PostgreSQL schema without perdure's memory tables, is an error (exit
+    3), and nothing is created.
+    """
 
 
 @memory.command("list")
