@@ -115,7 +115,8 @@ def test_delete_all_forgets_one_user_and_proves_it(url: str) -> None:
     assert count(url, "alice") == 0
     assert count(url, "bob") == 3  # the other user keeps everything
     listed = ok("memory", "list", "-s", url, "-u", "alice")
-    assert listed.stdout == "no memories for user 'alice'\n"
+    assert listed.stdout == "id\tcreated\tcontent\n"  # piped: the header alone
+    assert listed.stderr == "no memories for user 'alice'\n"
     bob = json.loads(ok("memory", "list", "-s", url, "-u", "bob", "--json").stdout)
     first = str(bob["memories"][0]["memory_id"])
     one = json.loads(ok("memory", "delete", first, "-y", "-s", url, "-u", "bob", "--json").stdout)

@@ -37,7 +37,7 @@ from perdure.cli._common import (
     reads_remembered_store,
     run,
 )
-from perdure.cli.output import format_time, new_table, note, plural, print_table
+from perdure.cli.output import format_time, new_table, note, plural, print_listing, print_table
 from perdure.cli.render import shorten
 from perdure.memory import LocalMemoryStore, MemoryEntry
 
@@ -152,7 +152,7 @@ def _iso(created: Any) -> str | None:
     return created if isinstance(created, str) else None
 
 
-def _table(entries: list[MemoryEntry], *, scored: bool = False) -> None:
+def _table(entries: list[MemoryEntry], nothing: str, *, scored: bool = False) -> None:
     table = new_table("id", "created", "content")
     if scored:
         table.add_column("score", justify="right")
@@ -162,7 +162,7 @@ def _table(entries: list[MemoryEntry], *, scored: bool = False) -> None:
         table.add_row(
             str(data["memory_id"]), data["created_at"] or "-", shorten(entry.content), *score
         )
-    print_table(table)
+    print_listing(table, nothing)
 
 
 @click.group()
@@ -190,10 +190,7 @@ def list_memories(store_url: str, user: str, limit: int, offset: int, as_json: b
     if as_json:
         echo_json({"user": user, "total": total, "memories": [memory_json(e) for e in entries]})
         return
-    if not entries:
-        click.echo(f"no memories for user {user!r}" + (f" from offset {offset}" if offset else ""))
-        return
-    _table(entries)
+    _table(entries, f"no memories for user {user!r}" + (f" from offset {offset}" if offset else ""))
     if offset + len(entries) < total:
         more = offset + len(entries)
         note(f"{plural(total, 'memory', 'memories')} in all: more with --offset {more}")
@@ -213,10 +210,7 @@ def search_memories(query: str, store_url: str, user: str, limit: int, as_json: 
     if as_json:
         echo_json({"user": user, "query": query, "memories": [memory_json(e) for e in entries]})
         return
-    if not entries:
-        click.echo(f"no memories of user {user!r} match {query!r}")
-        return
-    _table(entries, scored=True)
+    _table(entries, f"no memories of user {user!r} match {query!r}", scored=True)
 
 
 @memory.command("show")

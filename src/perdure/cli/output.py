@@ -176,6 +176,18 @@ def print_table(table: Table, out: Console | None = None) -> None:
     out.print(table)
 
 
+def print_listing(table: Table, nothing: str) -> None:
+    """A listing: ``table``, or when it has no rows, ``nothing`` said in its place.
+
+    Piped, the empty table is still printed (its header alone: a script reads "no
+    rows", not a sentence) and ``nothing`` is a :func:`note` on stderr.
+    """
+    if table.row_count or output_format() != "table":
+        print_table(table)
+    if not table.row_count:
+        note(nothing)
+
+
 def print_sections(sections: Sequence[tuple[str, str | None, Table]]) -> None:
     """Several tables of one report, each ``(kind, heading, table)``: one table when piped.
 
