@@ -85,7 +85,7 @@ def _opened(url: str) -> Iterator[Storage]:
         raise click.BadParameter(str(exc), param_hint="--storage") from None
     try:
         if scheme in ("file", "sqlite") and path is not None and not path.exists():
-            fail(f"no snapshot storage at {str(path)!r} (--storage {url})", EXIT_NOT_FOUND)
+            fail(f"no snapshot storage at {path} (--storage {url})", EXIT_NOT_FOUND)
         if scheme == "s3":
             try:
                 run(storage.list("", limit=1))
