@@ -97,7 +97,11 @@ def test_a_dry_run_writes_nothing(
     target = tmp_path / "target.db"
     result = invoke("migrate", "openai-agents", "--from", str(db), "--to", f"sqlite:{target}")
     assert result.exit_code == 0, result.output
-    assert "3 imported" in result.output
+    assert "3 imported" in result.stderr  # piped: the table on stdout, the summary not
+    header, *rows = (line.split("\t") for line in result.stdout.splitlines())
+    assert header[:2] == ["session", "status"]
+    assert [row[1] for row in rows] == ["imported"] * 3
+    assert all(len(row) == len(header) for row in rows)
     dry = tmp_path / "dry"
     result = invoke(
         "migrate", "openai-agents", "--from", str(db), "--to", f"file:{dry}", "--dry-run"
