@@ -123,8 +123,7 @@ class SessionStore(Protocol):
         ``created_at`` is the creation time it keeps (a session moved from another
         store or framework keeps its own): a timezone-aware datetime or ISO-8601 text
         with an offset, stored as UTC (:func:`~perdure.session.rules.creation_time`);
-        ``None`` is now. A new session's ``updated_at`` is its ``created_at`` until
-        its first commit. An existing session returned with ``exist_ok`` keeps its own.
+        ``None`` is now. An existing session returned with ``exist_ok`` keeps its own.
 
         Raises:
             SessionConflictError: it exists already and ``exist_ok`` is false.
