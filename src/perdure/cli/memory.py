@@ -116,6 +116,13 @@ def memory_store(url: str, user: str) -> Iterator[Any]:
         store.close()
 
 
+def require_memory_store(url: str) -> None:
+    """Exit 3 (``no memory store at …``) unless ``url`` names a memory store that is
+    there (``perdure serve --memory``); creates nothing."""
+    with memory_store(url, "perdure"):  # any namespace: only the tables are looked for
+        pass
+
+
 async def all_memories(store: Any) -> list[MemoryEntry]:
     """Every memory of the store's namespace, oldest first."""
     found: list[MemoryEntry] = []

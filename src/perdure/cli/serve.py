@@ -34,7 +34,7 @@ from perdure.cli._common import EXIT_USAGE, fail, handle_errors, session_store, 
     "memory_url",
     default=None,
     metavar="URL",
-    help="A memory store to browse: sqlite:PATH or postgresql://…[?schema=NAME].",
+    help="A memory store to browse: sqlite:PATH or postgresql://…[?schema=NAME] (must exist).",
 )
 @click.option(
     "--max-body",
@@ -64,6 +64,10 @@ def serve(
         fail(f"{exc} (pip install 'perdure[server]')", EXIT_USAGE)
     check_bind(host, token)
     memory = MemoryBrowser(memory_url) if memory_url else None
+    if memory_url:
+        from perdure.cli.memory import require_memory_store
+
+        require_memory_store(memory_url)  # browsing must not create a memory store
     with session_store(store_url) as store:
         app = create_app(
             store, memory=memory, token=token, max_body=max_body or MAX_BODY, close_store=False
