@@ -11,6 +11,7 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from perdure.errors import SessionConflictError, SessionLockedError, SessionNotFoundError
@@ -26,6 +27,7 @@ from perdure.session.rules import (
     check_extends,
     check_list_args,
     check_offset,
+    creation_time,
     decode_message,
     decode_state,
     encode_message,
@@ -62,16 +64,22 @@ class DictSessionStore(StoreBase):
         self._holders: dict[str, object] = data.setdefault("holders", {})
         self._guard: threading.Lock = data.setdefault("guard", threading.Lock())
 
-    async def create(self, session_id: str, *, exist_ok: bool = False) -> SessionMeta:
+    async def create(
+        self,
+        session_id: str,
+        *,
+        exist_ok: bool = False,
+        created_at: datetime | str | None = None,
+    ) -> SessionMeta:
         validate_session_id(session_id)
+        created = creation_time(created_at)  # checked (and now) by the rules
         with self._guard:
             self._check_lock(session_id)
             if session_id in self._sessions:
                 if not exist_ok:
                     raise SessionConflictError(f"session {session_id!r} already exists")
             else:
-                now = utc_now()
-                self._sessions[session_id] = _Session(now, now, new_tail(0))
+                self._sessions[session_id] = _Session(created, created, new_tail(0))
             return self._meta(session_id)
 
     async def get(self, session_id: str, *, offset: int = 0) -> SessionRecord:

@@ -127,7 +127,10 @@ def test_a_dry_run_writes_nothing(lg_db: Path, tmp_path: Path) -> None:
         "--dry-run",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "2 would import" in result.output
+    assert "2 would import" in result.stderr  # piped: the table on stdout, the summary not
+    header, *rows = (line.split("\t") for line in result.stdout.splitlines())
+    assert header[:2] == ["thread", "status"]
+    assert [row[1] for row in rows] == ["would import"] * 2
     assert not target.exists()
 
 

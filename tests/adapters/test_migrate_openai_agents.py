@@ -97,7 +97,11 @@ def test_a_dry_run_writes_nothing(
     target = tmp_path / "target.db"
     result = invoke("migrate", "openai-agents", "--from", str(db), "--to", f"sqlite:{target}")
     assert result.exit_code == 0, result.output
-    assert "3 imported" in result.output
+    assert "3 imported" in result.stderr  # piped: the table on stdout, the summary not
+    header, *rows = (line.split("\t") for line in result.stdout.splitlines())
+    assert header[:2] == ["session", "status"]
+    assert [row[1] for row in rows] == ["imported"] * 3
+    assert all(len(row) == len(header) for row in rows)
     dry = tmp_path / "dry"
     result = invoke(
         "migrate", "openai-agents", "--from", str(db), "--to", f"file:{dry}", "--dry-run"
@@ -218,3 +222,22 @@ def test_an_id_perdure_refuses_is_reported_failed(tmp_path: Path) -> None:
     assert "not a valid perdure session id" in (by_id["team/alice"].reason or "")
     assert by_id["bob"].status == "imported"
     assert not report.ok
+
+
+def test_each_session_keeps_the_sdks_creation_time(
+    sdk_db: tuple[Path, dict[str, list[object]]], tmp_path: Path
+) -> None:
+    db, _ = sdk_db
+    with sqlite3.connect(db) as conn:
+        # As the SDK stamps it: SQLite's CURRENT_TIMESTAMP, UTC without an offset.
+        conn.execute("UPDATE agent_sessions SET created_at = '2025-01-02 03:04:05'")
+        conn.execute("UPDATE agent_sessions SET created_at = 'soon' WHERE session_id = 'bob'")
+    url = f"file:{tmp_path / 'store'}"
+    result = invoke("migrate", "openai-agents", "--from", str(db), "--to", url, "--json")
+    assert result.exit_code == 0, result.output
+    notes = {s["session_id"]: s["notes"] for s in json.loads(result.stdout)["sessions"]}
+    assert any("created_at 'soon' is no time" in note for note in notes["bob"])
+    assert notes["alice"] == []
+    listed = {m.session_id: m.created_at for m in asyncio.run(open_store(url).list())}
+    assert listed["alice"] == listed["carol"] == "2025-01-02T03:04:05.000000Z"
+    assert listed["bob"] > "2025-01-02T03:04:05.000000Z"  # the migration's time

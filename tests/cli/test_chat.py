@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -200,6 +202,10 @@ def test_current_time_is_an_iso_timestamp() -> None:
     agent = Agent(model=ScriptedModel([]), tools=[current_time])
     assert agent.tool_names == ["current_time"]
     assert current_time.tool_spec["inputSchema"]["json"]["properties"] == {}
+    before = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    stamp = current_time()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp), stamp  # UTC with Z
+    assert datetime.datetime.fromisoformat(stamp) >= before
 
 
 def test_a_max_tokens_stop_is_shown() -> None:

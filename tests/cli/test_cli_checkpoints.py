@@ -82,7 +82,9 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def test_create_and_list(url: str) -> None:
-    assert ok("checkpoints", "list", "s1", "-s", url).stdout == "session 's1' has no checkpoints\n"
+    empty = ok("checkpoints", "list", "s1", "-s", url)
+    assert empty.stdout == "id\ttrigger\tlabel\tmessages\tcreated\n"  # piped: the header alone
+    assert empty.stderr == "session 's1' has no checkpoints\n"
     created = ok("checkpoints", "create", "s1", "--label", "[b]first", "-s", url).stdout
     assert created.startswith("created checkpoint ")
     assert created.endswith(" of session 's1' (4 messages)\n")

@@ -68,11 +68,14 @@ def aged(tmp_path: Path) -> FileSessionStore:
 def test_gc_is_a_dry_run_by_default(aged: FileSessionStore) -> None:
     result = perdure("gc", "--store", f"file:{aged.root}", "--ttl", "30d")
     assert result.exit_code == 0, result.output
-    assert result.stdout.startswith("dry run: nothing was deleted")
-    assert "sessions inactive for more than 30d:" in result.stdout
-    assert "ancient" in result.stdout
-    assert "recent" not in result.stdout
-    assert "would delete 1 of 3 sessions and 0 checkpoints" in result.stdout
+    assert result.stderr.startswith("dry run: nothing was deleted")
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    assert rows[0][:5] == ["kind", "session", "updated", "idle", "messages"]
+    assert [row[:2] for row in rows[1:]] == [["session", "ancient"]]
+    assert "would delete 1 of 3 sessions and 0 checkpoints" in result.stderr
+    drawn = perdure("gc", "--store", f"file:{aged.root}", "--ttl", "30d", "--format", "table")
+    assert "sessions inactive for more than 30d:" in drawn.stdout  # a heading on a terminal
+    assert "would delete 1 of 3 sessions and 0 checkpoints" in drawn.stdout
     assert ids(aged) == ["ancient", "recent", "today"]
 
 
@@ -102,14 +105,14 @@ def test_gc_removes_temp_files_and_empty_forks_killed_writers_left(tmp_path: Pat
     url = f"file:{store.root}"
     dry = perdure("gc", "--store", url, "--ttl", "30d")
     assert dry.exit_code == 0, dry.output
-    assert "would delete what killed writers left: 1 empty session" in dry.stdout
-    assert "1 temp file" in dry.stdout
+    assert "would delete what killed writers left: 1 empty session" in dry.stderr
+    assert "1 temp file" in dry.stderr
     assert temp.exists()
     report = json.loads(perdure("gc", "--store", url, "--ttl", "30d", "--json").stdout)
     assert (report["orphans"], report["temp_files"]) == (["orphan"], [str(temp)])
     applied = perdure("gc", "--store", url, "--ttl", "30d", "--apply")
     assert applied.exit_code == 0, applied.output
-    assert "deleted what killed writers left" in applied.stdout
+    assert "deleted what killed writers left" in applied.stderr
     assert not temp.exists()
     assert ids(store) == ["kept"]
 
@@ -121,12 +124,16 @@ def test_gc_keeps_the_newest_checkpoints(tmp_path: Path) -> None:
     url = f"sqlite:{store.path}"
     dry = perdure("gc", "--store", url, "--keep-checkpoints", "1")
     assert dry.exit_code == 0
-    assert "checkpoints beyond each session's newest 1:" in dry.stdout
-    assert "would delete 0 of 2 sessions and 4 checkpoints" in dry.stdout
+    assert [line.split("\t")[0] for line in dry.stdout.splitlines()] == ["kind"] + 4 * [
+        "checkpoint"
+    ]
+    assert "would delete 0 of 2 sessions and 4 checkpoints" in dry.stderr
+    drawn = perdure("gc", "--store", url, "--keep-checkpoints", "1", "--format", "table")
+    assert "checkpoints beyond each session's newest 1:" in drawn.stdout
     assert {sid: checkpoint_ids(store, sid) for sid in "ab"} == before
     done = perdure("gc", "--store", url, "--keep-checkpoints", "1", "--apply")
     assert done.exit_code == 0
-    assert "deleted 0 of 2 sessions and 4 checkpoints" in done.stdout
+    assert "deleted 0 of 2 sessions and 4 checkpoints" in done.stderr
     assert {sid: checkpoint_ids(store, sid) for sid in "ab"} == {
         sid: before[sid][-1:] for sid in "ab"
     }
@@ -143,8 +150,10 @@ def test_gc_deletes_checkpoints_older_than_the_age(tmp_path: Path) -> None:
     assert bad.stderr.startswith("error: --max-checkpoint-age: '1.5d' is not a duration")
     dry = perdure("gc", "--store", url, "--max-checkpoint-age", "1d")
     assert dry.exit_code == 0
-    assert "checkpoints older than 1d:" in dry.stdout
-    assert "would delete 0 of 1 session and 1 checkpoint" in dry.stdout
+    assert "would delete 0 of 1 session and 1 checkpoint" in dry.stderr
+    assert dry.stdout.splitlines()[1].split("\t")[:6] == ["checkpoint", "a", "", "", "", old]
+    drawn = perdure("gc", "--store", url, "--max-checkpoint-age", "1d", "--format", "table")
+    assert "checkpoints older than 1d:" in drawn.stdout
     done = perdure("gc", "--store", url, "--max-checkpoint-age", "2h", "--apply", "--json")
     assert done.exit_code == 0
     report = json.loads(done.stdout)
@@ -271,7 +280,7 @@ def test_gc_checkpoints_prunes_a_postgres_checkpoint_store_of_its_own(
         young = asyncio.run(put_aged(store, "live", hours=1)).meta.checkpoint_id
         dry = perdure("gc", "--checkpoints", url, "--max-checkpoint-age", "90d")
         assert dry.exit_code == 0, dry.stderr
-        assert "would delete 0 of 2 sessions and 1 checkpoint" in dry.stdout
+        assert "would delete 0 of 2 sessions and 1 checkpoint" in dry.stderr
         done = perdure(
             "gc", "--checkpoints", f"{url}&max_checkpoint_age=7776000", "--apply", "--json"
         )
@@ -309,7 +318,7 @@ def test_gc_checkpoints_on_a_file_checkpoint_store(tmp_path: Path) -> None:
     assert missing.exit_code == 3
     done = perdure("gc", "--checkpoints", f"file:{cps.root}", "--keep-checkpoints", "1", "--apply")
     assert done.exit_code == 0, done.stderr
-    assert "deleted 0 of 2 sessions and 1 checkpoint" in done.stdout
+    assert "deleted 0 of 2 sessions and 1 checkpoint" in done.stderr
     assert asyncio.run(cps.checkpoint_sessions()) == ["a", "b"]
     assert asyncio.run(cps.checkpoint_ids("a")) == [made[1].meta.checkpoint_id]
 
@@ -370,7 +379,7 @@ def test_gc_deletes_what_the_stores_own_ttl_expired_and_keeps_its_tombstone(
     assert dry["expired"][0]["idle_seconds"] == pytest.approx(7200, abs=60)
     assert stored_messages(ttl_url) == before
 
-    table = perdure("gc", "--store", ttl_url, "--apply")
+    table = perdure("gc", "--store", ttl_url, "--apply", "--format", "table")
     assert table.exit_code == 0, table.output
     assert "sessions inactive for more than 3600s (the store's ttl):" in table.stdout
     assert "deleted 1 of 2 sessions and 0 checkpoints" in table.stdout

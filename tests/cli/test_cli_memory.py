@@ -115,7 +115,8 @@ def test_delete_all_forgets_one_user_and_proves_it(url: str) -> None:
     assert count(url, "alice") == 0
     assert count(url, "bob") == 3  # the other user keeps everything
     listed = ok("memory", "list", "-s", url, "-u", "alice")
-    assert listed.stdout == "no memories for user 'alice'\n"
+    assert listed.stdout == "id\tcreated\tcontent\n"  # piped: the header alone
+    assert listed.stderr == "no memories for user 'alice'\n"
     bob = json.loads(ok("memory", "list", "-s", url, "-u", "bob", "--json").stdout)
     first = str(bob["memories"][0]["memory_id"])
     one = json.loads(ok("memory", "delete", first, "-y", "-s", url, "-u", "bob", "--json").stdout)
@@ -136,3 +137,82 @@ def test_bad_input_is_one_error_line(tmp_path: Path) -> None:
         assert result.exit_code in (EXIT_USAGE, EXIT_NOT_FOUND), (args, result.stderr)
         assert result.stderr.startswith("error: ")
         assert result.stderr.count("\n") == 1
+
+
+READS = [
+    ["list"],
+    ["search", "trains"],
+    ["show", "1"],
+    ["export"],
+    ["delete", "--all", "--yes"],
+    ["delete", "1", "--yes", "--json"],
+]
+
+
+def no_store_here(url: str, where: str) -> None:
+    """Every memory command on ``url``: one ``error:`` line, exit 3, nothing created."""
+    for command in READS:
+        result = invoke("memory", *command, "--store", url, "--user", "alice")
+        assert result.exit_code == EXIT_NOT_FOUND, (command, result.stdout, result.stderr)
+        assert result.stdout == ""
+        assert result.stderr.startswith(f"error: no memory store at {where} ("), result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+
+
+def test_an_empty_postgres_schema_is_no_memory_store_and_stays_empty(
+    request: pytest.FixtureRequest,
+) -> None:
+    url = postgres_server.store_url(request)
+    schema = url.rsplit("schema=", 1)[1]
+    postgres_server.execute(f'CREATE SCHEMA "{schema}"')
+    no_store_here(url, url)
+    tables = postgres_server.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+    )
+    assert tables == []  # no table was made by a read
+    # A schema that is not there at all: the same, and it is not made either.
+    absent = url.replace(schema, postgres_server.new_schema_name())
+    no_store_here(absent, absent)
+    made = postgres_server.execute(
+        "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s",
+        (absent.rsplit("schema=", 1)[1],),
+    )
+    assert made == []
+
+
+def test_a_sqlite_path_with_no_memory_store_is_reported_and_left_alone(tmp_path: Path) -> None:
+    missing = tmp_path / "deep" / "memory.sqlite"
+    no_store_here(f"sqlite:{missing}", str(missing))
+    assert not (tmp_path / "deep").exists()  # neither the file nor its folder
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    no_store_here(f"sqlite:{folder}", str(folder))
+    assert list(folder.iterdir()) == []
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    no_store_here(f"sqlite:{empty}", str(empty))
+    assert empty.read_bytes() == b""
+    # A database of something else (a session store): no memory tables are added.
+    import sqlite3
+
+    from perdure.stores.sqlite import SQLiteSessionStore
+
+    sessions = SQLiteSessionStore(tmp_path / "sessions.db")
+    asyncio.run(sessions.create("s"))
+    sessions.close()
+    no_store_here(f"sqlite:{tmp_path / 'sessions.db'}", str(tmp_path / "sessions.db"))
+    conn = sqlite3.connect(tmp_path / "sessions.db")
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    assert not {"memories", "memories_fts"} & names, names
+
+
+def test_a_damaged_memory_file_is_damage_not_absence(tmp_path: Path) -> None:
+    broken = tmp_path / "memory.sqlite"
+    broken.write_bytes(b"not a database at all" * 100)
+    result = invoke("memory", "list", "--store", f"sqlite:{broken}", "--user", "alice")
+    assert result.exit_code not in (0, EXIT_NOT_FOUND), result.stderr
+    assert result.stderr.startswith("error: "), result.stderr
+    assert "no memory store" not in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert broken.read_bytes() == b"not a database at all" * 100

@@ -43,13 +43,22 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def message_log(
-    root: Path, session_id: str, messages: list[Any], agent_id: str = "default"
+    root: Path,
+    session_id: str,
+    messages: list[Any],
+    agent_id: str = "default",
+    created_at: str = "",
 ) -> Path:
     """A Strands FileSessionManager session (messages already bytes-encoded)."""
     agent_dir = root / f"session_{session_id}" / "agents" / f"agent_{agent_id}"
     write_json(
         root / f"session_{session_id}" / "session.json",
-        {"session_id": session_id, "session_type": "AGENT", "created_at": "", "updated_at": ""},
+        {
+            "session_id": session_id,
+            "session_type": "AGENT",
+            "created_at": created_at,
+            "updated_at": created_at,
+        },
     )
     write_json(
         agent_dir / "agent.json",
@@ -140,21 +149,39 @@ def test_import_into_a_file_store_then_resume(tmp_path: Path) -> None:
     assert_model_valid(model.requests[-1]["messages"])
 
 
+def test_a_migrated_session_keeps_its_strands_creation_time(tmp_path: Path) -> None:
+    # As Strands writes it: datetime.now(timezone.utc).isoformat().
+    message_log(tmp_path / "strands", "old", chat(2), created_at="2025-03-04T05:06:07.891011+00:00")
+    url = f"sqlite:{tmp_path / 'perdure.db'}"
+    done = invoke("migrate", "strands", str(tmp_path / "strands"), "--to", url, "--json")
+    assert done.exit_code == 0, done.stderr
+    listed = invoke("sessions", "list", "--store", url)
+    assert listed.exit_code == 0, listed.stderr
+    header, row = (line.split("\t") for line in listed.stdout.splitlines())
+    assert dict(zip(header, row, strict=True))["created"] == "2025-03-04T05:06:07Z"
+    as_json = json.loads(invoke("sessions", "list", "--store", url, "--json").stdout)
+    assert as_json["sessions"][0]["created_at"] == "2025-03-04T05:06:07.891011Z"
+    shown = invoke("sessions", "show", "old", "--store", url)
+    fields = dict(line.split("\t", 1) for line in shown.stdout.splitlines())
+    assert fields["created"] == "2025-03-04T05:06:07Z", shown.stdout
+    assert fields["updated"] > fields["created"]
+
+
 def test_text_output_dry_run_rerun_and_overwrite(tmp_path: Path) -> None:
     source = clean_source(tmp_path / "strands")
     target = tmp_path / "store"
     dry = invoke("migrate", "strands", str(source), "--to", f"file:{target}", "--dry-run")
     assert dry.exit_code == 0, dry.stderr
     assert "would import" in dry.stdout
-    assert "dry run: nothing written" in dry.stdout
+    assert "dry run: nothing written" in dry.stderr  # the summary: on stderr when piped
     assert not target.exists()
     first = invoke("migrate", "strands", str(source), "--to", f"file:{target}")
     assert first.exit_code == 0, first.stderr
-    assert "2 imported, 0 skipped, 0 failed" in first.stdout
+    assert "2 imported, 0 skipped, 0 failed" in first.stderr
     again = invoke("migrate", "strands", str(source), "--to", f"file:{target}")
     assert again.exit_code == 0, again.stderr
-    assert "0 imported, 2 skipped" in again.stdout
-    assert "already exists" in again.stdout
+    assert "0 imported, 2 skipped" in again.stderr
+    assert "already exists" in again.stderr
     replaced = invoke(
         "migrate", "strands", str(source), "--to", f"file:{target}", "--overwrite", "--json"
     )
@@ -170,9 +197,9 @@ def test_malformed_files_are_listed_and_the_status_is_1(tmp_path: Path) -> None:
     write_json(source / "session_broken2" / "session.json", [])
     result = invoke("migrate", "strands", str(source), "--to", f"file:{tmp_path / 'store'}")
     assert result.exit_code == EXIT_PROBLEM, result.stderr
-    assert "session_broken/agents/agent_default/messages/message_3.json: not UTF-8" in result.stdout
-    assert "session_broken2/session.json: not a JSON object" in result.stdout
-    assert "3 imported" in result.stdout
+    assert "session_broken/agents/agent_default/messages/message_3.json: not UTF-8" in result.stderr
+    assert "session_broken2/session.json: not a JSON object" in result.stderr
+    assert "3 imported" in result.stderr
     assert "was not imported" in result.stderr
 
 
@@ -209,7 +236,8 @@ def test_the_snapshot_layout_through_a_subprocess_into_sqlite(tmp_path: Path) ->
         check=False,
     )
     assert completed.returncode == 0, completed.stderr
-    assert "1 imported" in completed.stdout
+    assert "1 imported" in completed.stderr
+    assert completed.stdout.splitlines()[1].split("\t")[:2] == ["snap", "imported"]
     store = open_store(f"sqlite:{database}")
     agent = resume(store, "snap")
     assert texts(agent.messages) == ["m0", "m1", "m2", "m3"]

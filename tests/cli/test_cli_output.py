@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ from perdure.cli.main import cli
 from perdure.cli.output import BOX_CHARACTERS, format_time, plural
 from perdure.cli.sessions import select_sessions
 from perdure.models import ScriptedModel
-from perdure.session import Session, SessionMeta, open_store
+from perdure.session import FileSessionStore, Session, SessionMeta, open_store
 from perdure.session.expiry import epoch_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -277,3 +278,131 @@ def test_store_before_the_command_is_the_target_of_a_migration(
     assert missing.exit_code == EXIT_USAGE
     assert missing.stderr.startswith("error: Missing option '--to'")
     assert missing.stderr.count("\n") == 1
+
+
+def pure_tsv(stdout: str) -> list[dict[str, str]]:
+    """``stdout`` as the rows of one tab-separated table; fail on anything else."""
+    lines = stdout.splitlines()
+    assert lines, "no header: piped output must be a table"
+    header = lines[0].split("\t")
+    assert all(header), f"an empty column name in the header {header}"
+    assert len(set(header)) == len(header), header
+    rows = [line.split("\t") for line in lines[1:]]
+    for row in rows:
+        assert len(row) == len(header), f"not a row of {header}: {row}\n{stdout}"
+    assert not BOX_CHARACTERS & set(stdout)
+    return [dict(zip(header, row, strict=True)) for row in rows]
+
+
+def strands_folder(root: Path, *ids: str) -> Path:
+    for session_id in ids:
+        agent = root / f"session_{session_id}" / "agents" / "agent_default"
+        (agent / "messages").mkdir(parents=True)
+        (agent / "agent.json").write_text(json.dumps({"agent_id": "default", "state": {}}))
+        record = {"message": {"role": "user", "content": [{"text": "hi"}]}, "message_id": 0}
+        (agent / "messages" / "message_0.json").write_text(json.dumps(record))
+    return root
+
+
+def snapshot_folder(root: Path) -> str:
+    from perdure.session import SnapshotSessionManager
+    from perdure.storage import LocalFileStorage
+
+    manager = SnapshotSessionManager(
+        "s1", storage=LocalFileStorage(root), snapshot_trigger=lambda **_: True
+    )
+    agent = Agent(model=ScriptedModel(["one", "two"]), session_manager=manager)
+    agent("hello")
+    agent("again")
+    return f"file:{root}"
+
+
+# Each command: its arguments ({url}: a file store of three sessions, {tmp}: a folder),
+# a column its table has, and a piece of its summary (on stderr when piped).
+PIPED = {
+    "verify": (["verify", "--store", "{url}"], "damage", "verified: no damage"),
+    "repair": (["repair", "--store", "{url}"], "kind", "nothing to repair"),
+    "gc": (["gc", "--store", "{url}", "--ttl", "30d"], "kind", "would delete 0 of 3 sessions"),
+    "copy": (
+        ["copy", "--from", "{url}", "--to", "file:{tmp}/copy"],
+        "status",
+        "3 copied, 0 skipped, 0 failed",
+    ),
+    "copy --dry-run": (
+        ["copy", "--from", "{url}", "--to", "file:{tmp}/copy", "--dry-run"],
+        "status",
+        "(dry run: nothing written)",
+    ),
+    "migrate strands": (
+        ["migrate", "strands", "{tmp}/strands", "--to", "file:{tmp}/migrated"],
+        "status",
+        "2 imported, 0 skipped, 0 failed",
+    ),
+    "migrate strands --dry-run": (
+        ["migrate", "strands", "{tmp}/strands", "--to", "file:{tmp}/migrated", "--dry-run"],
+        "status",
+        "2 would import",
+    ),
+    "snapshots list": (
+        ["snapshots", "list", "s1", "--storage", "{snapshots}"],
+        "snapshot id",
+        "snapshot_latest: 4 messages",
+    ),
+    "snapshots show": (
+        ["snapshots", "show", "s1", "--storage", "{snapshots}"],
+        "value",
+        "",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PIPED))
+def test_piped_output_is_one_table_and_the_summary_goes_to_stderr(
+    url: str, tmp_path: Path, name: str
+) -> None:
+    args, column, summary = PIPED[name]
+    strands_folder(tmp_path / "strands", "trip", "walk")
+    places = {
+        "{url}": url,
+        "{tmp}": str(tmp_path),
+        "{snapshots}": snapshot_folder(tmp_path / "snapshots"),
+    }
+    words = list(args)
+    for key, value in places.items():
+        words = [word.replace(key, value) for word in words]
+    for fmt in ([], ["--format", "tsv"]):  # piped, or asked for
+        for written in ("copy", "migrated"):  # each run starts from an empty target
+            shutil.rmtree(tmp_path / written, ignore_errors=True)
+        result = invoke(*words, *fmt)
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        pure_tsv(result.stdout)
+        assert column in result.stdout.splitlines()[0].split("\t")
+        assert summary in result.stderr, result.stderr
+        assert "error:" not in result.stderr
+    for written in ("copy", "migrated"):
+        shutil.rmtree(tmp_path / written, ignore_errors=True)
+    # On a terminal (--format table) the summary is printed under the table, on stdout.
+    drawn = invoke(*words, "--format", "table")
+    if summary:
+        assert summary in drawn.stdout, drawn.stdout
+    assert "\t" not in drawn.stdout
+
+
+def test_piped_repair_and_gc_put_every_finding_in_one_table(url: str, tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "store")
+    journal = store.session_dir("user-a") / "journal.jsonl"
+    data = bytearray(journal.read_bytes())
+    data[data.index(b"answer 0")] ^= 0x01
+    journal.write_bytes(bytes(data))
+    verify = invoke("verify", "--store", url)
+    assert verify.exit_code == 1
+    assert [(r["session"], r["damage"]) for r in pure_tsv(verify.stdout)] == [
+        ("user-a", "bad_hash")
+    ]
+    assert "1 of 3 sessions damaged" in verify.stderr
+    repair = invoke("repair", "--store", url)
+    assert repair.exit_code == 1
+    [row] = pure_tsv(repair.stdout)
+    assert (row["kind"], row["session"], row["status"]) == ("session", "user-a", "would repair")
+    assert repair.stderr.startswith("dry run: nothing was changed")
+    assert "would move 1 record of 1 session" in repair.stderr

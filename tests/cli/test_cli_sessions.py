@@ -163,7 +163,7 @@ def test_one_bad_meta_json_is_marked_and_the_rest_listed(tmp_path: Path, damage:
     ]
     verified = invoke("verify", "--store", url)
     assert verified.exit_code == EXIT_PROBLEM
-    assert "1 of 3 sessions damaged" in verified.stdout
+    assert "1 of 3 sessions damaged" in verified.stderr
 
 
 def test_list_pages_with_limit_and_after(seeded: str) -> None:
@@ -182,7 +182,11 @@ def test_list_pages_with_limit_and_after(seeded: str) -> None:
 def test_list_of_an_empty_store(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     result = invoke("sessions", "list", "--store", f"file:{tmp_path / 'empty'}")
-    assert (result.exit_code, result.stdout) == (0, "no sessions\n")
+    # Piped: the header alone (a script reads "no rows"), the sentence on stderr.
+    assert (result.exit_code, result.stdout) == (0, "id\tcreated\tupdated\tmessages\n")
+    assert result.stderr == "no sessions\n"
+    drawn = invoke("sessions", "list", "--store", f"file:{tmp_path / 'empty'}", "--format", "table")
+    assert drawn.stdout == "no sessions\n"  # on a terminal: the sentence, no empty table
 
 
 def test_show_summarises_state_and_checkpoints(seeded: str) -> None:

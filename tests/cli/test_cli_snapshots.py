@@ -130,7 +130,9 @@ def test_list_shows_ids_oldest_first_with_time_and_message_count(storage_url: st
     text = invoke("snapshots", "list", "s1", "--storage", storage_url)
     assert text.exit_code == 0, text.stderr
     assert all(snapshot_id in text.stdout for snapshot_id in ids)
-    assert "snapshot_latest: 6 messages" in text.stdout
+    assert text.stdout.splitlines()[0] == "#\tsnapshot id\tcreated\tmessages"  # only the table
+    assert len(text.stdout.splitlines()) == 4
+    assert "snapshot_latest: 6 messages" in text.stderr  # the summary: on stderr when piped
 
 
 def test_list_pages_with_limit_and_after(storage_url: str) -> None:

@@ -78,7 +78,8 @@ def sqlite_store(tmp_path: Path) -> SQLiteSessionStore:
 def test_verify_a_clean_file_store(file_store: FileSessionStore) -> None:
     result = perdure("verify", "--store", f"file:{file_store.root}")
     assert result.exit_code == 0, result.output
-    assert "3 sessions and 3 checkpoints verified: no damage" in result.stdout
+    assert "3 sessions and 3 checkpoints verified: no damage" in result.stderr
+    assert result.stdout == "session\tdamage\tposition\n"  # piped: the table, even empty
 
 
 def test_verify_a_clean_sqlite_store_as_json(sqlite_store: SQLiteSessionStore) -> None:
@@ -102,8 +103,8 @@ def test_verify_reports_the_damaged_file_session_with_kind_and_position(
         ["session", "damage", "position"],  # the header: piped output is tab-separated
         ["b", "bad_hash", f"journal.jsonl byte {offset}"],  # the one damaged session
     ]
-    assert "1 of 3 sessions damaged" in result.stdout
-    assert f"perdure repair --store {url}" in result.stdout
+    assert "1 of 3 sessions damaged" in result.stderr  # the summary: on stderr when piped
+    assert f"perdure repair --store {url}" in result.stderr
     report = json.loads(perdure("verify", "--store", url, "--json").stdout)
     assert report["damaged_sessions"] == ["b"]
     (damage,) = report["damage"]
@@ -130,7 +131,7 @@ def test_verify_reports_the_damaged_sqlite_session_with_its_row(
     report = json.loads(result.stdout)
     assert report["damaged_sessions"] == ["c"]
     assert [(d["kind"], d["row"]) for d in report["damage"]] == [("bad_hash", 1)]
-    hint = perdure("verify", "--store", f"sqlite:{sqlite_store.path}").stdout
+    hint = perdure("verify", "--store", f"sqlite:{sqlite_store.path}").stderr
     assert f"perdure repair --store sqlite:{sqlite_store.path}" in hint.replace("\n", "")
 
 
@@ -145,7 +146,7 @@ def test_verify_reports_damaged_checkpoint_files(tmp_path: Path) -> None:
     for broken in (files[0], files[1]):
         assert f"checkpoint {broken.stem}" in result.stdout
     assert result.stdout.count("bad_checkpoint") == 2
-    assert "perdure repair --store" in result.stdout  # repair quarantines checkpoints too
+    assert "perdure repair --store" in result.stderr  # repair quarantines checkpoints too
 
 
 def test_verify_named_sessions_and_a_missing_one(file_store: FileSessionStore) -> None:
@@ -154,7 +155,10 @@ def test_verify_named_sessions_and_a_missing_one(file_store: FileSessionStore) -
     assert perdure("verify", "--store", url, "a", "c").exit_code == 0
     result = perdure("verify", "--store", url, "a", "nope")
     assert result.exit_code == 3
-    assert result.stderr == "error: session 'nope' not found [session_not_found]\n"
+    assert result.stderr.splitlines() == [
+        "✓ 1 session and 1 checkpoint verified: no damage",  # what was found: "a"
+        "error: session 'nope' not found [session_not_found]",
+    ]
 
 
 def test_verify_of_only_unknown_sessions_prints_only_the_error(
@@ -218,9 +222,9 @@ def test_repair_is_a_dry_run_by_default_and_writes_nothing(
     result = perdure("repair", "--store", f"file:{file_store.root}")
     assert tree(tmp_path) == before
     assert result.exit_code == 1  # damage remains: nothing was changed
-    assert result.stdout.startswith("dry run: nothing was changed")
+    assert result.stderr.startswith("dry run: nothing was changed")
     assert "would repair" in result.stdout
-    assert "would move 1 record of 1 session" in result.stdout
+    assert "would move 1 record of 1 session" in result.stderr
     report = json.loads(perdure("repair", "--store", f"file:{file_store.root}", "--json").stdout)
     assert report["dry_run"] is True
     (item,) = report["sessions"]
@@ -241,17 +245,17 @@ def test_repair_apply_moves_bad_records_and_the_session_reads_again(
     url = f"file:{file_store.root}"
     result = perdure("repair", "--store", url, "--apply", "--quarantine-dir", str(quarantine))
     assert result.exit_code == 0, result.output
-    assert "moved 1 record of 1 session" in result.stdout
+    assert "moved 1 record of 1 session" in result.stderr
     assert "repaired" in result.stdout
-    assert "answer" not in result.stdout  # counts and positions, never content
+    assert "answer" not in result.stdout + result.stderr  # counts and positions, never content
     (moved,) = (quarantine / "b").iterdir()
-    assert str(moved) in result.stdout.replace("\n", "")
+    assert str(moved) in result.stderr.replace("\n", "")
     healed = asyncio.run(FileSessionStore(file_store.root).get("b"))  # a strict reader
     assert healed.meta.message_count == 3
     assert perdure("verify", "--store", url).exit_code == 0
     again = perdure("repair", "--store", url, "--apply")
     assert again.exit_code == 0
-    assert "nothing to repair" in again.stdout
+    assert "nothing to repair" in again.stderr
 
 
 def test_repair_apply_as_json_reports_positions_not_content(
@@ -285,6 +289,7 @@ def test_repair_after_a_deleted_line_reports_it_missing_and_keeps_the_next_recor
     offset = sum(map(len, lines[:gone]))
     assert rows == [
         [
+            "session",  # the kind of row: a session's records
             "b",
             "missing_record",
             f"journal.jsonl byte {offset}",
@@ -292,11 +297,12 @@ def test_repair_after_a_deleted_line_reports_it_missing_and_keeps_the_next_recor
             "0",
             "-",
             f"1 before line {gone + 1}",
+            "",  # no checkpoint
         ]
     ]
     assert "bad_hash" not in result.stdout
-    assert "moved 0 records of 0 sessions" in result.stdout
-    assert "1 record already missing from the journal of 1 session" in result.stdout
+    assert "moved 0 records of 0 sessions" in result.stderr
+    assert "1 record already missing from the journal of 1 session" in result.stderr
     healed = asyncio.run(FileSessionStore(file_store.root).get("b"))
     assert [b["text"] for m in healed.messages for b in m["content"]] == [
         "b question 1",
@@ -326,7 +332,7 @@ def test_repair_leaves_what_quarantine_cannot_fix_and_exits_1(tmp_path: Path) ->
     checkpoint.mkdir()  # unreadable: nothing to move or seal
     result = perdure("repair", "--store", f"file:{store.root}", "--apply")
     assert result.exit_code == 1
-    assert "not repaired by quarantine" in result.stdout
+    assert result.stdout.splitlines()[1].startswith("not repaired\t")  # the row's kind
     assert checkpoint.is_dir()
 
 
@@ -343,11 +349,11 @@ def test_repair_quarantines_a_damaged_checkpoint(tmp_path: Path) -> None:
     assert first.exists()
     result = perdure("repair", "--store", url, "--apply")
     assert result.exit_code == 0, result.stdout
-    assert f"checkpoint {first.stem} moved to" in result.stdout
+    assert f"checkpoint {first.stem} moved to" in result.stderr
     assert not first.exists()
     assert second.exists()
     assert perdure("verify", "--store", url).exit_code == 0
-    assert "nothing to repair" in perdure("repair", "--store", url).stdout
+    assert "nothing to repair" in perdure("repair", "--store", url).stderr
 
 
 def test_repair_refuses_stores_other_than_file_and_sqlite() -> None:
@@ -375,13 +381,13 @@ def test_repair_a_sqlite_store_in_place(sqlite_store: SQLiteSessionStore, tmp_pa
     dry = perdure("repair", "--store", url)
     assert dry.exit_code == 1
     assert "would repair" in dry.stdout
-    assert "would move 1 record of 1 session" in dry.stdout
+    assert "would move 1 record of 1 session" in dry.stderr
     assert perdure("verify", "--store", url).exit_code == 1  # the dry run changed nothing
     quarantine = tmp_path / "q"
     result = perdure("repair", "--store", url, "--apply", "--quarantine-dir", str(quarantine))
     assert result.exit_code == 0, result.output
-    assert "moved 1 record of 1 session" in result.stdout
-    assert "answer" not in result.stdout  # counts and positions, never content
+    assert "moved 1 record of 1 session" in result.stderr
+    assert "answer" not in result.stdout + result.stderr  # counts and positions, never content
     (moved,) = (quarantine / "c").iterdir()
     assert "answeR 2" in moved.read_text()  # the damaged row, as stored
     assert perdure("verify", "--store", url).exit_code == 0

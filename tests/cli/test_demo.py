@@ -14,6 +14,7 @@ import pytest
 from perdure._runtime.loop import run_sync
 from perdure.cli.demo import run_demo
 from perdure.cli.main import main
+from perdure.cli.output import BOX_CHARACTERS
 
 
 def test_demo_kills_its_worker_and_resumes_without_rerunning_a_tool(tmp_path: Path) -> None:
@@ -21,7 +22,7 @@ def test_demo_kills_its_worker_and_resumes_without_rerunning_a_tool(tmp_path: Pa
     demo = run_demo(out, color=False, data_dir=tmp_path / "data")
     snapshot = run_sync(demo, async_name="run_demo()")
     text = out.getvalue()
-    pause = r"(worker \d) │ ⏸  (checkpoint|interrupt) #(\d+): (\w+)(?:, cycle (\d+))?"
+    pause = r"(worker \d) \| ⏸  (checkpoint|interrupt) #(\d+): (\w+)(?:, cycle (\d+))?"
     pauses = re.findall(pause, text)
     assert [(w, kind, int(n), where, cycle) for w, kind, n, where, cycle in pauses] == [
         ("worker 1", "checkpoint", 1, "after_model", "0"),
@@ -37,8 +38,8 @@ def test_demo_kills_its_worker_and_resumes_without_rerunning_a_tool(tmp_path: Pa
     assert "killed worker 1" in text
     assert "SIGKILL" in text
     # the graph part: killed between plan and draft, resumed at draft, each node once
-    assert "worker 1 │ · plan ran\n💥 killed worker 1" in text
-    assert "worker 2 │ ▶ resumed: done ['plan'], next ['draft']" in text
+    assert "worker 1 | · plan ran\n💥 killed worker 1" in text
+    assert "worker 2 | ▶ resumed: done ['plan'], next ['draft']" in text
     assert "node runs across both processes: ✔ plan 1×, ✔ draft 1×, ✔ review 1×" in text
     graph_runs = (tmp_path / "data" / "graph" / "node-runs.log").read_text().split()
     assert graph_runs == ["plan", "draft", "review"]
@@ -72,6 +73,7 @@ def test_demo_colours_when_forced(tmp_path: Path) -> None:
     out = io.StringIO()
     run_sync(run_demo(out, color=True, data_dir=tmp_path / "d"), async_name="run_demo()")
     assert "\x1b[33;1m⏸" in out.getvalue()
+    assert "worker 1 │ " in out.getvalue()  # in colour (a terminal): the drawn bar
 
 
 def test_console_script_entry_point_runs_the_demo(tmp_path: Path) -> None:
@@ -86,6 +88,7 @@ def test_console_script_entry_point_runs_the_demo(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "finished: stop_reason=end_turn" in proc.stdout
+    assert not BOX_CHARACTERS & set(proc.stdout)  # piped: no box-drawing characters
     assert (tmp_path / "demo" / "store" / "sessions" / "gift-finder" / "journal.jsonl").exists()
 
 

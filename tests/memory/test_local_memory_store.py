@@ -310,3 +310,21 @@ async def test_lone_surrogates_are_refused_in_content_and_kept_elsewhere(
     await store.add_messages([{"role": "user", "content": [{"text": "see quarterly \udcff"}]}])
     assert "see quarterly \ufffd" in contents(await store.search("quarterly", limit=5))
     assert await store.count() == 2
+
+
+async def test_schema_exists_tells_no_store_from_an_empty_one_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    missing = LocalMemoryStore(tmp_path / "sub" / "memory.sqlite", namespace="a")
+    assert await missing.schema_exists() is False
+    assert not (tmp_path / "sub").exists()
+    (tmp_path / "empty.sqlite").touch()
+    assert await LocalMemoryStore(tmp_path / "empty.sqlite", namespace="a").schema_exists() is False
+    assert (tmp_path / "empty.sqlite").read_bytes() == b""
+    made = LocalMemoryStore(tmp_path / "memory.sqlite", namespace="a")
+    await made.initialize()  # an empty store: tables, no memory
+    assert await LocalMemoryStore(tmp_path / "memory.sqlite", namespace="b").schema_exists()
+    made.close()
+    (tmp_path / "junk.sqlite").write_bytes(b"junk" * 1000)
+    with pytest.raises(MemoryStoreError):
+        await LocalMemoryStore(tmp_path / "junk.sqlite", namespace="a").schema_exists()

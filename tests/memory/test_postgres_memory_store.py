@@ -490,3 +490,14 @@ async def test_rotate_keys_re_encrypts_the_namespace(
     ]
     await only_k2.add("THE ZEBRA  likes tea")  # deduplicated under the new key
     assert await only_k2.count() == 2
+
+
+async def test_schema_exists_creates_nothing(
+    schema: str, opened: Callable[..., PostgresMemoryStore]
+) -> None:
+    assert await opened().schema_exists() is False
+    assert (
+        execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)) == []
+    )
+    await opened().initialize()  # an empty store: the tables, no memory
+    assert await opened("bob").schema_exists() is True

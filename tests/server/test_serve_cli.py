@@ -130,6 +130,21 @@ def test_serve_refuses_a_store_that_does_not_exist(tmp_path: Path) -> None:
     assert "no store at" in result.stderr
 
 
+def test_serve_refuses_a_memory_store_that_is_not_there(store_dir: str, tmp_path: Path) -> None:
+    """Browsing memories must not create a memory store (as ``perdure memory`` does not)."""
+    for target in (tmp_path / "none.db", tmp_path / "empty.db"):
+        if target.name == "empty.db":
+            target.touch()
+        result = CliRunner().invoke(
+            cli, ["serve", "--store", store_dir, "--memory", f"sqlite:{target}", "--port", "1"]
+        )
+        assert result.exit_code == 3, result.output
+        assert result.stderr.startswith(f"error: no memory store at {target} (")
+        assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "none.db").exists()
+    assert (tmp_path / "empty.db").read_bytes() == b""
+
+
 def test_the_readme_serve_example_runs(store_dir: str) -> None:
     """The README's ``perdure serve`` lines: the first serves, the curl line answers."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")

@@ -25,9 +25,13 @@ from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore
 from perdure.testing.messages import text
 
+LONG_AGO = "2024-02-29T12:00:00.000001Z"
+
 
 def populate(store: SessionStore, ids: list[str]) -> None:
-    """Sessions written by real agents, with state, a redaction and two checkpoints."""
+    """Sessions written by real agents, with state, a redaction and two checkpoints;
+    the first made long ago (a copy must keep each session's creation time)."""
+    asyncio.run(store.create(ids[0], created_at=LONG_AGO))
     for sid in ids:
         session = Session(store, sid)
         agent = Agent(model=ScriptedModel([f"{sid} one", f"{sid} two"]), session_manager=session)
@@ -40,13 +44,14 @@ def populate(store: SessionStore, ids: list[str]) -> None:
     asyncio.run(store.commit(ids[0], history, redactions={0: text("user", "[redacted]")}))
 
 
-def snapshot(store: SessionStore, sid: str) -> tuple[Any, Any, list[Any]]:
-    async def read() -> tuple[Any, Any, list[Any]]:
+def snapshot(store: SessionStore, sid: str) -> tuple[Any, Any, Any, list[Any]]:
+    async def read() -> tuple[Any, Any, Any, list[Any]]:
         record = await store.get(sid)
         checkpoints: Any = store.checkpoints  # type: ignore[attr-defined]
         metas = await checkpoints.list(sid)
         bodies = [await checkpoints.get(sid, m.checkpoint_id) for m in metas]
         return (
+            record.meta.created_at,
             record.messages,
             record.agent_state,
             [(b.meta, b.messages, b.agent_state) for b in bodies],
@@ -73,6 +78,10 @@ def test_a_copy_reads_back_equal_with_its_checkpoints(
     ]
     for sid in ("a", "b"):
         assert snapshot(target, sid) == snapshot(source, sid)
+    assert asyncio.run(target.get("a")).meta.created_at == LONG_AGO
+    assert [m.created_at for m in asyncio.run(target.list())] == [
+        m.created_at for m in asyncio.run(source.list())
+    ]
     assert asyncio.run(target.get("a")).messages[0] == text("user", "[redacted]")
     # A second copy finds them there; --overwrite replaces them.
     again = asyncio.run(copy_sessions(source, target))
@@ -133,9 +142,13 @@ def test_perdure_copy_on_the_command_line(tmp_path: Path) -> None:
         ("a", "copied"),
         ("b", "copied"),
     ]
+    listed = runner.invoke(cli, ["sessions", "list", "--store", target_url])
+    rows = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert rows[0][:2] == ["id", "created"]
+    assert rows[1][:2] == ["a", "2024-02-29T12:00:00Z"]  # the source's creation time
     human = runner.invoke(cli, ["copy", "--from", source_url, "--to", target_url])
     assert human.exit_code == 1  # both there already: skipped, and said so
-    assert "0 copied, 2 skipped, 0 failed" in human.stdout
+    assert "0 copied, 2 skipped, 0 failed" in human.stderr  # the summary: stderr when piped
     refused = runner.invoke(cli, ["copy", "--from", source_url, "--to", "memory:"])
     assert refused.exit_code == 2
     assert "persists" in refused.stderr
@@ -159,3 +172,17 @@ def test_a_target_that_reads_back_differently_is_reported_failed(tmp_path: Path)
     report = asyncio.run(copy_sessions(source, Forgetful()))
     assert [(s.status, s.reason) for s in report.sessions] == [("failed", "verify_mismatch")]
     assert "history" in (report.sessions[0].detail or "")
+
+
+def test_a_target_that_forgets_the_creation_time_is_reported_failed(tmp_path: Path) -> None:
+    from perdure.stores.memory import MemorySessionStore
+
+    class Renewing(MemorySessionStore):
+        async def create(self, session_id: str, **options: Any) -> Any:
+            return await super().create(session_id, exist_ok=options.get("exist_ok", False))
+
+    source = make_store("file", tmp_path / "from")
+    populate(source, ["a"])
+    report = asyncio.run(copy_sessions(source, Renewing()))
+    assert [(s.status, s.reason) for s in report.sessions] == [("failed", "verify_mismatch")]
+    assert "creation time" in (report.sessions[0].detail or "")

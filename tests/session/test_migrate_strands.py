@@ -22,6 +22,7 @@ from perdure.agent.conversation.pairing import INTERRUPTED_TOOL_RESULT_TEXT
 from perdure.migrate.strands import MigrationReport, SessionMigration, migrate_strands
 from perdure.models import ScriptedModel
 from perdure.session import FileSessionStore, Session, SessionStore
+from perdure.session.rules import utc_now
 from perdure.stores.sqlite import SQLiteSessionStore
 from perdure.types import Message
 
@@ -590,15 +591,15 @@ def test_timestamps_usage_and_the_sessions_creation_time_are_kept(
     entry = by_id(run(migrate_strands(root, store)))["kept"]
     assert entry.status == "imported"
     assert entry.strands_created_at == T0
-    stored = run(store.get("kept")).messages
+    kept = run(store.get("kept"))
+    # The session keeps Strands' creation time as its own (UTC, as perdure writes it).
+    assert kept.meta.created_at == "2025-06-01T10:00:00.000000Z"
+    assert [m.created_at for m in run(store.list())] == ["2025-06-01T10:00:00.000000Z"]
+    assert kept.meta.updated_at > kept.meta.created_at  # the import wrote it
+    stored = kept.messages
     assert bare(stored) == normal_messages(4)
     assert stored[0]["metadata"] == {  # type: ignore[typeddict-item]
-        "strands": {
-            "message_id": 0,
-            "created_at": T0,
-            "updated_at": T0,
-            "session_created_at": T0,
-        }
+        "strands": {"message_id": 0, "created_at": T0, "updated_at": T0}
     }
     assert stored[1]["metadata"] == {  # type: ignore[typeddict-item]
         "strands": {
@@ -622,6 +623,24 @@ def test_timestamps_usage_and_the_sessions_creation_time_are_kept(
     assert any("metadata" in m for m in sent)  # the loop passes messages as stored
     assert not any("metadata" in m for m in to_openai_messages(sent, None))
     assert not any("metadata" in m for m in to_anthropic_messages(sent))
+
+
+@pytest.mark.parametrize("stamp", ["2025-06-01T10:00:00", "last tuesday"])
+def test_an_unusable_session_creation_time_is_kept_in_metadata(
+    tmp_path: Path, store: SessionStore, stamp: str
+) -> None:
+    """A creation time that names no instant (no offset, no time) is not guessed at."""
+    root = tmp_path / "strands"
+    file_session(root, "odd", normal_messages(2))
+    meta = root / "session_odd" / "session.json"
+    write_json(meta, {**json.loads(meta.read_text()), "created_at": stamp})
+    started = utc_now()
+    entry = by_id(run(migrate_strands(root, store)))["odd"]
+    assert entry.status == "imported"
+    assert any("created_at is unusable" in note for note in entry.notes), entry.notes
+    record = run(store.get("odd"))
+    assert record.meta.created_at >= started  # the migration's time
+    assert record.messages[0]["metadata"]["strands"]["session_created_at"] == stamp  # type: ignore[typeddict-item]
 
 
 def test_strict_refuses_a_session_with_an_unreadable_message(

@@ -45,7 +45,7 @@ from perdure.agent import (
     ToolStartEvent,
 )
 from perdure.cli._common import EXIT_USAGE, fail, handle_errors, session_store, store_option
-from perdure.cli.output import plural
+from perdure.cli.output import format_time, plural
 from perdure.cli.render import preview, tool_result_text
 from perdure.cli.style import Style
 from perdure.errors import PerdureError
@@ -60,8 +60,8 @@ EXIT_COMMANDS = frozenset({"/exit", "/quit"})
 
 @tool
 def current_time() -> str:
-    """Return the current date and time in UTC, in ISO 8601 format."""
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    """Return the current date and time in UTC, in ISO 8601 format (``…Z``)."""
+    return format_time(datetime.datetime.now(datetime.UTC).isoformat())
 
 
 CHAT_TOOLS: tuple[AgentTool, ...] = (current_time,)

@@ -45,7 +45,7 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
-from perdure.cli.output import new_table, plural, print_table, progress_bar
+from perdure.cli.output import new_table, note, plural, print_listing, progress_bar
 from perdure.cli.render import format_time
 
 
@@ -80,9 +80,6 @@ def list_checkpoints(session_id: str, store_url: str, as_json: bool) -> None:
             }
         )
         return
-    if not found:
-        click.echo(f"session {session_id!r} has no checkpoints")
-        return
     table = new_table()
     table.add_column("id", no_wrap=True)
     table.add_column("trigger", no_wrap=True)
@@ -96,15 +93,15 @@ def list_checkpoints(session_id: str, store_url: str, as_json: bool) -> None:
             continue
         cells = (item.checkpoint_id, item.trigger, item.label or "", str(item.message_count))
         table.add_row(*map(Text, cells), Text(format_time(item.created_at)))
-    print_table(table)
+    print_listing(table, f"session {session_id!r} has no checkpoints")
     damaged = [item for item in found if isinstance(item, DamagedCheckpoint)]
     for item in damaged:
-        click.echo(f"damaged: {item.error.message}", err=True)
+        note(f"damaged: {item.error.message}", "red")
     if damaged:
-        click.echo(
+        note(
             f"delete a damaged checkpoint with: perdure checkpoints delete {session_id} ID, "
             "or quarantine it with: perdure repair",
-            err=True,
+            "dim",
         )
 
 

@@ -17,7 +17,6 @@ from rich.text import Text
 
 from perdure.cli._common import (
     EXIT_PROBLEM,
-    console,
     echo_json,
     fail,
     handle_errors,
@@ -25,7 +24,7 @@ from perdure.cli._common import (
     run,
     session_store,
 )
-from perdure.cli.output import new_table, print_table, progress_bar
+from perdure.cli.output import new_table, note, print_table, progress_bar
 from perdure.migrate.copy import CopyReport, CopyStatus, copy_sessions
 from perdure.stores.memory import MemorySessionStore
 
@@ -101,7 +100,6 @@ def copy(
 
 
 def _render(report: CopyReport, source_url: str, target_url: str) -> None:
-    out = console()
     table = new_table(title=f"{source_url} → {target_url}")
     table.add_column("session", overflow="fold")
     table.add_column("status", no_wrap=True)
@@ -116,12 +114,11 @@ def _render(report: CopyReport, source_url: str, target_url: str) -> None:
             str(entry.checkpoints),
             Text(entry.reason or ""),
         )
-    print_table(table, out)
+    print_table(table)
     done: CopyStatus = "would_copy" if report.dry_run else "copied"
     verb = "would copy" if report.dry_run else "copied"
     suffix = " (dry run: nothing written)" if report.dry_run else ""
-    out.print(
+    note(
         f"{report.count(done)} {verb}, {report.count('skipped')} skipped, "
-        f"{report.count('failed')} failed{suffix}",
-        markup=False,
+        f"{report.count('failed')} failed{suffix}"
     )

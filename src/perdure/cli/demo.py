@@ -355,7 +355,7 @@ def _relay(
                 worker.stdin.write("go on\n")
                 worker.stdin.flush()
                 continue
-            out.write(s(f"{label} │ ", "dim") + line)
+            out.write(s(f"{label} {s.bar} ", "dim") + line)
             out.flush()
     worker.wait()
     return False

@@ -107,7 +107,7 @@ def _relay(worker: subprocess.Popen[str], out: TextIO, s: Style, label: str) -> 
                 worker.send_signal(signal.SIGKILL)
                 worker.wait()
                 return True
-            out.write(s(f"{label} │ ", "dim") + line)
+            out.write(s(f"{label} {s.bar} ", "dim") + line)
     worker.wait()
     return False
 

@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import click
+from rich.text import Text
 
 from perdure.cli._common import (
     EXIT_NOT_FOUND,
     EXIT_PROBLEM,
-    console,
     echo_json,
     fail,
     handle_errors,
@@ -38,7 +38,14 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
-from perdure.cli.output import format_time, new_table, plural, print_table, progress_bar
+from perdure.cli.output import (
+    format_time,
+    new_table,
+    note,
+    plural,
+    print_sections,
+    progress_bar,
+)
 from perdure.maintenance import GcReport, gc_checkpoints, gc_store, parse_duration
 from perdure.session.store import SupportsExpiry
 
@@ -231,61 +238,64 @@ def _parse_now(text: str) -> _dt.datetime:
 
 
 def _print(report: GcReport, ttl: str | None) -> None:
-    out = console()
+    # The tables are the output (piped: one table with a kind column, see
+    # print_sections); every other line is a note, on stderr when piped.
     verb = "would delete" if report.dry_run else "deleted"
     if report.dry_run:
-        out.print("[bold]dry run[/]: nothing was deleted; --apply deletes what is listed")
-    if report.expired:
-        out.print(f"sessions inactive for more than {ttl}:")
-        table = new_table()
-        table.add_column("session", overflow="fold")
-        table.add_column("updated", no_wrap=True)
-        table.add_column("idle", justify="right", no_wrap=True)
-        table.add_column("messages", justify="right")
-        for item in report.expired:
-            table.add_row(
-                item.session_id,
-                short_time(item.updated_at),
-                human_duration(item.idle_seconds),
-                str(item.message_count),
+        note(
+            Text.assemble(
+                ("dry run", "bold"), ": nothing was deleted; --apply deletes what is listed"
             )
-        print_table(table, out)
-    if report.pruned:
-        limits = []
-        if report.keep_checkpoints is not None:
-            limits.append(f"beyond each session's newest {report.keep_checkpoints}")
-        if report.max_checkpoint_age is not None:
-            limits.append(f"older than {human_duration(report.max_checkpoint_age)}")
-        out.print(f"checkpoints {' or '.join(limits)}:")
-        table = new_table()
-        table.add_column("session", overflow="fold")
-        table.add_column("checkpoint", overflow="fold")
-        table.add_column("trigger", no_wrap=True)
-        table.add_column("created", no_wrap=True)
-        for pruned in report.pruned:
-            table.add_row(
-                pruned.session_id,
-                pruned.checkpoint_id,
-                "damaged" if pruned.damaged else pruned.trigger,
-                short_time(pruned.created_at),
-            )
-        print_table(table, out)
-    if report.skipped:
-        out.print("skipped:")
-        table = new_table()
-        table.add_column("session", overflow="fold")
-        table.add_column("reason", no_wrap=True)
-        table.add_column("detail")
-        for skipped in report.skipped:
-            table.add_row(skipped.session_id or "(store)", skipped.code, skipped.detail)
-        print_table(table, out)
+        )
+    expired = new_table()
+    expired.add_column("session", overflow="fold")
+    expired.add_column("updated", no_wrap=True)
+    expired.add_column("idle", justify="right", no_wrap=True)
+    expired.add_column("messages", justify="right")
+    for item in report.expired:
+        expired.add_row(
+            item.session_id,
+            short_time(item.updated_at),
+            human_duration(item.idle_seconds),
+            str(item.message_count),
+        )
+    limits = []
+    if report.keep_checkpoints is not None:
+        limits.append(f"beyond each session's newest {report.keep_checkpoints}")
+    if report.max_checkpoint_age is not None:
+        limits.append(f"older than {human_duration(report.max_checkpoint_age)}")
+    pruned = new_table()
+    pruned.add_column("session", overflow="fold")
+    pruned.add_column("checkpoint", overflow="fold")
+    pruned.add_column("trigger", no_wrap=True)
+    pruned.add_column("created", no_wrap=True)
+    for checkpoint in report.pruned:
+        pruned.add_row(
+            checkpoint.session_id,
+            checkpoint.checkpoint_id,
+            "damaged" if checkpoint.damaged else checkpoint.trigger,
+            short_time(checkpoint.created_at),
+        )
+    skipped = new_table()
+    skipped.add_column("session", overflow="fold")
+    skipped.add_column("reason", no_wrap=True)
+    skipped.add_column("detail")
+    for refused in report.skipped:
+        skipped.add_row(refused.session_id or "(store)", refused.code, refused.detail)
+    print_sections(
+        [
+            ("session", f"sessions inactive for more than {ttl}:", expired),
+            ("checkpoint", f"checkpoints {' or '.join(limits)}:", pruned),
+            ("skipped", "skipped:", skipped),
+        ]
+    )
     if report.orphans or report.temp_files:
-        out.print(
+        note(
             f"{verb} what killed writers left: {plural(len(report.orphans), 'empty session')} "
             f"of an interrupted fork, {plural(len(report.temp_files), 'temp file')}"
         )
     sessions, checkpoints = len(report.expired), len(report.pruned)
-    out.print(
+    note(
         f"{verb} {sessions} of {plural(report.sessions_checked, 'session')} and "
         f"{plural(checkpoints, 'checkpoint')}"
     )

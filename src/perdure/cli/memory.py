@@ -37,7 +37,7 @@ from perdure.cli._common import (
     reads_remembered_store,
     run,
 )
-from perdure.cli.output import format_time, new_table, note, plural, print_table
+from perdure.cli.output import format_time, new_table, note, plural, print_listing, print_table
 from perdure.cli.render import shorten
 from perdure.memory import LocalMemoryStore, MemoryEntry
 
@@ -79,7 +79,10 @@ user_option = click.option(
 def memory_store(url: str, user: str) -> Iterator[Any]:
     """Open the memory store ``url`` for ``user``'s namespace, and close it afterwards.
 
-    A ``sqlite:`` file that does not exist is reported (exit 3), not created empty.
+    Every ``perdure memory`` command reads (or deletes from) a store that is there:
+    one that is not — a ``sqlite:`` path with no file, or a file or ``postgresql://``
+    schema without perdure's memory tables — is reported (exit 3, as ``--store`` of
+    the session commands), and nothing is created.
 
     Raises:
         ValueError: an unknown scheme, or a path missing.
@@ -93,9 +96,7 @@ def memory_store(url: str, user: str) -> Iterator[Any]:
     store: Any
     if scheme == "sqlite":
         path = Path(rest[2:] if rest.startswith("//") else rest).expanduser()
-        if not path.exists():
-            fail(f"no memory store at {path} (--store {url})", EXIT_NOT_FOUND)
-        store = LocalMemoryStore(path, namespace=user)
+        store, where = LocalMemoryStore(path, namespace=user), str(path)
     else:
         from perdure._runtime.urls import postgres_url
         from perdure.memory.postgres_store import PostgresMemoryStore
@@ -104,10 +105,22 @@ def memory_store(url: str, user: str) -> Iterator[Any]:
         store = PostgresMemoryStore(
             dsn, namespace=user, schema=str(options.get("schema", "perdure"))
         )
+        where = url
     try:
+        if not run(store.schema_exists()):
+            what = "no such file" if scheme == "sqlite" and not path.exists() else None
+            found = what or "no perdure memory tables in it"
+            fail(f"no memory store at {where} ({found})", EXIT_NOT_FOUND)
         yield store
     finally:
         store.close()
+
+
+def require_memory_store(url: str) -> None:
+    """Exit 3 (``no memory store at …``) unless ``url`` names a memory store that is
+    there (``perdure serve --memory``); creates nothing."""
+    with memory_store(url, "perdure"):  # any namespace: only the tables are looked for
+        pass
 
 
 async def all_memories(store: Any) -> list[MemoryEntry]:
@@ -146,7 +159,7 @@ def _iso(created: Any) -> str | None:
     return created if isinstance(created, str) else None
 
 
-def _table(entries: list[MemoryEntry], *, scored: bool = False) -> None:
+def _table(entries: list[MemoryEntry], nothing: str, *, scored: bool = False) -> None:
     table = new_table("id", "created", "content")
     if scored:
         table.add_column("score", justify="right")
@@ -156,12 +169,17 @@ def _table(entries: list[MemoryEntry], *, scored: bool = False) -> None:
         table.add_row(
             str(data["memory_id"]), data["created_at"] or "-", shorten(entry.content), *score
         )
-    print_table(table)
+    print_listing(table, nothing)
 
 
 @click.group()
 def memory() -> None:
-    """Inspect, export and erase the long-term memories of one user."""
+    """Inspect, export and erase the long-term memories of one user.
+
+    --store must name a memory store that is there: a path with no file, or a
+    file or PostgreSQL schema without perdure's memory tables, is an error (exit
+    3), and nothing is created.
+    """
 
 
 @memory.command("list")
@@ -179,10 +197,7 @@ def list_memories(store_url: str, user: str, limit: int, offset: int, as_json: b
     if as_json:
         echo_json({"user": user, "total": total, "memories": [memory_json(e) for e in entries]})
         return
-    if not entries:
-        click.echo(f"no memories for user {user!r}" + (f" from offset {offset}" if offset else ""))
-        return
-    _table(entries)
+    _table(entries, f"no memories for user {user!r}" + (f" from offset {offset}" if offset else ""))
     if offset + len(entries) < total:
         more = offset + len(entries)
         note(f"{plural(total, 'memory', 'memories')} in all: more with --offset {more}")
@@ -202,10 +217,7 @@ def search_memories(query: str, store_url: str, user: str, limit: int, as_json: 
     if as_json:
         echo_json({"user": user, "query": query, "memories": [memory_json(e) for e in entries]})
         return
-    if not entries:
-        click.echo(f"no memories of user {user!r} match {query!r}")
-        return
-    _table(entries, scored=True)
+    _table(entries, f"no memories of user {user!r} match {query!r}", scored=True)
 
 
 @memory.command("show")

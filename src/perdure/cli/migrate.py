@@ -13,13 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.text import Text
 
 from perdure.cli._common import (
     EXIT_NOT_FOUND,
     EXIT_PROBLEM,
-    console,
     echo_json,
     fail,
     handle_errors,
@@ -27,7 +25,7 @@ from perdure.cli._common import (
     resolve_target_store,
     run,
 )
-from perdure.cli.output import new_table, print_table, progress_bar
+from perdure.cli.output import new_table, note, print_table, progress_bar
 from perdure.migrate.langgraph import (
     LangGraphMigrationReport,
     ThreadMigration,
@@ -99,7 +97,6 @@ def _close(store: SessionStore | Storage) -> None:
 
 
 def _render(report: MigrationReport) -> None:
-    out = console()
     verb = "would import" if report.dry_run else "imported"
     table = new_table(title=f"Strands sessions in {report.source_dir}")
     table.add_column("session", overflow="fold")
@@ -116,31 +113,30 @@ def _render(report: MigrationReport) -> None:
             str(entry.redactions_applied),
             str(entry.checkpoints_imported),
         )
-    print_table(table, out)
+    print_table(table)
     for entry in report.sessions:
         lines = [f"  {entry.reason}"] if entry.reason else []
-        lines += [f"  note: {note}" for note in entry.notes]
+        lines += [f"  note: {text}" for text in entry.notes]
         if lines:
-            out.print(f"{entry.session_id} (from {entry.source}):", markup=False)
+            note(f"{entry.session_id} (from {entry.source}):")
             for line in lines:
-                out.print(line, markup=False)
+                note(line)
     skipped = report.all_skipped_files
     if skipped:
-        out.print(f"not imported ({len(skipped)}):", markup=False)
+        note(f"not imported ({len(skipped)}):")
         for item in skipped:
-            out.print(f"  {item.path}: {item.reason}", markup=False)
+            note(f"  {item.path}: {item.reason}")
     done: MigrationStatus = "would_import" if report.dry_run else "imported"
     counts = (
         f"{report.count(done)} {verb}, {report.count('skipped')} skipped, "
         f"{report.count('failed')} failed"
     )
     suffix = " (dry run: nothing written)" if report.dry_run else ""
-    out.print(f"{counts}{suffix}", markup=False)
-    out.print(
+    note(f"{counts}{suffix}")
+    note(
         "+results: placeholder results for tool calls that never got one; -orphans: tool "
         "results dropped because nothing asked for them",
-        markup=False,
-        style="dim",
+        "dim",
     )
 
 
@@ -249,7 +245,6 @@ def strands(
 
 
 def _render_openai_agents(report: OpenAIAgentsMigrationReport) -> None:
-    out = console()
     table = new_table(title=f"OpenAI Agents sessions in {report.source}")
     table.add_column("session", overflow="fold")
     table.add_column("status", no_wrap=True)
@@ -264,19 +259,19 @@ def _render_openai_agents(report: OpenAIAgentsMigrationReport) -> None:
             str(len(entry.skipped_rows)),
             "yes" if entry.verified else "-",
         )
-    print_table(table, out)
+    print_table(table)
     for entry in report.sessions:
         lines = [f"  {entry.reason}"] if entry.reason else []
-        lines += [f"  note: {note}" for note in entry.notes]
+        lines += [f"  note: {text}" for text in entry.notes]
         lines += [f"  row {row.row_id}: {row.reason}" for row in entry.skipped_rows]
         if lines:
-            out.print(f"{entry.session_id}:", markup=False)
+            note(f"{entry.session_id}:")
             for line in lines:
-                out.print(line, markup=False)
-    _summary(out, report)
+                note(line)
+    _summary(report)
 
 
-def _summary(out: Console, report: OpenAIAgentsMigrationReport | LangGraphMigrationReport) -> None:
+def _summary(report: OpenAIAgentsMigrationReport | LangGraphMigrationReport) -> None:
     """The closing line: how many were (or would be) imported, skipped, failed."""
     verb = "would import" if report.dry_run else "imported"
     done: MigrationStatus = "would_import" if report.dry_run else "imported"
@@ -285,7 +280,7 @@ def _summary(out: Console, report: OpenAIAgentsMigrationReport | LangGraphMigrat
         f"{report.count('failed')} failed"
     )
     suffix = " (dry run: nothing written)" if report.dry_run else ""
-    out.print(f"{counts}{suffix}", markup=False)
+    note(f"{counts}{suffix}")
 
 
 def _sqlite_source(url: str) -> Path:
@@ -415,7 +410,6 @@ def _open_storage_target(url: str, *, dry_run: bool) -> Storage:
 
 
 def _render_langgraph(report: LangGraphMigrationReport) -> None:
-    out = console()
     table = new_table(title=f"LangGraph threads in {report.source}")
     table.add_column("thread", overflow="fold")
     table.add_column("status", no_wrap=True)
@@ -430,15 +424,15 @@ def _render_langgraph(report: LangGraphMigrationReport) -> None:
             str(entry.writes),
             "yes" if entry.verified else "-",
         )
-    print_table(table, out)
+    print_table(table)
     for entry in report.threads:
         lines = [f"  {entry.reason}"] if entry.reason else []
-        lines += [f"  note: {note}" for note in entry.notes]
+        lines += [f"  note: {text}" for text in entry.notes]
         if lines:
-            out.print(f"{entry.thread_id}:", markup=False)
+            note(f"{entry.thread_id}:")
             for line in lines:
-                out.print(line, markup=False)
-    _summary(out, report)
+                note(line)
+    _summary(report)
 
 
 @migrate.command("langgraph")

@@ -20,7 +20,7 @@ import contextlib
 import datetime as _dt
 import functools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -130,15 +130,18 @@ def console(*, stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
 
 
-def note(text: str, style: str = "") -> None:
+def note(text: str | Text, style: str = "") -> None:
     """A line about a table (a count, a hint): under it on a terminal, on stderr in TSV.
 
     Piped TSV stays a pure table a script can read; the note still reaches a person.
+    ``text`` may be a rich :class:`~rich.text.Text` (styled spans); in TSV its plain
+    text is written.
     """
+    line = text if isinstance(text, Text) else Text(text, style)
     if output_format() == "table":
-        console().print(Text(text, style))
+        console().print(line, soft_wrap=True)
     else:
-        click.echo(text, err=True)
+        click.echo(line.plain, err=True)
 
 
 def new_table(*columns: str, title: str | None = None, show_header: bool = True) -> Table:
@@ -171,6 +174,47 @@ def print_table(table: Table, out: Console | None = None) -> None:
     if natural > out.width:
         out.width = natural
     out.print(table)
+
+
+def print_listing(table: Table, nothing: str) -> None:
+    """A listing: ``table``, or when it has no rows, ``nothing`` said in its place.
+
+    Piped, the empty table is still printed (its header alone: a script reads "no
+    rows", not a sentence) and ``nothing`` is a :func:`note` on stderr.
+    """
+    if table.row_count or output_format() != "table":
+        print_table(table)
+    if not table.row_count:
+        note(nothing)
+
+
+def print_sections(sections: Sequence[tuple[str, str | None, Table]]) -> None:
+    """Several tables of one report, each ``(kind, heading, table)``: one table when piped.
+
+    On a terminal each table with rows is printed under its heading (a :func:`note`).
+    In TSV they become one table a script can read: a ``kind`` column first, then the
+    columns of every section in order of appearance (a column two sections share is
+    one column), a row's cells empty where its section has no such column. Every
+    section's columns are in the header, rows or not, so it does not change with
+    what was found.
+    """
+    if output_format() == "table":
+        for _, heading, table in sections:
+            if table.row_count:
+                if heading:
+                    note(heading)
+                print_table(table)
+        return
+    header: list[str] = []
+    for _, _, table in sections:
+        header.extend(n for n in (_plain(c.header) for c in table.columns) if n not in header)
+    merged = new_table("kind", *header)
+    for kind, _, table in sections:
+        names = [_plain(column.header) for column in table.columns]
+        for cells in zip(*(column.cells for column in table.columns), strict=True):
+            row = dict(zip(names, cells, strict=True))
+            merged.add_row(kind, *(row.get(name, "") for name in header))
+    print_table(merged)
 
 
 def table_tsv(table: Table) -> str:

@@ -43,7 +43,7 @@ from perdure.cli._common import (
     "memory_url",
     default=None,
     metavar="URL",
-    help="A memory store to browse: sqlite:PATH or postgresql://…[?schema=NAME].",
+    help="A memory store to browse: sqlite:PATH or postgresql://…[?schema=NAME] (must exist).",
 )
 @click.option(
     "--max-body",
@@ -82,6 +82,10 @@ def serve(
     check_bind(host, token)
     key = read_key_file(signing_key_file, "--signing-key-file")
     memory = MemoryBrowser(memory_url) if memory_url else None
+    if memory_url:
+        from perdure.cli.memory import require_memory_store
+
+        require_memory_store(memory_url)  # browsing must not create a memory store
     with session_store(store_url) as store:
         app = create_app(
             store,

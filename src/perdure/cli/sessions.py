@@ -47,7 +47,7 @@ from perdure.cli.ops import (
     session_dict,
     state_summary,
 )
-from perdure.cli.output import new_table, note, plural, print_table
+from perdure.cli.output import new_table, note, plural, print_listing, print_table
 from perdure.cli.render import format_time, rich_message
 from perdure.session import (
     DamagedCheckpoint,
@@ -128,10 +128,7 @@ def list_sessions(
         listed = [to_jsonable(session_dict(meta, now)) for meta in shown]
         echo_json({"sessions": listed, "next_after": next_after})
         return
-    if not shown:
-        click.echo("no sessions" + (f" after {after!r}" if after else ""))
-        return
-    print_table(_sessions_table(shown))
+    print_listing(_sessions_table(shown), "no sessions" + (f" after {after!r}" if after else ""))
     damaged = sum(1 for meta in shown if meta.damaged is not None)
     if damaged:
         note(

@@ -32,7 +32,7 @@ from perdure.cli._common import (
     json_option,
     run,
 )
-from perdure.cli.output import format_time, new_table, plural, print_table
+from perdure.cli.output import format_time, new_table, note, output_format, plural, print_table
 from perdure.cli.render import rich_message, shorten
 from perdure.errors import SessionCorruptedError, SnapshotError, StorageError
 from perdure.models.stream import ModelStreamEvent
@@ -85,7 +85,7 @@ def _opened(url: str) -> Iterator[Storage]:
         raise click.BadParameter(str(exc), param_hint="--storage") from None
     try:
         if scheme in ("file", "sqlite") and path is not None and not path.exists():
-            fail(f"no snapshot storage at {str(path)!r} (--storage {url})", EXIT_NOT_FOUND)
+            fail(f"no snapshot storage at {path} (--storage {url})", EXIT_NOT_FOUND)
         if scheme == "s3":
             try:
                 run(storage.list("", limit=1))
@@ -283,7 +283,6 @@ def list_command(
             }
         )
     else:
-        out = console()
         table = new_table(title=f"snapshots of {session_id} (agent {agent_id})")
         for column in ("#", "snapshot id", "created", "messages"):
             table.add_column(column, justify="right" if column in ("#", "messages") else "left")
@@ -296,14 +295,14 @@ def list_command(
                 Text(count),
                 end_section=False,
             )
-        print_table(table, out)
+        print_table(table)
         if latest is None:
-            out.print("snapshot_latest: none", markup=False)
+            note("snapshot_latest: none")
         else:
             shown = latest.get("error") or plural(latest["message_count"], "message")
-            out.print(f"snapshot_latest: {shown}", markup=False)
+            note(f"snapshot_latest: {shown}")
         if next_cursor:
-            out.print(f"more: --after {next_cursor}", markup=False)
+            note(f"more: --after {next_cursor}", "dim")
     if damaged:
         fail("some snapshots are damaged (see above)", EXIT_CORRUPTED)
 
@@ -358,7 +357,6 @@ def show(
     if as_json:
         echo_json(info)
         return
-    out = console()
     table = new_table(show_header=False, title=f"snapshot {snapshot_id} of {session_id}")
     table.add_column("field")
     table.add_column("value")
@@ -375,11 +373,19 @@ def show(
         rows.append(("system prompt", shorten(agent.system_prompt)))
     for name, value in rows:
         table.add_row(Text(name), Text(value))
-    print_table(table, out)
+    first = len(messages) - len(tail)
+    if output_format() != "table":
+        # Piped, the last messages are rows of the table (one line each): stdout stays
+        # one table, and the content stays on it.
+        for index, message in enumerate(tail, start=first):
+            table.add_row(Text(f"message {index}"), rich_message(message, index))
+        print_table(table)
+        return
+    print_table(table)
     if tail:
-        out.print(f"last {len(tail)} of {plural(len(messages), 'message')}:", markup=False)
-        for index, message in enumerate(tail, start=len(messages) - len(tail)):
-            out.print(rich_message(message, index))
+        note(f"last {len(tail)} of {plural(len(messages), 'message')}:")
+        for index, message in enumerate(tail, start=first):
+            note(rich_message(message, index))
 
 
 @snapshots.command("restore")

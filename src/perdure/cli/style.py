@@ -36,6 +36,12 @@ class Style:
         isatty = getattr(stream, "isatty", None)
         return cls(bool(isatty and isatty()))
 
+    @property
+    def bar(self) -> str:
+        """A column separator: a box-drawing bar in colour (a terminal), ``|`` in plain
+        text (piped output never holds box-drawing characters)."""
+        return "│" if self.enabled else "|"
+
     def __call__(self, text: str, *styles: str) -> str:
         if not self.enabled or not styles:
             return text

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from perdure.cli._common import (
     EXIT_NOT_FOUND,
     EXIT_PROBLEM,
-    console,
     echo_json,
     handle_errors,
     json_option,
@@ -30,7 +30,15 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
-from perdure.cli.output import new_table, plural, print_table, progress_bar
+from perdure.cli.output import (
+    new_table,
+    note,
+    output_format,
+    plural,
+    print_sections,
+    print_table,
+    progress_bar,
+)
 from perdure.maintenance import (
     Damage,
     RepairReport,
@@ -100,27 +108,31 @@ def _exit(missing: tuple[str, ...], clean: bool) -> None:
 
 
 def _print_verify(report: VerifyReport, store_url: str, *, repairable: bool) -> None:
-    out = console()
+    # The damage table is the output (piped: always, empty when there is none); the
+    # summary is a note, under it on a terminal and on stderr when piped.
     checked = (
         f"{plural(report.sessions_checked, 'session')} and "
         f"{plural(report.checkpoints_checked, 'checkpoint')}"
     )
     if report.clean:
+        if output_format() != "table":
+            print_table(damage_table(()))
         found = (
             "" if report.sessions_checked or report.missing else f" (no sessions in {store_url})"
         )
-        out.print(f"[green]✓[/] {checked} verified: no damage{found}")
+        note(Text.assemble(("✓", "green"), f" {checked} verified: no damage{found}"))
         return
-    print_table(damage_table(report.damage), out)
+    print_table(damage_table(report.damage))
     sessions = report.damaged_sessions
-    out.print(
-        f"[red]✗[/] {len(sessions)} of {plural(report.sessions_checked, 'session')} "
-        f"damaged ({checked} verified)"
+    note(
+        Text.assemble(
+            ("✗", "red"),
+            f" {len(sessions)} of {plural(report.sessions_checked, 'session')} "
+            f"damaged ({checked} verified)",
+        )
     )
     if repairable:
-        out.print(
-            f"see what quarantine would move: perdure repair --store {store_url}", style="dim"
-        )
+        note(f"see what quarantine would move: perdure repair --store {store_url}", "dim")
 
 
 def damage_table(damage: tuple[Damage, ...]) -> Table:
@@ -191,97 +203,107 @@ def repair(
 
 
 def _print_repair(report: RepairReport) -> None:
-    out = console()
-    if (
+    # The tables are the output (piped: one table with a kind column, see
+    # print_sections); every other line is a note, on stderr when piped.
+    sessions_table = new_table()
+    sessions_table.add_column("session", overflow="fold")
+    sessions_table.add_column("damage", no_wrap=True)
+    sessions_table.add_column("position", overflow="fold")
+    sessions_table.add_column("status", no_wrap=True)
+    sessions_table.add_column("records", justify="right")
+    sessions_table.add_column("lines")
+    sessions_table.add_column("missing")
+    for item in report.sessions:
+        sessions_table.add_row(
+            item.session_id,
+            item.damage.kind,
+            item.damage.position,
+            item.status.replace("_", " "),
+            str(item.quarantined),
+            ", ".join(map(str, item.positions)) or "-",
+            ", ".join(f"{count} before line {line}" for line, count in item.gaps) or "-",
+        )
+    checkpoints_table = new_table()
+    checkpoints_table.add_column("session", overflow="fold")
+    checkpoints_table.add_column("checkpoint", overflow="fold")
+    checkpoints_table.add_column("damage", no_wrap=True)
+    checkpoints_table.add_column("status", no_wrap=True)
+    for fixed in report.checkpoints:
+        checkpoints_table.add_row(
+            fixed.session_id,
+            fixed.checkpoint_id,
+            fixed.damage.kind,
+            fixed.status.replace("_", " "),
+        )
+    listed = {item.damage for item in report.sessions}
+    listed.update(fixed.damage for fixed in report.checkpoints)
+    if report.moved_files:  # the WAL line below says what happens to it
+        listed.update(d for d in report.remaining if d.kind == "bad_wal" and d.session_id is None)
+    by_hand = tuple(d for d in report.remaining if d not in listed)
+    nothing = (
         not report.sessions
         and not report.remaining
         and not report.checkpoints
         and not report.moved_files
-    ):
-        checked = report.sessions_checked
-        out.print(f"[green]✓[/] {plural(checked, 'session')} verified: nothing to repair")
-        return
-    if report.dry_run:
-        out.print(
-            "[bold]dry run[/]: nothing was changed; --apply moves the records below to "
-            f"{report.quarantine_dir}",
-            soft_wrap=True,
-        )
-    if report.sessions:
-        table = new_table()
-        table.add_column("session", overflow="fold")
-        table.add_column("damage", no_wrap=True)
-        table.add_column("position", overflow="fold")
-        table.add_column("status", no_wrap=True)
-        table.add_column("records", justify="right")
-        table.add_column("lines")
-        table.add_column("missing")
-        for item in report.sessions:
-            table.add_row(
-                item.session_id,
-                item.damage.kind,
-                item.damage.position,
-                item.status.replace("_", " "),
-                str(item.quarantined),
-                ", ".join(map(str, item.positions)) or "-",
-                ", ".join(f"{count} before line {line}" for line, count in item.gaps) or "-",
+    )
+    if report.dry_run and not nothing:
+        note(
+            Text.assemble(
+                ("dry run", "bold"),
+                ": nothing was changed; --apply moves the records below to "
+                f"{report.quarantine_dir}",
             )
-        print_table(table, out)
-        for item in report.sessions:
-            if item.quarantine_path is not None:
-                out.print(f"{item.session_id}: moved to {item.quarantine_path}", soft_wrap=True)
+        )
+    print_sections(
+        [
+            ("session", None, sessions_table),
+            ("checkpoint", None, checkpoints_table),
+            (
+                "not repaired",
+                "not repaired by quarantine (delete or restore these by hand):",
+                damage_table(by_hand),
+            ),
+        ]
+    )
+    if nothing:
+        checked = report.sessions_checked
+        note(
+            Text.assemble(
+                ("✓", "green"), f" {plural(checked, 'session')} verified: nothing to repair"
+            )
+        )
+        return
+    for item in report.sessions:
+        if item.quarantine_path is not None:
+            note(f"{item.session_id}: moved to {item.quarantine_path}")
     for moved_file in report.moved_files:
         verb = "would move" if report.dry_run else "moved"
-        out.print(f"{verb} the damaged WAL {moved_file} to quarantine", soft_wrap=True)
-    if report.checkpoints:
-        table = new_table()
-        table.add_column("session", overflow="fold")
-        table.add_column("checkpoint", overflow="fold")
-        table.add_column("damage", no_wrap=True)
-        table.add_column("status", no_wrap=True)
-        for fixed in report.checkpoints:
-            table.add_row(
-                fixed.session_id,
-                fixed.checkpoint_id,
-                fixed.damage.kind,
-                fixed.status.replace("_", " "),
+        note(f"{verb} the damaged WAL {moved_file} to quarantine")
+    for fixed in report.checkpoints:
+        if fixed.quarantine_path is not None:
+            note(
+                f"{fixed.session_id}: checkpoint {fixed.checkpoint_id} moved to "
+                f"{fixed.quarantine_path}"
             )
-        print_table(table, out)
-        for fixed in report.checkpoints:
-            if fixed.quarantine_path is not None:
-                out.print(
-                    f"{fixed.session_id}: checkpoint {fixed.checkpoint_id} moved to "
-                    f"{fixed.quarantine_path}",
-                    soft_wrap=True,
-                )
-            elif fixed.detail is not None:
-                out.print(f"{fixed.session_id}: {fixed.status}: {fixed.detail}", style="dim")
-    listed = {item.damage for item in report.sessions}
-    listed.update(fixed.damage for fixed in report.checkpoints)
-    if report.moved_files:  # the WAL line above said what happens to it
-        listed.update(d for d in report.remaining if d.kind == "bad_wal" and d.session_id is None)
-    by_hand = tuple(d for d in report.remaining if d not in listed)
-    if by_hand:
-        out.print("not repaired by quarantine (delete or restore these by hand):")
-        print_table(damage_table(by_hand), out)
+        elif fixed.detail is not None:
+            note(f"{fixed.session_id}: {fixed.status}: {fixed.detail}", "dim")
     moved = report.quarantined
     sessions = sum(1 for s in report.sessions if s.quarantined)
     if report.checkpoints and not report.sessions:
         pass  # only checkpoints: their table said it all
     else:
         verb = "would move" if report.dry_run else "moved"
-        out.print(f"{verb} {plural(moved, 'record')} of {plural(sessions, 'session')}")
+        note(f"{verb} {plural(moved, 'record')} of {plural(sessions, 'session')}")
     missing = report.missing_records
     if missing:
         gaps = sum(1 for s in report.sessions if s.gaps)
         keep = "would be kept" if report.dry_run else "were kept"
         them = "it" if missing == 1 else "them"
-        out.print(
+        note(
             f"{plural(missing, 'record')} already missing from the journal of "
             f"{plural(gaps, 'session')} (lines deleted?): nothing can bring {them} back; the "
-            f"records around {them} {keep}",
-            soft_wrap=True,
+            f"records around {them} {keep}"
         )
     for item in report.sessions:
         if item.detail is not None:
-            out.print(f"{item.session_id}: {item.status}: {item.detail}", style="dim")
+            note(f"{item.session_id}: {item.status}: {item.detail}", "dim")

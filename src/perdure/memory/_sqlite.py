@@ -100,6 +100,28 @@ class SQLiteConnection:
             self._slot.conn = conn
         return self._slot.conn
 
+    def has_table(self, table: str) -> bool:
+        """Whether the database holds ``table``; creates nothing (no file, no schema).
+
+        A path that is no file holds none. A file that is no SQLite database raises
+        this layer's error (damage is reported, never taken for absence).
+        """
+        if str(self.path) == ":memory:":
+            return self.run_sync(lambda conn: _holds(conn, table), "looking for the tables")
+        if not Path(self.path).is_file():
+            return False
+        conn = None
+        try:
+            # An existing file only: connecting writes nothing until asked to.
+            conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000)
+            conn.execute("PRAGMA query_only = ON")
+            return _holds(conn, table)
+        except DRIVER_ERRORS as exc:
+            raise self._translated(exc, "looking for the tables", conn) from exc
+        finally:
+            if conn is not None:
+                conn.close()
+
     def run_sync(self, work: Callable[[sqlite3.Connection], T], doing: str) -> T:
         """Run ``work(connection)`` under the lock; sqlite3 errors become MemoryStoreError."""
         with self._slot.lock:
@@ -151,3 +173,10 @@ def stored_json(text: Any, what: str) -> Any:
         raise MemoryStoreError(
             f"{what} is damaged: {type(exc).__name__}", details={"fault": "damage"}
         ) from None
+
+
+def _holds(conn: sqlite3.Connection, table: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+    ).fetchone()
+    return row is not None

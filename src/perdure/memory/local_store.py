@@ -215,6 +215,15 @@ class LocalMemoryStore(MemoryStore):
         """Open the file and create the schema (also done lazily by the first call)."""
         await self._db.run(lambda conn: None, "opening")
 
+    async def schema_exists(self) -> bool:
+        """Whether the file holds a memory store's tables; creates nothing (no file,
+        no table), so a reader can tell "no store here" from an empty store.
+
+        Raises:
+            MemoryStoreError: the file is no SQLite database, or cannot be read.
+        """
+        return await asyncio.to_thread(self._db.has_table, "memories")
+
     async def search(self, query: str, *, limit: int) -> list[MemoryEntry]:
         """The ``limit`` memories of this namespace most relevant to ``query``, best first.
 

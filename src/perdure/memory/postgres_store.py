@@ -366,6 +366,15 @@ class PostgresMemoryStore(MemoryStore):
         """Connect and make the schema (also done lazily by the first call)."""
         await self.db.run(lambda conn: None, doing="opening")
 
+    async def schema_exists(self) -> bool:
+        """Whether the memory tables exist in the schema; creates nothing, so a reader
+        can tell "no store here" from an empty store.
+
+        Raises:
+            MemoryStoreError, StoreUnavailableError: the server failed or stayed away.
+        """
+        return await asyncio.to_thread(self.db.schema_exists)
+
     async def migrate_schema(self, *, dry_run: bool = False) -> SchemaMigration:
         """Make the memory tables, or upgrade them to this perdure's version (``perdure
         migrate-schema --memory``), for every namespace of the schema; see

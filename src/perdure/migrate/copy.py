@@ -15,9 +15,10 @@ store to PostgreSQL, SQLite to a file store, … — through the public store AP
    what was read from the source, else the session is reported ``failed``.
 
 The history copied is the one the source's reads return: a redacted message is
-copied as its replacement (the original stays behind). Checkpoints keep their ids,
-triggers, labels and times. Nothing is deleted from the source. A dry run reads
-and checks everything and writes nothing.
+copied as its replacement (the original stays behind). A session keeps its creation
+time (``created_at``); checkpoints keep their ids, triggers, labels and times.
+Nothing is deleted from the source. A dry run reads and checks everything and writes
+nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from perdure.errors import (
     SessionNotFoundError,
 )
 from perdure.session.ids import validate_session_id
+from perdure.session.rules import creation_time
 from perdure.session.store import SessionRecord, SessionStore
 
 __all__ = ["CopiedSession", "CopyReport", "CopyStatus", "copy_sessions"]
@@ -58,8 +60,9 @@ class CopiedSession:
         status: ``copied``; ``would_copy`` (a dry run); ``skipped`` (``reason``:
             ``exists`` in the target, ``session_locked`` by another writer in the
             source or target, ``session_not_found`` deleted meanwhile); ``failed``
-            (``reason``: the error code, e.g. ``session_store_corrupted``, or
-            ``verify_mismatch`` when the copy read back differs).
+            (``reason``: the error code, e.g. ``session_store_corrupted``;
+            ``verify_mismatch`` when the copy read back differs; ``bad_created_at``
+            when the source's creation time names no instant).
         reason: why it was skipped or failed (``None`` when copied).
         detail: the error's message, when there was one.
         messages: messages in the history copied (or that would be).
@@ -176,6 +179,10 @@ async def _copy_one(
     if records and target_checkpoints is None:
         return result("failed", "no_checkpoint_store", "the target keeps no checkpoints")
     try:
+        created = creation_time(record.meta.created_at)
+    except ValueError as exc:  # stored by something else than perdure: not guessed at
+        return result("failed", "bad_created_at", str(exc))
+    try:
         exists = await _exists(target, session_id)
         if exists and not overwrite:
             return result("skipped", "exists")
@@ -184,12 +191,12 @@ async def _copy_one(
         async with target.writer_lock(session_id):
             if exists:
                 await target.delete(session_id)
-            await target.create(session_id)
+            await target.create(session_id, created_at=created)
             await target.commit(session_id, record.messages, agent_state=record.agent_state)
             for checkpoint in records:
                 assert target_checkpoints is not None
                 await target_checkpoints.put(checkpoint)
-        mismatch = await _verify(target, target_checkpoints, record, records)
+        mismatch = await _verify(target, target_checkpoints, record, records, created)
     except PerdureError as exc:
         status: CopyStatus = "skipped" if isinstance(exc, SessionLockedError) else "failed"
         return result(status, exc.code, exc.message)
@@ -227,10 +234,13 @@ async def _verify(
     checkpoints: CheckpointStore | None,
     record: SessionRecord,
     records: builtins.list[CheckpointRecord],
+    created: str,
 ) -> str | None:
     """What differs between the copy, read back, and what was read (None: nothing)."""
     session_id = record.meta.session_id
     copy = await store.get(session_id)
+    if copy.meta.created_at != created:
+        return "the creation time read back differs from the source's"
     if copy.messages != record.messages:
         return "the history read back differs from the source's"
     if copy.agent_state != record.agent_state:

@@ -23,6 +23,7 @@ this mapping (a perdure ``Agent`` session, say): reading it raises
 store in that shape, in the order of the rows' ``id`` (the order ``SQLiteSession``
 returns them), then reads each session back from the store and checks that every
 item is equal to its source row and that ``verify_store`` finds no damage in it.
+Each session keeps its creation time (the SDK's ``created_at``, UTC).
 A row that is not a JSON object (``SQLiteSession`` skips such rows when it reads) is
 not imported and is listed in the report with its id and the reason — nothing is
 dropped silently. The database is opened read-only.
@@ -31,6 +32,7 @@ dropped silently. The database is opened read-only.
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 import json
 import sqlite3
 from collections.abc import Callable
@@ -53,7 +55,7 @@ from perdure.migrate.report import (
     status_counts,
 )
 from perdure.session.ids import validate_session_id
-from perdure.session.rules import PastOffset
+from perdure.session.rules import PastOffset, creation_time
 from perdure.session.store import SessionStore
 from perdure.types import Message
 
@@ -221,8 +223,9 @@ def _check_table_name(name: Any, argument: str) -> str:
 
 def _read_database(
     path: Path, sessions_table: str, messages_table: str
-) -> list[tuple[str, list[tuple[int, str]]]]:
-    """Every session id and its rows ``(id, message_data)`` in id order (blocking).
+) -> list[tuple[str, list[tuple[int, str]], Any]]:
+    """Every session id, its rows ``(id, message_data)`` in id order, and its
+    ``created_at`` from the sessions table (``None`` when there is none) (blocking).
 
     Raises:
         ValueError: not a ``SQLiteSession`` database (the message says why).
@@ -240,24 +243,51 @@ def _read_database(
             for row in conn.execute(f"SELECT DISTINCT session_id FROM {messages_table}")
             if isinstance(row[0], str)
         }
+        created: dict[str, Any] = {}
         if sessions_table in tables:
-            ids.update(
-                row[0]
-                for row in conn.execute(f"SELECT session_id FROM {sessions_table}")
-                if isinstance(row[0], str)
-            )
+            try:
+                listed = conn.execute(f"SELECT session_id, created_at FROM {sessions_table}")
+            except sqlite3.OperationalError:  # a table of the SDK's without created_at
+                listed = conn.execute(f"SELECT session_id, NULL FROM {sessions_table}")
+            for session_id, stamp in listed:
+                if isinstance(session_id, str):
+                    ids.add(session_id)
+                    created[session_id] = stamp
         found = []
         for session_id in sorted(ids):
             rows = conn.execute(
                 f"SELECT id, message_data FROM {messages_table} WHERE session_id = ? ORDER BY id",
                 (session_id,),
             ).fetchall()
-            found.append((session_id, rows))
+            found.append((session_id, rows, created.get(session_id)))
         return found
     except sqlite3.DatabaseError as exc:
         raise ValueError(f"source {str(path)!r} cannot be read: {exc}") from None
     finally:
         conn.close()
+
+
+def _created_at(entry: OpenAIAgentsMigration, stamp: Any) -> str | None:
+    """The session's creation time from the SDK's ``created_at`` (``None``: unknown).
+
+    The SDK stamps it with SQLite's ``CURRENT_TIMESTAMP``, UTC text without an
+    offset (``2025-01-02 03:04:05``), read as UTC. A value that is no time is noted
+    and the session is created at the migration time.
+    """
+    if stamp is None:
+        return None
+    try:
+        if not isinstance(stamp, str):
+            raise ValueError("not text")
+        moment = _dt.datetime.fromisoformat(stamp)
+        if moment.utcoffset() is None:
+            moment = moment.replace(tzinfo=_dt.UTC)  # CURRENT_TIMESTAMP is UTC
+        return creation_time(moment)
+    except ValueError:
+        entry.notes.append(
+            f"created_at {stamp!r} is no time: the session is created at the migration time"
+        )
+        return None
 
 
 def _items(entry: OpenAIAgentsMigration, rows: list[tuple[int, Any]]) -> list[dict[str, Any]]:
@@ -288,12 +318,17 @@ async def _exists(store: SessionStore, session_id: str) -> bool:
 
 
 async def _write_and_verify(
-    store: SessionStore, entry: OpenAIAgentsMigration, items: list[dict[str, Any]], replace: bool
+    store: SessionStore,
+    entry: OpenAIAgentsMigration,
+    items: list[dict[str, Any]],
+    created_at: str | None,
+    *,
+    replace: bool,
 ) -> None:
     session_id = entry.session_id
     if replace:
         await store.delete(session_id)
-    await store.create(session_id)
+    await store.create(session_id, created_at=created_at)
     try:
         async with store.writer_lock(session_id):
             await store.commit(session_id, [item_to_message(item) for item in items])
@@ -368,11 +403,12 @@ async def migrate_openai_agents(
     found = await asyncio.to_thread(_read_database, path, sessions_table, messages_table)
     report = OpenAIAgentsMigrationReport(source=str(path), dry_run=dry_run)
     total = len(found)
-    for done, (session_id, rows) in enumerate(found, start=1):
+    for done, (session_id, rows, stamp) in enumerate(found, start=1):
         entry = OpenAIAgentsMigration(session_id=session_id, items_read=len(rows))
         report.sessions.append(entry)
         items = _items(entry, rows)
-        await _migrate_one(store, entry, items, dry_run=dry_run, overwrite=overwrite)
+        created_at = _created_at(entry, stamp)
+        await _migrate_one(store, entry, items, created_at, dry_run=dry_run, overwrite=overwrite)
         if progress is not None:
             progress(entry, done, total)
     return report
@@ -382,6 +418,7 @@ async def _migrate_one(
     store: SessionStore,
     entry: OpenAIAgentsMigration,
     items: list[dict[str, Any]],
+    created_at: str | None,
     *,
     dry_run: bool,
     overwrite: bool,
@@ -407,7 +444,7 @@ async def _migrate_one(
             entry.notes.append("would replace the existing session")
         return
     try:
-        await _write_and_verify(store, entry, items, replace=exists)
+        await _write_and_verify(store, entry, items, created_at, replace=exists)
     except (PerdureError, OSError, ValueError, TypeError) as exc:
         entry.status, entry.reason = "failed", f"writing failed: {exc}"
         return

@@ -85,6 +85,7 @@ from perdure.errors import (
 )
 from perdure.migrate.report import MigrationStatus, count_status, status_counts
 from perdure.session.ids import validate_session_id
+from perdure.session.rules import creation_time
 from perdure.session.session import AGENT_STATE_FORMAT
 from perdure.session.store import SessionStore
 from perdure.types import (
@@ -148,7 +149,7 @@ class SessionMigration:
         redactions_applied: Messages replaced by their ``redact_message``.
         checkpoints_imported: Immutable snapshots imported as checkpoints.
         strands_created_at: When Strands created the session (``session.json``),
-            kept in the first message's metadata; ``None`` when unknown.
+            the imported session's ``created_at``; ``None`` when unknown.
         skipped_files: Files of this agent that were not imported, with reasons.
         notes: Other things worth knowing (dropped blocks, moved offsets, …).
     """
@@ -233,6 +234,7 @@ class _Plan:
     messages: list[Message] = field(default_factory=list)
     agent_state: dict[str, Any] = field(default_factory=dict)
     checkpoints: list[_Checkpoint] = field(default_factory=list)
+    created_at: str | None = None  # the session's creation time (None: the migration's)
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -917,13 +919,8 @@ def _scan(source: Path, dry_run: bool) -> tuple[MigrationReport, list[_Plan]]:
             )
         else:
             _read_message_log(plan, source, agent_dir)
-            if created and plan.messages:
-                # perdure stamps a session's created_at when it is written; Strands'
-                # creation time goes with the first message instead.
-                plan.messages[0] = with_metadata(
-                    plan.messages[0],
-                    {"strands": {**_strands_of(plan.messages[0]), "session_created_at": created}},
-                )
+            if created:
+                _keep_creation_time(plan, created)
         plans.append(plan)
 
     taken: dict[str, str] = {}
@@ -945,6 +942,30 @@ def _scan(source: Path, dry_run: bool) -> tuple[MigrationReport, list[_Plan]]:
         taken[entry.session_id] = entry.source
     report.sessions = [plan.entry for plan in plans]
     return report, plans
+
+
+def _keep_creation_time(plan: _Plan, created: str) -> None:
+    """The session is created at Strands' ``created``: the perdure session's own time.
+
+    A value that names no instant (no time, or one without an offset) cannot be; the
+    session is then created at the migration time, the value kept in the first
+    message's metadata (``strands.session_created_at``), and a note says so.
+    """
+    try:
+        creation_time(created)
+    except ValueError as exc:
+        plan.entry.notes.append(
+            f"session.json's created_at is unusable ({exc}): the session is created at the "
+            "migration time"
+        )
+    else:
+        plan.created_at = created
+        return
+    if plan.messages:
+        plan.messages[0] = with_metadata(
+            plan.messages[0],
+            {"strands": {**_strands_of(plan.messages[0]), "session_created_at": created}},
+        )
 
 
 def _strands_of(message: Message) -> dict[str, Any]:
@@ -971,7 +992,7 @@ async def _write(store: SessionStore, plan: _Plan, *, replace: bool) -> None:
     session_id = entry.session_id
     if replace:
         await store.delete(session_id)
-    await store.create(session_id)
+    await store.create(session_id, created_at=plan.created_at)
     try:
         async with store.writer_lock(session_id):
             await store.commit(session_id, plan.messages, agent_state=plan.agent_state)

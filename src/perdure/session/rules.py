@@ -25,14 +25,16 @@ are decided here, the same way for every store:
   ``perdure verify`` needs no key. Text written before encryption was turned on
   still reads (it is no envelope); sealed text read without a cipher raises
   :class:`~perdure.errors.DecryptionError`.
-- **Argument checks** for ``list``, ``get`` and ``commit``, so every store rejects
-  the same misuse with the same ``TypeError``/``ValueError``.
+- **Argument checks** for ``create``, ``list``, ``get`` and ``commit``, so every
+  store rejects the same misuse with the same ``TypeError``/``ValueError``;
+  :func:`creation_time` is the ``created_at`` a new session is stored with.
 - **Retention**: :func:`check_max_checkpoints`, :func:`check_max_checkpoint_age`,
   :func:`checkpoint_age_cutoff` and :func:`evicted_checkpoints`.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import gc
 import hashlib
 import json
@@ -90,6 +92,47 @@ def utc_now() -> str:
 
 
 _second: tuple[int, str] = (-1, "")  # (a whole second, formatted); one tuple, so threads agree
+
+
+def creation_time(created_at: _dt.datetime | str | None) -> str:
+    """The ``created_at`` a new session is stored with: ``created_at``, else now.
+
+    ``created_at`` is a timezone-aware :class:`~datetime.datetime` or ISO-8601 text
+    with an offset or ``Z`` (what :attr:`SessionMeta.created_at` holds, so one
+    store's metadata can be handed to another); it is stored as :func:`utc_now`
+    writes times: UTC with microseconds and ``Z``. ``None`` is now.
+
+    Raises:
+        TypeError: ``created_at`` is not a datetime, a string or ``None``.
+        ValueError: a naive datetime or text without an offset (its time zone is
+            unknown), or text that is no ISO-8601 time; the message names
+            ``created_at``.
+    """
+    if created_at is None:
+        return utc_now()
+    if isinstance(created_at, str):
+        try:
+            moment = _dt.datetime.fromisoformat(created_at)
+        except ValueError:
+            raise ValueError(
+                f"created_at must be an ISO-8601 time with an offset, got {created_at!r}"
+            ) from None
+    elif isinstance(created_at, _dt.datetime):
+        moment = created_at
+    else:
+        raise TypeError(
+            f"created_at must be a datetime, an ISO-8601 string or None, "
+            f"got {type(created_at).__name__}"
+        )
+    if moment.utcoffset() is None:
+        raise ValueError(
+            f"created_at must be timezone-aware (a naive time names no instant), got {created_at!r}"
+        )
+    try:
+        utc = moment.astimezone(_dt.UTC)
+    except OverflowError:
+        raise ValueError(f"created_at is out of range once in UTC: {created_at!r}") from None
+    return utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def new_tail(writes: int) -> str:

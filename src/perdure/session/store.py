@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from perdure.session.rules import CommitRequest, commit_request
@@ -110,11 +111,24 @@ class HistoryPage:
 class SessionStore(Protocol):
     """Where message-log sessions are stored (see the module docstring)."""
 
-    async def create(self, session_id: str, *, exist_ok: bool = False) -> SessionMeta:
+    async def create(
+        self,
+        session_id: str,
+        *,
+        exist_ok: bool = False,
+        created_at: datetime | str | None = None,
+    ) -> SessionMeta:
         """Register a new, empty session.
+
+        ``created_at`` is the creation time it keeps (a session moved from another
+        store or framework keeps its own): a timezone-aware datetime or ISO-8601 text
+        with an offset, stored as UTC (:func:`~perdure.session.rules.creation_time`);
+        ``None`` is now. An existing session returned with ``exist_ok`` keeps its own.
 
         Raises:
             SessionConflictError: it exists already and ``exist_ok`` is false.
+            TypeError, ValueError: ``created_at`` is not such a time (a naive one
+                names no instant).
         """
         ...
 

@@ -34,6 +34,7 @@ import builtins
 import time
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from threading import Lock
 
 import perdure.session.rules as rules
@@ -109,14 +110,23 @@ class MemorySessionStore(StoreBase):
     def __repr__(self) -> str:
         return f"MemorySessionStore(<{len(self._sessions)} sessions>)"
 
-    async def create(self, session_id: str, *, exist_ok: bool = False) -> SessionMeta:
-        """Register a new, empty session.
+    async def create(
+        self,
+        session_id: str,
+        *,
+        exist_ok: bool = False,
+        created_at: datetime | str | None = None,
+    ) -> SessionMeta:
+        """Register a new, empty session, created at ``created_at`` (default: now).
 
         Raises:
             SessionConflictError: it exists already and ``exist_ok`` is false.
             SessionLockedError: another writer holds the session's lock.
+            TypeError, ValueError: ``created_at`` is no timezone-aware time (see
+                :meth:`SessionStore.create`).
         """
         validate_session_id(session_id)
+        created = rules.creation_time(created_at)
         with self._guard:
             entry = self._sessions.get(session_id)
         if entry is None or self._expiry.is_expired(session_id):
@@ -124,8 +134,7 @@ class MemorySessionStore(StoreBase):
                 entry = self._sessions.get(session_id)
                 expired = self._expiry.is_expired(session_id)
                 if entry is None or expired:
-                    now = rules.utc_now()
-                    entry = self._sessions[session_id] = _Entry(now, now, rules.new_tail(0))
+                    entry = self._sessions[session_id] = _Entry(created, created, rules.new_tail(0))
                     if not expired:
                         # Leftovers put before the session existed do not belong to
                         # it; an expired session's checkpoints stay (SPEC §7).

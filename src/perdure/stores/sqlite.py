@@ -130,6 +130,7 @@ import stat
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -177,6 +178,7 @@ from perdure.session.rules import (
     check_list_args,
     check_max_checkpoint_age,
     check_max_checkpoints,
+    creation_time,
     decode_message,
     decode_state,
     encode_message,
@@ -606,17 +608,26 @@ class SQLiteSessionStore(StoreBase):
 
     # ------------------------------------------------------------------ protocol
 
-    async def create(self, session_id: str, *, exist_ok: bool = False) -> SessionMeta:
-        """Register a new, empty session.
+    async def create(
+        self,
+        session_id: str,
+        *,
+        exist_ok: bool = False,
+        created_at: datetime | str | None = None,
+    ) -> SessionMeta:
+        """Register a new, empty session, created at ``created_at`` (default: now).
 
         After return the session exists (durably with ``durability="commit"``).
 
         Raises:
             SessionConflictError: it exists already and ``exist_ok`` is false.
             SessionLockedError: another writer holds the session's lock.
+            TypeError, ValueError: ``created_at`` is no timezone-aware time (see
+                :meth:`SessionStore.create`).
         """
         validate_session_id(session_id)
-        return await asyncio.to_thread(self._create, session_id, exist_ok)
+        created = creation_time(created_at)
+        return await asyncio.to_thread(self._create, session_id, exist_ok, created)
 
     async def get(self, session_id: str, *, offset: int = 0) -> SessionRecord:
         """Read and verify a session: metadata, messages from ``offset``, state, tail.
@@ -1267,12 +1278,12 @@ class SQLiteSessionStore(StoreBase):
 
     # ------------------------------------------------------------------ writing
 
-    def _create(self, session_id: str, exist_ok: bool) -> SessionMeta:
-        meta = self._create_row(session_id, exist_ok)
+    def _create(self, session_id: str, exist_ok: bool, created: str) -> SessionMeta:
+        meta = self._create_row(session_id, exist_ok, created)
         self._expiry.renew(session_id)
         return meta
 
-    def _create_row(self, session_id: str, exist_ok: bool) -> SessionMeta:
+    def _create_row(self, session_id: str, exist_ok: bool, created: str) -> SessionMeta:
         expired = self._expiry.is_expired(session_id)
         if expired:  # starts afresh, its checkpoints kept (SPEC §7)
             self._delete(session_id, keep_checkpoints=True)
@@ -1287,11 +1298,10 @@ class SQLiteSessionStore(StoreBase):
                 self._heads.pop(session_id, None)
                 existing = conn.execute(_SELECT_SESSION, (session_id,)).fetchone()
                 if existing is None:
-                    now = utc_now()
                     cursor = conn.execute(
                         "INSERT INTO perdure_sessions (id, created_at, updated_at, "
                         "message_count, head, writes, tail) VALUES (?, ?, ?, 0, ?, 0, ?)",
-                        (session_id, now, now, ZERO_HASH, new_tail(0)),
+                        (session_id, created, created, ZERO_HASH, new_tail(0)),
                     )
                     if cursor.lastrowid is None or cursor.lastrowid > _MAX_SID:
                         raise OSError(f"SQLite session store {self.path} has run out of ids")
@@ -1300,7 +1310,7 @@ class SQLiteSessionStore(StoreBase):
                     # an expired one keeps its own.
                     if not expired:
                         conn.execute(_DELETE_CHECKPOINTS, (session_id,))
-                    return SessionMeta(session_id, now, now, 0)
+                    return SessionMeta(session_id, created, created, 0)
         if not exist_ok:
             raise SessionConflictError(f"session {session_id!r} already exists in {self.path}")
         return self._checked_head(session_id, existing).meta(session_id)

@@ -21,6 +21,7 @@ import asyncio
 import re
 import threading
 from collections.abc import Callable
+from datetime import date, datetime, timedelta, timezone
 from typing import Any, ClassVar
 
 import pytest
@@ -127,6 +128,52 @@ class SessionStoreSuite:
         assert info.value.code == "session_not_found"
         with pytest.raises(SessionNotFoundError):
             await store.commit("missing", conversation(1))
+
+    async def test_create_keeps_a_given_creation_time(
+        self, store: SessionStore, store_factory: StoreFactory
+    ) -> None:
+        # A session moved from another store or framework keeps its own creation time,
+        # given as an aware datetime (any offset) or as ISO text (SessionMeta's form).
+        paris = datetime(2021, 3, 4, 6, 7, 8, 123456, tzinfo=timezone(timedelta(hours=1)))
+        made = await store.create("moved", created_at=paris)
+        assert made.created_at == "2021-03-04T05:07:08.123456Z"
+        await store.create("copied", created_at="2020-01-02T03:04:05+00:00")
+        await store.create("now")
+        async with store.writer_lock("moved"):
+            await store.commit("moved", conversation(2))
+        reopened = self.same_data(store, store_factory)
+        listed = {meta.session_id: meta.created_at for meta in await reopened.list()}
+        assert listed["moved"] == "2021-03-04T05:07:08.123456Z"
+        assert listed["copied"] == "2020-01-02T03:04:05.000000Z"
+        assert listed["now"] > listed["moved"]  # stamped now, as without the argument
+        record = await reopened.get("moved")
+        assert record.meta.created_at == "2021-03-04T05:07:08.123456Z"
+        assert record.meta.updated_at > record.meta.created_at
+        assert record.messages == conversation(2)
+        # An existing session keeps its own time.
+        again = await store.create("moved", exist_ok=True, created_at="1999-01-01T00:00:00Z")
+        assert again.created_at == "2021-03-04T05:07:08.123456Z"
+        if reopened is not store:
+            close(reopened)
+
+    @pytest.mark.parametrize(
+        ("bad", "error"),
+        [
+            (datetime(2021, 3, 4, 5, 6, 7), ValueError),  # naive: names no instant
+            ("2021-03-04T05:06:07", ValueError),
+            ("yesterday", ValueError),
+            ("", ValueError),
+            (datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))), ValueError),
+            (1614834367, TypeError),
+            (date(2021, 3, 4), TypeError),
+        ],
+    )
+    async def test_create_refuses_a_bad_creation_time(
+        self, store: SessionStore, bad: Any, error: type[Exception]
+    ) -> None:
+        with pytest.raises(error, match="created_at"):
+            await store.create("s", created_at=bad)
+        assert await store.list() == []  # nothing was created
 
     @pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "a\\b", "nul\x00", "\ud800", "a\udc80"])
     async def test_bad_session_ids_are_value_errors(self, store: SessionStore, bad: str) -> None:

@@ -135,6 +135,7 @@ from perdure.session.rules import (
     check_list_args,
     check_max_checkpoint_age,
     check_max_checkpoints,
+    creation_time,
     decode_messages,
     looks_like_message,
     plan_commit,
@@ -395,10 +396,20 @@ class FileSessionStore(StoreBase):
 
     # ------------------------------------------------------------------ protocol
 
-    async def create(self, session_id: str, *, exist_ok: bool = False) -> SessionMeta:
-        """Create an empty session (durably). See :class:`SessionStore`."""
+    async def create(
+        self,
+        session_id: str,
+        *,
+        exist_ok: bool = False,
+        created_at: _dt.datetime | str | None = None,
+    ) -> SessionMeta:
+        """Create an empty session (durably), created at ``created_at`` (default: now).
+
+        See :meth:`SessionStore.create`.
+        """
         validate_session_id(session_id)
-        return await asyncio.to_thread(self._create, session_id, exist_ok)
+        created = creation_time(created_at)
+        return await asyncio.to_thread(self._create, session_id, exist_ok, created)
 
     async def get(self, session_id: str, *, offset: int = 0) -> SessionRecord:
         """Read and verify a session from ``offset``. See :class:`SessionStore`.
@@ -647,15 +658,17 @@ class FileSessionStore(StoreBase):
 
     # ------------------------------------------------------------------ create / list / delete
 
-    def _create(self, session_id: str, exist_ok: bool) -> SessionMeta:
+    def _create(self, session_id: str, exist_ok: bool, created: str) -> SessionMeta:
         expired = self._expiry.is_expired(session_id)
         if expired:  # starts afresh, its checkpoints kept (SPEC §7)
             self._purge(session_id)
-        meta = self._create_files(session_id, exist_ok, expired)
+        meta = self._create_files(session_id, exist_ok, expired, created)
         self._expiry.renew(session_id)
         return meta
 
-    def _create_files(self, session_id: str, exist_ok: bool, expired: bool) -> SessionMeta:
+    def _create_files(
+        self, session_id: str, exist_ok: bool, expired: bool, created: str
+    ) -> SessionMeta:
         sdir = self.session_dir(session_id)
         # A create made while the caller holds the writer lock is one step of a larger
         # operation (Session.fork: create, then commit the history, under one hold).
@@ -680,7 +693,6 @@ class FileSessionStore(StoreBase):
                 else:
                     shutil.rmtree(sdir)
             sdir.mkdir(parents=True, exist_ok=True)
-            created = utc_now()
             genesis: dict[str, Any] = {
                 "n": 0,
                 "c": 0,

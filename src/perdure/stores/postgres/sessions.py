@@ -78,6 +78,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 import psycopg
@@ -116,6 +117,7 @@ from perdure.session.rules import (
     check_list_args,
     check_max_checkpoint_age,
     check_max_checkpoints,
+    creation_time,
     decode_message,
     decode_state,
     encode_message,
@@ -310,17 +312,27 @@ class PostgresSessionStore(StoreBase):
 
     # ------------------------------------------------------------------ protocol
 
-    async def create(self, session_id: str, *, exist_ok: bool = False) -> SessionMeta:
-        """Register a new, empty session (durably, with ``durability="commit"``).
+    async def create(
+        self,
+        session_id: str,
+        *,
+        exist_ok: bool = False,
+        created_at: datetime | str | None = None,
+    ) -> SessionMeta:
+        """Register a new, empty session (durably, with ``durability="commit"``),
+        created at ``created_at`` (default: now).
 
         An id whose session expired (``ttl``) starts afresh: its messages and state
         go, its checkpoints stay.
 
         Raises:
             SessionConflictError: it exists already and ``exist_ok`` is false.
+            TypeError, ValueError: ``created_at`` is no timezone-aware time (see
+                :meth:`SessionStore.create`).
         """
         validate_session_id(session_id)
-        return await asyncio.to_thread(self._create, session_id, exist_ok)
+        created = creation_time(created_at)
+        return await asyncio.to_thread(self._create, session_id, exist_ok, created)
 
     async def get(self, session_id: str, *, offset: int = 0) -> SessionRecord:
         """Read and verify a session: metadata, messages from ``offset``, state, tail.
@@ -682,9 +694,8 @@ class PostgresSessionStore(StoreBase):
 
     # ------------------------------------------------------------------ writing
 
-    def _create(self, session_id: str, exist_ok: bool) -> SessionMeta:
-        now = utc_now()
-        params = {"id": session_id, "now": now, "zero": ZERO_HASH, "tail": new_tail(0)}
+    def _create(self, session_id: str, exist_ok: bool, created: str) -> SessionMeta:
+        params = {"id": session_id, "created": created, "zero": ZERO_HASH, "tail": new_tail(0)}
 
         def work(conn: psycopg.Connection[Any]) -> tuple[bool, tuple[Any, ...] | None]:
             made = conn.execute(self._sql.create, params).fetchone()
@@ -703,10 +714,10 @@ class PostgresSessionStore(StoreBase):
                 return False, row
 
         # A create is safe to send again: the id's row says whether it was made.
-        created, row = self.db.call(work, doing=f"creating session {session_id!r}")
+        fresh, row = self.db.call(work, doing=f"creating session {session_id!r}")
         self._forget(session_id)
-        if created:
-            return SessionMeta(session_id, now, now, 0)
+        if fresh:
+            return SessionMeta(session_id, created, created, 0)
         if not exist_ok:
             raise SessionConflictError(f"session {session_id!r} already exists in {self.db.where}")
         assert row is not None
@@ -1141,7 +1152,7 @@ class _Statements:
         )
         self.create = (
             f"WITH made AS (INSERT INTO {sessions} (id, created_at, updated_at, "
-            "message_count, head, writes, tail) VALUES (%(id)s, %(now)s, %(now)s, 0, "
+            "message_count, head, writes, tail) VALUES (%(id)s, %(created)s, %(created)s, 0, "
             "%(zero)s, 0, %(tail)s) ON CONFLICT (id) DO NOTHING RETURNING sid), "
             f"gone AS (DELETE FROM {q}.perdure_checkpoints WHERE session_id = %(id)s "
             "AND EXISTS (SELECT 1 FROM made)) SELECT sid FROM made"
@@ -1150,7 +1161,7 @@ class _Statements:
             f"SELECT {columns}, {expired} FROM {sessions} WHERE id = %(id)s FOR UPDATE"
         )
         self.restart = (
-            f"UPDATE {sessions} SET created_at = %(now)s, updated_at = %(now)s, "
+            f"UPDATE {sessions} SET created_at = %(created)s, updated_at = %(created)s, "
             "message_count = 0, head = %(zero)s, writes = 0, tail = %(tail)s, state = NULL, "
             "state_hash = NULL, touched_at = now() WHERE sid = %(sid)s"
         )

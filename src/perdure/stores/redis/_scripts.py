@@ -114,7 +114,7 @@ return {'ok'}
 CREATE = (
     _RENEW_TTL
     + """
--- KEYS: h m r t cm cb; ARGV: now, tail, zero hash, ttl_ms, tomb_ms
+-- KEYS: h m r t cm cb; ARGV: created, tail, zero hash, ttl_ms, tomb_ms
 local h = redis.call('HMGET', KEYS[1], 'created', 'updated', 'count', 'tail')
 if h[4] then return {0, h[1], h[2], h[3], h[4]} end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {2} end

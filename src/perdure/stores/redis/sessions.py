@@ -76,6 +76,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from perdure._runtime.checks import check_seconds
@@ -103,6 +104,7 @@ from perdure.session.rules import (
     check_list_args,
     check_max_checkpoint_age,
     check_max_checkpoints,
+    creation_time,
     decode_message,
     decode_messages,
     decode_state,
@@ -233,16 +235,26 @@ class RedisSessionStore(StoreBase):
 
     # ------------------------------------------------------------------ protocol
 
-    async def create(self, session_id: str, *, exist_ok: bool = False) -> SessionMeta:
-        """Register a new, empty session (an expired id starts afresh).
+    async def create(
+        self,
+        session_id: str,
+        *,
+        exist_ok: bool = False,
+        created_at: datetime | str | None = None,
+    ) -> SessionMeta:
+        """Register a new, empty session (an expired id starts afresh), created at
+        ``created_at`` (default: now).
 
         Raises:
             SessionConflictError: it exists already and ``exist_ok`` is false.
+            TypeError, ValueError: ``created_at`` is no timezone-aware time (see
+                :meth:`SessionStore.create`).
         """
         validate_session_id(session_id)
+        created = creation_time(created_at)
         keys = self._keys(session_id)
-        now, tail = utc_now(), new_tail(0)
-        args = [now, tail, ZERO_HASH, self._ttl_ms, self._tomb_ms]
+        tail = new_tail(0)
+        args = [created, tail, ZERO_HASH, self._ttl_ms, self._tomb_ms]
         doing = f"creating session {session_id!r}"
         # Safe to send again: a reply naming this call's tail says it made the session.
         self._forget(session_id)
@@ -250,12 +262,12 @@ class RedisSessionStore(StoreBase):
             lambda c: c.create([*keys.session, keys.cp_meta, keys.cp_body], args), doing
         )
         if reply[0] == 1:
-            return SessionMeta(session_id, now, now, 0)
+            return SessionMeta(session_id, created, created, 0)
         if reply[0] == 2:
             raise self._bad_meta(session_id)
-        created, updated, count, stored_tail = (_text(v) for v in reply[1:5])
+        stored_created, updated, count, stored_tail = (_text(v) for v in reply[1:5])
         if stored_tail == tail:
-            return SessionMeta(session_id, now, now, 0)
+            return SessionMeta(session_id, created, created, 0)
         if not exist_ok:
             raise SessionConflictError(
                 f"session {session_id!r} already exists in the Redis store at {self.server}"
@@ -264,7 +276,7 @@ class RedisSessionStore(StoreBase):
             total = int(count)
         except ValueError:
             raise self._bad_meta(session_id) from None
-        return SessionMeta(session_id, created, updated, total)
+        return SessionMeta(session_id, stored_created, updated, total)
 
     async def get(self, session_id: str, *, offset: int = 0) -> SessionRecord:
         """Read and verify a session: metadata, messages from ``offset``, state, tail.
