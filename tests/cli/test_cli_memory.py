@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 import postgres_server
 from perdure.cli._common import EXIT_NOT_FOUND, EXIT_USAGE
 from perdure.cli.main import cli
-from perdure.memory import LocalMemoryStore
+from perdure.memory.urls import open_memory_store
 
 FACTS = ["likes trains", "lives in Lyon", "is vegetarian"]
 
@@ -27,13 +27,7 @@ def invoke(*args: str, input: str | None = None) -> Result:
 
 
 def open_memory(url: str, user: str) -> object:
-    if url.startswith("sqlite:"):
-        return LocalMemoryStore(url.removeprefix("sqlite:"), namespace=user)
-    from perdure._runtime.urls import postgres_url
-    from perdure.memory.postgres_store import PostgresMemoryStore
-
-    dsn, options = postgres_url(url, {"schema": str}, "memory store")
-    return PostgresMemoryStore(dsn, namespace=user, schema=str(options["schema"]))
+    return open_memory_store(url, namespace=user)
 
 
 async def _fill(store: object, user: str) -> None:
@@ -216,3 +210,73 @@ def test_a_damaged_memory_file_is_damage_not_absence(tmp_path: Path) -> None:
     assert "no memory store" not in result.stderr
     assert result.stderr.count("\n") == 1
     assert broken.read_bytes() == b"not a database at all" * 100
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def encrypted_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A memory store whose memories (alice's and bob's) are under key k1."""
+    from crypto_keys import cipher
+
+    if request.param == "postgres":
+        url = postgres_server.store_url(request)
+    else:
+        url = f"sqlite:{tmp_path / 'memory.sqlite'}"
+    for user in ("alice", "bob"):
+        store = open_memory_store(url, namespace=user, cipher=cipher("k1"))
+        asyncio.run(_fill(store, user))
+        store.close()
+    return url
+
+
+def _keys_file(tmp_path: Path, *names: str) -> Path:
+    import base64
+
+    from crypto_keys import K1, K2
+
+    known = {"k1": K1, "k2": K2}
+    path = tmp_path / f"keys-{'-'.join(names)}.json"
+    keys = {name: base64.b64encode(known[name]).decode() for name in names}
+    path.write_text(json.dumps({"keys": keys, "active": names[-1]}))
+    return path
+
+
+def test_an_encrypted_memory_store_reads_with_the_keys_and_rotates_to_a_new_one(
+    encrypted_url: str, tmp_path: Path
+) -> None:
+    url, runner = encrypted_url, CliRunner()
+    both = {"PERDURE_KEYS_FILE": str(_keys_file(tmp_path, "k1", "k2")), "PERDURE_KEYS": ""}
+    no_keys = runner.invoke(
+        cli,
+        ["memory", "list", "-s", url, "-u", "alice"],
+        env={"PERDURE_KEYS": "", "PERDURE_KEYS_FILE": ""},
+    )
+    assert no_keys.exit_code == 6  # decryption
+    assert no_keys.stderr.startswith("error: ")
+    assert "[decryption]" in no_keys.stderr
+    listed = runner.invoke(cli, ["memory", "list", "-s", url, "-u", "alice", "--json"], env=both)
+    assert listed.exit_code == 0, listed.stderr
+    contents = [m["content"] for m in json.loads(listed.stdout)["memories"]]
+    assert contents == [f"alice {fact}" for fact in FACTS]
+    found = runner.invoke(
+        cli, ["memory", "search", "trains", "-s", url, "-u", "bob", "--json"], env=both
+    )
+    assert [m["content"] for m in json.loads(found.stdout)["memories"]] == ["bob likes trains"]
+
+    rotate = ["rotate-keys", "--memory", url, "--to", "k2", "--json"]
+    done = runner.invoke(cli, rotate, env=both)
+    assert done.exit_code == 0, done.stderr
+    assert json.loads(done.stdout) == {"to": "k2", "memories_rotated": 6}  # both users
+    only_k2 = {"PERDURE_KEYS_FILE": str(_keys_file(tmp_path, "k2")), "PERDURE_KEYS": ""}
+    for user in ("alice", "bob"):
+        read = runner.invoke(cli, ["memory", "export", "-s", url, "-u", user], env=only_k2)
+        assert read.exit_code == 0, read.stderr
+        assert [json.loads(line)["content"] for line in read.stdout.splitlines()] == [
+            f"{user} {fact}" for fact in FACTS
+        ]
+    again = runner.invoke(cli, rotate, env=both)
+    assert json.loads(again.stdout)["memories_rotated"] == 0  # nothing left to do
+    clash = runner.invoke(
+        cli, [*rotate[:3], "--storage", f"file:{tmp_path}", "--to", "k2"], env=both
+    )
+    assert clash.exit_code == EXIT_USAGE
+    assert "give one of --store, --storage and --memory" in clash.stderr

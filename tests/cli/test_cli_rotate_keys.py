@@ -343,7 +343,7 @@ def test_rotate_keys_takes_a_store_or_a_storage_not_both(tmp_path: Path) -> None
          f"file:{tmp_path / 's'}", "--to", "k2", "--keys-file", str(keys)],
     )  # fmt: skip
     assert both.exit_code == 2
-    assert "not both" in both.output
+    assert "give one of --store, --storage and --memory" in both.output
     missing = runner.invoke(
         cli,
         ["rotate-keys", "--storage", f"file:{tmp_path / 'none'}", "--to", "k2",

@@ -11,6 +11,7 @@ import base64
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -418,8 +419,15 @@ def memory_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
     return f"sqlite:{tmp_path / 'memory.db'}"
 
 
-async def test_memory_view_lists_searches_and_deletes(store: SessionStore, memory_url: str) -> None:
-    browser = MemoryBrowser(memory_url)
+@pytest.mark.parametrize("encrypted", [False, True])
+async def test_memory_view_lists_searches_and_deletes(
+    store: SessionStore, memory_url: str, encrypted: bool
+) -> None:
+    from crypto_keys import cipher
+
+    # With keys (perdure serve takes them from PERDURE_KEYS / PERDURE_KEYS_FILE), an
+    # encrypted memory store is browsed as a plain one.
+    browser = MemoryBrowser(memory_url, cipher=cipher("k1") if encrypted else None)
     try:
         await browser.store("alice").add("likes green tea")
         await browser.store("alice").add("lives in Lyon")
@@ -451,6 +459,9 @@ async def test_memory_view_lists_searches_and_deletes(store: SessionStore, memor
             )
     finally:
         browser.close()
+    if encrypted and memory_url.startswith("sqlite:"):
+        stored = await asyncio.to_thread(Path(memory_url.removeprefix("sqlite:")).read_bytes)
+        assert b"Lyon" not in stored  # sealed, and no plaintext index
 
 
 def test_memory_urls() -> None:

@@ -28,9 +28,11 @@ from perdure.cli._common import (
     session_store,
     store_option,
 )
+from perdure.cli.memory import memory_store
 from perdure.cli.output import plural, progress_bar
 from perdure.cli.snapshots import _opened as opened_storage
 from perdure.crypto import AESGCMCipher, Cipher, keys_from_env, keys_from_file
+from perdure.memory import LocalMemoryStore
 from perdure.rotation import rotate_keys as rotate
 from perdure.rotation import rotate_storage_keys
 from perdure.storage import open_storage
@@ -47,6 +49,16 @@ from perdure.storage import open_storage
         "Rotate the blobs of this storage instead of a store (a SnapshotSessionManager's "
         "snapshots, a LangGraph saver's checkpoints): file:DIR, sqlite:PATH, "
         "postgresql://…, redis://… or s3://… (as snapshots --storage)."
+    ),
+)
+@click.option(
+    "--memory",
+    "memory_url",
+    default=None,
+    metavar="URL",
+    help=(
+        "Rotate a memory store instead: sqlite:PATH or postgresql://USER@HOST/DB[?schema=NAME] "
+        "(every user's memories)."
     ),
 )
 @click.option("--to", "to", required=True, help="The key id to re-encrypt everything under.")
@@ -68,13 +80,14 @@ def rotate_keys(
     ctx: click.Context,
     store_url: str,
     storage_url: str | None,
+    memory_url: str | None,
     to: str,
     keys_file: Path | None,
     force: bool,
     as_json: bool,
 ) -> None:
     """Re-encrypt every session and checkpoint of a store (or every blob of a
-    --storage) under key --to.
+    --storage, or every memory of a --memory store) under key --to.
 
     \b
     Keys are read from --keys-file, else from the environment variable
@@ -90,7 +103,7 @@ def rotate_keys(
     stays readable with the same keys, and running the command again resumes,
     skipping what is already under --to. Sessions held by a running agent are
     refused (exit 5): run again later. Rewriting a session folds its redactions
-    in and renews its TTL. Memory stores are not rotated by this command.
+    in and renews its TTL.
 
     \b
     With --storage, each blob not under --to is written again on condition that
@@ -98,13 +111,22 @@ def rotate_keys(
     meanwhile is left as it wrote it (counted as changed), and such a manager's
     next save reports a conflict instead of overwriting: rotate while nothing
     writes. Killed, it resumes the same way.
+
+    \b
+    With --memory, every user's memories are sealed again, a batch a transaction:
+    killed, it resumes when run again.
     """
     cipher = _cipher(keys_file, to)
-    if storage_url is not None:
+    if storage_url is not None or memory_url is not None:
         explicit = ctx.get_parameter_source("store_url") is click.core.ParameterSource.COMMANDLINE
-        if explicit or remembered_store(ctx) is not None:
-            raise click.UsageError("give --store or --storage, not both")
-        _rotate_storage(storage_url, cipher, force=force, as_json=as_json)
+        given = [explicit or remembered_store(ctx) is not None, storage_url, memory_url]
+        if sum(1 for one in given if one) > 1:
+            raise click.UsageError("give one of --store, --storage and --memory")
+        if storage_url is not None:
+            _rotate_storage(storage_url, cipher, force=force, as_json=as_json)
+        else:
+            assert memory_url is not None
+            _rotate_memory(memory_url, cipher, force=force, as_json=as_json)
         return
     with session_store(store_url, cipher=cipher):
         pass  # a missing store is reported (exit 3) before anything is opened to write
@@ -143,6 +165,25 @@ def _rotate_storage(url: str, cipher: Cipher, *, force: bool, as_json: bool) -> 
     click.echo(
         f"{report.blobs_rotated} of {plural(report.blobs_checked, 'blob')} re-encrypted"
         f"{changed if report.blobs_changed else ''}; everything is under key {report.to!r}"
+    )
+
+
+def _rotate_memory(url: str, cipher: Cipher, *, force: bool, as_json: bool) -> None:
+    with memory_store(url, "perdure", cipher=cipher) as store:
+        users: list[str] = []
+        if isinstance(store, LocalMemoryStore):
+            rotated = run(store.rotate_keys(force=force))  # every namespace of the file
+        else:
+            rotated, users = 0, run(store.namespaces())
+    for user in users:  # a PostgreSQL memory store rotates one namespace at a time
+        with memory_store(url, user, cipher=cipher) as one:
+            rotated += run(one.rotate_keys(force=force))
+    if as_json:
+        echo_json({"to": cipher.active, "memories_rotated": rotated})
+        return
+    click.echo(
+        f"{plural(rotated, 'memory', 'memories')} re-encrypted; everything is under key "
+        f"{cipher.active!r}"
     )
 
 

@@ -30,6 +30,7 @@ import click
 from perdure.cli._common import (
     EXIT_NOT_FOUND,
     echo_json,
+    env_cipher,
     fail,
     given_store,
     handle_errors,
@@ -39,9 +40,9 @@ from perdure.cli._common import (
 )
 from perdure.cli.output import format_time, new_table, note, plural, print_listing, print_table
 from perdure.cli.render import shorten
-from perdure.memory import LocalMemoryStore, MemoryEntry
-
-MEMORY_SCHEMES = ("sqlite", "postgresql", "postgres")
+from perdure.crypto import Cipher
+from perdure.memory import MemoryEntry
+from perdure.memory.urls import open_memory_store
 
 PAGE = 500
 """Memories read per store call when a command must see them all."""
@@ -76,40 +77,34 @@ user_option = click.option(
 
 
 @contextlib.contextmanager
-def memory_store(url: str, user: str) -> Iterator[Any]:
+def memory_store(url: str, user: str, *, cipher: Cipher | None = None) -> Iterator[Any]:
     """Open the memory store ``url`` for ``user``'s namespace, and close it afterwards.
 
     Every ``perdure memory`` command reads (or deletes from) a store that is there:
     one that is not — a ``sqlite:`` path with no file, or a file or ``postgresql://``
     schema without perdure's memory tables — is reported (exit 3, as ``--store`` of
-    the session commands), and nothing is created.
+    the session commands), and nothing is created. The store is opened with
+    ``cipher``, else with the keys in the environment (:func:`env_cipher`), so an
+    encrypted store reads as every other command's does.
 
     Raises:
         ValueError: an unknown scheme, or a path missing.
     """
-    scheme, _, rest = url.partition(":")
-    if scheme not in MEMORY_SCHEMES or not rest:
+    try:
+        store = open_memory_store(
+            url, namespace=user, cipher=cipher if cipher is not None else env_cipher()
+        )
+    except ValueError as exc:
         raise ValueError(
-            f"--store: {url!r} is not a memory store URL; use sqlite:PATH or "
+            f"--store: {url!r} is not a memory store URL ({exc}); use sqlite:PATH or "
             "postgresql://USER@HOST/DB?schema=NAME"
-        )
-    store: Any
-    if scheme == "sqlite":
-        path = Path(rest[2:] if rest.startswith("//") else rest).expanduser()
-        store, where = LocalMemoryStore(path, namespace=user), str(path)
-    else:
-        from perdure._runtime.urls import postgres_url
-        from perdure.memory.postgres_store import PostgresMemoryStore
-
-        dsn, options = postgres_url(url, {"schema": str}, "memory store")
-        store = PostgresMemoryStore(
-            dsn, namespace=user, schema=str(options.get("schema", "perdure"))
-        )
-        where = url
+        ) from None
     try:
         if not run(store.schema_exists()):
-            what = "no such file" if scheme == "sqlite" and not path.exists() else None
-            found = what or "no perdure memory tables in it"
+            path = getattr(store, "path", None)
+            missing = isinstance(path, Path) and not path.exists()
+            where = str(path) if isinstance(path, Path) else url
+            found = "no such file" if missing else "no perdure memory tables in it"
             fail(f"no memory store at {where} ({found})", EXIT_NOT_FOUND)
         yield store
     finally:

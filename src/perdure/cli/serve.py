@@ -19,6 +19,7 @@ import click
 
 from perdure.cli._common import (
     EXIT_USAGE,
+    env_cipher,
     fail,
     handle_errors,
     read_key_file,
@@ -81,7 +82,7 @@ def serve(
         fail(f"{exc} (pip install 'perdure[server]')", EXIT_USAGE)
     check_bind(host, token)
     key = read_key_file(signing_key_file, "--signing-key-file")
-    memory = MemoryBrowser(memory_url) if memory_url else None
+    memory = MemoryBrowser(memory_url, cipher=env_cipher()) if memory_url else None
     if memory_url:
         from perdure.cli.memory import require_memory_store
 

@@ -217,6 +217,7 @@ class _Statements:
             "WHERE namespace = %(ns)s AND id = ANY(%(ids)s)"
         )
         self.count = f"SELECT count(*) FROM {m} WHERE namespace = %(ns)s"
+        self.namespaces = f"SELECT DISTINCT namespace FROM {m} ORDER BY namespace"
         self.list = (
             f"SELECT id, content, metadata, created_at FROM {m} WHERE namespace = %(ns)s "
             "ORDER BY id LIMIT %(limit)s OFFSET %(offset)s"
@@ -470,6 +471,14 @@ class PostgresMemoryStore(MemoryStore):
             doing="counting memories",
         )
         return int(row[0]) if row is not None else 0
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace with memories in this store's schema (``perdure rotate-keys
+        --memory`` rotates each)."""
+        rows = await self.db.run(
+            lambda conn: conn.execute(self._sql.namespaces).fetchall(), doing="listing namespaces"
+        )
+        return [str(row[0]) for row in rows]
 
     async def delete(self, memory_ids: int | Sequence[int]) -> int:
         """Forget memories by id (``metadata["memory_id"]``); return how many went.

@@ -1,7 +1,8 @@
 """The memory view: one user's (namespace's) memories, listed, searched, deleted.
 
 ``--memory URL`` names the store: ``sqlite:PATH`` (a :class:`LocalMemoryStore`
-file) or ``postgresql://…[?schema=NAME]`` (a :class:`PostgresMemoryStore`). A memory
+file) or ``postgresql://…[?schema=NAME]`` (a :class:`PostgresMemoryStore`), opened by
+:func:`~perdure.memory.urls.open_memory_store` with the server's keys, if any. A memory
 store object serves one namespace, so the browser keeps one per namespace asked
 for, the :data:`MAX_OPEN` most recent open.
 """
@@ -11,12 +12,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from perdure._runtime.urls import postgres_url, split_url
-from perdure.memory import LocalMemoryStore, MemoryEntry
+from perdure._runtime.urls import split_url
+from perdure.crypto import Cipher
+from perdure.memory import MemoryEntry
 from perdure.memory.rules import check_namespace
+from perdure.memory.urls import MEMORY_SCHEMES, open_memory_store
 
 MAX_OPEN = 16
-_SCHEMES = ("sqlite", "postgresql", "postgres")
 
 
 def entry_dict(entry: MemoryEntry) -> dict[str, Any]:
@@ -38,17 +40,10 @@ class MemoryBrowser:
         ValueError: ``url`` is not ``sqlite:PATH`` or a PostgreSQL URL (on construction).
     """
 
-    def __init__(self, url: str) -> None:
-        scheme, path = split_url(url, _SCHEMES, "memory store")
+    def __init__(self, url: str, *, cipher: Cipher | None = None) -> None:
+        split_url(url, MEMORY_SCHEMES, "memory store")  # a bad URL: refused at once
         self.url = url
-        self._path = path
-        self._dsn: str | None = None
-        self._schema = "perdure"
-        if scheme != "sqlite":
-            self._dsn, options = postgres_url(url, {"schema": str}, "memory store")
-            self._schema = str(options.get("schema", "perdure"))
-        elif path is None:
-            raise ValueError(f"--memory: {url!r} names no file (sqlite:PATH)")
+        self.cipher = cipher
         self._open: OrderedDict[str, Any] = OrderedDict()
 
     def store(self, namespace: str) -> Any:
@@ -56,12 +51,7 @@ class MemoryBrowser:
         check_namespace(namespace)
         found = self._open.pop(namespace, None)
         if found is None:
-            if self._dsn is not None:
-                from perdure.memory.postgres_store import PostgresMemoryStore
-
-                found = PostgresMemoryStore(self._dsn, namespace=namespace, schema=self._schema)
-            else:
-                found = LocalMemoryStore(str(self._path), namespace=namespace)
+            found = open_memory_store(self.url, namespace=namespace, cipher=self.cipher)
         self._open[namespace] = found
         while len(self._open) > MAX_OPEN:
             _, oldest = self._open.popitem(last=False)
