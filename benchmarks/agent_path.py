@@ -114,7 +114,7 @@ from fsync import measure as measure_fsync
 # word; the answer has no space): each row then measures the turn and its persistence,
 # not the per-delta cost of a stream, which is the same with a session or without.
 from peers import ANSWER, QUESTION
-from peers_venv import PEERS_VENV, ensure_peers_venv, run_peers_script
+from peers_venv import PEERS_VENV, ensure_peers_venv, measured_peers, run_peers_script
 
 from perdure._runtime.fsync import kernel_fsync_available
 
@@ -403,14 +403,7 @@ def check_peers(document: Any, turns: int, resume_size: int) -> dict[str, Any]:
             f"the peers ran {document.get('turns')} turns and resumed "
             f"{document.get('resume_size')} messages; this run: {turns} and {resume_size}"
         )
-    peers = document.get("peers")
-    if not isinstance(peers, dict):
-        raise ValueError("the peers' result has no 'peers' object")
-    for name, peer in peers.items():
-        if not isinstance(peer, dict):
-            raise ValueError(f"peer {name!r}: expected an object, got {peer!r}")
-        if "error" in peer:
-            continue
+    for name, peer in measured_peers(document):
         for _, _, key, _ in PEER_COLUMNS:
             value = peer.get(key)
             if value is not None and not (isinstance(value, int | float) and value > 0):

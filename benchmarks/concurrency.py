@@ -77,7 +77,7 @@ from agent_path import wrapped
 from peers import ANSWER, QUESTION
 from peers_concurrency import FORMAT as PEERS_FORMAT
 from peers_concurrency import percentile, session_counts, turns_per_session
-from peers_venv import PEERS_VENV, ensure_peers_venv, run_peers_script
+from peers_venv import PEERS_VENV, ensure_peers_venv, measured_peers, run_peers_script
 
 TARGET_NONE = 0.7
 TARGET_ONE = 3.0
@@ -224,14 +224,7 @@ def check_peers(document: Any, messages: int) -> dict[str, Any]:
         raise ValueError(
             f"the peers ran {document.get('messages')} messages a row; this run: {messages}"
         )
-    peers = document.get("peers")
-    if not isinstance(peers, dict):
-        raise ValueError("the peers' result has no 'peers' object")
-    for name, peer in peers.items():
-        if not isinstance(peer, dict):
-            raise ValueError(f"peer {name!r}: expected an object, got {peer!r}")
-        if "error" in peer:
-            continue
+    for name, peer in measured_peers(document):
         rows = peer.get("rows")
         if not isinstance(rows, list) or not rows:
             raise ValueError(f"peer {name!r}: no 'rows'")

@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +70,20 @@ def run_peers_script(python: Path, script: Path, args: list[str], out: Path) -> 
     ):
         print(done.stderr[-4000:], file=sys.stderr)
     return document
+
+
+def measured_peers(document: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each peer of a peers script's result that ran, by name (one with an ``error`` is
+    left out: the table names it as failed).
+
+    Raises:
+        ValueError: the result has no ``peers`` object, or a peer is not an object.
+    """
+    peers = document.get("peers")
+    if not isinstance(peers, dict):
+        raise ValueError("the peers' result has no 'peers' object")
+    for name, peer in peers.items():
+        if not isinstance(peer, dict):
+            raise ValueError(f"peer {name!r}: expected an object, got {peer!r}")
+        if "error" not in peer:
+            yield name, peer

@@ -14,6 +14,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
+from peers_venv import measured_peers
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -68,14 +70,7 @@ def check_peers(layout: Layout, document: Any, size: int, turns: int) -> dict[st
             f"the peers stored {document.get('size')} messages and ran {document.get('turns')} "
             f"turns; this run: {size} and {turns}"
         )
-    peers = document.get("peers")
-    if not isinstance(peers, dict):
-        raise ValueError("the peers' result has no 'peers' object")
-    for name, peer in peers.items():
-        if not isinstance(peer, dict):
-            raise ValueError(f"peer {name!r}: expected an object, got {peer!r}")
-        if "error" in peer:
-            continue
+    for name, peer in measured_peers(document):
         if peer.get("face") not in PERDURE_FACES:
             raise ValueError(
                 f"peer {name!r}: face must be 'sync' or 'async', got {peer.get('face')!r}"
