@@ -176,18 +176,26 @@ class LeaseKeeper:
         with keeper.lock:
             token = keeper.held.pop(session_id, None)
             keeper.lost.discard(session_id)
-            if token is None:
-                return
-            try:
-                self._on_keeper(
-                    keeper,
-                    lambda conn: conn.execute(
-                        self._release_sql, {"id": session_id, "token": token}
-                    ),
-                    f"releasing the writer lease of session {session_id!r}",
-                )
-            except Exception as exc:  # the lease expires by itself
-                _log.warning("%s; it expires in %g s", exc, self.lease)
+        if token is None:
+            return
+        # On a pooled connection, not the keeper's: a release needs no holder pid,
+        # and the keeper's one connection (every acquire of the process goes through
+        # it, one at a time) is what many sessions in one process queue on. Without
+        # a flush of its own, as on the keeper: lost to a server crash, the lease
+        # expires by itself, as after a release that could not reach the server.
+        params = {"id": session_id, "token": token}
+
+        def release(conn: psycopg.Connection[Any]) -> None:
+            with conn.pipeline():  # one round trip
+                conn.execute("BEGIN")
+                conn.execute("SET LOCAL synchronous_commit TO off")
+                conn.execute(self._release_sql, params)
+                conn.execute("COMMIT")
+
+        try:
+            self._db.call(release, doing=f"releasing the writer lease of session {session_id!r}")
+        except Exception as exc:  # the lease expires by itself
+            _log.warning("%s; it expires in %g s", exc, self.lease)
 
     def close(self) -> None:
         """Release every lease this process holds and close the keeper's connection."""
