@@ -562,3 +562,57 @@ def test_rows_stored_out_of_order_on_disk_read_back_in_order(
     assert asyncio.run(reader.get("s")).messages == history
     assert asyncio.run(reader.get("s", offset=1)).messages == history[1:]
     assert asyncio.run(reader.history_page("s", 0, 4)).messages == history[:4]
+
+
+async def test_acquires_waiting_for_the_keeper_go_in_one_round_trip(
+    opened: Callable[..., PostgresSessionStore],
+) -> None:
+    # Many sessions of one process take their leases through the keeper's one
+    # connection: those waiting for it go together, each with its own outcome.
+    store, other = opened(), opened()
+    ids = [f"s{i}" for i in range(8)]
+    for session_id in ids:
+        await store.create(session_id)
+    await other._take_lease("s3")  # held elsewhere: that one is refused, alone
+    leases = store._leases
+    keeper = leases._state.value
+    batches: list[int] = []
+    real = leases._acquire_together
+
+    def counted(keeper_: Any, batch: list[Any]) -> None:
+        batches.append(len(batch))
+        real(keeper_, batch)
+
+    leases._acquire_together = counted  # type: ignore[method-assign]
+    outcomes: dict[str, Any] = {}
+
+    def take(session_id: str) -> None:
+        try:
+            outcomes[session_id] = leases.acquire(session_id)
+        except Exception as exc:
+            outcomes[session_id] = exc
+
+    with keeper.lock:  # the keeper is busy: all eight wait for it
+        threads = [threading.Thread(target=take, args=(i,)) for i in ids]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while len(keeper.wanted) < len(ids):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.001)
+    for thread in threads:
+        thread.join(10)
+    assert batches == [8]  # one round trip for all of them
+    assert isinstance(outcomes["s3"], SessionLockedError)
+    tokens = [outcomes[i] for i in ids if i != "s3"]
+    assert all(isinstance(t, int) for t in tokens)
+    assert len(set(tokens)) == 7
+    assert {i: leases.token(i) for i in ids if i != "s3"} == dict(
+        zip([i for i in ids if i != "s3"], tokens, strict=True)
+    )
+    with pytest.raises(SessionLockedError):  # they are held: another writer is refused
+        await other._take_lease("s0")
+    for session_id in ids:
+        if session_id != "s3":
+            leases.release(session_id)
+    await other._take_lease("s0")  # given back

@@ -57,12 +57,25 @@ def holder_alive(lease: str) -> str:
     )
 
 
+class _Want:
+    """One ``acquire`` waiting for the keeper: its session, then its outcome."""
+
+    __slots__ = ("done", "outcome", "session_id")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.done = False
+        self.outcome: int | BaseException | None = None  # token, refusal or error
+
+
 class _Keeper:
     """One process's leases of one store: its connection, tokens and renewing thread."""
 
     def __init__(self) -> None:
         self.owner = secrets.token_hex(12)
         self.lock = threading.Lock()
+        self.wanting = threading.Lock()  # guards wanted
+        self.wanted: list[_Want] = []  # acquires waiting for the keeper
         self.conn: psycopg.Connection[Any] | None = None
         self.started: Any = None  # the connection's server process start time
         self.held: dict[str, int] = {}  # session id -> token
@@ -129,42 +142,78 @@ class LeaseKeeper:
     def acquire(self, session_id: str) -> int:
         """Take the session's lease and return its token (blocking: run in a thread).
 
+        Acquires made at once from many threads go together: whoever gets the
+        keeper's connection sends every acquire waiting in one pipeline (one round
+        trip), so many sessions of one process do not queue on it one by one.
+
         Raises:
             SessionLockedError: another live writer holds it; never waits.
             StoreUnavailableError: the server could not be reached.
         """
         keeper = self._state.value
+        want = _Want(session_id)
+        with keeper.wanting:
+            keeper.wanted.append(want)
         with keeper.lock:
-            row = self._on_keeper(
-                keeper,
-                lambda conn: conn.execute(
-                    self._acquire_sql,
-                    {
-                        "id": session_id,
-                        "owner": keeper.owner,
-                        "seq": self._seq,
-                        "lease": self.lease,
-                        "started": keeper.started,
-                    },
-                ).fetchone(),
-                f"taking the writer lease of session {session_id!r}",
-            )
+            if not want.done:  # nobody took it with theirs: take every one waiting
+                with keeper.wanting:
+                    batch, keeper.wanted = keeper.wanted, []
+                self._acquire_together(keeper, batch)
+        outcome = want.outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is not None
+        return outcome
+
+    def _acquire_together(self, keeper: _Keeper, batch: list[_Want]) -> None:
+        """Send the acquires of ``batch`` in one pipeline; each gets its outcome (under
+        ``keeper.lock``)."""
+        params = [
+            {
+                "id": want.session_id,
+                "owner": keeper.owner,
+                "seq": self._seq,
+                "lease": self.lease,
+                "started": keeper.started,
+            }
+            for want in batch
+        ]
+
+        def send(conn: psycopg.Connection[Any]) -> list[Any]:
+            for one in params:  # keeper.started is known once the connection is
+                one["started"] = keeper.started
+            with conn.pipeline():
+                cursors = [conn.execute(self._acquire_sql, one) for one in params]
+            return [cursor.fetchone() for cursor in cursors]
+
+        try:
+            doing = f"taking the writer lease of session {batch[0].session_id!r}"
+            if len(batch) > 1:
+                doing = f"taking the writer leases of {len(batch)} sessions"
+            rows = self._on_keeper(keeper, send, doing)
+        except BaseException as exc:
+            for want in batch:
+                want.outcome, want.done = exc, True
+            raise
+        for want, row in zip(batch, rows, strict=True):
             if row is None:
-                raise self._locked(keeper, session_id)
-            token = int(row[0])
-            keeper.held[session_id] = token
-            keeper.lost.discard(session_id)
-            if keeper.thread is None or not keeper.thread.is_alive():
-                keeper.closing = False
-                keeper.wake.clear()
-                keeper.thread = threading.Thread(
-                    target=self._renew_while_held,
-                    args=(keeper,),
-                    name="perdure-postgres-leases",
-                    daemon=True,
-                )
-                keeper.thread.start()
-            return token
+                want.outcome = self._locked(keeper, want.session_id)
+            else:
+                token = int(row[0])
+                keeper.held[want.session_id] = token
+                keeper.lost.discard(want.session_id)
+                want.outcome = token
+            want.done = True
+        if keeper.held and (keeper.thread is None or not keeper.thread.is_alive()):
+            keeper.closing = False
+            keeper.wake.clear()
+            keeper.thread = threading.Thread(
+                target=self._renew_while_held,
+                args=(keeper,),
+                name="perdure-postgres-leases",
+                daemon=True,
+            )
+            keeper.thread.start()
 
     def release(self, session_id: str) -> None:
         """Give the session's lease back (blocking: run in a thread).
