@@ -25,6 +25,13 @@ While leases are held, a daemon thread renews them every third of ``lease`` on t
 keeper's connection; a lease it finds taken over is marked lost (commits under it
 fail by the token anyway). Everything is per process: a child made by ``fork()``
 holds none of its parent's leases and opens its own connection.
+
+**Many sessions in one process** share the keeper's one connection for their
+acquires (the lease names its server process): acquires that arrive while it is busy
+go together, in one pipeline. A release needs no holder pid and runs on a pooled
+connection instead. Lease writes are made without waiting for a flush of their own
+(``synchronous_commit`` off): a commit made under a lease is flushed with everything
+logged before it, the lease included, and a release lost to a server crash expires.
 """
 
 from __future__ import annotations
