@@ -377,6 +377,28 @@ def counted_sqlite_session(counter: CommitCounter, session_id: str, db_path: Pat
     return CountedSession(session_id, db_path)
 
 
+def openai_durability(agent: Any, db_path: Path) -> tuple[dict[str, str], float, list[Any]]:
+    """What the OpenAI Agents SDK makes durable, untimed: the SQLite settings of the
+    connections it opens, its commits a turn (over ``REPEATS`` turns of ``agent`` on a
+    session at ``db_path``), and the items those turns stored."""
+    from agents import Runner
+
+    counter = CommitCounter()
+    counted = counted_sqlite_session(counter, "count", db_path)
+
+    async def count() -> tuple[dict[str, str], float, list[Any]]:
+        settings = await asyncio.to_thread(lambda: pragmas(counted._get_connection()))
+        counter.commits = 0
+        for _ in range(REPEATS):
+            await Runner.run(agent, QUESTION, session=counted)
+        return settings, counter.commits / REPEATS, list(await counted.get_items())
+
+    try:
+        return asyncio.run(count())
+    finally:
+        counted.close()
+
+
 def openai_peer(turns: int, resume_size: int, work: Path, floors: Floors) -> dict[str, Any]:
     from agents import Agent, Runner, SQLiteSession, set_tracing_disabled
 
@@ -400,22 +422,8 @@ def openai_peer(turns: int, resume_size: int, work: Path, floors: Floors) -> dic
     check_count(len(asyncio.run(session.get_items())), turns)
     session.close()
 
-    # What SQLite makes durable: the SDK's own connection settings and its commits a turn.
-    counter = CommitCounter()
-    counted = counted_sqlite_session(counter, "count", work / "count.db")
-
-    async def count_commits() -> tuple[dict[str, str], float]:
-        settings = await asyncio.to_thread(lambda: pragmas(counted._get_connection()))
-        counter.commits = 0
-        for _ in range(REPEATS):
-            await Runner.run(agent, QUESTION, session=counted)
-        # The same items a Runner turn stores, for the history to resume.
-        template.extend(await counted.get_items())
-        return settings, counter.commits / REPEATS
-
-    template: list[Any] = []
-    settings, commits = asyncio.run(count_commits())
-    counted.close()
+    # What SQLite makes durable, and the items a Runner turn stores (for the history).
+    settings, commits, template = openai_durability(agent, work / "count.db")
 
     pair = template[:2]
     history = [pair[i % 2] for i in range(resume_size)]

@@ -45,11 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import (
     DISTRIBUTIONS,
     QUESTION,
-    REPEATS,
-    CommitCounter,
-    counted_sqlite_session,
+    openai_durability,
     openai_model,
-    pragmas,
     version,
 )
 
@@ -128,18 +125,7 @@ def openai_peer(counts: list[int], messages: int, work: Path) -> dict[str, Any]:
         rows.append(asyncio.run(row(sessions, turns, db)))
 
     # What SQLite makes durable: the SDK's own connection settings and its commits a turn.
-    counter = CommitCounter()
-    counted = counted_sqlite_session(counter, "count", work / "count.db")
-
-    async def count_commits() -> tuple[dict[str, str], float]:
-        settings = await asyncio.to_thread(lambda: pragmas(counted._get_connection()))
-        counter.commits = 0
-        for _ in range(REPEATS):
-            await Runner.run(agent, QUESTION, session=counted)
-        return settings, counter.commits / REPEATS
-
-    settings, commits = asyncio.run(count_commits())
-    counted.close()
+    settings, commits, _ = openai_durability(agent, work / "count.db")
     return {
         "rows": rows,
         "durability": {**settings, "commits_per_turn": commits},
