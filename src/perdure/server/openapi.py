@@ -348,6 +348,9 @@ _EMPTY_JSON = {
     "required": False,
     "content": {"application/json": {"schema": {"type": "object"}}},
 }
+# Both import routes (at once, and as a job) take the same query and body.
+_IMPORT_PARAMS = [_SESSION, _query("create", {"type": "boolean"}, "create the session if absent")]
+_IMPORT_BODY = {"required": True, "content": {"application/json": {"schema": _ref("Export")}}}
 
 
 def openapi_document() -> dict[str, Any]:
@@ -417,14 +420,8 @@ def openapi_document() -> dict[str, Any]:
                 "Import an exported checkpoint (verified in full first; on a server with a "
                 "signing key it must be signed with that key)",
                 ("201", "Checkpoint", "the imported checkpoint"),
-                params=[
-                    _SESSION,
-                    _query("create", {"type": "boolean"}, "create the session if absent"),
-                ],
-                body={
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("Export")}},
-                },
+                params=_IMPORT_PARAMS,
+                body=_IMPORT_BODY,
                 mutating=True,
             )
         },
@@ -500,14 +497,8 @@ def openapi_document() -> dict[str, Any]:
                 "/api/jobs/{job_id}: progress through the checks, then phase writing; the "
                 "result is the checkpoint, a refused export fails the job with the error",
                 ("202", "Job", "the job, running"),
-                params=[
-                    _SESSION,
-                    _query("create", {"type": "boolean"}, "create the session if absent"),
-                ],
-                body={
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("Export")}},
-                },
+                params=_IMPORT_PARAMS,
+                body=_IMPORT_BODY,
                 mutating=True,
             )
         },
