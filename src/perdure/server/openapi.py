@@ -541,5 +541,5 @@ def openapi_document() -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{}, {"bearer": []}],
-        "paths": paths,
+        "paths": copy.deepcopy(paths),  # shares no object with this module
     }
