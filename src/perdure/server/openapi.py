@@ -351,6 +351,11 @@ _EMPTY_JSON = {
 # Both import routes (at once, and as a job) take the same query and body.
 _IMPORT_PARAMS = [_SESSION, _query("create", {"type": "boolean"}, "create the session if absent")]
 _IMPORT_BODY = {"required": True, "content": {"application/json": {"schema": _ref("Export")}}}
+# And both verify routes (at once, and as a job).
+_VERIFY_BODY = {
+    "required": False,
+    "content": {"application/json": {"schema": _ref("VerifyRequest")}},
+}
 
 
 def openapi_document() -> dict[str, Any]:
@@ -473,10 +478,7 @@ def openapi_document() -> dict[str, Any]:
             "post": _op(
                 "Verify every session and checkpoint (or those named)",
                 ("200", "VerifyReport", "the report"),
-                body={
-                    "required": False,
-                    "content": {"application/json": {"schema": _ref("VerifyRequest")}},
-                },
+                body=_VERIFY_BODY,
                 mutating=True,
             )
         },
@@ -484,10 +486,7 @@ def openapi_document() -> dict[str, Any]:
             "post": _op(
                 "Start verify as a job; poll /api/jobs/{job_id} for progress",
                 ("202", "Job", "the job, running"),
-                body={
-                    "required": False,
-                    "content": {"application/json": {"schema": _ref("VerifyRequest")}},
-                },
+                body=_VERIFY_BODY,
                 mutating=True,
             )
         },

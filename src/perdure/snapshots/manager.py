@@ -170,6 +170,17 @@ class SnapshotTrigger(Protocol):
         ...
 
 
+def _session_fields(agent: Agent) -> Snapshot:
+    """``agent``'s fields beside its messages: what a ``latest`` holds as its fields, and
+    what a run's record of a node agent holds (:meth:`SnapshotSessionManager.node_agent_record`)."""
+    return agent.take_snapshot(preset="session", exclude=[SnapshotField.messages])
+
+
+def _filtered_fields(filters: FilterChain, data: dict[str, Any], session_id: str) -> Any:
+    """Snapshot fields as ``filters`` leave them (as agent state: write ``"snapshot"``)."""
+    return filters.state(data, "snapshot", session_id) if filters else data
+
+
 @dataclass(frozen=True)
 class _Fields:
     """An agent's snapshot fields as last captured and encoded, and what they came from.
@@ -201,7 +212,7 @@ class _Fields:
         """
         state, interrupts = agent.state, agent.interrupt_state
         state_version, interrupts_version = state.version, interrupts.version
-        captured = agent.take_snapshot(preset="session", exclude=[SnapshotField.messages])
+        captured = _session_fields(agent)
         meta = {
             "schema_version": captured.schema_version,
             "scope": captured.scope,
@@ -214,10 +225,7 @@ class _Fields:
             interrupts_version=interrupts_version,
             manager_state=captured.data[SnapshotField.conversation_manager_state.value],
             model_state=captured.data[SnapshotField.model_state.value],
-            json=encode_json(
-                filters.state(captured.data, "snapshot", session_id) if filters else captured.data,
-                "fields",
-            ),
+            json=encode_json(_filtered_fields(filters, captured.data, session_id), "fields"),
             meta=meta,
             meta_json=encode_json(meta, "metadata"),
         )
@@ -825,9 +833,8 @@ class SnapshotSessionManager:
         messages: Sequence[Message] = agent.messages[start:]
         if self._filters:
             messages = self._filters.messages(messages, "snapshot", self.session_id)
-        captured = agent.take_snapshot(preset="session", exclude=[SnapshotField.messages])
-        if self._filters:
-            captured.data = self._filters.state(captured.data, "snapshot", self.session_id)
+        captured = _session_fields(agent)
+        captured.data = _filtered_fields(self._filters, captured.data, self.session_id)
         return {
             "t": "agent",
             "agent": agent.agent_id,

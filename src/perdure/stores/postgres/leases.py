@@ -175,22 +175,21 @@ class LeaseKeeper:
     def _acquire_together(self, keeper: _Keeper, batch: list[_Want]) -> None:
         """Send the acquires of ``batch`` in one pipeline; each gets its outcome (under
         ``keeper.lock``)."""
-        params = [
-            {
-                "id": want.session_id,
+
+        def send(conn: psycopg.Connection[Any]) -> list[Any]:
+            # keeper.started is known once the connection is (on this call, or again
+            # after a reconnect)
+            shared = {
                 "owner": keeper.owner,
                 "seq": self._seq,
                 "lease": self.lease,
                 "started": keeper.started,
             }
-            for want in batch
-        ]
-
-        def send(conn: psycopg.Connection[Any]) -> list[Any]:
-            for one in params:  # keeper.started is known once the connection is
-                one["started"] = keeper.started
             with conn.pipeline():
-                cursors = [conn.execute(self._acquire_sql, one) for one in params]
+                cursors = [
+                    conn.execute(self._acquire_sql, {"id": want.session_id, **shared})
+                    for want in batch
+                ]
             return [cursor.fetchone() for cursor in cursors]
 
         try:
