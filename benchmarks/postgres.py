@@ -13,8 +13,9 @@ the store's own appends and turns (so a noisy neighbour slows both alike) — on
 
 - the durable append as a Session makes it during a turn (writer lease held, tail
   checked), in µs and in floors; beside it the hop alone (``asyncio.to_thread`` of
-  nothing), which every append pays because psycopg's blocking call never runs on
-  the event loop;
+  nothing), which the store's other calls pay (psycopg's blocking calls run in
+  worker threads) and its appends do not (they go on a connection the event loop
+  drives itself, ``PostgresDatabase.loop_connection``);
 - a whole turn at the store (take the lease, two appends, give it back);
 - the agent path: a :class:`~perdure.Agent` (the instant model of ``agent_path.py``,
   ``NullConversationManager``: the whole history kept) over ``Session.resume`` of the

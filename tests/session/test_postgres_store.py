@@ -552,13 +552,10 @@ def test_rows_stored_out_of_order_on_disk_read_back_in_order(
     reader = opened()
     configure = reader.db._configure
     assert configure is not None
-
-    def scan_in_heap_order(conn: Any) -> None:  # as the planner does for long sessions
-        configure(conn)
-        conn.execute("SET enable_indexscan TO off")
-        conn.execute("SET enable_indexonlyscan TO off")
-
-    reader.db._configure = scan_in_heap_order
+    # Scan in heap order, as the planner does for long sessions.
+    reader.db._configure = (
+        f"{configure}; SET enable_indexscan TO off; SET enable_indexonlyscan TO off"
+    )
     assert asyncio.run(reader.get("s")).messages == history
     assert asyncio.run(reader.get("s", offset=1)).messages == history[1:]
     assert asyncio.run(reader.history_page("s", 0, 4)).messages == history[:4]

@@ -9,7 +9,12 @@ One :class:`PostgresDatabase` is one database and one schema as a backend sees i
   unless the caller opens one.
 - **Any loop, any thread** (SPEC §7): psycopg's blocking calls run in worker threads
   (``asyncio.to_thread``) on connections from the thread-safe pool; nothing is bound
-  to an event loop, so a coroutine may be awaited from any loop in any thread.
+  to an event loop, so a coroutine may be awaited from any loop in any thread. A
+  backend's hottest statement may instead go on a :class:`LoopConnection`
+  (:meth:`PostgresDatabase.loop_connection`), awaited on the running loop's own
+  selector: the hop to a thread and back costs about half a local round trip.
+  Those connections belong to no loop (one user at a time, any loop); they are
+  opened in the background, and a call that finds none idle takes the pool's path.
 - **The schema**: each backend names the tables it needs (a :class:`SchemaPart`,
   under a component name and a version). On first use in a process they are created
   in the store's schema (``CREATE SCHEMA``/``CREATE TABLE IF NOT EXISTS``, under a
@@ -58,8 +63,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
+import re
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -71,7 +79,7 @@ try:
     import psycopg
     import psycopg_pool
     from psycopg import pq
-    from psycopg.conninfo import conninfo_to_dict
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
         f"perdure's PostgreSQL backends need psycopg 3 and psycopg_pool ({exc}): "
@@ -83,7 +91,11 @@ from perdure._runtime.threads import PerProcess, ProcessLock
 
 __all__ = [
     "DRIVER_ERRORS",
+    "DURABLE_COMMITS",
+    "NO_FLUSH_WAIT",
     "VERSION_TABLE",
+    "LoopConnection",
+    "LoopStatement",
     "PostgresBugError",
     "PostgresDatabase",
     "PostgresErrors",
@@ -91,7 +103,6 @@ __all__ = [
     "SchemaMigration",
     "SchemaPart",
     "check_schema_name",
-    "durable_commits",
     "pg_fault",
     "quote_ident",
     "schema_lock_key",
@@ -169,15 +180,16 @@ def pg_fault(exc: BaseException) -> PostgresFault:
     return "failure"
 
 
-def durable_commits(conn: psycopg.Connection[Any]) -> None:
-    """Have ``conn``'s commits wait for the server's WAL flush (``synchronous_commit``),
-    should the server's default turn it off: a write is durable when it returns.
+DURABLE_COMMITS = (
+    "SELECT set_config('synchronous_commit', 'on', false) "
+    "WHERE current_setting('synchronous_commit') = 'off'"
+)
+"""A ``configure`` statement for :class:`PostgresDatabase`: a connection's commits wait
+for the server's WAL flush (``synchronous_commit``) should the server's default turn it
+off, so a write is durable when it returns (a stronger setting is left as it is)."""
 
-    A ``configure`` hook for :class:`PostgresDatabase` (every new connection).
-    """
-    row = conn.execute("SHOW synchronous_commit").fetchone()
-    if row is not None and row[0] == "off":
-        conn.execute("SET synchronous_commit TO on")
+NO_FLUSH_WAIT = "SET synchronous_commit TO off"
+"""A ``configure`` statement: commits return before the server flushes its WAL."""
 
 
 def quote_ident(name: str) -> str:
@@ -304,13 +316,177 @@ class SchemaMigration:
 
 
 class _Pool:
-    """This process's pool, and whether the schema was checked in it."""
+    """This process's pool, whether the schema was checked in it, and its loop
+    connections (see :meth:`PostgresDatabase.loop_connection`)."""
 
-    __slots__ = ("checked", "pool")
+    __slots__ = ("checked", "direct", "pool")
 
     def __init__(self) -> None:
         self.pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
         self.checked = False
+        self.direct = _LoopConnections()
+
+
+class LoopStatement:
+    """A statement written with psycopg's ``%(name)s`` parameters, as a
+    :class:`LoopConnection` sends it: prepared once per connection (libpq's
+    ``$1 … $n``), its parameters sent as text (the server infers their types, as it
+    does for psycopg's strings: give casts where a type is not clear from the SQL).
+
+    A parameter may be ``None`` (NULL), a ``str``, an ``int``, or a list of them (an
+    array literal).
+    """
+
+    __slots__ = ("name", "names", "text")
+
+    def __init__(self, sql: str) -> None:
+        names: list[str] = []
+
+        def number(match: re.Match[str]) -> str:
+            if match.group(0) == "%%":
+                return "%"
+            name = match.group(1)
+            if name not in names:
+                names.append(name)
+            return f"${names.index(name) + 1}"
+
+        text = re.sub(r"%%|%\((\w+)\)s", number, sql)
+        self.text = text.encode()
+        self.names = tuple(names)
+        self.name = b"perdure_" + hashlib.sha1(self.text).hexdigest()[:20].encode()
+
+    def encode(self, params: Mapping[str, Any]) -> list[bytes | None]:
+        """The parameters, in order, as libpq's text values."""
+        return [_text_value(params[name]) for name in self.names]
+
+
+def _text_value(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value).encode()
+    if isinstance(value, list):
+        return b"{" + b",".join(_array_item(item) for item in value) + b"}"
+    raise TypeError(f"a loop statement's parameter must be None, str, int or a list, got {value!r}")
+
+
+def _array_item(item: Any) -> bytes:
+    if item is None:
+        return b"NULL"
+    if isinstance(item, int) and not isinstance(item, bool):
+        return str(item).encode()
+    if isinstance(item, str):
+        quoted = item.replace("\\", "\\\\").replace('"', '\\"')
+        return b'"' + quoted.encode() + b'"'
+    raise TypeError(f"an array parameter's item must be None, str or int, got {item!r}")
+
+
+class LoopConnection:
+    """A libpq connection driven by one event loop's selector, without a thread.
+
+    Only what a backend's hottest statement needs: :meth:`prepare`, :meth:`send`
+    and :meth:`result` (psycopg's own async layer costs about twice the CPU of its
+    blocking one; this costs what the blocking one does). A failed statement
+    raises psycopg's error for its SQLSTATE; a lost connection
+    ``psycopg.OperationalError``. Autocommit: each statement is its own transaction.
+    """
+
+    __slots__ = ("_last", "pgconn", "prepared")
+
+    def __init__(self, pgconn: pq.abc.PGconn) -> None:
+        self.pgconn = pgconn
+        self.prepared: set[bytes] = set()
+        self._last: pq.abc.PGresult | None = None
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.pgconn.status == pq.ConnStatus.BAD)
+
+    def close(self) -> None:
+        """Close it (from any thread, with nothing in flight)."""
+        with contextlib.suppress(Exception):
+            self.pgconn.finish()
+
+    async def prepare(self, statement: LoopStatement) -> None:
+        """Prepare ``statement`` on this connection, unless it was (one round trip)."""
+        if statement.name in self.prepared:
+            return
+        self.pgconn.send_prepare(statement.name, statement.text)
+        await self.result()
+        self.prepared.add(statement.name)
+
+    def send(self, statement: LoopStatement, params: Mapping[str, Any]) -> None:
+        """Send the prepared ``statement``; :meth:`result` waits for what it did."""
+        self.pgconn.send_query_prepared(statement.name, statement.encode(params))
+
+    async def result(self) -> pq.abc.PGresult:
+        """The result of what was sent, once the server answered.
+
+        A cancelled wait leaves the statement in flight: calling this again (from
+        the same loop) goes on waiting for it.
+        """
+        pgconn = self.pgconn
+        loop = asyncio.get_running_loop()
+        while pgconn.flush():  # the rest of a large statement, as the socket takes it
+            await _ready(loop, pgconn.socket, write=True)
+        while True:
+            pgconn.consume_input()
+            while not pgconn.is_busy():
+                got = pgconn.get_result()
+                if got is None:
+                    last, self._last = self._last, None
+                    if last is None:
+                        raise psycopg.OperationalError("the server sent no result")
+                    return self._checked(last)
+                self._last = got
+            await _ready(loop, pgconn.socket, write=False)
+
+    def _checked(self, result: pq.abc.PGresult) -> pq.abc.PGresult:
+        if result.status in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
+            return result
+        if result.error_field(pq.DiagnosticField.SQLSTATE) is None:
+            message = result.get_error_message("utf-8") or "the connection was lost"
+            raise psycopg.OperationalError(message)
+        raise psycopg.errors.error_from_result(result, encoding="utf-8")
+
+
+async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> None:
+    """Until ``fd`` is readable (or writable)."""
+    waiter = loop.create_future()
+
+    def wake() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    if write:
+        loop.add_writer(fd, wake)
+    else:
+        loop.add_reader(fd, wake)
+    try:
+        await waiter
+    finally:
+        if write:
+            loop.remove_writer(fd)
+        else:
+            loop.remove_reader(fd)
+
+
+class _LoopConnections:
+    """A process's loop connections (see :meth:`PostgresDatabase.loop_connection`):
+    the idle ones, and how many are open (idle, in use, or being opened). Changed
+    under the database's guard."""
+
+    __slots__ = ("count", "idle", "opened", "opening", "retry_at", "uses")
+
+    def __init__(self) -> None:
+        self.idle: list[LoopConnection] = []
+        self.opened: set[LoopConnection] = set()
+        self.count = 0
+        self.opening = False
+        self.retry_at = 0.0
+        self.uses = 0
 
 
 class PostgresDatabase:
@@ -327,7 +503,8 @@ class PostgresDatabase:
             the pool while every connection is busy).
         reconnect_timeout: seconds a read goes on retrying while the server cannot
             be reached (restarting, say) before it raises the ``unavailable`` error.
-        configure: run on every new connection (session settings).
+        configure: a statement run on every new connection (session settings:
+            :data:`DURABLE_COMMITS`, :data:`NO_FLUSH_WAIT`).
     """
 
     def __init__(
@@ -341,7 +518,7 @@ class PostgresDatabase:
         max_connections: int = 10,
         connect_timeout: float = 10.0,
         reconnect_timeout: float = 15.0,
-        configure: Callable[[psycopg.Connection[Any]], None] | None = None,
+        configure: str | None = None,
     ) -> None:
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str, got {type(dsn).__name__}")
@@ -435,6 +612,103 @@ class PostgresDatabase:
         self._pool()  # the schema first
         return self._connect()
 
+    def loop_connection(self) -> LoopConnection | None:
+        """An idle :class:`LoopConnection`, or None: use the pool.
+
+        A statement sent on it is awaited on the running loop's selector, without
+        the hop to a worker thread and back that every pooled call pays. It is bound
+        to no loop: any loop, in any thread, may take one, one user at a time, and
+        gives it back with :meth:`give_back`. Up to ``max_connections`` of them
+        exist in a process, besides the pool. They are opened in a worker thread
+        once the process asks for them a second time (a lone call never pays for a
+        connection it would not use again), after the pool's first connection made
+        the schema; a call that finds none idle gets None, so no caller waits for a
+        connect. A connect that fails is tried again at most once a second.
+        :meth:`close` closes them.
+        """
+        state = self._state.value
+        direct = state.direct
+        with self._guard:
+            if state.pool is None:  # the schema is checked by the pool's first connection
+                return None
+            while direct.idle:
+                conn = direct.idle.pop()
+                if not conn.closed:
+                    return conn
+                direct.opened.discard(conn)
+                direct.count -= 1
+            direct.uses += 1
+            if (
+                direct.opening
+                or direct.uses < 2
+                or direct.count >= self.max_connections
+                or time.monotonic() < direct.retry_at
+            ):
+                return None
+            direct.opening = True
+            direct.count += 1
+        threading.Thread(
+            target=self._open_loop_connection,
+            args=(state, direct),
+            name=f"perdure-pg-open {self.schema}",
+            daemon=True,
+        ).start()
+        return None
+
+    def give_back(self, conn: LoopConnection, *, reusable: bool) -> None:
+        """Hand back a connection :meth:`loop_connection` gave.
+
+        ``reusable``: its statement finished (well, or refused by the server); false
+        after a lost connection or an interrupted statement, and it is closed.
+        """
+        direct = self._state.value.direct
+        with self._guard:
+            if conn in direct.opened:  # else close() ran meanwhile
+                if reusable and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+                    direct.idle.append(conn)
+                    return
+                direct.opened.discard(conn)
+                direct.count -= 1
+        conn.close()
+
+    def _open_loop_connection(self, state: _Pool, direct: _LoopConnections) -> None:
+        """Open one loop connection (in a thread of its own: libpq's connect blocks)."""
+        conn: LoopConnection | None = None
+        try:
+            conn = self._connect_loop()
+        except Exception as exc:  # the pool's path goes on; it reports the server's state
+            _log.debug("%s: no loop connection: %s", self.where, exc)
+        with self._guard:
+            direct.opening = False
+            if conn is not None and direct is state.direct:  # else close() ran meanwhile
+                direct.opened.add(conn)
+                direct.idle.append(conn)
+                return
+            direct.count -= 1
+            if conn is None:
+                direct.retry_at = time.monotonic() + 1.0
+        if conn is not None:
+            conn.close()
+
+    def _connect_loop(self) -> LoopConnection:
+        conninfo = make_conninfo(
+            self.dsn,
+            connect_timeout=max(1, round(self.connect_timeout)),
+            client_encoding="UTF8",
+        )
+        pgconn = pq.PGconn.connect(conninfo.encode())
+        conn = LoopConnection(pgconn)
+        try:
+            if pgconn.status != pq.ConnStatus.OK:
+                raise psycopg.OperationalError(pgconn.get_error_message("utf-8"))
+            if self._configure is not None:
+                conn._checked(pgconn.exec_(self._configure.encode()))
+            pgconn.nonblocking = 1
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
     def discard_broken(self) -> None:
         """Drop the pool's idle connections that the server closed (after a restart)."""
         pool = self._state.value.pool
@@ -443,10 +717,14 @@ class PostgresDatabase:
                 pool.check()
 
     def close(self) -> None:
-        """Close this process's pool (the next use opens another)."""
+        """Close this process's pool and its loop connections (the next use opens
+        others); a loop connection in use is closed when it is given back."""
         with self._guard:
             state = self._state.value
             pool, state.pool = state.pool, None
+            direct, state.direct = state.direct, _LoopConnections()
+        for conn in direct.idle:
+            conn.close()
         if pool is not None:
             pool.close()
 
@@ -528,7 +806,7 @@ class PostgresDatabase:
                     max_size=self.max_connections,
                     open=False,
                     kwargs={"autocommit": True},
-                    configure=self._configure,
+                    configure=self._configure_pooled,
                     timeout=self.connect_timeout,
                     reconnect_timeout=max(self.reconnect_timeout, 60.0),
                     name=f"perdure {self.schema}",
@@ -542,12 +820,15 @@ class PostgresDatabase:
             self.dsn, autocommit=True, connect_timeout=max(1, round(self.connect_timeout))
         )
         try:
-            if self._configure is not None:
-                self._configure(conn)
+            self._configure_pooled(conn)
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _configure_pooled(self, conn: psycopg.Connection[Any]) -> None:
+        if self._configure is not None:
+            conn.execute(self._configure)
 
     def migrate(self, *, dry_run: bool = False) -> SchemaMigration:
         """Bring the component's tables to this perdure's version (``perdure migrate-schema``).

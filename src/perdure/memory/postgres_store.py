@@ -66,11 +66,11 @@ import psycopg
 
 from perdure._runtime.checks import check_seconds
 from perdure._runtime.postgres import (
+    DURABLE_COMMITS,
     PostgresDatabase,
     PostgresErrors,
     SchemaMigration,
     SchemaPart,
-    durable_commits,
     quote_ident,
 )
 from perdure._runtime.threads import ProcessLock
@@ -338,7 +338,7 @@ class PostgresMemoryStore(MemoryStore):
             max_connections=max_connections,
             connect_timeout=float(connect_timeout),
             reconnect_timeout=float(reconnect_timeout),
-            configure=durable_commits,
+            configure=DURABLE_COMMITS,
         )
         self.schema = self.db.schema
         self.namespace = namespace

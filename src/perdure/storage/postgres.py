@@ -59,11 +59,11 @@ import psycopg
 from perdure._runtime.checks import check_seconds
 from perdure._runtime.postgres import (
     DRIVER_ERRORS,
+    DURABLE_COMMITS,
     PostgresDatabase,
     PostgresErrors,
     SchemaMigration,
     SchemaPart,
-    durable_commits,
     pg_fault,
     quote_ident,
 )
@@ -191,7 +191,7 @@ class PostgresStorage:
             max_connections=max_connections,
             connect_timeout=check_seconds("connect_timeout", connect_timeout),
             reconnect_timeout=check_seconds("reconnect_timeout", reconnect_timeout),
-            configure=durable_commits,
+            configure=DURABLE_COMMITS,
         )
         self.schema = self.db.schema
         self.table = table

@@ -62,8 +62,11 @@ Guarantees:
   (:func:`~perdure.session.expiry.tomb_seconds`), then goes too. The rules are
   :mod:`perdure.session.expiry`'s.
 - **Any loop, any thread**: psycopg runs in worker threads on a thread-safe pool;
-  nothing is bound to an event loop. A coroutine cancelled while its commit runs
-  does not stop the commit.
+  nothing is bound to an event loop. The common commit — an append or a new state,
+  planned against the row the store last saw — goes instead on a connection the
+  running loop drives itself when one is idle (``PostgresDatabase.loop_connection``),
+  with no hop to a thread; the same statement, the same checks. A coroutine
+  cancelled while its commit runs does not stop the commit (on either path).
 - **Checkpoints** (:attr:`PostgresSessionStore.checkpoints`) live in the same
   schema (see :mod:`.checkpoints`), deleted with their session.
 """
@@ -76,7 +79,7 @@ import contextlib
 import operator
 import threading
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
@@ -86,6 +89,10 @@ import psycopg
 from perdure._runtime.checks import check_seconds
 from perdure._runtime.postgres import (
     DRIVER_ERRORS,
+    DURABLE_COMMITS,
+    NO_FLUSH_WAIT,
+    LoopConnection,
+    LoopStatement,
     PostgresDatabase,
     PostgresErrors,
     SchemaMigration,
@@ -290,7 +297,7 @@ class PostgresSessionStore(StoreBase):
             max_connections=max_connections,
             connect_timeout=float(connect_timeout),
             reconnect_timeout=float(reconnect_timeout),
-            configure=self._configure,
+            configure=DURABLE_COMMITS if durability == "commit" else NO_FLUSH_WAIT,
         )
         self.schema = self.db.schema
         self._locks = LockTable()
@@ -299,6 +306,7 @@ class PostgresSessionStore(StoreBase):
         self._heads_guard = ProcessLock()
         self._sql = _Statements(self.db.q, self.ttl)
         self._flush_lock = threading.Lock()
+        self._settling: set[asyncio.Task[None]] = set()  # see _settle_later
         self.checkpoints = PostgresCheckpointStore._beside(
             self.db, self.max_checkpoints, self.max_checkpoint_age, cipher
         )
@@ -372,7 +380,115 @@ class PostgresSessionStore(StoreBase):
         agent_state = request.agent_state
         state_text = None if agent_state is None else encode_state(agent_state, self.cipher)
         redactions = encode_redactions(request.redactions, self.cipher)
+        if not redactions and not request.rewritten:
+            done = await self._commit_on_loop(request, state_text)
+            if done is not None:
+                return done
         return await asyncio.to_thread(self._commit, request, state_text, redactions)
+
+    async def _commit_on_loop(
+        self, request: CommitRequest, state_text: str | None
+    ) -> CommitResult | None:
+        """An append or a state change planned against the row this store last saw,
+        sent on a connection of the running loop's own (no worker thread).
+
+        None: take the thread path, which plans and sends it (nothing was applied):
+        no row remembered, a plan that needs a fresh read, no loop connection idle,
+        or the checked UPDATE matched no row (then the row is read afresh there).
+        """
+        session_id = request.session_id
+        seen = self._remembered(session_id)
+        if seen is None:
+            return None
+        try:
+            plan = plan_commit(request, seen.total, seen.tail)
+            if plan.compare_last:
+                if seen.last is None:
+                    return None
+                last = [self._decode_last(session_id, seen, text) for text in seen.last]
+                check_extends(session_id, request.messages, seen.total, last)
+        except SessionConflictError:
+            return None  # perhaps only against a stale guess: the thread path reads afresh
+        if not writes_anything(request, plan):
+            return None
+        conn = self.db.loop_connection()
+        if conn is None:
+            return None
+        token = self._lease_token(session_id)
+        sent = self._sent(request, state_text, {}, seen, plan.start)
+        params = self._params(request, sent, state_text, {}, plan.start, token)
+        statement = self._sql.loop_commit(
+            len(sent.bodies), state_text is not None, token is not None
+        )
+        try:
+            await conn.prepare(statement)
+        except BaseException as exc:  # nothing of the commit was sent
+            lost = isinstance(exc, DRIVER_ERRORS) and pg_fault(exc) == "unavailable"
+            self.db.give_back(conn, reusable=isinstance(exc, DRIVER_ERRORS) and not lost)
+            if lost:
+                return None  # the thread path waits for the server, as it does
+            if isinstance(exc, DRIVER_ERRORS):
+                raise self.db.translate(exc, f"committing to session {session_id!r}") from exc
+            raise
+        try:
+            conn.send(statement, params)
+            result = await conn.result()
+        except asyncio.CancelledError:
+            # The statement is on its way: it goes on (as in a worker thread) and
+            # the store learns its outcome, so its next commit plans on the truth.
+            self._settle_later(conn, session_id, sent)
+            raise
+        except DRIVER_ERRORS as exc:
+            lost = pg_fault(exc) == "unavailable"
+            self.db.give_back(conn, reusable=not lost)
+            if getattr(exc, "sqlstate", None) == "23505":
+                raise self._damage(
+                    session_id,
+                    sent.planned.total,
+                    "bad_sequence",
+                    "a row exists past the recorded end",
+                ) from None
+            if not lost:
+                raise self.db.translate(exc, f"committing to session {session_id!r}") from exc
+            # Applied or not? The thread path's rule decides, on a pooled connection.
+            applied = await asyncio.to_thread(
+                self._resolve, session_id, sent, bool(sent.bodies), exc
+            )
+            if applied is None:
+                return None  # provably not applied: the thread path sends it again
+            return self._settled(session_id, sent, True)
+        except BaseException:
+            self.db.give_back(conn, reusable=False)
+            self._forget(session_id)  # applied or not: read afresh next time
+            raise
+        self.db.give_back(conn, reusable=True)
+        return self._settled(session_id, sent, result.get_value(0, 0) == b"1")
+
+    def _settled(self, session_id: str, sent: _Sent, applied: bool) -> CommitResult | None:
+        """A commit sent on a loop connection: its result, or None (matched no row:
+        the thread path reads why, so nothing is remembered)."""
+        if not applied:
+            self._forget(session_id)
+            return None
+        self._remember(session_id, sent.after)
+        return CommitResult(sent.after.tail, sent.after.total)
+
+    def _settle_later(self, conn: LoopConnection, session_id: str, sent: _Sent) -> None:
+        """Wait in the background for a commit whose caller was cancelled."""
+
+        async def settle() -> None:
+            try:
+                result = await conn.result()
+            except BaseException:
+                self.db.give_back(conn, reusable=False)
+                self._forget(session_id)
+                raise
+            self.db.give_back(conn, reusable=True)
+            self._settled(session_id, sent, result.get_value(0, 0) == b"1")
+
+        task = asyncio.get_running_loop().create_task(settle())
+        self._settling.add(task)
+        task.add_done_callback(_settled_task(self._settling))
 
     async def delete(self, session_id: str) -> None:
         """Delete a session with its messages, state and checkpoints; absent is fine.
@@ -455,15 +571,6 @@ class PostgresSessionStore(StoreBase):
         self.db.close()
 
     # ------------------------------------------------------------------ connections
-
-    def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        """Every new connection: the durability the store promises."""
-        if self.durability != "commit":
-            conn.execute("SET synchronous_commit TO off")
-            return
-        row = conn.execute("SHOW synchronous_commit").fetchone()
-        if row is not None and row[0] == "off":
-            conn.execute("SET synchronous_commit TO on")
 
     @contextlib.asynccontextmanager
     async def _hold(self, session_id: str) -> AsyncIterator[None]:
@@ -822,27 +929,9 @@ class PostgresSessionStore(StoreBase):
             StoreUnavailableError: the server stayed away (``details["outcome"]``).
         """
         session_id = request.session_id
-        planned, after, bodies, hashes = sent
-        params: dict[str, Any] = {
-            "id": session_id,
-            "seen": planned.tail,
-            "now": after.updated_at,
-            "count": after.total,
-            "head": after.head,
-            "writes": after.writes,
-            "tail": after.tail,
-            "state": state_text,
-            "state_hash": after.state_hash,
-            "token": token,
-            "owner": self._leases.owner,
-        }
+        planned, _, bodies, hashes = sent
+        params = self._params(request, sent, state_text, redactions, start, token)
         simple = not request.rewritten and not redactions
-        if simple and len(bodies) == 1:
-            params.update(idx=start, body=bodies[0], hash=hashes[0])
-        elif simple and bodies:
-            params.update(
-                idxs=list(range(start, start + len(bodies))), bodies=bodies, hashes=hashes
-            )
 
         def fast(conn: psycopg.Connection[Any]) -> bool:
             statement = self._sql.commit(len(bodies), state_text is not None, token is not None)
@@ -901,6 +990,40 @@ class PostgresSessionStore(StoreBase):
             "the connection kept failing; the commit was not applied",
             details={"session_id": session_id, "outcome": "not_applied"},
         )
+
+    def _params(
+        self,
+        request: CommitRequest,
+        sent: _Sent,
+        state_text: str | None,
+        redactions: dict[int, str],
+        start: int,
+        token: int | None,
+    ) -> dict[str, Any]:
+        """The commit statement's parameters (the rows too, for an append)."""
+        after, bodies, hashes = sent.after, sent.bodies, sent.hashes
+        params: dict[str, Any] = {
+            "id": request.session_id,
+            "seen": sent.planned.tail,
+            "now": after.updated_at,
+            "count": after.total,
+            "head": after.head,
+            "writes": after.writes,
+            "tail": after.tail,
+            "state": state_text,
+            "state_hash": after.state_hash,
+            "token": token,
+            "owner": self._leases.owner,
+        }
+        if request.rewritten or redactions:
+            return params
+        if len(bodies) == 1:
+            params.update(idx=start, body=bodies[0], hash=hashes[0])
+        elif bodies:
+            params.update(
+                idxs=list(range(start, start + len(bodies))), bodies=bodies, hashes=hashes
+            )
+        return params
 
     def _redact(
         self,
@@ -1048,6 +1171,18 @@ class PostgresSessionStore(StoreBase):
         self._forget(session_id)
         if not done:
             raise lease_held(session_id, self.db.where)
+
+
+def _settled_task(tasks: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
+    """A done callback: forget the task, and retrieve its error (the store forgot the
+    session's row already; nobody awaits the task)."""
+
+    def done(task: asyncio.Task[None]) -> None:
+        tasks.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+    return done
 
 
 def _shut(leases: LeaseKeeper, db: PostgresDatabase) -> None:
@@ -1203,7 +1338,16 @@ class _Statements:
             f"LEFT JOIN {leases} l ON l.session_id = k.id"
         )
         self._commits: dict[tuple[int, bool, bool], str] = {}
+        self._loop_commits: dict[tuple[int, bool, bool], LoopStatement] = {}
         self._sessions, self._messages, self._leases = sessions, messages, leases
+
+    def loop_commit(self, rows: int, state: bool, leased: bool) -> LoopStatement:
+        """:meth:`commit` as a loop connection sends it."""
+        key = (min(rows, 2), state, leased)
+        found = self._loop_commits.get(key)
+        if found is None:
+            found = self._loop_commits[key] = LoopStatement(self.commit(rows, state, leased))
+        return found
 
     def commit(self, rows: int, state: bool, leased: bool) -> str:
         """The one-statement commit: checked UPDATE of the session row, then its rows.

@@ -1,0 +1,326 @@
+"""The PostgreSQL session store's commits on loop connections, against the real server.
+
+A commit planned against the row the store last saw goes on a connection the running
+event loop drives itself (``PostgresDatabase.loop_connection``), not through a worker
+thread. These tests pin that path down: it is taken, its statements carry their
+parameters exactly, a caller cancelled mid-commit does not stop the commit, a
+connection lost mid-commit neither loses nor doubles it, and the connections are
+bounded, shared by loops, and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from perdure.errors import SessionConflictError
+from perdure.testing.messages import conversation, text
+from postgres_server import DSN, execute, import_psycopg, schema_fixture
+
+import_psycopg()
+from perdure._runtime.postgres import LoopConnection, LoopStatement  # noqa: E402
+from perdure.stores.postgres import PostgresSessionStore  # noqa: E402
+from perdure.stores.postgres import sessions as sessions_module  # noqa: E402
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    yield from schema_fixture()
+
+
+@pytest.fixture
+def opened(schema: str) -> Iterator[Callable[..., PostgresSessionStore]]:
+    stores: list[PostgresSessionStore] = []
+
+    def open_store(**options: Any) -> PostgresSessionStore:
+        store = PostgresSessionStore(DSN, schema=schema, **options)
+        stores.append(store)
+        return store
+
+    yield open_store
+    for store in stores:
+        store.close()
+
+
+def loop_connections(store: PostgresSessionStore) -> Any:
+    return store.db._state.value.direct
+
+
+async def warmed(store: PostgresSessionStore, session_id: str = "s") -> LoopConnection:
+    """A session with a message, and the store's loop connection open and idle."""
+    await store.create(session_id)
+    history = [text("user", "warm")]
+    await store.commit(session_id, history)
+    deadline = time.monotonic() + 10
+    while not loop_connections(store).idle:
+        assert time.monotonic() < deadline, "no loop connection was opened"
+        conn = store.db.loop_connection()  # the second ask opens one
+        if conn is not None:
+            store.db.give_back(conn, reusable=True)
+        await asyncio.sleep(0.01)
+    return loop_connections(store).idle[-1]  # type: ignore[no-any-return]
+
+
+class _NoThreads:
+    """The store module's ``asyncio``, whose ``to_thread`` fails the test."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    @staticmethod
+    async def to_thread(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the commit took the worker-thread path")
+
+
+@pytest.fixture
+def no_threads(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Call it: from then on a store call that goes through a worker thread fails."""
+    return lambda: monkeypatch.setattr(sessions_module, "asyncio", _NoThreads())
+
+
+def stored(schema: str, session_id: str = "s") -> list[str]:
+    rows = execute(
+        f'SELECT m.body FROM "{schema}".perdure_messages m JOIN "{schema}".perdure_sessions s '
+        "ON m.sid = s.sid WHERE s.id = %s ORDER BY m.idx",
+        (session_id,),
+    )
+    return [str(row[0]) for row in rows]
+
+
+def wait_blocked(pid: int) -> None:
+    """Until backend ``pid`` waits for a lock."""
+    deadline = time.monotonic() + 10
+    while True:
+        rows = execute(
+            "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'", (pid,)
+        )
+        if rows:
+            return
+        assert time.monotonic() < deadline, "the commit never reached the server"
+        time.sleep(0.005)
+
+
+class RowLock:
+    """Another connection holding the session's row locked, so a commit waits."""
+
+    def __init__(self, schema: str, session_id: str = "s") -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(DSN)
+        self.conn.execute(
+            f'SELECT 1 FROM "{schema}".perdure_sessions WHERE id = %s FOR UPDATE', (session_id,)
+        )
+
+    def release(self) -> None:
+        self.conn.commit()
+        self.conn.close()
+
+
+# ------------------------------------------------------------------ the path itself
+
+
+async def test_appends_go_on_the_loop_connection(
+    opened: Callable[..., PostgresSessionStore],
+    schema: str,
+    no_threads: Callable[[], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = opened()
+    await warmed(store)
+    history = list((await store.get("s")).messages)
+    async with store.writer_lock("s"):  # commits under a lease name its token
+        no_threads()
+        for message in conversation(10):
+            history.append(message)
+            await store.commit("s", history, agent_state={"n": len(history)})
+        history += conversation(3)  # several rows in one statement
+        await store.commit("s", history)
+        monkeypatch.undo()  # the lease is given back in a worker thread
+    record = await opened().get("s")
+    assert record.messages == history
+    assert record.agent_state == {"n": len(history) - 3}  # the last commit kept it
+    assert len(stored(schema)) == len(history)
+
+
+async def test_loop_statements_carry_their_parameters_exactly(schema: str) -> None:
+    execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    execute(f'CREATE TABLE "{schema}".t (k bigint, v text)')
+    store = PostgresSessionStore(DSN, schema=schema)
+    try:
+        await store.create("s")  # the pool first: it makes the schema
+        conn = None
+        deadline = time.monotonic() + 10
+        while conn is None:
+            conn = store.db.loop_connection()
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        tricky = ['a"b', "back\\slash", "comma,brace}{", "", "NULL", "ünï", "line\nbreak", None]
+        statement = LoopStatement(
+            f'INSERT INTO "{schema}".t (k, v) SELECT %(k)s::bigint, unnest(%(vs)s::text[]) '
+            "UNION ALL SELECT %(k)s::bigint + 1, %(one)s::text || '%%'"
+        )
+        assert statement.text.count(b"$1") == 2
+        assert b"$3" in statement.text
+        await conn.prepare(statement)
+        conn.send(statement, {"k": 7, "vs": tricky, "one": "x'y"})
+        await conn.result()
+        store.db.give_back(conn, reusable=True)
+    finally:
+        store.close()
+    rows = execute(f'SELECT k, v FROM "{schema}".t ORDER BY k, v NULLS LAST')
+    got = sorted(((int(k), v) for k, v in rows if int(k) == 7), key=lambda r: (r[1] is None, r[1]))
+    want = sorted(((7, v) for v in tricky), key=lambda r: (r[1] is None, r[1]))
+    assert got == want
+    assert [(int(k), v) for k, v in rows if int(k) == 8] == [(8, "x'y%")]
+    with pytest.raises(TypeError, match="must be None, str, int"):
+        statement.encode({"k": 1.5, "vs": [], "one": ""})
+
+
+async def test_a_refused_statement_raises_the_servers_error(schema: str) -> None:
+    import psycopg
+
+    store = PostgresSessionStore(DSN, schema=schema)
+    try:
+        await store.create("s")
+        conn = None
+        while conn is None:
+            conn = store.db.loop_connection()
+            await asyncio.sleep(0.01)
+        statement = LoopStatement("SELECT 1 / %(zero)s::int")
+        await conn.prepare(statement)
+        conn.send(statement, {"zero": 0})
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await conn.result()
+        store.db.give_back(conn, reusable=True)  # the server refused; the connection is fine
+        assert loop_connections(store).idle == [conn]
+        again = store.db.loop_connection()
+        assert again is conn
+        conn.send(statement, {"zero": 1})
+        assert (await conn.result()).get_value(0, 0) == b"1"
+        store.db.give_back(conn, reusable=True)
+    finally:
+        store.close()
+
+
+async def test_a_commit_planned_on_a_stale_row_reads_it_afresh(
+    opened: Callable[..., PostgresSessionStore],
+) -> None:
+    store, other = opened(), opened()
+    await warmed(store)
+    mine = list((await store.get("s")).messages)
+    theirs = [*mine, text("assistant", "theirs")]
+    await other.commit("s", theirs)
+    with pytest.raises(SessionConflictError):  # planned on its old row: refused, read, refused
+        await store.commit("s", [*mine, text("assistant", "mine")])
+    await store.commit("s", [*theirs, text("user", "next")])  # read afresh: goes on
+    assert (await other.get("s")).messages == [*theirs, text("user", "next")]
+
+
+# ------------------------------------------------------------------ cancelled, lost
+
+
+async def test_a_cancelled_caller_does_not_stop_its_commit(
+    opened: Callable[..., PostgresSessionStore], schema: str, no_threads: Callable[[], None]
+) -> None:
+    store = opened()
+    conn = await warmed(store)
+    history = list((await store.get("s")).messages)
+    no_threads()
+    lock = RowLock(schema)
+    try:
+        history.append(text("assistant", "in flight"))
+        task = asyncio.get_running_loop().create_task(store.commit("s", list(history)))
+        await asyncio.to_thread(wait_blocked, conn.pgconn.backend_pid)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        lock.release()
+    deadline = time.monotonic() + 10
+    while len(stored(schema)) < len(history):
+        assert time.monotonic() < deadline, "the cancelled commit was stopped"
+        await asyncio.sleep(0.01)
+    while not loop_connections(store).idle:  # given back once settled
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    # The store learnt the outcome: its next commit plans on it, on the loop path.
+    history.append(text("user", "after"))
+    await store.commit("s", history)
+    assert (await opened().get("s")).messages == history
+
+
+async def test_a_connection_lost_mid_commit_neither_loses_nor_doubles_it(
+    opened: Callable[..., PostgresSessionStore], schema: str
+) -> None:
+    store = opened()
+    conn = await warmed(store)
+    pid = conn.pgconn.backend_pid
+    history = list((await store.get("s")).messages)
+    lock = RowLock(schema)
+    try:
+        history.append(text("assistant", "lost"))
+        task = asyncio.get_running_loop().create_task(store.commit("s", list(history)))
+        await asyncio.to_thread(wait_blocked, pid)
+        execute("SELECT pg_terminate_backend(%s)", (pid,))
+    finally:
+        lock.release()
+    await task  # found not applied, then sent again through the pool
+    assert (await opened().get("s")).messages == history
+    assert len(stored(schema)) == len(history)
+    assert conn not in loop_connections(store).opened  # the broken one is gone
+
+
+async def test_an_idle_connection_the_server_dropped_is_replaced(
+    opened: Callable[..., PostgresSessionStore], schema: str
+) -> None:
+    store = opened()
+    conn = await warmed(store)
+    execute("SELECT pg_terminate_backend(%s)", (conn.pgconn.backend_pid,))
+    history = list((await store.get("s")).messages)
+    for message in conversation(6):
+        history.append(message)
+        await store.commit("s", history)
+    assert (await opened().get("s")).messages == history
+    assert len(stored(schema)) == len(history)
+    await warmed(store, "t")  # a new one is opened
+    assert conn not in loop_connections(store).opened
+
+
+# ------------------------------------------------------------------ connections
+
+
+def test_loops_share_the_connections_and_close_closes_them(schema: str) -> None:
+    store = PostgresSessionStore(DSN, schema=schema, max_connections=2)
+    history = [text("user", "0")]
+    asyncio.run(store.create("s"))
+    pids: set[int] = set()
+    try:
+        for i in range(1, 40):  # a new event loop for every commit, as asyncio.run makes
+            history.append(text("user" if i % 2 == 0 else "assistant", str(i)))
+            asyncio.run(store.commit("s", history))
+            pids |= {conn.pgconn.backend_pid for conn in loop_connections(store).opened}
+            time.sleep(0.005)
+        assert 1 <= len(pids) <= 2  # opened once, then reused by loop after loop
+        assert asyncio.run(store.get("s")).messages == history
+    finally:
+        store.close()
+    assert loop_connections(store).opened == set()
+    deadline = time.monotonic() + 10
+    while execute("SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", (list(pids),)):
+        assert time.monotonic() < deadline, "close() left loop connections open"
+        time.sleep(0.01)
+
+
+def test_one_commit_alone_opens_no_loop_connection(schema: str) -> None:
+    store = PostgresSessionStore(DSN, schema=schema)
+    try:
+        asyncio.run(store.create("s"))
+        asyncio.run(store.commit("s", [text("user", "once")]))
+        time.sleep(0.2)
+        assert loop_connections(store).count == 0
+    finally:
+        store.close()
