@@ -16,8 +16,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from test_postgres_store import EDITS
 
-from perdure.errors import SessionConflictError
+from crypto_keys import cipher
+from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
+from perdure.testing.corruption import SESSION, write_precious
 from perdure.testing.messages import conversation, text
 from postgres_server import DSN, execute, import_psycopg, schema_fixture
 
@@ -324,3 +327,78 @@ def test_one_commit_alone_opens_no_loop_connection(schema: str) -> None:
         assert loop_connections(store).count == 0
     finally:
         store.close()
+
+
+# ------------------------------------------------------------------ pages
+
+
+def loop_reader(open_store: Callable[..., PostgresSessionStore], **options: Any) -> Any:
+    """A store whose pages can only be read on its loop connection (now open)."""
+    reader = open_store(**options)
+    asyncio.run(reader.list())  # the pool first: it checks the schema
+    deadline = time.monotonic() + 10
+    while not loop_connections(reader).idle:
+        assert time.monotonic() < deadline, "no loop connection was opened"
+        conn = reader.db.loop_connection()
+        if conn is not None:
+            reader.db.give_back(conn, reusable=True)
+        time.sleep(0.01)
+
+    async def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the page was read through a worker thread")
+
+    reader.db.run = refuse
+    return reader
+
+
+def thread_reader(open_store: Callable[..., PostgresSessionStore], **options: Any) -> Any:
+    reader = open_store(**options)
+    reader.db.loop_connection = lambda: None
+    return reader
+
+
+def outcome(store: PostgresSessionStore, offset: int, limit: int) -> Any:
+    try:
+        page = asyncio.run(store.history_page(SESSION, offset, limit))
+    except SessionCorruptedError as exc:
+        return ("damage", exc.details.get("kind"), exc.details.get("index"))
+    return (page.offset, page.total, page.messages)
+
+
+PAGES = [(0, 0), (0, 1), (0, 2), (0, 50), (1, 2), (2, 2), (3, 1), (4, 4), (5, 3), (9, 2)]
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+def test_a_page_on_the_loop_is_the_page_of_the_thread_path(
+    opened: Callable[..., PostgresSessionStore], encrypted: bool
+) -> None:
+    options = {"cipher": cipher()} if encrypted else {}
+    asyncio.run(write_precious(opened(**options)))  # a rewrite, a redaction, a state
+    by_loop, by_thread = loop_reader(opened, **options), thread_reader(opened, **options)
+    for offset, limit in PAGES:
+        assert outcome(by_loop, offset, limit) == outcome(by_thread, offset, limit)
+    whole = asyncio.run(by_loop.history_page(SESSION, 0, 50))
+    assert whole.messages == asyncio.run(by_thread.get(SESSION)).messages
+
+
+@pytest.mark.parametrize(("what", "statement"), EDITS, ids=[e[0] for e in EDITS])
+def test_a_page_on_the_loop_finds_the_damage_the_thread_path_finds(
+    opened: Callable[..., PostgresSessionStore], schema: str, what: str, statement: str
+) -> None:
+    asyncio.run(write_precious(opened()))
+    execute(statement.format(q=f'"{schema}"'))
+    by_loop, by_thread = loop_reader(opened), thread_reader(opened)
+    found = [outcome(by_loop, offset, limit) for offset, limit in PAGES]
+    assert found == [outcome(by_thread, offset, limit) for offset, limit in PAGES]
+    if "state" not in what and "past the end" not in what:  # a page reads neither
+        assert any(result[0] == "damage" for result in found), what
+
+
+def test_a_page_of_no_such_session_is_not_found(
+    opened: Callable[..., PostgresSessionStore],
+) -> None:
+    asyncio.run(write_precious(opened()))
+    reader = opened()
+    asyncio.run(reader.list())
+    with pytest.raises(SessionNotFoundError):  # the loop finds nothing; the pool says why
+        asyncio.run(reader.history_page("nobody", 0, 10))

@@ -524,9 +524,60 @@ class PostgresSessionStore(StoreBase):
         """
         validate_session_id(session_id)
         check_page_args(offset, limit)
+        page = await self._page_on_loop(session_id, offset, limit)
+        if page is not None:
+            return page
         return await self.db.run(
             lambda conn: self._history_page(conn, session_id, offset, limit), doing="paging"
         )
+
+    async def _page_on_loop(self, session_id: str, offset: int, limit: int) -> HistoryPage | None:
+        """:meth:`history_page` in one statement (one snapshot) on a loop connection.
+
+        None: take the thread path (no connection idle, the connection lost — a read
+        is simply read again — or no such session: the thread path says why).
+        """
+        conn = self.db.loop_connection()
+        if conn is None:
+            return None
+        statement = self._sql.loop_page
+        try:
+            await conn.prepare(statement)
+            conn.send(statement, {"id": session_id, "offset": offset, "limit": limit})
+            result = await conn.result()
+        except DRIVER_ERRORS as exc:
+            lost = pg_fault(exc) == "unavailable"
+            self.db.give_back(conn, reusable=not lost)
+            if lost:
+                return None
+            raise self.db.translate(exc, f"paging session {session_id!r}") from exc
+        except BaseException:  # a statement may be in flight: the connection goes
+            self.db.give_back(conn, reusable=False)
+            raise
+        self.db.give_back(conn, reusable=True)
+        if not result.ntuples:
+            return None
+        # Bodies stay bytes: the chain is hashed and the JSON parsed from them as they are.
+        get = result.get_value
+        try:
+            head_row = (
+                _integer(get(0, 0)),
+                _text(get(0, 1)),
+                _text(get(0, 2)),
+                _integer(get(0, 3)),
+                _text(get(0, 4)),
+                _integer(get(0, 5)),
+                _text(get(0, 6)),
+                _text(get(0, 7)),
+            )
+            messages = [
+                (int(index), get(row, 9), _text(get(row, 10)), get(row, 11), _text(get(row, 12)))
+                for row in range(result.ntuples)
+                if (index := get(row, 8)) is not None
+            ]
+        except ValueError:
+            return None  # not what the server sends: the thread path reads it as psycopg does
+        return self._page(session_id, head_row, messages, offset, limit)
 
     async def flush(self, session_id: str) -> None:
         """Make every commit so far durable.
@@ -700,7 +751,18 @@ class PostgresSessionStore(StoreBase):
         )
         if not head_row:
             self._raise_absent(conn, session_id)
-        head = self._checked_head(session_id, head_row[0])
+        return self._page(session_id, head_row[0], rows, offset, limit)
+
+    def _page(
+        self,
+        session_id: str,
+        head_row: Sequence[Any],
+        rows: builtins.list[tuple[Any, ...]],
+        offset: int,
+        limit: int,
+    ) -> HistoryPage:
+        """A page from the session row and the rows read for it, in index order."""
+        head = self._checked_head(session_id, head_row)
         lo, hi = page_read_range(head.total, offset, limit)
         prev, window = self._prev(session_id, [r for r in rows if r[0] < hi], lo)
         return page_of(
@@ -1173,6 +1235,18 @@ class PostgresSessionStore(StoreBase):
             raise lease_held(session_id, self.db.where)
 
 
+def _integer(value: bytes | None) -> int:
+    """A bigint column's text as an int (ValueError: NULL, or not an integer)."""
+    if value is None:
+        raise ValueError("NULL where a number was expected")
+    return int(value)
+
+
+def _text(value: bytes | None) -> str | None:
+    """A text column's value (UnicodeDecodeError is a ValueError)."""
+    return None if value is None else value.decode()
+
+
 def _settled_task(tasks: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
     """A done callback: forget the task, and retrieve its error (the store forgot the
     session's row already; nobody awaits the task)."""
@@ -1339,6 +1413,17 @@ class _Statements:
         )
         self._commits: dict[tuple[int, bool, bool], str] = {}
         self._loop_commits: dict[tuple[int, bool, bool], LoopStatement] = {}
+        # A page as one statement (one snapshot): the session row on every row read,
+        # once alone when the range holds none.
+        self.loop_page = LoopStatement(
+            f"SELECT s.sid, s.created_at, s.updated_at, s.message_count, s.head, s.writes, "
+            f"s.tail, s.state_hash, m.idx, m.body, m.hash, m.redacted, m.redacted_hash "
+            f"FROM {sessions} s LEFT JOIN {messages} m ON m.sid = s.sid "
+            "AND m.idx >= LEAST(%(offset)s::bigint, s.message_count) - 2 "
+            "AND m.idx < %(offset)s::bigint + %(limit)s::bigint + 1 "
+            f"WHERE s.id = %(id)s AND {fresh.replace('touched_at', 's.touched_at')} "
+            "ORDER BY m.idx"
+        )
         self._sessions, self._messages, self._leases = sessions, messages, leases
 
     def loop_commit(self, rows: int, state: bool, leased: bool) -> LoopStatement:
