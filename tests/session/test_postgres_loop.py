@@ -19,7 +19,12 @@ import pytest
 from test_postgres_store import EDITS
 
 from crypto_keys import cipher
-from perdure.errors import SessionConflictError, SessionCorruptedError, SessionNotFoundError
+from perdure.errors import (
+    SessionConflictError,
+    SessionCorruptedError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
 from perdure.testing.corruption import SESSION, write_precious
 from perdure.testing.messages import conversation, text
 from postgres_server import DSN, execute, import_psycopg, schema_fixture
@@ -402,3 +407,101 @@ def test_a_page_of_no_such_session_is_not_found(
     asyncio.run(reader.list())
     with pytest.raises(SessionNotFoundError):  # the loop finds nothing; the pool says why
         asyncio.run(reader.history_page("nobody", 0, 10))
+
+
+# ------------------------------------------------------------------ leases
+
+
+def lease_rows(schema: str) -> list[tuple[Any, ...]]:
+    return [
+        tuple(row)
+        for row in execute(
+            f'SELECT session_id, owner, token, holder_pid FROM "{schema}".perdure_leases'
+        )
+    ]
+
+
+async def test_a_lease_taken_on_the_loop_names_the_keepers_connection(
+    opened: Callable[..., PostgresSessionStore],
+    schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store, other = opened(), opened()
+    await warmed(store)
+    async with store.writer_lock("s"):  # the first through the keeper: it opens its connection
+        pass
+    await warmed(store, "t")
+
+    async def no_thread(session_id: str) -> None:
+        raise AssertionError("the lease was taken through a worker thread")
+
+    monkeypatch.setattr(store, "_take_lease", no_thread)
+    keeper = store._leases._state.value
+    async with store.writer_lock("s"):
+        [(session_id, owner, token, holder)] = lease_rows(schema)
+        assert (session_id, owner, token) == ("s", keeper.owner, store._leases.token("s"))
+        assert holder == keeper.pid  # the keeper's, open while the lease is held
+        assert holder not in {c.pgconn.backend_pid for c in loop_connections(store).opened}
+        with pytest.raises(SessionLockedError):
+            async with other.writer_lock("s"):
+                pass
+        await store.commit("s", [text("user", "warm"), text("assistant", "leased")])
+    assert lease_rows(schema) == []  # given back on the loop
+    async with other.writer_lock("s"):  # free at once
+        pass
+
+
+async def test_a_commit_under_a_lease_taken_over_is_refused(
+    opened: Callable[..., PostgresSessionStore], schema: str
+) -> None:
+    store, other = opened(), opened()
+    await warmed(store)
+    async with store.writer_lock("s"):
+        pass
+    history = list((await store.get("s")).messages)
+    async with store.writer_lock("s"):
+        # Its holder seems gone (expired): another writer takes the lease over.
+        execute(f"UPDATE \"{schema}\".perdure_leases SET expires_at = now() - interval '1 s'")
+        async with other.writer_lock("s"):
+            with pytest.raises(SessionLockedError) as info:
+                await store.commit("s", [*history, text("assistant", "fenced")])
+            assert info.value.details["reason"] == "lease_lost"
+    assert (await other.get("s")).messages == history
+
+
+async def test_a_cancelled_lease_wait_on_the_loop_leaves_no_lease(
+    opened: Callable[..., PostgresSessionStore], schema: str
+) -> None:
+    import psycopg
+
+    store, other = opened(), opened()
+    await warmed(store)
+    async with store.writer_lock("s"):
+        pass
+    await warmed(store, "t")
+    conn = loop_connections(store).idle[-1]
+    # An expired lease of somebody else's, its row locked: the take waits on it.
+    execute(
+        f'INSERT INTO "{schema}".perdure_leases (session_id, owner, token, expires_at) '
+        "VALUES ('s', 'gone', 0, now() - interval '1 s')"
+    )
+    blocker = psycopg.connect(DSN)
+    blocker.execute(f"SELECT 1 FROM \"{schema}\".perdure_leases WHERE session_id = 's' FOR UPDATE")
+    try:
+        task = asyncio.get_running_loop().create_task(store.writer_lock("s").__aenter__())
+        await asyncio.to_thread(wait_blocked, conn.pgconn.backend_pid)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        blocker.commit()
+        blocker.close()
+    deadline = time.monotonic() + 10
+    while True:  # the take went through after the cancel; its lease is given back
+        try:
+            async with other.writer_lock("s"):
+                break
+        except SessionLockedError:
+            assert time.monotonic() < deadline, "a cancelled take left its lease behind"
+            await asyncio.sleep(0.01)
+    assert store._leases.token("s") is None

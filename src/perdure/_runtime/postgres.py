@@ -70,7 +70,7 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar
 from urllib.parse import quote_plus
@@ -105,6 +105,7 @@ __all__ = [
     "check_schema_name",
     "pg_fault",
     "quote_ident",
+    "run_detached",
     "schema_lock_key",
     "server_display",
 ]
@@ -450,6 +451,21 @@ class LoopConnection:
             message = result.get_error_message("utf-8") or "the connection was lost"
             raise psycopg.OperationalError(message)
         raise psycopg.errors.error_from_result(result, encoding="utf-8")
+
+
+def run_detached(tasks: set[asyncio.Task[Any]], coro: Coroutine[Any, Any, Any]) -> None:
+    """Run ``coro`` on the running loop as a task nobody awaits (what a cancelled
+    caller leaves in flight on a :class:`LoopConnection`): kept in ``tasks`` until
+    done, its error retrieved (the coroutine handles what it can)."""
+    task = asyncio.get_running_loop().create_task(coro)
+    tasks.add(task)
+
+    def done(task: asyncio.Task[Any]) -> None:
+        tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.debug("a detached PostgreSQL task failed: %r", task.exception())
+
+    task.add_done_callback(done)
 
 
 async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> None:

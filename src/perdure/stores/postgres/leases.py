@@ -29,13 +29,18 @@ holds none of its parent's leases and opens its own connection.
 **Many sessions in one process** share the keeper's one connection for their
 acquires (the lease names its server process): acquires that arrive while it is busy
 go together, in one pipeline. A release needs no holder pid and runs on a pooled
-connection instead. Lease writes are made without waiting for a flush of their own
-(``synchronous_commit`` off): a commit made under a lease is flushed with everything
+connection instead. From an event loop both go, when they can, on a loop connection
+(:meth:`LeaseKeeper.acquire_on_loop`, no worker thread): the lease then names the
+keeper's connection as its holder, which stays open while it is held; a take whose
+caller was cancelled finishes and gives back what it took. Lease writes are made
+without waiting for a flush of their own (``synchronous_commit`` off, for the
+statement's own transaction): a commit made under a lease is flushed with everything
 logged before it, the lease included, and a release lost to a server crash expires.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
@@ -45,7 +50,14 @@ from typing import Any
 
 import psycopg
 
-from perdure._runtime.postgres import DRIVER_ERRORS, PostgresDatabase, pg_fault
+from perdure._runtime.postgres import (
+    DRIVER_ERRORS,
+    LoopConnection,
+    LoopStatement,
+    PostgresDatabase,
+    pg_fault,
+    run_detached,
+)
 from perdure._runtime.threads import PerProcess
 from perdure.errors import SessionLockedError
 
@@ -84,7 +96,8 @@ class _Keeper:
         self.wanting = threading.Lock()  # guards wanted
         self.wanted: list[_Want] = []  # acquires waiting for the keeper
         self.conn: psycopg.Connection[Any] | None = None
-        self.started: Any = None  # the connection's server process start time
+        self.pid: int | None = None  # the connection's server process, and its start time
+        self.started: Any = None
         self.held: dict[str, int] = {}  # session id -> token
         self.lost: set[str] = set()
         self.thread: threading.Thread | None = None
@@ -107,16 +120,29 @@ class LeaseKeeper:
         q = db.q
         self._seq = f"{q}.perdure_lease_tokens"
         alive = holder_alive("l")
-        self._acquire_sql = (
+        acquire = (
             f"INSERT INTO {q}.perdure_leases AS l "
             "(session_id, owner, token, expires_at, holder_pid, holder_start) "
-            "VALUES (%(id)s, %(owner)s, nextval(%(seq)s::regclass), "
-            "now() + %(lease)s * interval '1 second', pg_backend_pid(), %(started)s) "
+            "SELECT %(id)s, %(owner)s, nextval(%(seq)s::regclass), "
+            "now() + %(lease)s::float8 * interval '1 second', {pid}, %(started)s::timestamptz "
+            # Without waiting for a flush of its own (see the module docstring): so
+            # on any connection, as on the keeper's (where it is off already).
+            "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS quick "
             "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, "
             "token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, "
             "holder_pid = EXCLUDED.holder_pid, holder_start = EXCLUDED.holder_start "
             f"WHERE l.owner = EXCLUDED.owner OR l.expires_at <= now() OR NOT {alive} "
             "RETURNING token"
+        )
+        self._acquire_sql = acquire.replace("{pid}", "pg_backend_pid()")
+        # The same on a loop connection: the holder named is the keeper's connection,
+        # which stays open while the lease is held (the loop's may not).
+        self._loop_acquire = LoopStatement(acquire.replace("{pid}", "%(pid)s::integer"))
+        # Given back without waiting for a flush of its own (see the module docstring).
+        self._loop_release = LoopStatement(
+            "WITH quick AS (SELECT set_config('synchronous_commit', 'off', true)) "
+            f"DELETE FROM {q}.perdure_leases WHERE session_id = %(id)s "
+            "AND token = %(token)s::bigint AND EXISTS (SELECT 1 FROM quick)"
         )
         self._renew_sql = (
             f"UPDATE {q}.perdure_leases SET expires_at = now() + %(lease)s * interval '1 second', "
@@ -127,11 +153,15 @@ class LeaseKeeper:
         self._release_sql = (
             f"DELETE FROM {q}.perdure_leases WHERE session_id = %(id)s AND token = %(token)s"
         )
+        self._forget_sql = (
+            f"DELETE FROM {q}.perdure_leases WHERE session_id = %(id)s AND owner = %(owner)s"
+        )
         self._holder_sql = (
             "SELECT extract(epoch FROM expires_at - now()), "
             f"{alive} FROM {q}.perdure_leases l WHERE session_id = %(id)s"
         )
         self._state: PerProcess[_Keeper] = PerProcess(_Keeper)
+        self._settling: set[asyncio.Task[Any]] = set()  # see acquire_on_loop
 
     @property
     def owner(self) -> str:
@@ -210,6 +240,11 @@ class LeaseKeeper:
                 keeper.lost.discard(want.session_id)
                 want.outcome = token
             want.done = True
+        self._start_renewing(keeper)
+
+    def _start_renewing(self, keeper: _Keeper) -> None:
+        """Start the renewing thread if leases are held and it is not running (under
+        ``keeper.lock``)."""
         if keeper.held and (keeper.thread is None or not keeper.thread.is_alive()):
             keeper.closing = False
             keeper.wake.clear()
@@ -251,6 +286,118 @@ class LeaseKeeper:
             self._db.call(release, doing=f"releasing the writer lease of session {session_id!r}")
         except Exception as exc:  # the lease expires by itself
             _log.warning("%s; it expires in %g s", exc, self.lease)
+
+    async def acquire_on_loop(self, session_id: str) -> bool:
+        """Take the session's lease on a loop connection, without a worker thread.
+
+        False: it was not taken this way — no loop connection idle, the keeper's
+        connection not open yet, a refusal or an error — and :meth:`acquire` (in a
+        thread) takes it or says why. A cancelled wait gives back whatever it took.
+        """
+        keeper = self._state.value
+        pid, started = keeper.pid, keeper.started
+        if pid is None or keeper.conn is None:
+            return False
+        conn = self._db.loop_connection()
+        if conn is None:
+            return False
+        params = {
+            "id": session_id,
+            "owner": keeper.owner,
+            "seq": self._seq,
+            "lease": repr(self.lease),
+            "pid": pid,
+            "started": None if started is None else started.isoformat(),
+        }
+        statement = self._loop_acquire
+        try:
+            await conn.prepare(statement)
+            conn.send(statement, params)
+            result = await conn.result()
+        except DRIVER_ERRORS as exc:
+            self._db.give_back(conn, reusable=pg_fault(exc) != "unavailable")
+            return False
+        except BaseException:  # cancelled: the take goes on, and is given back
+            run_detached(self._settling, self._give_back_when_taken(conn, session_id))
+            raise
+        self._db.give_back(conn, reusable=True)
+        token = result.get_value(0, 0) if result.ntuples else None
+        if token is None:
+            return False  # refused: acquire() reads the holder for the error
+        keeper.held[session_id] = int(token)
+        keeper.lost.discard(session_id)
+        thread = keeper.thread
+        if thread is None or not thread.is_alive():
+            # The renewer leaves when it finds nothing held, under the keeper's lock;
+            # this lease is in `held` already, so one started now will renew it.
+            with keeper.lock:
+                self._start_renewing(keeper)
+        return True
+
+    async def release_on_loop(self, session_id: str) -> bool:
+        """Give the session's lease back on a loop connection, without a worker thread.
+
+        False: nothing was done (no loop connection idle); call :meth:`release`.
+        """
+        keeper = self._state.value
+        token = keeper.held.get(session_id)
+        if token is None:
+            return True
+        conn = self._db.loop_connection()
+        if conn is None:
+            return False
+        keeper.held.pop(session_id, None)
+        keeper.lost.discard(session_id)
+        statement = self._loop_release
+        try:
+            await conn.prepare(statement)
+            conn.send(statement, {"id": session_id, "token": token})
+            await conn.result()
+        except BaseException as exc:
+            lost = not isinstance(exc, DRIVER_ERRORS) or pg_fault(exc) == "unavailable"
+            self._db.give_back(conn, reusable=not lost)
+            self._give_back_later(session_id, token)
+            if not isinstance(exc, DRIVER_ERRORS):
+                raise
+            return True
+        self._db.give_back(conn, reusable=True)
+        return True
+
+    async def _give_back_when_taken(self, conn: LoopConnection, session_id: str) -> None:
+        """Wait for a take whose caller was cancelled; give back what it took."""
+        token: bytes | None = None
+        try:
+            result = await conn.result()
+            token = result.get_value(0, 0) if result.ntuples else None
+            if token is not None:
+                statement = self._loop_release
+                await conn.prepare(statement)
+                conn.send(statement, {"id": session_id, "token": int(token)})
+                await conn.result()
+        except BaseException:
+            self._db.give_back(conn, reusable=False)
+            self._give_back_later(session_id, None if token is None else int(token))
+            raise
+        self._db.give_back(conn, reusable=True)
+
+    def _give_back_later(self, session_id: str, token: int | None) -> None:
+        """Delete the session's lease of this owner (of ``token``, when given) in a
+        thread: after a cancelled or failed statement on a loop connection."""
+        owner = self._state.value.owner
+        sql = self._release_sql if token is not None else self._forget_sql
+
+        def run() -> None:
+            try:
+                self._db.call(
+                    lambda conn: conn.execute(
+                        sql, {"id": session_id, "token": token, "owner": owner}
+                    ),
+                    doing=f"releasing the writer lease of session {session_id!r}",
+                )
+            except Exception as exc:  # the lease expires by itself
+                _log.warning("%s; it expires in %g s", exc, self.lease)
+
+        threading.Thread(target=run, name="perdure-lease-release", daemon=True).start()
 
     def close(self) -> None:
         """Release every lease this process holds and close the keeper's connection."""
@@ -300,16 +447,18 @@ class LeaseKeeper:
             # out again).
             conn.execute("SET synchronous_commit TO off")
             row = conn.execute(
-                "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+                "SELECT pg_backend_pid(), (SELECT backend_start FROM pg_stat_activity "
+                "WHERE pid = pg_backend_pid())"
             ).fetchone()
         except BaseException:
             conn.close()
             raise
-        keeper.conn, keeper.started = conn, None if row is None else row[0]
+        assert row is not None
+        keeper.conn, keeper.pid, keeper.started = conn, int(row[0]), row[1]
         return conn
 
     def _drop(self, keeper: _Keeper) -> None:
-        conn, keeper.conn = keeper.conn, None
+        conn, keeper.conn, keeper.pid = keeper.conn, None, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error):
                 conn.close()

@@ -79,7 +79,7 @@ import contextlib
 import operator
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
@@ -97,6 +97,7 @@ from perdure._runtime.postgres import (
     PostgresErrors,
     SchemaMigration,
     pg_fault,
+    run_detached,
 )
 from perdure._runtime.threads import ProcessLock
 from perdure.crypto import Cipher
@@ -486,9 +487,7 @@ class PostgresSessionStore(StoreBase):
             self.db.give_back(conn, reusable=True)
             self._settled(session_id, sent, result.get_value(0, 0) == b"1")
 
-        task = asyncio.get_running_loop().create_task(settle())
-        self._settling.add(task)
-        task.add_done_callback(_settled_task(self._settling))
+        run_detached(self._settling, settle())
 
     async def delete(self, session_id: str) -> None:
         """Delete a session with its messages, state and checkpoints; absent is fine.
@@ -627,11 +626,13 @@ class PostgresSessionStore(StoreBase):
     async def _hold(self, session_id: str) -> AsyncIterator[None]:
         self._locks.acquire(session_id)  # this instance, in this process: at once
         try:
-            await self._take_lease(session_id)
+            if not await self._leases.acquire_on_loop(session_id):
+                await self._take_lease(session_id)
             try:
                 yield
             finally:
-                await asyncio.to_thread(self._leases.release, session_id)
+                if not await self._leases.release_on_loop(session_id):
+                    await asyncio.to_thread(self._leases.release, session_id)
         finally:
             self._locks.release(session_id)
 
@@ -1245,18 +1246,6 @@ def _integer(value: bytes | None) -> int:
 def _text(value: bytes | None) -> str | None:
     """A text column's value (UnicodeDecodeError is a ValueError)."""
     return None if value is None else value.decode()
-
-
-def _settled_task(tasks: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
-    """A done callback: forget the task, and retrieve its error (the store forgot the
-    session's row already; nobody awaits the task)."""
-
-    def done(task: asyncio.Task[None]) -> None:
-        tasks.discard(task)
-        if not task.cancelled():
-            task.exception()
-
-    return done
 
 
 def _shut(leases: LeaseKeeper, db: PostgresDatabase) -> None:
