@@ -113,7 +113,7 @@ class LockTable:
     def _flock(self, session_id: str) -> int:
         assert self._directory is not None
         here = self._here.value
-        path = self._directory / f"{session_id}.lock"
+        path = os.path.join(self._directory, session_id + ".lock")  # a Path's / is ~4x slower
         if session_id in here.opened:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -380,6 +380,7 @@ class FileSessionStore(StoreBase):
         self._fds: dict[str, tuple[int, int]] = {}  # session id -> (inode, open journal fd)
         # session id -> (journal, rewrite marker, meta.json)
         self._paths: dict[str, tuple[str, str, str]] = {}
+        self._dirs: dict[str, Path] = {}  # see session_dir
         # The newest tail known durable (fsynced, or written under durability="none")
         # in a turn that holds the writer lock: its head is written when the turn ends.
         self._durable: dict[str, Tail] = {}
@@ -654,7 +655,13 @@ class FileSessionStore(StoreBase):
 
     def session_dir(self, session_id: str) -> Path:
         """The directory holding ``session_id``."""
-        return self.root / "sessions" / validate_session_id(session_id)
+        found = self._dirs.get(session_id)
+        if found is None:  # a Path join costs ~10 µs; a turn asks several times
+            found = self.root / "sessions" / validate_session_id(session_id)
+            if len(self._dirs) >= 4096:
+                self._dirs.clear()
+            self._dirs[session_id] = found
+        return found
 
     # ------------------------------------------------------------------ create / list / delete
 
@@ -866,12 +873,11 @@ class FileSessionStore(StoreBase):
         Called under the writer lock, so no one else writes the head meanwhile.
         Returns ``None`` when the session directory is gone (deleted meanwhile).
         """
-        path = sdir / HEAD
+        key = os.fspath(sdir)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(os.path.join(key, HEAD), os.O_RDWR | os.O_CREAT, 0o644)
         except FileNotFoundError:
             return None
-        key = str(sdir)
         try:
             data = os.pread(fd, 2 * journal.HEAD_SLOT, 0)
             known = self._heads.get(key)
