@@ -63,14 +63,7 @@ async def warmed(store: PostgresSessionStore, session_id: str = "s") -> LoopConn
     await store.create(session_id)
     history = [text("user", "warm")]
     await store.commit(session_id, history)
-    deadline = time.monotonic() + 10
-    while not loop_connections(store).idle:
-        assert time.monotonic() < deadline, "no loop connection was opened"
-        conn = store.db.loop_connection()  # the second ask opens one
-        if conn is not None:
-            store.db.give_back(conn, reusable=True)
-        await asyncio.sleep(0.01)
-    return loop_connections(store).idle[-1]  # type: ignore[no-any-return]
+    return await warmed_in(store)
 
 
 class _NoThreads:
@@ -505,3 +498,54 @@ async def test_a_cancelled_lease_wait_on_the_loop_leaves_no_lease(
             assert time.monotonic() < deadline, "a cancelled take left its lease behind"
             await asyncio.sleep(0.01)
     assert store._leases.token("s") is None
+
+
+def test_a_forked_child_opens_its_own_and_leaves_the_parents_alone(schema: str) -> None:
+    import os
+    import warnings
+
+    store = PostgresSessionStore(DSN, schema=schema)
+    try:
+        asyncio.run(store.create("parent"))
+        asyncio.run(store.create("child"))
+        history = [text("user", "0")]
+        asyncio.run(store.commit("parent", history))
+        conn = asyncio.run(warmed_in(store))
+        with warnings.catch_warnings():  # Python 3.12 warns of a fork with threads running
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: its own connections; dropping the parent's closes nothing
+            code = 1
+            try:
+                assert loop_connections(store).opened == set()
+                child = [text("user", "child")]
+                for i in range(5):
+                    child.append(text("assistant" if i % 2 == 0 else "user", str(i)))
+                    asyncio.run(store.commit("child", child))
+                store.close()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert not conn.closed  # the parent's connection still works
+        assert execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (conn.pgconn.backend_pid,))
+        history.append(text("assistant", "1"))
+        asyncio.run(store.commit("parent", history))
+        assert asyncio.run(store.get("parent")).messages == history
+        assert len(asyncio.run(store.get("child")).messages) == 6
+    finally:
+        store.close()
+
+
+async def warmed_in(store: PostgresSessionStore) -> LoopConnection:
+    """The store's loop connection, open and idle (the store has committed; the
+    second ask opens one)."""
+    deadline = time.monotonic() + 10
+    while not loop_connections(store).idle:
+        assert time.monotonic() < deadline, "no loop connection was opened"
+        conn = store.db.loop_connection()
+        if conn is not None:
+            store.db.give_back(conn, reusable=True)
+        await asyncio.sleep(0.01)
+    return loop_connections(store).idle[-1]  # type: ignore[no-any-return]

@@ -66,6 +66,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import os
 import re
 import threading
 import time
@@ -358,7 +359,12 @@ class LoopStatement:
 
     def encode(self, params: Mapping[str, Any]) -> list[bytes | None]:
         """The parameters, in order, as libpq's text values."""
-        return [_text_value(params[name]) for name in self.names]
+        values: list[bytes | None] = []
+        for name in self.names:
+            value = params[name]
+            # Strings first, and by exact type: a commit sends a dozen of them.
+            values.append(value.encode() if type(value) is str else _text_value(value))
+        return values
 
 
 def _text_value(value: Any) -> bytes | None:
@@ -394,10 +400,11 @@ class LoopConnection:
     ``psycopg.OperationalError``. Autocommit: each statement is its own transaction.
     """
 
-    __slots__ = ("_last", "pgconn", "prepared")
+    __slots__ = ("_last", "pgconn", "pid", "prepared")
 
     def __init__(self, pgconn: pq.abc.PGconn) -> None:
         self.pgconn = pgconn
+        self.pid = os.getpid()
         self.prepared: set[bytes] = set()
         self._last: pq.abc.PGresult | None = None
 
@@ -406,9 +413,11 @@ class LoopConnection:
         return bool(self.pgconn.status == pq.ConnStatus.BAD)
 
     def close(self) -> None:
-        """Close it (from any thread, with nothing in flight)."""
-        with contextlib.suppress(Exception):
-            self.pgconn.finish()
+        """Close it (from any thread, with nothing in flight). In a child made by
+        ``fork()`` it is left alone: the socket is the parent's too."""
+        if os.getpid() == self.pid:
+            with contextlib.suppress(Exception):
+                self.pgconn.finish()
 
     async def prepare(self, statement: LoopStatement) -> None:
         """Prepare ``statement`` on this connection, unless it was (one round trip)."""

@@ -295,9 +295,9 @@ class LeaseKeeper:
         thread) takes it or says why. A cancelled wait gives back whatever it took.
         """
         keeper = self._state.value
-        pid, started = keeper.pid, keeper.started
-        if pid is None or keeper.conn is None:
-            return False
+        pid, started, holder = keeper.pid, keeper.started, keeper.conn
+        if pid is None or holder is None or holder.closed or holder.broken:
+            return False  # the thread path (re)opens the keeper's connection first
         conn = self._db.loop_connection()
         if conn is None:
             return False
