@@ -1,10 +1,10 @@
 """``perdure migrate-schema`` through its real entry point, on the real PostgreSQL server.
 
 Each test has a schema of its own, dropped after it (see postgres_server). The
-session store's tables are at version 1 in this perdure, so the upgrade is shown
-with a test-only version 2 of them (its step from 1 adds a column), put in place of
-the store's own for the test: a store opened on the older tables refuses them,
-naming the command; the command upgrades them and the sessions are all there.
+upgrade is shown with a test-only version of the session store's tables one past
+this perdure's (its step adds a column), put in place of the store's own for the
+test: a store opened on the older tables refuses them, naming the command; the
+command upgrades them and the sessions are all there.
 """
 
 from __future__ import annotations
@@ -69,7 +69,10 @@ def test_it_creates_the_tables_of_each_backend_once_and_a_dry_run_creates_none(
         "storage:snapshots",
         "memory",
     ]
-    assert all(line.endswith("no tables -> version 1: would create") for line in lines[1:])
+    versions_now = [SESSIONS.version, 1, 1]  # sessions, snapshots storage, memory
+    assert [line.split(": ", 1)[1] for line in lines[1:]] == [
+        f"no tables -> version {v}: would create" for v in versions_now
+    ]
     assert not schema_made(schema)
 
     made = perdure("migrate-schema", *args, "--json")
@@ -78,19 +81,19 @@ def test_it_creates_the_tables_of_each_backend_once_and_a_dry_run_creates_none(
     assert [
         (r["option"], r["component"], r["before"], r["after"], r["action"]) for r in report
     ] == [
-        ("--store", "sessions", None, 1, "create"),
+        ("--store", "sessions", None, SESSIONS.version, "create"),
         ("--storage", "storage:snapshots", None, 1, "create"),
         ("--memory", "memory", None, 1, "create"),
     ]
     assert all(r["schema"] == schema and r["dry_run"] is False for r in report)
     assert "password" not in made.stdout
-    assert versions(schema) == {"sessions": 1, "storage:snapshots": 1, "memory": 1}
+    assert versions(schema) == {"sessions": SESSIONS.version, "storage:snapshots": 1, "memory": 1}
 
     again = perdure("migrate-schema", *args)
     assert again.exit_code == 0, again.output
     assert [line.split(": ", 1)[1] for line in again.stdout.splitlines()] == [
-        "version 1 -> version 1: up to date"
-    ] * 3
+        f"version {v} -> version {v}: up to date" for v in versions_now
+    ]
 
 
 def test_it_refuses_what_has_no_schema_and_tables_newer_than_perdure(
@@ -131,32 +134,33 @@ def test_an_older_store_is_refused_until_migrate_schema_upgrades_it(
         finally:
             store.close()
 
-    asyncio.run(write())  # version 1 of the tables, with two sessions
+    asyncio.run(write())  # this perdure's tables (version `now`), with two sessions
+    now, later = SESSIONS.version, SESSIONS.version + 1
     columns = SESSIONS.tables["perdure_sessions"]
-    version_2 = dataclasses.replace(
+    newer = dataclasses.replace(  # a perdure one version later
         SESSIONS,
-        version=2,
+        version=later,
         tables={**SESSIONS.tables, "perdure_sessions": (*columns, "note")},
-        steps={1: lambda q: [ADD_NOTE.format(q=q)]},
+        steps={**SESSIONS.steps, now: lambda q: [ADD_NOTE.format(q=q)]},
     )
-    monkeypatch.setattr("perdure.stores.postgres.sessions.SESSIONS", version_2)
+    monkeypatch.setattr("perdure.stores.postgres.sessions.SESSIONS", newer)
 
     refused = perdure("sessions", "list", "--store", url(schema))
     assert refused.exit_code == 6, refused.output
-    assert "version 1, older than this perdure's version 2" in refused.stderr
+    assert f"version {now}, older than this perdure's version {later}" in refused.stderr
     assert f"perdure migrate-schema --store '{url(schema)}'" in refused.stderr
 
     dry = perdure("migrate-schema", "--store", url(schema), "--dry-run")
     assert dry.exit_code == 0, dry.output
-    assert "version 1 -> version 2: would upgrade (1 step)" in dry.stdout
-    assert "  step 1 -> 2:" in dry.stdout
+    assert f"version {now} -> version {later}: would upgrade (1 step)" in dry.stdout
+    assert f"  step {now} -> {later}:" in dry.stdout
     assert f'ALTER TABLE "{schema}".perdure_sessions ADD COLUMN note text;' in dry.stdout
-    assert versions(schema) == {"sessions": 1}
+    assert versions(schema) == {"sessions": now}
 
     done = perdure("migrate-schema", "--store", url(schema))
     assert done.exit_code == 0, done.output
-    assert done.stdout.rstrip().endswith("version 1 -> version 2: upgraded (1 step)")
-    assert versions(schema) == {"sessions": 2}
+    assert done.stdout.rstrip().endswith(f"version {now} -> version {later}: upgraded (1 step)")
+    assert versions(schema) == {"sessions": later}
 
     listed = perdure("sessions", "list", "--store", url(schema), "--json")
     assert listed.exit_code == 0, listed.output
@@ -170,4 +174,4 @@ def test_an_older_store_is_refused_until_migrate_schema_upgrades_it(
     assert history.exit_code == 0, history.output
     assert "hello from b" in history.stdout
     again = perdure("migrate-schema", "--store", url(schema))
-    assert again.stdout.rstrip().endswith("version 2 -> version 2: up to date")
+    assert again.stdout.rstrip().endswith(f"version {later} -> version {later}: up to date")

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from perdure.errors import (
+    SchemaVersionError,
     SessionConflictError,
     SessionCorruptedError,
     SessionLockedError,
@@ -205,6 +206,41 @@ async def test_a_session_row_cannot_be_deleted_from_under_its_messages(
     with pytest.raises(psycopg.errors.ForeignKeyViolation):
         execute(f'DELETE FROM "{schema}".perdure_sessions')
     assert (await store.get("s")).messages == conversation(2)
+
+
+async def test_version_1_tables_upgrade_to_the_delete_trigger_keeping_their_rows(
+    opened: Callable[..., PostgresSessionStore], schema: str
+) -> None:
+    # Version 1 guarded a session row by a foreign key from its message rows, checked
+    # on every commit; version 2 checks the delete itself. Made as version 1 made it:
+    store = opened()
+    await store.create("s")
+    await store.commit("s", conversation(2))
+    q = f'"{schema}"'
+    execute(
+        f"DROP TRIGGER perdure_keep_messages ON {q}.perdure_sessions; "
+        f"DROP FUNCTION {q}.perdure_keep_messages(); "
+        f"ALTER TABLE {q}.perdure_messages ADD CONSTRAINT perdure_messages_sid_fkey "
+        f"FOREIGN KEY (sid) REFERENCES {q}.perdure_sessions (sid); "
+        f"UPDATE {q}.perdure_schema_version SET version = 1 WHERE component = 'sessions'"
+    )
+    with pytest.raises(SchemaVersionError, match="migrate-schema"):
+        await opened().get("s")  # a process started now refuses the old tables
+    upgraded = await opened().migrate_schema()
+    assert (upgraded.before, upgraded.after) == (1, 2)
+    keys = execute(
+        "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'f'",
+        (f"{q}.perdure_messages",),
+    )
+    assert keys == []
+    reader = opened()
+    assert (await reader.get("s")).messages == conversation(2)
+    await reader.commit("s", conversation(4))
+    psycopg = import_psycopg()
+    with pytest.raises(psycopg.errors.ForeignKeyViolation):
+        execute(f"DELETE FROM {q}.perdure_sessions")
+    await reader.delete("s")  # the store's own delete: rows first, then the session
+    assert execute(f"SELECT count(*) FROM {q}.perdure_sessions")[0][0] == 0
 
 
 async def test_commits_plan_without_reading_and_a_stale_plan_costs_no_wrong_write(
