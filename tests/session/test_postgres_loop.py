@@ -334,13 +334,7 @@ def loop_reader(open_store: Callable[..., PostgresSessionStore], **options: Any)
     """A store whose pages can only be read on its loop connection (now open)."""
     reader = open_store(**options)
     asyncio.run(reader.list())  # the pool first: it checks the schema
-    deadline = time.monotonic() + 10
-    while not loop_connections(reader).idle:
-        assert time.monotonic() < deadline, "no loop connection was opened"
-        conn = reader.db.loop_connection()
-        if conn is not None:
-            reader.db.give_back(conn, reusable=True)
-        time.sleep(0.01)
+    asyncio.run(warmed_in(reader))
 
     async def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the page was read through a worker thread")
@@ -405,6 +399,15 @@ def test_a_page_of_no_such_session_is_not_found(
 # ------------------------------------------------------------------ leases
 
 
+async def keeper_open(store: PostgresSessionStore) -> LoopConnection:
+    """Session "s" made, its lease taken once (through the keeper, whose connection
+    a lease on the loop names), and a loop connection idle again."""
+    await warmed(store)
+    async with store.writer_lock("s"):
+        pass
+    return await warmed_in(store)
+
+
 def lease_rows(schema: str) -> list[tuple[Any, ...]]:
     return [
         tuple(row)
@@ -420,10 +423,7 @@ async def test_a_lease_taken_on_the_loop_names_the_keepers_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store, other = opened(), opened()
-    await warmed(store)
-    async with store.writer_lock("s"):  # the first through the keeper: it opens its connection
-        pass
-    await warmed(store, "t")
+    await keeper_open(store)
 
     async def no_thread(session_id: str) -> None:
         raise AssertionError("the lease was taken through a worker thread")
@@ -448,9 +448,7 @@ async def test_a_commit_under_a_lease_taken_over_is_refused(
     opened: Callable[..., PostgresSessionStore], schema: str
 ) -> None:
     store, other = opened(), opened()
-    await warmed(store)
-    async with store.writer_lock("s"):
-        pass
+    await keeper_open(store)
     history = list((await store.get("s")).messages)
     async with store.writer_lock("s"):
         # Its holder seems gone (expired): another writer takes the lease over.
@@ -468,11 +466,7 @@ async def test_a_cancelled_lease_wait_on_the_loop_leaves_no_lease(
     import psycopg
 
     store, other = opened(), opened()
-    await warmed(store)
-    async with store.writer_lock("s"):
-        pass
-    await warmed(store, "t")
-    conn = loop_connections(store).idle[-1]
+    conn = await keeper_open(store)
     # An expired lease of somebody else's, its row locked: the take waits on it.
     execute(
         f'INSERT INTO "{schema}".perdure_leases (session_id, owner, token, expires_at) '
