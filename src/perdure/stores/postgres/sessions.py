@@ -239,7 +239,10 @@ class PostgresSessionStore(StoreBase):
             returns), ``"invocation"`` (``synchronous_commit`` off; :meth:`flush`,
             at the end of a ``Session``'s turn, makes the commits durable) or
             ``"none"`` (``synchronous_commit`` off, and :meth:`flush` does nothing).
-        max_connections: most connections the store opens in one process.
+        max_connections: most connections the store's pool opens in one process;
+            as many again at most for its loop connections (appends, pages and
+            leases awaited on the event loop; see the module docstring), besides
+            the lease keeper's one.
         connect_timeout: seconds to wait for a connection.
         reconnect_timeout: seconds an operation waits for a server that went away
             (restarting, say) before raising ``StoreUnavailableError``.
