@@ -433,7 +433,8 @@ async def test_a_lease_taken_on_the_loop_names_the_keepers_connection(
     async with store.writer_lock("s"):
         [(session_id, owner, token, holder)] = lease_rows(schema)
         assert (session_id, owner, token) == ("s", keeper.owner, store._leases.token("s"))
-        assert holder == keeper.pid  # the keeper's, open while the lease is held
+        assert keeper.holder is not None
+        assert holder == keeper.holder[0]  # the keeper's, open while the lease is held
         assert holder not in {c.pgconn.backend_pid for c in loop_connections(store).opened}
         with pytest.raises(SessionLockedError):
             async with other.writer_lock("s"):

@@ -96,8 +96,9 @@ class _Keeper:
         self.wanting = threading.Lock()  # guards wanted
         self.wanted: list[_Want] = []  # acquires waiting for the keeper
         self.conn: psycopg.Connection[Any] | None = None
-        self.pid: int | None = None  # the connection's server process, and its start time
-        self.started: Any = None
+        # The connection's server process and its start time, as one value: a loop
+        # reads them without the lock, and must not pair a new pid with an old start.
+        self.holder: tuple[int, Any] | None = None
         self.held: dict[str, int] = {}  # session id -> token
         self.lost: set[str] = set()
         self.thread: threading.Thread | None = None
@@ -207,13 +208,13 @@ class LeaseKeeper:
         ``keeper.lock``)."""
 
         def send(conn: psycopg.Connection[Any]) -> list[Any]:
-            # keeper.started is known once the connection is (on this call, or again
+            # keeper.holder is known once the connection is (on this call, or again
             # after a reconnect)
             shared = {
                 "owner": keeper.owner,
                 "seq": self._seq,
                 "lease": self.lease,
-                "started": keeper.started,
+                "started": keeper.holder[1] if keeper.holder else None,
             }
             with conn.pipeline():
                 cursors = [
@@ -295,9 +296,10 @@ class LeaseKeeper:
         thread) takes it or says why. A cancelled wait gives back whatever it took.
         """
         keeper = self._state.value
-        pid, started, holder = keeper.pid, keeper.started, keeper.conn
-        if pid is None or holder is None or holder.closed or holder.broken:
+        named, keeping = keeper.holder, keeper.conn
+        if named is None or keeping is None or keeping.closed or keeping.broken:
             return False  # the thread path (re)opens the keeper's connection first
+        pid, started = named
         conn = self._db.loop_connection()
         if conn is None:
             return False
@@ -454,11 +456,12 @@ class LeaseKeeper:
             conn.close()
             raise
         assert row is not None
-        keeper.conn, keeper.pid, keeper.started = conn, int(row[0]), row[1]
+        keeper.holder = (int(row[0]), row[1])
+        keeper.conn = conn
         return conn
 
     def _drop(self, keeper: _Keeper) -> None:
-        conn, keeper.conn, keeper.pid = keeper.conn, None, None
+        conn, keeper.conn, keeper.holder = keeper.conn, None, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
@@ -497,7 +500,7 @@ class LeaseKeeper:
                             self._renew_sql,
                             {
                                 "lease": self.lease,
-                                "started": keeper.started,
+                                "started": keeper.holder[1] if keeper.holder else None,
                                 "owner": keeper.owner,
                                 "ids": list(held),
                                 "tokens": list(held.values()),
