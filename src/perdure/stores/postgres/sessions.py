@@ -394,7 +394,7 @@ class PostgresSessionStore(StoreBase):
         self, request: CommitRequest, state_text: str | None
     ) -> CommitResult | None:
         """An append or a state change planned against the row this store last saw,
-        sent on a connection of the running loop's own (no worker thread).
+        sent on a loop connection, which the running loop drives (no worker thread).
 
         None: take the thread path, which plans and sends it (nothing was applied):
         no row remembered, a plan that needs a fresh read, no loop connection idle,
