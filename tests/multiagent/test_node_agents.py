@@ -133,6 +133,40 @@ async def test_bytes_and_state_survive_the_run() -> None:
     assert texts(restored)[-1] == "again"
 
 
+async def test_an_agents_fields_are_captured_again_only_once_they_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    storage = MemoryStorage()
+    graph, writer = writer_graph(storage, ["one", "two", "three", "four"])
+    captured: list[str] = []
+    take_snapshot = Agent.take_snapshot
+
+    def counted(self: Agent, *args: Any, **kwargs: Any) -> Any:
+        captured.append(self.agent_id)
+        return take_snapshot(self, *args, **kwargs)
+
+    monkeypatch.setattr(Agent, "take_snapshot", counted)
+    writer.state.set("mood", "calm")
+    await graph.invoke_async("a")
+    before = captured.count("writer")
+    await graph.invoke_async("b")  # only its messages changed: its fields are reused
+    assert captured.count("writer") == before
+    writer.state.set("mood", "bold")
+    await graph.invoke_async("c")  # its state changed: captured again
+    assert captured.count("writer") == before + 1
+    graph, restored = writer_graph(storage, ["five"])
+    await graph.invoke_async("d")
+    assert restored.state.get("mood") == "bold"
+    assert [text.split("\n")[0] for text in texts(restored)[-6:]] == [
+        "b",
+        "two",
+        "c",
+        "three",
+        "d",
+        "five",
+    ]
+
+
 async def test_the_managers_filters_see_node_agents_as_messages_and_state() -> None:
     from perdure.hygiene import PIIRedactor
 

@@ -182,15 +182,15 @@ def _filtered_fields(filters: FilterChain, data: dict[str, Any], session_id: str
 
 
 @dataclass(frozen=True)
-class _Fields:
-    """An agent's snapshot fields as last captured and encoded, and what they came from.
+class _Source:
+    """What an agent's snapshot fields were captured from.
 
     They are still the agent's when its state and interrupt state are the same
     objects at the same versions, and its conversation manager's and model's states
     are equal to what was captured (how ``Session`` decides that its agent state is
-    unchanged): then a save reuses them instead of capturing, validating and encoding
-    every field again. The objects compared by identity are held, so no other object
-    can take their ids.
+    unchanged): then a save reuses what it made of them instead of capturing,
+    validating and encoding every field again. The objects compared by identity are
+    held, so no other object can take their ids.
     """
 
     state: Any
@@ -199,6 +199,41 @@ class _Fields:
     interrupts_version: int
     manager_state: Any
     model_state: Any
+
+    @classmethod
+    def capture(cls, agent: Agent) -> tuple[_Source, Snapshot]:
+        """``agent``'s fields (all but messages), and where they came from."""
+        state, interrupts = agent.state, agent.interrupt_state
+        state_version, interrupts_version = state.version, interrupts.version
+        captured = _session_fields(agent)
+        source = cls(
+            state=state,
+            state_version=state_version,
+            interrupts=interrupts,
+            interrupts_version=interrupts_version,
+            manager_state=captured.data[SnapshotField.conversation_manager_state.value],
+            model_state=captured.data[SnapshotField.model_state.value],
+        )
+        return source, captured
+
+    def fresh(self, agent: Agent) -> bool:
+        """True when ``agent``'s fields would be captured as these were."""
+        return (
+            agent.state is self.state
+            and agent.state.version == self.state_version
+            and agent.interrupt_state is self.interrupts
+            and agent.interrupt_state.version == self.interrupts_version
+            and agent.model_state == self.model_state
+            and agent.conversation_manager.get_state() == self.manager_state
+        )
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """An agent's snapshot fields as last captured and encoded (for its ``latest``),
+    and what they came from."""
+
+    source: _Source
     json: bytes
     meta: dict[str, Any]
     meta_json: bytes
@@ -210,21 +245,14 @@ class _Fields:
         The fields are encoded as ``filters`` leave them; what is compared with the
         agent later is what was captured.
         """
-        state, interrupts = agent.state, agent.interrupt_state
-        state_version, interrupts_version = state.version, interrupts.version
-        captured = _session_fields(agent)
+        source, captured = _Source.capture(agent)
         meta = {
             "schema_version": captured.schema_version,
             "scope": captured.scope,
             "app_data": captured.app_data,
         }
         fields = cls(
-            state=state,
-            state_version=state_version,
-            interrupts=interrupts,
-            interrupts_version=interrupts_version,
-            manager_state=captured.data[SnapshotField.conversation_manager_state.value],
-            model_state=captured.data[SnapshotField.model_state.value],
+            source=source,
             json=encode_json(_filtered_fields(filters, captured.data, session_id), "fields"),
             meta=meta,
             meta_json=encode_json(meta, "metadata"),
@@ -233,14 +261,7 @@ class _Fields:
 
     def fresh(self, agent: Agent) -> bool:
         """True when ``agent``'s fields would encode as these do."""
-        return (
-            agent.state is self.state
-            and agent.state.version == self.state_version
-            and agent.interrupt_state is self.interrupts
-            and agent.interrupt_state.version == self.interrupts_version
-            and agent.model_state == self.model_state
-            and agent.conversation_manager.get_state() == self.manager_state
-        )
+        return self.source.fresh(agent)
 
 
 @dataclass
@@ -497,6 +518,9 @@ class SnapshotSessionManager:
         self._versioned = not self._appends and isinstance(storage, ConditionalStorage)
         self._lock = ProcessLock()
         self._slots: dict[str, _Slot] = {}
+        # Per node agent id: what its last run record's fields were captured from, and
+        # those fields (see node_agent_record).
+        self._node_fields: dict[str, tuple[_Source, dict[str, Any]]] = {}
         self._initialized: weakref.WeakSet[Agent] = weakref.WeakSet()
         self._carriers: dict[str, _RunCarrier] = {}
 
@@ -833,14 +857,20 @@ class SnapshotSessionManager:
         messages: Sequence[Message] = agent.messages[start:]
         if self._filters:
             messages = self._filters.messages(messages, "snapshot", self.session_id)
-        captured = _session_fields(agent)
-        captured.data = _filtered_fields(self._filters, captured.data, self.session_id)
+        known = self._node_fields.get(agent.agent_id)
+        if known is not None and known[0].fresh(agent):
+            fields = known[1]  # unchanged since its last record: the same object, as is
+        else:
+            source, captured = _Source.capture(agent)
+            captured.data = _filtered_fields(self._filters, captured.data, self.session_id)
+            fields = captured.to_dict()
+            self._node_fields[agent.agent_id] = (source, fields)
         return {
             "t": "agent",
             "agent": agent.agent_id,
             "from": start,
             "messages": encode_bytes_values(list(messages)),
-            "fields": captured.to_dict(),
+            "fields": fields,
         }
 
     def apply_node_agent(
