@@ -44,6 +44,27 @@ async def test_a_join_waits_for_both_branches_and_gets_their_outputs() -> None:
     assert str(result) == "e<d>"
 
 
+async def test_a_condition_sees_every_result_so_far_the_nodes_own_included() -> None:
+    seen: list[tuple[list[str], dict[str, str]]] = []
+
+    def look(state: dict[str, Any]) -> bool:
+        seen.append((list(state["execution_order"]), dict(state["results"])))
+        state["results"]["b"] = "changed by a condition"  # a copy: the run keeps its own
+        return True
+
+    ran: list[str] = []
+    b = GraphBuilder()
+    for name in ("a", "b", "c", "d"):
+        b.add_node(echo(name, ran), name)
+    b.add_edge("a", "b")  # no condition: nothing is copied for it
+    b.add_edge("b", "c", condition=look)
+    b.add_edge("b", "d")  # beside a conditional edge of the same node
+    result = await b.build().invoke_async("t")
+    assert result.execution_order == ["a", "b", "c", "d"]
+    assert seen == [(["a", "b"], {"a": "a<>", "b": "b<a>"})]
+    assert result.results["b"] == "b<a>"
+
+
 async def test_a_false_condition_skips_its_branch_and_the_join_does_not_wait_for_it() -> None:
     ran: list[str] = []
     b = GraphBuilder()

@@ -239,9 +239,11 @@ class Graph(Orchestrator[GraphResult]):
         self._rank = {node_id: i for i, node_id in enumerate(nodes)}
         successors: dict[str, list[str]] = {n: [] for n in nodes}
         self._predecessors: dict[str, list[str]] = {n: [] for n in nodes}
+        self._out: dict[str, list[_Edge]] = {n: [] for n in nodes}  # each node's edges
         for edge in edges:
             successors[edge.source].append(edge.target)
             self._predecessors[edge.target].append(edge.source)
+            self._out[edge.source].append(edge)
         self._reach = reachable(successors)
         self._save_lock = asyncio.Lock()
 
@@ -327,15 +329,18 @@ class Graph(Orchestrator[GraphResult]):
                 state.shared.update(before)
             raise
         # The edges it activates, decided before anything changes: a condition that
-        # raises fails the node, and the run stays as it was recorded.
-        view = self._condition_state(state)
-        view["results"][node_id] = text
-        view["execution_order"].append(node_id)
-        activated = [
-            e.target
-            for e in self._edges
-            if e.source == node_id and (e.condition is None or _holds(e, view))
-        ]
+        # raises fails the node, and the run stays as it was recorded. Only this node's
+        # edges are looked at, and the state a condition sees (a copy of every result
+        # so far) is made only for a condition: a node costs the same however many
+        # nodes the graph has and however many have run.
+        out = self._out[node_id]
+        if any(e.condition is not None for e in out):
+            view = self._condition_state(state)
+            view["results"][node_id] = text
+            view["execution_order"].append(node_id)
+            activated = [e.target for e in out if e.condition is None or _holds(e, view)]
+        else:
+            activated = [e.target for e in out]
         kept: dict[str, Any] | None = None
         if isinstance(node.executor, Agent) and self._store.strategy == "node":
             # The agent before the record that says its node completed.
