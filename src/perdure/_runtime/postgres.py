@@ -424,8 +424,20 @@ class LoopConnection:
         if statement.name in self.prepared:
             return
         self.pgconn.send_prepare(statement.name, statement.text)
-        await self.result()
+        # Counted as prepared once sent: a caller cancelled now leaves the answer to
+        # whoever reads the connection's next result, and the server prepares it.
         self.prepared.add(statement.name)
+        try:
+            await self.result()
+        except psycopg.Error:
+            self.prepared.discard(statement.name)
+            raise
+
+    async def execute(self, statement: LoopStatement, params: Mapping[str, Any]) -> pq.abc.PGresult:
+        """:meth:`prepare`, :meth:`send` and :meth:`result`: the statement's result."""
+        await self.prepare(statement)
+        self.send(statement, params)
+        return await self.result()
 
     def send(self, statement: LoopStatement, params: Mapping[str, Any]) -> None:
         """Send the prepared ``statement``; :meth:`result` waits for what it did."""
@@ -500,18 +512,22 @@ async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> No
 
 class _LoopConnections:
     """A process's loop connections (see :meth:`PostgresDatabase.loop_connection`):
-    the idle ones, and how many are open (idle, in use, or being opened). Changed
-    under the database's guard."""
+    the open ones (idle or in use), the idle ones, whether one is being opened.
+    Changed under the database's guard."""
 
-    __slots__ = ("count", "idle", "opened", "opening", "retry_at", "uses")
+    __slots__ = ("idle", "opened", "opening", "retry_at", "uses")
 
     def __init__(self) -> None:
         self.idle: list[LoopConnection] = []
         self.opened: set[LoopConnection] = set()
-        self.count = 0
         self.opening = False
         self.retry_at = 0.0
         self.uses = 0
+
+    @property
+    def count(self) -> int:
+        """How many there are, or will be: open, or being opened."""
+        return len(self.opened) + self.opening
 
 
 class PostgresDatabase:
@@ -661,7 +677,6 @@ class PostgresDatabase:
                 if not conn.closed:
                     return conn
                 direct.opened.discard(conn)
-                direct.count -= 1
             direct.uses += 1
             if (
                 direct.opening
@@ -671,7 +686,6 @@ class PostgresDatabase:
             ):
                 return None
             direct.opening = True
-            direct.count += 1
         threading.Thread(
             target=self._open_loop_connection,
             args=(state, direct),
@@ -693,7 +707,6 @@ class PostgresDatabase:
                     direct.idle.append(conn)
                     return
                 direct.opened.discard(conn)
-                direct.count -= 1
         conn.close()
 
     def _open_loop_connection(self, state: _Pool, direct: _LoopConnections) -> None:
@@ -709,7 +722,6 @@ class PostgresDatabase:
                 direct.opened.add(conn)
                 direct.idle.append(conn)
                 return
-            direct.count -= 1
             if conn is None:
                 direct.retry_at = time.monotonic() + 1.0
         if conn is not None:

@@ -139,23 +139,22 @@ class LeaseKeeper:
         # The same on a loop connection: the holder named is the keeper's connection,
         # which stays open while the lease is held (the loop's may not).
         self._loop_acquire = LoopStatement(acquire.replace("{pid}", "%(pid)s::integer"))
-        # Given back without waiting for a flush of its own (see the module docstring).
-        self._loop_release = LoopStatement(
+        # Given back without waiting for a flush of its own (see the module docstring):
+        # the lease of a token, or (after a take the caller stopped waiting for) this
+        # owner's, whatever its token.
+        release = (
             "WITH quick AS (SELECT set_config('synchronous_commit', 'off', true)) "
-            f"DELETE FROM {q}.perdure_leases WHERE session_id = %(id)s "
-            "AND token = %(token)s::bigint AND EXISTS (SELECT 1 FROM quick)"
+            f"DELETE FROM {q}.perdure_leases WHERE session_id = %(id)s AND {{which}} "
+            "AND EXISTS (SELECT 1 FROM quick)"
         )
+        self._release_sql = release.format(which="token = %(token)s::bigint")
+        self._forget_sql = release.format(which="owner = %(owner)s")
+        self._loop_release = LoopStatement(self._release_sql)
         self._renew_sql = (
             f"UPDATE {q}.perdure_leases SET expires_at = now() + %(lease)s * interval '1 second', "
             "holder_pid = pg_backend_pid(), holder_start = %(started)s "
             "WHERE owner = %(owner)s AND (session_id, token) IN "
             "(SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::bigint[])) RETURNING session_id"
-        )
-        self._release_sql = (
-            f"DELETE FROM {q}.perdure_leases WHERE session_id = %(id)s AND token = %(token)s"
-        )
-        self._forget_sql = (
-            f"DELETE FROM {q}.perdure_leases WHERE session_id = %(id)s AND owner = %(owner)s"
         )
         self._holder_sql = (
             "SELECT extract(epoch FROM expires_at - now()), "
@@ -269,22 +268,25 @@ class LeaseKeeper:
             keeper.lost.discard(session_id)
         if token is None:
             return
-        # On a pooled connection, not the keeper's: a release needs no holder pid,
-        # and the keeper's one connection (every acquire of the process goes through
-        # it, one at a time) is what many sessions in one process queue on. Without
-        # a flush of its own, as on the keeper: lost to a server crash, the lease
-        # expires by itself, as after a release that could not reach the server.
-        params = {"id": session_id, "token": token}
+        self._delete(session_id, token)
 
-        def release(conn: psycopg.Connection[Any]) -> None:
-            with conn.pipeline():  # one round trip
-                conn.execute("BEGIN")
-                conn.execute("SET LOCAL synchronous_commit TO off")
-                conn.execute(self._release_sql, params)
-                conn.execute("COMMIT")
+    def _delete(self, session_id: str, token: int | None) -> None:
+        """Delete the session's lease of ``token`` (None: of this owner), in this thread.
 
+        On a pooled connection, not the keeper's: a release needs no holder pid, and
+        the keeper's one connection (every acquire of the process goes through it, one
+        at a time) is what many sessions in one process queue on. Without a flush of
+        its own, as on the keeper: lost to a server crash, the lease expires by
+        itself, as after a release that could not reach the server — which is logged,
+        not raised.
+        """
+        sql = self._release_sql if token is not None else self._forget_sql
+        params = {"id": session_id, "token": token, "owner": self._state.value.owner}
         try:
-            self._db.call(release, doing=f"releasing the writer lease of session {session_id!r}")
+            self._db.call(
+                lambda conn: conn.execute(sql, params),
+                doing=f"releasing the writer lease of session {session_id!r}",
+            )
         except Exception as exc:  # the lease expires by itself
             _log.warning("%s; it expires in %g s", exc, self.lease)
 
@@ -311,11 +313,8 @@ class LeaseKeeper:
             "pid": pid,
             "started": None if started is None else started.isoformat(),
         }
-        statement = self._loop_acquire
         try:
-            await conn.prepare(statement)
-            conn.send(statement, params)
-            result = await conn.result()
+            result = await conn.execute(self._loop_acquire, params)
         except DRIVER_ERRORS as exc:
             self._db.give_back(conn, reusable=pg_fault(exc) != "unavailable")
             return False
@@ -350,11 +349,8 @@ class LeaseKeeper:
             return False
         keeper.held.pop(session_id, None)
         keeper.lost.discard(session_id)
-        statement = self._loop_release
         try:
-            await conn.prepare(statement)
-            conn.send(statement, {"id": session_id, "token": token})
-            await conn.result()
+            await conn.execute(self._loop_release, {"id": session_id, "token": token})
         except BaseException as exc:
             lost = not isinstance(exc, DRIVER_ERRORS) or pg_fault(exc) == "unavailable"
             self._db.give_back(conn, reusable=not lost)
@@ -372,10 +368,7 @@ class LeaseKeeper:
             result = await conn.result()
             token = result.get_value(0, 0) if result.ntuples else None
             if token is not None:
-                statement = self._loop_release
-                await conn.prepare(statement)
-                conn.send(statement, {"id": session_id, "token": int(token)})
-                await conn.result()
+                await conn.execute(self._loop_release, {"id": session_id, "token": int(token)})
         except BaseException:
             self._db.give_back(conn, reusable=False)
             self._give_back_later(session_id, None if token is None else int(token))
@@ -383,23 +376,11 @@ class LeaseKeeper:
         self._db.give_back(conn, reusable=True)
 
     def _give_back_later(self, session_id: str, token: int | None) -> None:
-        """Delete the session's lease of this owner (of ``token``, when given) in a
-        thread: after a cancelled or failed statement on a loop connection."""
-        owner = self._state.value.owner
-        sql = self._release_sql if token is not None else self._forget_sql
-
-        def run() -> None:
-            try:
-                self._db.call(
-                    lambda conn: conn.execute(
-                        sql, {"id": session_id, "token": token, "owner": owner}
-                    ),
-                    doing=f"releasing the writer lease of session {session_id!r}",
-                )
-            except Exception as exc:  # the lease expires by itself
-                _log.warning("%s; it expires in %g s", exc, self.lease)
-
-        threading.Thread(target=run, name="perdure-lease-release", daemon=True).start()
+        """:meth:`_delete` in a thread of its own: after a cancelled or failed
+        statement on a loop connection."""
+        threading.Thread(
+            target=self._delete, args=(session_id, token), name="perdure-lease-release", daemon=True
+        ).start()
 
     def close(self) -> None:
         """Release every lease this process holds and close the keeper's connection."""

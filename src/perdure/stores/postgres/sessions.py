@@ -542,11 +542,10 @@ class PostgresSessionStore(StoreBase):
         conn = self.db.loop_connection()
         if conn is None:
             return None
-        statement = self._sql.loop_page
         try:
-            await conn.prepare(statement)
-            conn.send(statement, {"id": session_id, "offset": offset, "limit": limit})
-            result = await conn.result()
+            result = await conn.execute(
+                self._sql.loop_page, {"id": session_id, "offset": offset, "limit": limit}
+            )
         except DRIVER_ERRORS as exc:
             lost = pg_fault(exc) == "unavailable"
             self.db.give_back(conn, reusable=not lost)
