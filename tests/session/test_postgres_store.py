@@ -570,17 +570,23 @@ async def _commit(store: PostgresSessionStore, messages: Any, *, rewritten: bool
     await store.commit("s", messages, rewritten=rewritten)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["at once", "streamed"])
 def test_rows_stored_out_of_order_on_disk_read_back_in_order(
-    opened: Callable[..., PostgresSessionStore], schema: str
+    opened: Callable[..., PostgresSessionStore],
+    schema: str,
+    request: pytest.FixtureRequest,
+    stream: bool,
 ) -> None:
-    """A resume reads its rows unordered (no server sort) and puts them in order."""
+    """A resume reads its rows unordered (no server sort) and puts them in order,
+    streamed or not."""
+    sizes = request.getfixturevalue("streamed") if stream else []
     store = opened()
-    history = conversation(6)
+    history = conversation(12 if stream else 6)
     asyncio.run(store.create("s"))
     asyncio.run(store.commit("s", history))
-    # Rows 0 and 2 moved to the end of the heap (changing the key is never an
-    # in-place update), then back to their own keys: same rows, other places.
-    for index in (0, 2):
+    # Rows moved to the end of the heap (changing the key is never an in-place
+    # update), then back to their own keys: same rows, other places.
+    for index in (0, 2, 7) if stream else (0, 2):
         execute(f'UPDATE "{schema}".perdure_messages SET idx = idx + 100 WHERE idx = {index}')
         execute(f'UPDATE "{schema}".perdure_messages SET idx = idx - 100 WHERE idx >= 100')
     listed = execute(f'SELECT idx FROM "{schema}".perdure_messages')
@@ -595,6 +601,7 @@ def test_rows_stored_out_of_order_on_disk_read_back_in_order(
     assert asyncio.run(reader.get("s")).messages == history
     assert asyncio.run(reader.get("s", offset=1)).messages == history[1:]
     assert asyncio.run(reader.history_page("s", 0, 4)).messages == history[:4]
+    assert bool(sizes) == stream
 
 
 async def test_acquires_waiting_for_the_keeper_go_in_one_round_trip(
@@ -649,3 +656,147 @@ async def test_acquires_waiting_for_the_keeper_go_in_one_round_trip(
         if session_id != "s3":
             leases.release(session_id)
     await other._take_lease("s0")  # given back
+
+
+# ---------------------------------------------------------------- a long resume streams
+
+
+@pytest.fixture
+def streamed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Small batches, so a few dozen messages take the streamed path of a long resume:
+    the session row and the first 4 rows in one snapshot, the rest in chunks of 3.
+    Gives the sizes of the chunks checked as they arrived."""
+    from perdure.session.rules import RowChunks
+    from perdure.stores.postgres import sessions
+
+    # The dev environment's psycopg (3.2+, libpq 17+) streams in chunks; a skip here
+    # would hide the path the store takes on every long resume.
+    assert sessions._STREAMS, "this psycopg/libpq cannot stream rows in chunks"
+    monkeypatch.setattr(sessions, "_FIRST_ROWS", 4)
+    monkeypatch.setattr(sessions, "_CHUNK_ROWS", 3)
+    sizes: list[int] = []
+
+    class Counted(RowChunks):
+        def add(self, chunk: Any) -> None:
+            sizes.append(len(chunk))
+            super().add(chunk)
+
+    monkeypatch.setattr(sessions, "RowChunks", Counted)
+    return sizes
+
+
+def _read_at_once(store: PostgresSessionStore, offset: int = 0) -> Any:
+    """``get`` as the store reads a session that fits its first batch: every row at once."""
+    from perdure.stores.postgres import sessions
+
+    return asyncio.run(
+        store.db.run(lambda conn: store._get(conn, "s", offset, sessions._ALL_ROWS), doing="t")
+    )
+
+
+@pytest.mark.parametrize("options", ["plain", "encrypted", "ttl"])
+def test_a_long_session_streamed_reads_as_read_at_once(
+    opened: Callable[..., PostgresSessionStore], streamed: list[int], options: str
+) -> None:
+    from crypto_keys import cipher
+
+    extra: dict[str, Any] = {
+        "plain": {},
+        "encrypted": {"cipher": cipher()},
+        "ttl": {"ttl": 3600},
+    }[options]
+    store = opened(**extra)
+    history = conversation(40)
+    history[9] = {"role": "user", "content": [{"text": "raw", "bytes": b"\x00\xff"}]}  # type: ignore[typeddict-unknown-key]
+    asyncio.run(store.create("s"))
+    asyncio.run(store.commit("s", history[:25], agent_state={"k": 1}))
+    asyncio.run(store.commit("s", history, redactions={30: text("assistant", "[gone]")}))
+    shown = [*history[:30], text("assistant", "[gone]"), *history[31:]]
+    reader = opened(**extra)
+    for offset in (0, 1, 3, 4, 5, 17, 36, 37, 39, 40, 99):
+        streamed.clear()
+        record = asyncio.run(reader.get("s", offset=offset))
+        assert record.messages == shown[offset:], offset
+        assert record.agent_state == {"k": 1}
+        whole = _read_at_once(reader, offset)
+        assert (record.messages, record.offset, record.tail) == (
+            whole.messages,
+            whole.offset,
+            whole.tail,
+        )
+        start = min(offset, 40)
+        if start - 1 + 4 < 40:  # the first batch stops short of the end: the rest streamed
+            assert len(streamed) > 1, (offset, streamed)
+            assert max(streamed) <= 4, (offset, streamed)
+            assert sum(streamed) == 40 - start
+        else:
+            assert not streamed  # read at once, verified as before
+
+
+STREAMED_EDITS = [
+    ("a body", "UPDATE {q}.perdure_messages SET body = replace(body, 'm20', 'M20') "
+     "WHERE idx = 20"),
+    ("a hash", "UPDATE {q}.perdure_messages SET hash = repeat('0', 32) WHERE idx = 33"),
+    ("a middle row deleted", "DELETE FROM {q}.perdure_messages WHERE idx = 12"),
+    ("the last row deleted", "DELETE FROM {q}.perdure_messages WHERE idx = 39"),
+    ("every streamed row deleted", "DELETE FROM {q}.perdure_messages WHERE idx >= 3"),
+    ("a row added past the end", "INSERT INTO {q}.perdure_messages (sid, idx, body, hash) "
+     "SELECT sid, 40, body, hash FROM {q}.perdure_messages WHERE idx = 39"),
+    ("two rows swapped", "UPDATE {q}.perdure_messages m SET body = o.body, hash = o.hash "
+     "FROM {q}.perdure_messages o WHERE m.sid = o.sid "
+     "AND ((m.idx = 25 AND o.idx = 26) OR (m.idx = 26 AND o.idx = 25))"),
+    ("the head changed", "UPDATE {q}.perdure_sessions SET head = repeat('a', 32)"),
+    ("a body made not JSON", "UPDATE {q}.perdure_messages SET body = '{{', "
+     "hash = md5('x') WHERE idx = 30"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "statement"), STREAMED_EDITS, ids=[e[0] for e in STREAMED_EDITS])
+def test_damage_in_the_streamed_rows_is_named_as_in_rows_read_at_once(
+    opened: Callable[..., PostgresSessionStore],
+    schema: str,
+    streamed: list[int],
+    what: str,
+    statement: str,
+) -> None:
+    store = opened()
+    asyncio.run(store.create("s"))
+    asyncio.run(store.commit("s", conversation(40)))
+    execute(statement.format(q=f'"{schema}"'))
+    reader = opened()
+    with pytest.raises(SessionCorruptedError) as info:
+        asyncio.run(reader.get("s"))
+    with pytest.raises(SessionCorruptedError) as whole:
+        _read_at_once(reader)
+    assert info.value.details == whole.value.details
+    assert str(info.value) == str(whole.value)
+    assert info.value.details["session_id"] == "s"
+
+
+@pytest.mark.parametrize("rewritten", [False, True])
+def test_a_commit_between_the_first_rows_and_the_stream_reads_one_state(
+    opened: Callable[..., PostgresSessionStore],
+    monkeypatch: pytest.MonkeyPatch,
+    streamed: list[int],
+    rewritten: bool,
+) -> None:
+    """The session row and its first rows are one snapshot, the streamed rest another:
+    a commit landing between them is never mixed into what is read (a rewrite's rows
+    would break the chain; an append's would be rows past the end)."""
+    store = opened()
+    other = opened()
+    asyncio.run(store.create("s"))
+    asyncio.run(store.commit("s", conversation(40)))
+    after = [text("user", f"new {i}") for i in range(43)] if rewritten else conversation(42)
+    original = PostgresSessionStore._stream_rest
+    moved: list[str] = []
+
+    def commit_first(self: PostgresSessionStore, *args: Any) -> Any:
+        if not moved:  # once: the store reads again, and must not be moved again
+            moved.append(asyncio.run(other.commit("s", after, rewritten=rewritten)).tail)
+        return original(self, *args)
+
+    monkeypatch.setattr(PostgresSessionStore, "_stream_rest", commit_first)
+    record = asyncio.run(store.get("s"))
+    assert record.messages == after
+    assert record.tail == moved[0]

@@ -658,3 +658,96 @@ def test_a_history_past_an_offset_never_reads_as_a_shorter_one() -> None:
     with pytest.raises(IndexError, match="past the end"):
         history[5]
     assert list(PastOffset(0, new)) == new
+
+
+# ---------------------------------------------------------------- RowChunks
+
+
+def _split(rows: list[tuple[Any, ...]], size: int) -> list[list[tuple[Any, ...]]]:
+    return [rows[at : at + size] for at in range(0, len(rows), size)] or [[]]
+
+
+def _outcome(read: Any, *args: Any) -> Any:
+    """What ``read(*args)`` gives: its messages, or the finding it raised."""
+    try:
+        return read(*args)
+    except ValueError as exc:
+        return exc.args[0]
+
+
+def _chunked(chunks: list[list[tuple[Any, ...]]], end: int, head: str | None) -> Any:
+    reader = rules.RowChunks(0, ZERO_HASH)
+    for chunk in chunks:
+        reader.add(chunk)  # never raises: a finding comes out of finish()
+    return reader.finish(end, head, _damage)
+
+
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_rows_checked_as_chunks_arrive_read_as_rows_read_at_once(as_bytes: bool) -> None:
+    """Every edit, cut into chunks of every size: the same messages or the same finding
+    (row and kind) as :func:`verify_rows` over the rows at once."""
+    good = _rows(7, as_bytes=as_bytes)
+    head = good[-1][2]
+    body = good[3][1]
+    other = body.replace(b"m3", b"M3") if as_bytes else body.replace("m3", "M3")
+    nothing = b"[1]" if as_bytes else "[1]"
+    cases = [
+        (good, 7, head),
+        (good, 7, None),
+        ([*good[:3], (3, other, good[3][2], None, None), *good[4:]], 7, head),  # body
+        ([*good[:5], (5, good[5][1], "0" * 32, None, None), good[6]], 7, head),  # hash
+        (good[:2] + good[3:], 7, head),  # a middle row gone
+        (good[:6], 7, head),  # the last row gone
+        (good, 6, None),  # a row past the end
+        (good, 7, "f" * 32),  # the head
+        ([*good[:6], (6, nothing, chain_hash(good[5][2], nothing), None, None)], 7, None),
+        ([*good[:4], (4, good[4][1], good[4][2], body, "b" * 32), *good[5:]], 7, head),
+    ]
+    for rows, end, head_hash in cases:
+        whole = _outcome(rules.verify_rows, list(rows), 0, ZERO_HASH, end, head_hash, _damage)
+        for size in (1, 2, 3, len(rows) or 1):
+            chunks = _split(rows, size)
+            assert _outcome(_chunked, chunks, end, head_hash) == whole, (rows, size)
+            # Chunks out of order (a heap not in index order): sorted, then checked.
+            assert _outcome(_chunked, chunks[::-1], end, head_hash) == whole
+    messages = _chunked(_split(good, 3), 7, head)
+    assert [m["content"][0]["text"] for m in messages] == [f"m{i}" for i in range(7)]
+
+
+def test_row_chunks_from_an_offset_chain_to_the_row_before() -> None:
+    rows = _rows(9, as_bytes=True, base=5)
+    reader = rules.RowChunks(4, rows[3][2], base=5)
+    for chunk in _split(rows[4:], 2):
+        reader.add(chunk)
+    got = reader.finish(9, rows[-1][2], _damage)
+    assert [m["content"][0]["text"] for m in got] == [f"m{i}" for i in range(4, 9)]
+    wrong = rules.RowChunks(4, rows[2][2], base=5)  # chained to the wrong row
+    wrong.add(rows[4:])
+    assert _outcome(wrong.finish, 9, rows[-1][2], _damage) == (4, "bad_hash")
+
+
+def test_a_sealed_chunk_without_its_key_raises_from_finish_after_the_hashes() -> None:
+    from perdure.crypto import AESGCMCipher, seal
+    from perdure.errors import DecryptionError
+
+    cipher = AESGCMCipher(keys={"k1": bytes(range(32))}, active="k1")
+    rows, prev = [], ZERO_HASH
+    for i in range(6):
+        body = seal(cipher, json.dumps({"role": "user", "content": [{"text": f"m{i}"}]}))
+        prev = chain_hash(prev, body)
+        rows.append((i, body, prev, None, None))
+    opened = rules.RowChunks(0, ZERO_HASH, cipher=cipher)
+    for chunk in _split(rows, 4):
+        opened.add(chunk)
+    assert [m["content"][0]["text"] for m in opened.finish(6, prev, _damage)] == [
+        f"m{i}" for i in range(6)
+    ]
+    keyless = rules.RowChunks(0, ZERO_HASH)
+    for chunk in _split(rows, 4):
+        keyless.add(chunk)
+    with pytest.raises(DecryptionError):
+        keyless.finish(6, prev, _damage)
+    damaged = rules.RowChunks(0, ZERO_HASH)  # a broken hash is damage before any key
+    for chunk in _split([*rows[:5], (5, rows[5][1], "0" * 32, None, None)], 4):
+        damaged.add(chunk)
+    assert _outcome(damaged.finish, 6, prev, _damage) == (5, "bad_hash")

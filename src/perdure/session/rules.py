@@ -49,7 +49,7 @@ from perdure.crypto import check_cipher as check_cipher  # the stores take them 
 from perdure.crypto import seal as seal
 from perdure.crypto import unseal as unseal
 from perdure.crypto import unseal_all as unseal_all
-from perdure.errors import SessionConflictError, SessionLockedError
+from perdure.errors import DecryptionError, SessionConflictError, SessionLockedError
 from perdure.session.ids import validate_session_id
 from perdure.session.ulid import encode_ulid, is_ulid
 from perdure.types import (
@@ -371,6 +371,69 @@ def verify_rows(
         if messages is not None:
             return messages
     return _verify_rows_slowly(rows, first, prev, end, head, damage, base, cipher)
+
+
+class RowChunks:
+    """:func:`verify_rows` over rows that arrive in chunks, checked as they come.
+
+    A server store streams a long session's rows and hands each chunk to
+    :meth:`add` while the server sends the next, so the client's hashing and
+    parsing overlap the server's reading and sending instead of following them.
+    :meth:`add` never raises: a chunk that is not the next rows in order, sound
+    (:func:`_verified_texts`) and parsing as messages puts the reader in doubt, and
+    from then on it only keeps rows. :meth:`finish` then returns the messages, or —
+    in doubt, or when the rows end elsewhere than ``end`` or off ``head`` — passes
+    every row kept, in key order, to :func:`verify_rows`, which finds and names the
+    damage exactly as for rows read at once (or raises the
+    :class:`~perdure.errors.DecryptionError`).
+    """
+
+    __slots__ = ("_base", "_cipher", "_first", "_key", "_messages", "_prev", "_rows", "_start")
+
+    def __init__(self, first: int, prev: str, *, base: int = 0, cipher: Cipher | None = None):
+        self._first, self._start, self._base, self._cipher = first, prev, base, cipher
+        self._rows: list[tuple[Any, ...]] = []
+        self._messages: list[Message] | None = []
+        self._key = first + base  # the key the next row must have
+        self._prev = prev
+
+    def add(self, chunk: Sequence[tuple[Any, ...]]) -> None:
+        """Keep ``chunk`` (rows as :func:`verify_rows` takes them) and check it."""
+        self._rows.extend(chunk)
+        if self._messages is None or not chunk:
+            return
+        at = self._key - self._base
+        texts = _verified_texts(chunk, at, self._prev, at + len(chunk), None, self._base)
+        if texts is not None:
+            try:
+                messages = decode_messages(unseal_all(self._cipher, texts))
+            except DecryptionError:  # verify_rows raises it, after the hashes
+                messages = None
+            if messages is not None:
+                self._messages.extend(messages)
+                self._prev = chunk[-1][2]
+                self._key += len(chunk)
+                return
+        self._messages = None
+
+    def finish(self, end: int, head: str | None, damage: Damage) -> list[Message]:
+        """The messages ``first..end-1``, every row added; ``head`` as for
+        :func:`verify_rows`, which raises ``damage`` for what does not hold."""
+        messages = self._messages
+        if (
+            messages is not None
+            and self._key == end + self._base
+            and (head is None or self._prev == head)
+        ):
+            return messages
+        rows = sorted(self._rows, key=_row_key)
+        return verify_rows(
+            rows, self._first, self._start, end, head, damage, base=self._base, cipher=self._cipher
+        )
+
+
+def _row_key(row: tuple[Any, ...]) -> Any:
+    return row[0]
 
 
 def _verified_texts(
