@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -230,4 +231,82 @@ def test_group_writer_fails_every_item_when_the_batch_raises() -> None:
             await writer.submit(2)
 
     asyncio.run(run())
+    writer.shutdown()
+
+
+def test_a_batch_wakes_each_submitting_loop_once() -> None:
+    """Sixteen items of one batch, submitted from one loop, come back in one call from
+    the writer thread (each call a wake-up of the loop: a self-pipe write under the
+    GIL), not one per item; a second loop's items come back in a call of their own."""
+    gate = threading.Event()
+
+    def run_batch(items: object) -> list[object]:
+        gate.wait(5)
+        return [i * 2 for i in items]  # type: ignore[attr-defined]
+
+    writer: GroupWriter[int, int] = GroupWriter("test-group", run_batch)
+    wakes: list[int] = []
+
+    async def sixteen(first: int) -> list[int]:
+        loop = asyncio.get_running_loop()
+        threadsafe = loop.call_soon_threadsafe
+
+        def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread() is not threading.main_thread():
+                wakes.append(first)
+            return threadsafe(callback, *args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        return await asyncio.gather(*(writer.submit(first + i) for i in range(16)))
+
+    async def main() -> None:
+        held = asyncio.create_task(writer.submit(-1))  # the batch the others wait behind
+        await asyncio.sleep(0.05)
+        other: list[list[int]] = []
+        thread = threading.Thread(target=lambda: other.append(asyncio.run(sixteen(100))))
+        thread.start()
+        mine = asyncio.create_task(sixteen(0))
+        await asyncio.sleep(0.2)
+        gate.set()
+        assert await mine == [i * 2 for i in range(16)]
+        assert await held == -2
+        thread.join(10)
+        assert other == [[(100 + i) * 2 for i in range(16)]]
+
+    asyncio.run(main())
+    # The held item's batch wakes this loop once; the next batch, all 32 items, once
+    # each loop (one wake an item would be 1 + 16 + 16).
+    assert sorted(wakes) == [0, 0, 100]
+    writer.shutdown()
+
+
+def test_a_submitter_cancelled_after_its_batch_started_leaves_the_others_their_outcomes() -> None:
+    started, gate = threading.Event(), threading.Event()
+    ran: list[list[int]] = []
+
+    def run_batch(items: object) -> list[object]:
+        started.set()
+        gate.wait(5)
+        ran.append(list(items))  # type: ignore[call-overload]
+        return list(items)  # type: ignore[call-overload]
+
+    writer: GroupWriter[int, int] = GroupWriter("test-group", run_batch)
+
+    async def main() -> None:
+        first = asyncio.create_task(writer.submit(1))
+        assert await asyncio.to_thread(started.wait, 5)
+        others = [asyncio.create_task(writer.submit(i)) for i in (2, 3, 4)]
+        await asyncio.sleep(0.05)
+        first.cancel()  # its batch runs: it is written all the same
+        others[1].cancel()  # still queued: withdrawn, never run
+        await asyncio.sleep(0.05)
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        with pytest.raises(asyncio.CancelledError):
+            await others[1]
+        assert [await others[0], await others[2]] == [2, 4]
+
+    asyncio.run(main())
+    assert ran == [[1], [2, 4]]
     writer.shutdown()

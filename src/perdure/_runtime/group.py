@@ -15,18 +15,20 @@ returns, which is after the sync that covers the item.
 
 A write whose awaiting coroutine is cancelled before its batch starts is not run; one
 cancelled later runs to its end (the caller no longer waits for its outcome).
-Any event loop and any thread may submit: outcomes come back through
-``concurrent.futures`` futures, which :func:`asyncio.wrap_future` hands to the
-submitting loop. The thread and the queue belong to one process (a child made by
-``fork()`` starts its own, see :mod:`perdure._runtime.threads`).
+Any event loop and any thread may submit. A batch's outcomes go back to each
+submitting loop in one call (:meth:`asyncio.AbstractEventLoop.call_soon_threadsafe`
+of all that loop's items): sixteen sessions' commits made durable by one sync wake
+their loop once, not sixteen times, each wake-up a write to its self-pipe taken
+under the GIL from the loop's thread. The thread and the queue belong to one process
+(a child made by ``fork()`` starts its own, see :mod:`perdure._runtime.threads`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from perdure._runtime.threads import PerProcess, ProcessLock, StoreThread
 
@@ -36,13 +38,24 @@ ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
 
 
-class _Queue(Generic[ItemT, ResultT]):
+class _Waiter:
+    """One submitted item and what its submitter awaits, on ``loop``."""
+
+    __slots__ = ("item", "loop", "result")
+
+    def __init__(self, item: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.item = item
+        self.loop = loop
+        self.result: asyncio.Future[Any] = loop.create_future()
+
+
+class _Queue:
     """The items waiting for the next batch, and whether a drain is on its way."""
 
     __slots__ = ("draining", "items")
 
     def __init__(self) -> None:
-        self.items: list[tuple[ItemT, concurrent.futures.Future[ResultT]]] = []
+        self.items: list[_Waiter] = []
         self.draining = False
 
 
@@ -65,21 +78,36 @@ class GroupWriter(Generic[ItemT, ResultT]):
         self._run_batch = run_batch
         self._thread = StoreThread(name)
         self._guard = ProcessLock()
-        self._queue: PerProcess[_Queue[ItemT, ResultT]] = PerProcess(_Queue)
+        self._queue: PerProcess[_Queue] = PerProcess(_Queue)
 
     async def submit(self, item: ItemT) -> ResultT:
         """Run ``item`` in the next batch and return its outcome (or raise it)."""
-        future: concurrent.futures.Future[ResultT] = concurrent.futures.Future()
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(item, loop)
         with self._guard:
             queue = self._queue.value
-            queue.items.append((item, future))
+            queue.items.append(waiter)
             start, queue.draining = not queue.draining, True
         if start:
             try:
                 self._thread.executor().submit(self._drain)
             except RuntimeError as exc:  # the interpreter is shutting down
                 self._fail_queued(exc)
-        return await asyncio.wrap_future(future)
+        try:
+            result: ResultT = await waiter.result
+        except asyncio.CancelledError:
+            self._withdraw(waiter)
+            raise
+        return result
+
+    def _withdraw(self, waiter: _Waiter) -> None:
+        """A cancelled submitter's item is not run, unless its batch has taken it."""
+        with self._guard:
+            items = self._queue.value.items
+            for at, queued in enumerate(items):
+                if queued is waiter:
+                    del items[at]
+                    return
 
     def shutdown(self) -> None:
         """Wait for the batches under way and stop the thread (the next submit starts one)."""
@@ -94,29 +122,45 @@ class GroupWriter(Generic[ItemT, ResultT]):
                 if not batch:
                     queue.draining = False
                     return
-            # A submitter cancelled before its batch starts gets no write made for it.
-            live = [(item, fut) for item, fut in batch if fut.set_running_or_notify_cancel()]
-            if not live:
-                continue
+            # A submitter cancelled before its batch starts withdrew its item (and got
+            # no write made for it); one cancelled from now on no longer waits for it.
+            outcomes: Sequence[ResultT | BaseException]
             try:
-                outcomes = self._run_batch([item for item, _ in live])
-                if len(outcomes) != len(live):
+                outcomes = self._run_batch([waiter.item for waiter in batch])
+                if len(outcomes) != len(batch):
                     raise RuntimeError(
-                        f"a batch of {len(live)} items gave {len(outcomes)} outcomes"
+                        f"a batch of {len(batch)} items gave {len(outcomes)} outcomes"
                     )
             except BaseException as exc:  # every item of the batch shares its fate
-                outcomes = [exc] * len(live)
-            for (_, future), outcome in zip(live, outcomes, strict=True):
-                if isinstance(outcome, BaseException):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
+                outcomes = [exc] * len(batch)
+            _hand_back(list(zip(batch, outcomes, strict=True)))
 
     def _fail_queued(self, exc: BaseException) -> None:
         with self._guard:
             queue = self._queue.value
             batch, queue.items = queue.items, []
             queue.draining = False
-        for _, future in batch:
-            if future.set_running_or_notify_cancel():
-                future.set_exception(exc)
+        _hand_back([(waiter, exc) for waiter in batch])
+
+
+def _hand_back(done: list[tuple[_Waiter, Any]]) -> None:
+    """Each outcome to its submitter: one call on each submitting loop (any thread)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Waiter, Any]]] = {}
+    for waiter, outcome in done:
+        by_loop.setdefault(waiter.loop, []).append((waiter, outcome))
+    for loop, outcomes in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody awaits
+            loop.call_soon_threadsafe(_settle, outcomes)
+
+
+def _settle(done: list[tuple[_Waiter, Any]]) -> None:
+    """On the submitters' loop: their awaited futures get the outcomes (a cancelled
+    submitter's is done already and stays so)."""
+    for waiter, outcome in done:
+        result = waiter.result
+        if result.done():
+            continue
+        if isinstance(outcome, BaseException):
+            result.set_exception(outcome)
+        else:
+            result.set_result(outcome)
