@@ -1349,30 +1349,52 @@ class SQLiteSessionStore(StoreBase):
         commits: Sequence[tuple[int, _Commit]],
         outcomes: builtins.list[CommitResult | BaseException | None],
     ) -> None:
-        """The commits' statements in one transaction; each outcome at its index."""
+        """The commits' statements in one transaction; each outcome at its index.
+
+        A batch first goes without a savepoint per commit: two statements fewer a
+        commit, each a release and retake of the GIL that the event loop's thread
+        is waiting for. Should one of its commits fail (a conflict, a damaged row, a
+        lock held elsewhere: rare under a Session's writer lock), the transaction is
+        rolled back whole and the batch runs again with a savepoint around each, so
+        that commit fails alone.
+        """
+        if len(commits) > 1 and self._try_together(conn, commits, outcomes, isolated=False):
+            return
+        self._try_together(conn, commits, outcomes, isolated=len(commits) > 1)
+
+    def _try_together(
+        self,
+        conn: sqlite3.Connection,
+        commits: Sequence[tuple[int, _Commit]],
+        outcomes: builtins.list[CommitResult | BaseException | None],
+        *,
+        isolated: bool,
+    ) -> bool:
+        """:meth:`_commit_together` once: a commit that fails is rolled back alone
+        (``isolated``: each in a savepoint) or, without, rolls the whole transaction
+        back and gives False (nothing stands, no outcome is set)."""
         written: builtins.list[tuple[int, str, _Head, CommitResult]] = []
         with contextlib.ExitStack() as holds:
             try:
                 with self._write_transaction(conn):
-                    # A lone commit needs no savepoint: its failure rolls back the
-                    # whole transaction, which holds nothing else.
-                    alone = len(commits) == 1
                     for at, commit in commits:
                         session_id = commit.request.session_id
-                        if not alone:
+                        if isolated:
                             conn.execute("SAVEPOINT perdure_commit")
                         try:
                             holds.enter_context(self._locks.for_write(session_id))
                             remembered = self._heads.pop(session_id, None)
                             result, head = self._write_messages(conn, commit, remembered)
-                        except BaseException as exc:
-                            if alone or not isinstance(exc, Exception):
-                                raise
+                        except Exception as exc:
+                            if len(commits) == 1:
+                                raise  # a lone commit's failure is its own outcome
+                            if not isolated:
+                                raise _OneFailed from exc
                             conn.execute("ROLLBACK TO perdure_commit")
                             conn.execute("RELEASE perdure_commit")
                             outcomes[at] = self._outcome(exc)
                             continue
-                        if not alone:
+                        if isolated:
                             conn.execute("RELEASE perdure_commit")
                         self._remember(session_id, head)  # the next commit of it reads it
                         written.append((at, session_id, head, result))
@@ -1381,15 +1403,18 @@ class SQLiteSessionStore(StoreBase):
                 # rows this store remembered for them are not what is stored.
                 for _, session_id, _, _ in written:
                     self._heads.pop(session_id, None)
+                if isinstance(exc, _OneFailed):
+                    return False
                 if not isinstance(exc, Exception):
                     raise
                 failed = self._outcome(exc)
                 for at, _ in commits:
                     if outcomes[at] is None:
                         outcomes[at] = failed
-                return
+                return True
         for at, _, _, result in written:
             outcomes[at] = result
+        return True
 
     def _append_here(self, commit: _Commit) -> CommitResult | None:
         """A non-durable append on the caller's thread; None when it would have to wait.
@@ -1911,6 +1936,10 @@ class SQLiteSessionStore(StoreBase):
             _fsync_path(self.path.parent, directory=True)
             if wal.exists():
                 self._wal_named_under = conn
+
+
+class _OneFailed(Exception):
+    """A commit of a batch run without savepoints failed (its error is the cause)."""
 
 
 class SQLiteCheckpointStore:
