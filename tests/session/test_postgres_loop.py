@@ -544,3 +544,112 @@ async def warmed_in(store: PostgresSessionStore) -> LoopConnection:
             store.db.give_back(conn, reusable=True)
         await asyncio.sleep(0.01)
     return loop_connections(store).idle[-1]  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------------ more callers than connections
+
+
+async def _sessions_warmed(store: PostgresSessionStore, ids: list[str]) -> dict[str, list[Any]]:
+    histories: dict[str, list[Any]] = {}
+    for sid in ids:
+        await store.create(sid)
+        histories[sid] = [text("user", f"{sid} 0")]
+        await store.commit(sid, histories[sid])  # the row is remembered: commits go on the loop
+    await warmed_in(store)
+    return histories
+
+
+async def test_more_concurrent_commits_than_connections_wait_for_one_not_a_thread(
+    opened: Callable[..., PostgresSessionStore], schema: str, no_threads: Callable[[], None]
+) -> None:
+    store = opened(max_connections=2)
+    ids = [f"s{i}" for i in range(8)]
+    histories = await _sessions_warmed(store, ids)
+    held: list[LoopConnection] = []  # both open, so the set is full
+    deadline = time.monotonic() + 10
+    while len(held) < 2:
+        assert time.monotonic() < deadline, "the second loop connection was never opened"
+        conn = store.db.loop_connection()  # one held: the next ask opens another
+        if conn is not None:
+            held.append(conn)
+        await asyncio.sleep(0.01)
+    for conn in held:
+        store.db.give_back(conn, reusable=True)
+    no_threads()  # eight callers on two connections: none goes to a worker thread
+
+    async def turns(sid: str) -> None:
+        for i in range(1, 6):
+            histories[sid].append(text("assistant" if i % 2 else "user", f"{sid} {i}"))
+            await store.commit(sid, histories[sid])
+
+    await asyncio.gather(*(turns(sid) for sid in ids))
+    direct = loop_connections(store)
+    assert direct.count == 2
+    assert len(direct.idle) == 2
+    assert not direct.waiting
+    for sid in ids:
+        assert len(stored(schema, sid)) == 6
+
+
+async def test_a_caller_cancelled_while_waiting_for_a_connection_sends_nothing(
+    opened: Callable[..., PostgresSessionStore], schema: str
+) -> None:
+    store = opened(max_connections=1)
+    histories = await _sessions_warmed(store, ["a", "b", "c"])
+    held = store.db.loop_connection()  # the only one: the commits below wait for it
+    assert held is not None
+    tasks = {}
+    for sid in ("a", "b", "c"):
+        histories[sid].append(text("assistant", f"{sid} 1"))
+        tasks[sid] = asyncio.create_task(store.commit(sid, histories[sid]))
+    direct = loop_connections(store)
+    deadline = time.monotonic() + 10
+    while len(direct.waiting) < 3:
+        assert time.monotonic() < deadline, "the commits did not wait for the connection"
+        await asyncio.sleep(0.005)
+    tasks["b"].cancel()
+    await asyncio.sleep(0.01)
+    assert len(direct.waiting) == 2  # withdrawn
+    store.db.give_back(held, reusable=True)  # to "a", then "c": the cancelled one is skipped
+    assert (await tasks["a"]).message_count == 2
+    assert (await tasks["c"]).message_count == 2
+    with pytest.raises(asyncio.CancelledError):
+        await tasks["b"]
+    assert len(stored(schema, "b")) == 1  # never sent
+    assert (direct.count, len(direct.idle), len(direct.waiting)) == (1, 1, 0)
+
+
+async def test_callers_waiting_for_a_connection_take_the_pool_when_it_goes(
+    opened: Callable[..., PostgresSessionStore], schema: str
+) -> None:
+    """A connection given back broken, or the store closed: who waited takes the
+    pool's path (and its commit lands), never waits on."""
+    store = opened(max_connections=1)
+    histories = await _sessions_warmed(store, ["a", "b"])
+    direct = loop_connections(store)
+
+    async def waiting_commit(sid: str) -> asyncio.Task[Any]:
+        histories[sid].append(text("assistant", f"{sid} {len(histories[sid])}"))
+        task = asyncio.create_task(store.commit(sid, histories[sid]))
+        deadline = time.monotonic() + 10
+        while not loop_connections(store).waiting:
+            assert time.monotonic() < deadline, "the commit did not wait"
+            await asyncio.sleep(0.005)
+        return task
+
+    held = store.db.loop_connection()
+    assert held is not None
+    task = await waiting_commit("a")
+    store.db.give_back(held, reusable=False)  # lost: closed, and "a" takes the pool
+    assert (await task).message_count == 2
+    assert held.closed
+    assert held not in direct.opened
+    await warmed_in(store)
+    held = store.db.loop_connection()
+    assert held is not None
+    task = await waiting_commit("b")
+    store.db.close()  # the next use opens others
+    assert (await task).message_count == 2
+    store.db.give_back(held, reusable=True)  # given back after close(): closed
+    assert held.closed
+    assert [len(stored(schema, sid)) for sid in ("a", "b")] == [2, 2]

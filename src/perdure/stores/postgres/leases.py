@@ -302,7 +302,7 @@ class LeaseKeeper:
         if named is None or keeping is None or keeping.closed or keeping.broken:
             return False  # the thread path (re)opens the keeper's connection first
         pid, started = named
-        conn = self._db.loop_connection()
+        conn = await self._db.take_loop_connection()
         if conn is None:
             return False
         params = {
@@ -344,7 +344,7 @@ class LeaseKeeper:
         token = keeper.held.get(session_id)
         if token is None:
             return True
-        conn = self._db.loop_connection()
+        conn = await self._db.take_loop_connection()
         if conn is None:
             return False
         keeper.held.pop(session_id, None)

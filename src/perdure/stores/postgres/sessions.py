@@ -416,7 +416,7 @@ class PostgresSessionStore(StoreBase):
             return None  # perhaps only against a stale guess: the thread path reads afresh
         if not writes_anything(request, plan):
             return None
-        conn = self.db.loop_connection()
+        conn = await self.db.take_loop_connection()
         if conn is None:
             return None
         token = self._lease_token(session_id)
@@ -540,7 +540,7 @@ class PostgresSessionStore(StoreBase):
         None: take the thread path (no connection idle, the connection lost — a read
         is simply read again — or no such session: the thread path says why).
         """
-        conn = self.db.loop_connection()
+        conn = await self.db.take_loop_connection()
         if conn is None:
             return None
         try:
