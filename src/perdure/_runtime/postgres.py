@@ -708,7 +708,7 @@ class PostgresDatabase:
         open and in use (as a pool's ``getconn`` does), rather than sending its
         caller to a worker thread: past that many concurrent sessions in a process,
         the hop cost more than the wait (16 sessions on 10 connections: 2,800
-        against 4,700 messages a second on one VM). None: take the pool's path (no
+        against 4,300 messages a second on one VM). None: take the pool's path (no
         connection open yet, or one being opened; the set closed while waiting).
 
         A statement holds its connection for one round trip, and nobody waits for a
@@ -718,8 +718,8 @@ class PostgresDatabase:
         if conn is not None:
             return conn
         loop = asyncio.get_running_loop()
-        direct = self._state.value.direct
-        with self._guard:
+        with self._guard:  # the set close() may replace: read under the guard
+            direct = self._state.value.direct
             if direct.opening or direct.count < self.max_connections or direct.idle:
                 return None  # not all in use (one given back meanwhile: take the pool's)
             waiter: asyncio.Future[LoopConnection | None] = loop.create_future()

@@ -789,12 +789,13 @@ class PostgresSessionStore(StoreBase):
         params = {"id": session_id, "sid": head.sid, "tail": head.tail, "from": start - 1 + upto}
         batch: builtins.list[tuple[Any, ...]] = []
         streamed = 0
-        for row in conn.cursor().stream(self._sql.rest_rows, params, size=_CHUNK_ROWS):
-            batch.append(row)
-            if len(batch) == _CHUNK_ROWS:
-                chunks.add(batch)
-                streamed += _CHUNK_ROWS
-                batch = []
+        with conn.cursor() as cursor:
+            for row in cursor.stream(self._sql.rest_rows, params, size=_CHUNK_ROWS):
+                batch.append(row)
+                if len(batch) == _CHUNK_ROWS:
+                    chunks.add(batch)
+                    streamed += _CHUNK_ROWS
+                    batch = []
         chunks.add(batch)
         if not streamed + len(batch):
             return None
