@@ -52,7 +52,7 @@ _log = logging.getLogger(__name__)
 
 # The calling thread's running loop or None, without the RuntimeError that
 # get_running_loop() raises (and a sync call pays for) when there is none.
-_running_loop = asyncio.events._get_running_loop
+running_loop = asyncio.events._get_running_loop
 
 _IDLE_CHECK = 0.05  # seconds between looks, by the loop thread, for work left to run
 _MADE_PRUNE = 1024  # tasks remembered before the finished ones are dropped
@@ -176,7 +176,7 @@ class _Runner:
 
     def running_here(self) -> bool:
         """True when the calling thread is running perdure's loop (in this process)."""
-        running = _running_loop()
+        running = running_loop()
         return running is not None and running is self.loop
 
     def shutdown(self) -> None:
@@ -206,7 +206,7 @@ def _shutdown() -> None:
 
 def in_running_loop() -> bool:
     """True when the calling thread is running an event loop."""
-    return _running_loop() is not None
+    return running_loop() is not None
 
 
 def is_runner_thread() -> bool:
@@ -226,7 +226,7 @@ def run_sync(coro: Coroutine[Any, Any, T], *, async_name: str) -> T:
             hook of a running agent), where waiting would deadlock; the message
             names ``async_name``.
     """
-    if _running_loop() is not None:
+    if running_loop() is not None:
         runner = _runner.value
         if runner.running_here():
             coro.close()
@@ -252,7 +252,7 @@ def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
     Must not be called while running perdure's own loop (it would wait on itself).
     """
     runner = _runner.value
-    running = _running_loop()
+    running = running_loop()
     if running is not None and running is runner.loop:
         coro.close()
         raise RuntimeError("run_blocking called from perdure's own event loop thread")

@@ -88,11 +88,9 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "pip install 'perdure[postgres]'"
     ) from exc
 
+from perdure._runtime.loop import running_loop
 from perdure._runtime.sqlite import ErrorFactory
 from perdure._runtime.threads import PerProcess, ProcessLock
-
-# The calling thread's running loop or None (no RuntimeError when there is none).
-_running_loop = asyncio.events._get_running_loop
 
 __all__ = [
     "DRIVER_ERRORS",
@@ -777,7 +775,7 @@ class PostgresDatabase:
                 return
             future.set_result(conn)
 
-        if _running_loop() is loop:
+        if running_loop() is loop:
             hand()
             return
         try:
