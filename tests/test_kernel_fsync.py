@@ -227,3 +227,39 @@ def test_the_fsync_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert set(rows) == {"inline", "executor", "kernel"}
     assert all(float(row[1]) > 0 for row in rows.values())
     assert list(tmp_path.iterdir()) == []
+
+
+@needs_linux_aio
+async def test_a_datasync_runs_in_the_kernel_too(fd: int, tmp_path: Path) -> None:
+    for _ in range(3):
+        os.write(fd, b"x")
+        assert await start_fsync(fd, _RefusingExecutor(), datasync=True) is None
+    read_end, write_end = os.pipe()  # and its errors come back as an fsync's do
+    try:
+        with pytest.raises(OSError):
+            await start_fsync(write_end, datasync=True)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+async def test_without_kernel_aio_a_datasync_is_an_fdatasync_on_the_executor(
+    no_kernel_aio: None, fd: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    called: list[str] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    def fsync(descriptor: int) -> None:
+        called.append("fsync")
+        real_fsync(descriptor)
+
+    def fdatasync(descriptor: int) -> None:
+        called.append("fdatasync")
+        real_fdatasync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    os.write(fd, b"x")
+    await start_fsync(fd, datasync=True)
+    await start_fsync(fd)
+    assert called == ["fdatasync", "fsync"]

@@ -31,6 +31,7 @@ from perdure.errors import (
 )
 from perdure.session.rules import ZERO_HASH, chain_hash
 from perdure.session.store import SupportsFlush, SupportsHistoryPage
+from perdure.stores import sqlite as sqlite_module
 from perdure.stores.sqlite import SQLiteSessionStore
 from perdure.types import Message
 
@@ -1152,18 +1153,144 @@ async def test_flush_keeps_sqlites_locks_so_no_other_process_deletes_the_wal(
     store.close()
 
 
+class _HeldSyncs:
+    """Stands in for the store's start_fsync: each sync is real, but its result is
+    handed to the commit only when the test releases it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.real = sqlite_module.start_fsync
+        self.held: list[tuple[asyncio.Future[None], asyncio.Future[None]]] = []
+        monkeypatch.setattr(sqlite_module, "start_fsync", self.start)
+
+    def start(self, fd: int, *args: Any, **kwargs: Any) -> asyncio.Future[None]:
+        assert kwargs.get("datasync") is True  # the WAL, as SQLite syncs it
+        assert Path(os.readlink(f"/proc/self/fd/{fd}")).name.endswith("-wal")
+        released: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.held.append((self.real(fd, *args, **kwargs), released))
+        return released
+
+    async def release(self, at: int = -1) -> None:
+        real, released = self.held[at]
+        await real
+        released.set_result(None)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+async def test_a_durable_append_on_the_loop_returns_only_after_its_wal_sync(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SQLiteSessionStore(path)  # durability="commit"
+    await store.create("s")
+    await store.commit("s", history(1))  # opens the writer and names the WAL
+    syncs = _HeldSyncs(monkeypatch)
+    commit = asyncio.ensure_future(store.commit("s", history(2)))
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+    assert len(syncs.held) == 1  # written on the loop, its fsync started at once
+    assert not commit.done()  # and not acknowledged before that fsync returns
+    await syncs.release()
+    assert (await commit).message_count == 2
+    assert (await store.get("s")).messages == history(2)
+    store.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+async def test_no_write_goes_into_the_wal_behind_an_append_whose_sync_is_in_flight(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Frames written after unsynced ones could survive a power cut without them: a
+    # hole that the WAL check would report as damage. So while the first append's
+    # fsync is in flight, the second (another session's) waits on the writer thread.
+    monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 30.0)
+    store = SQLiteSessionStore(path)
+    for session_id in ("a", "b"):
+        await store.create(session_id)
+        await store.commit(session_id, history(1))
+    syncs = _HeldSyncs(monkeypatch)
+    first = asyncio.ensure_future(store.commit("a", history(2)))
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+    assert len(syncs.held) == 1
+    wal_size = os.stat(f"{path}-wal").st_size
+    rows = sqlite3.connect(path).execute("SELECT count(*) FROM perdure_messages").fetchone()
+    second = asyncio.ensure_future(store.commit("b", history(2)))
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+    assert not second.done()
+    assert os.stat(f"{path}-wal").st_size == wal_size
+    probe = sqlite3.connect(path)
+    assert probe.execute("SELECT count(*) FROM perdure_messages").fetchone() == rows
+    await syncs.release()
+    assert (await first).message_count == 2
+    assert (await asyncio.wait_for(second, 10)).message_count == 2
+    assert probe.execute("SELECT count(*) FROM perdure_messages").fetchone() == (rows[0] + 1,)
+    probe.close()
+    assert (await store.get("b")).messages == history(2)
+    store.close()
+
+
+async def test_a_sync_that_never_returns_holds_up_no_later_write(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The append's fsync is cancelled, or its loop closed before it was reaped: after a
+    # moment the writer thread fsyncs the WAL itself (which covers it) and goes on.
+    monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 0.01)
+    store = SQLiteSessionStore(path)
+    for session_id in ("a", "b"):
+        await store.create(session_id)
+        await store.commit(session_id, history(1))
+    never: list[asyncio.Future[None]] = []
+
+    def start_fsync(fd: int, *args: Any, **kwargs: Any) -> asyncio.Future[None]:
+        never.append(asyncio.get_running_loop().create_future())
+        return never[-1]
+
+    monkeypatch.setattr(sqlite_module, "start_fsync", start_fsync)
+    synced: list[str] = []
+    real_fsync_path = sqlite_module._fsync_path
+
+    def fsync_path(target: Path, *, directory: bool = False) -> None:
+        synced.append(Path(target).name)
+        real_fsync_path(target, directory=directory)
+
+    monkeypatch.setattr(sqlite_module, "_fsync_path", fsync_path)
+    first = asyncio.ensure_future(store.commit("a", history(2)))
+    for _ in range(10):
+        await asyncio.sleep(0.005)
+    assert len(never) == 1
+    assert not first.done()
+    first.cancel()
+    second = await asyncio.wait_for(store.commit("b", history(2)), 10)
+    assert second.message_count == 2
+    assert f"{path.name}-wal" in synced  # the thread's own fsync, before it wrote
+    assert len(never) == 1  # the second went to the thread: no append on the loop
+    assert (await store.get("a")).messages == history(2)  # written, unacknowledged
+    assert (await store.commit("a", history(3))).message_count == 3
+    store.close()
+
+
 def test_flush_syncs_the_wals_directory_entry_once_per_connection(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Every flush fsyncs the WAL; its directory entry only after the connection that
-    # keeps it alive was opened (a WAL is deleted only when its last connection closes).
+    # Every flush fsyncs the WAL (on the writer thread, or started on the loop); its
+    # directory entry only after the connection that keeps it alive was opened (a WAL
+    # is deleted only when its last connection closes).
     synced: list[str] = []
     real_fsync = os.fsync
+    real_start = sqlite_module.start_fsync
+
+    def kind(fd: int) -> str:
+        return "dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"
 
     def fsync(fd: int) -> None:
-        synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        synced.append(kind(fd))
         real_fsync(fd)
 
+    def start_fsync(fd: int, *args: Any, **kwargs: Any) -> asyncio.Future[None]:
+        synced.append(kind(fd))
+        return real_start(fd, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite_module, "start_fsync", start_fsync)
     store = SQLiteSessionStore(path, durability="invocation")
 
     async def turns(count: int) -> None:

@@ -44,6 +44,7 @@ from perdure._runtime.threads import PerProcess
 __all__ = ["kernel_fsync_available", "start_fsync"]
 
 _IOCB_CMD_FSYNC = 2
+_IOCB_CMD_FDSYNC = 3
 _IOCB_FLAG_RESFD = 1
 _MAX_EVENTS = 256
 # (io_setup, io_destroy, io_getevents, io_submit) by machine; the context lives as
@@ -144,8 +145,9 @@ class _Aio:
         converted = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
         return int(self._syscall(ctypes.c_long(number), *converted))
 
-    def start(self, fd: int) -> asyncio.Future[None] | None:
-        """Submit an fsync of ``fd``; None when this loop or the kernel cannot."""
+    def start(self, fd: int, datasync: bool = False) -> asyncio.Future[None] | None:
+        """Submit an fsync (``datasync``: fdatasync) of ``fd``; None when this loop or
+        the kernel cannot."""
         loop = asyncio.get_running_loop()
         eventfd = self._eventfds.get(loop, -1)
         if eventfd == -1:
@@ -159,6 +161,7 @@ class _Aio:
             token = next(self._tokens)
             iocb = self._iocb
             iocb.aio_data = token
+            iocb.aio_lio_opcode = _IOCB_CMD_FDSYNC if datasync else _IOCB_CMD_FSYNC
             iocb.aio_fildes = fd
             iocb.aio_resfd = eventfd
             self._waiters[token] = (future, loop)
@@ -246,26 +249,31 @@ def kernel_fsync_available() -> bool:
     return _context() is not None
 
 
-def start_fsync(fd: int, executor: Executor | None = None) -> asyncio.Future[None]:
+def start_fsync(
+    fd: int, executor: Executor | None = None, *, datasync: bool = False
+) -> asyncio.Future[None]:
     """Start an fsync of ``fd`` now; await the result for it to be durable.
 
     Must be called from a coroutine (on the running loop). The fsync is in flight
     when this returns, with its own reference to the file, so ``fd`` may be closed
     at once. Falls back to ``os.fsync`` on ``executor`` (the loop's default when
-    None) where native AIO is not available.
+    None) where native AIO is not available. With ``datasync`` it is an fdatasync
+    (``IOCB_CMD_FDSYNC``, ``os.fdatasync``): the data and what reading it needs
+    (the size), not the times — a file overwritten in place (SQLite's WAL) then
+    needs no journal commit of its inode.
     """
     aio = _context()
     if aio is not None:
-        future = aio.start(fd)
+        future = aio.start(fd, datasync)
         if future is not None:
             return future
     duplicate = os.dup(fd)
     loop = asyncio.get_running_loop()
-    return loop.run_in_executor(executor, _fsync_and_close, duplicate)
+    return loop.run_in_executor(executor, _fsync_and_close, duplicate, datasync)
 
 
-def _fsync_and_close(fd: int) -> None:
+def _fsync_and_close(fd: int, datasync: bool = False) -> None:
     try:
-        os.fsync(fd)
+        (os.fdatasync if datasync else os.fsync)(fd)
     finally:
         os.close(fd)

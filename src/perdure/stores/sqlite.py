@@ -31,7 +31,9 @@ are each one transaction, durable like a commit.
 Guarantees:
 
 - **Durable**: with ``durability="commit"`` (the default, ``synchronous=FULL`` in
-  WAL mode) a commit returns after SQLite fsynced it. ``"invocation"`` and
+  WAL mode) a commit returns after the WAL holding it was fsynced: by SQLite, or —
+  for an append made on the event loop, see below — by an fdatasync of the WAL
+  that the commit awaits. ``"invocation"`` and
   ``"none"`` (``synchronous=NORMAL``) skip that fsync: a power cut may lose the
   latest commits but never corrupts the database (a killed process loses nothing).
   With ``"invocation"``, :meth:`SQLiteSessionStore.flush` — which a ``Session``
@@ -42,9 +44,9 @@ Guarantees:
   leaves half a history.
 - **Group commit**: commits (and flushes) go to the store's writer thread
   (:class:`~perdure._runtime.group.GroupWriter`). Those that arrive while it is
-  busy go together in its next transaction, each in a savepoint of its own, so one
-  sync makes many sessions' commits durable; none returns before that sync, and a
-  commit that fails (a conflict, a lock) fails alone. A lone commit runs at once.
+  busy go together in its next transaction, so one sync makes many sessions'
+  commits durable; none returns before that sync, and a commit that fails (a
+  conflict, a lock) fails alone. A lone commit runs at once.
 - **Integrity**: every read verifies the chain over the rows it returns (a page uses
   the hash of the row before it) and checks each message's JSON and shape. A changed
   body, hash or redaction, a missing or extra row, or a database file SQLite cannot
@@ -61,11 +63,15 @@ Guarantees:
   ``asyncio.to_thread`` for the rest) on two connections (one for writes, one for
   reads) guarded by ``threading`` locks; nothing is bound to an event loop. A
   coroutine cancelled while its commit runs does not stop the commit (one cancelled
-  while it waits for the writer is not made). The one exception is a small
-  non-durable append, made on the caller's thread because a thread hop would cost
-  more than the append — and only when it cannot wait: with the writer connection
-  busy, or the database locked by another connection, it goes to the writer thread
-  too. The WAL is folded into the database (which fsyncs) only on worker threads.
+  while it waits for the writer is not made). The one exception is a small append,
+  made on the caller's thread because a thread hop would cost more than the append
+  — and only when it cannot wait: with the writer connection busy, or the database
+  locked by another connection, it goes to the writer thread too. A durable one is
+  written with ``synchronous=NORMAL`` and its fdatasync runs in the kernel
+  (:func:`~perdure._runtime.fsync.start_fsync`), as a flush's does; until it
+  returns, every other write of the store goes to the writer thread, which waits
+  for it, so no frame is written behind frames not yet synced. The WAL is folded
+  into the database (which fsyncs) only on worker threads.
 - **Checkpoints**: ``checkpoints.get`` verifies the body against its hash and its
   meta columns and parses it; a damaged checkpoint raises ``SessionCorruptedError``
   naming the session and the checkpoint. Retention (``max_checkpoints``,
@@ -127,6 +133,7 @@ import os
 import re
 import sqlite3
 import stat
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -135,6 +142,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from perdure._runtime.fs import atomic_write
+from perdure._runtime.fsync import start_fsync
 from perdure._runtime.group import GroupWriter
 from perdure._runtime.sqlite import (
     DRIVER_ERRORS,
@@ -242,6 +250,10 @@ _WAL_FOLD_PAGES = {"commit": 128, "invocation": 512, "none": 512}
 # writer held, after the background fold in flight.
 _BACKLOG_FOLDS = 4
 _WAL_SIZE_LIMIT = 12 * 1024 * 1024  # > _BACKLOG_FOLDS folds of 512 pages of 4 KiB
+# Seconds the writer thread waits for the fsync of an append made on the event loop
+# (see _cover_inline_sync) before it fsyncs the WAL itself: the loop that awaits it
+# may be busy, cancelled or closed.
+_INLINE_SYNC_WAIT = 0.05
 # Pages a write transaction adds to the WAL, estimated from the rows it changed: the
 # table leaves it touched (~8 rows of ~400-byte messages to a 4 KiB page) and the
 # session row's page.
@@ -580,6 +592,16 @@ class SQLiteSessionStore(StoreBase):
         self._writer = ConnectionSlot()
         # The writer connection under which the WAL's directory entry was last fsynced.
         self._wal_named_under: sqlite3.Connection | None = None
+        # The WAL opened for fsyncs started on the event loop, with the writer
+        # connection it was opened under (guarded by the writer slot).
+        self._wal_fd: tuple[sqlite3.Connection, int] | None = None
+        # Set while no durable append made on an event loop waits for its fsync: no
+        # write of this process goes into the WAL behind frames not yet synced (see
+        # _append_here). The number of the last such append, under _sync_guard.
+        self._inline_synced = threading.Event()
+        self._inline_synced.set()
+        self._inline_number = 0
+        self._sync_guard = threading.Lock()
         self._reader = ConnectionSlot()
         # WAL pages written since the last fold began, and since the writer last
         # folded (both guarded by the writer slot); see _count_wal.
@@ -711,13 +733,16 @@ class SQLiteSessionStore(StoreBase):
         return result
 
     async def _apply(self, commit: _Commit) -> CommitResult:
-        if self.durability != "commit" and not commit.request.rewritten:
+        if not commit.request.rewritten:
             done = self._append_here(commit)
             if done is not None:
-                return done
-        result = await self._group.submit(commit)
-        assert result is not None  # a commit's outcome; only a flush has none
-        return result
+                result, synced = done
+                if synced is not None:
+                    await synced
+                return result
+        outcome = await self._group.submit(commit)
+        assert outcome is not None  # a commit's outcome; only a flush has none
+        return outcome
 
     async def delete(self, session_id: str) -> None:
         """Delete a session with its messages and state; an absent session is fine.
@@ -772,6 +797,10 @@ class SQLiteSessionStore(StoreBase):
         """
         validate_session_id(session_id)
         if self.durability == "invocation":
+            synced = self._start_flush_here()
+            if synced is not None:
+                await synced  # the commits that returned are in the WAL that it syncs
+                return
             await self._group.submit(None)
 
     def close(self) -> None:
@@ -784,6 +813,8 @@ class SQLiteSessionStore(StoreBase):
         self._folder.shutdown()  # and a background fold in flight
         for slot in (self._writer, self._reader):
             with slot.lock:
+                if slot is self._writer:
+                    self._close_wal_descriptor()
                 conn, slot.conn = slot.conn, None
                 if conn is not None:
                     with contextlib.suppress(sqlite3.Error):
@@ -1320,9 +1351,9 @@ class SQLiteSessionStore(StoreBase):
     ) -> builtins.list[CommitResult | BaseException | None]:
         """Commits and flushes gathered by :attr:`_group`, on its writer thread.
 
-        Every commit of the batch goes into one write transaction, each in a
-        savepoint of its own: a commit that fails (a conflict, a damaged row, a lock
-        another process holds) is rolled back alone and raises to its caller, while
+        Every commit of the batch goes into one write transaction
+        (:meth:`_commit_together`): a commit that fails (a conflict, a damaged row, a
+        lock another process holds) is rolled back alone and raises to its caller, while
         the others are made durable by the transaction's one sync
         (``synchronous=FULL``) before any of them returns. A flush (``None``) syncs
         the WAL once the commits are in, for every flush of the batch.
@@ -1332,6 +1363,16 @@ class SQLiteSessionStore(StoreBase):
         with self._use(self._writer) as conn:
             if commits:
                 self._commit_together(conn, commits, outcomes)
+                if self.durability == "commit" and self._wal_named_under is not conn:
+                    try:  # then the next append can be made on the loop
+                        self._name_wal(conn)
+                    except OSError as exc:
+                        _log.warning(
+                            "SQLite session store %s: cannot sync %s: %s",
+                            self.path,
+                            self.path.parent,
+                            exc,
+                        )
             if len(commits) < len(items):
                 try:
                     with self._write_transaction(conn):
@@ -1416,17 +1457,28 @@ class SQLiteSessionStore(StoreBase):
             outcomes[at] = result
         return True
 
-    def _append_here(self, commit: _Commit) -> CommitResult | None:
-        """A non-durable append on the caller's thread; None when it would have to wait.
+    def _append_here(
+        self, commit: _Commit
+    ) -> tuple[CommitResult, asyncio.Future[None] | None] | None:
+        """An append on the caller's thread, with the fsync it awaits; None: use a thread.
 
-        Without a sync, a small append costs less than a hop to a worker thread and
-        back (2-3x the throughput). It never blocks the event loop: when the writer
-        connection is busy in a thread or not open yet, or another connection holds
-        the database's write lock, it returns None and the commit goes to a thread,
-        which may wait. Nor does it fold the WAL into the database (that fsyncs):
-        once a fold is due it starts one in the background, and past
-        ``_BACKLOG_FOLDS`` folds' worth the next commit goes to a thread and folds
-        after it.
+        A small append costs less than a hop to a worker thread and back (2-3x the
+        throughput without a sync). With ``durability="commit"`` it is written with
+        ``synchronous=NORMAL`` and its WAL fsync is started at once with no thread
+        hop (:func:`~perdure._runtime.fsync.start_fsync`, as the file store's
+        appends): the caller awaits it before the commit returns, so it is as
+        durable as SQLite's own sync would make it. Until that fsync returns, no
+        other write of this process goes into the WAL (the next goes to the writer
+        thread, which waits for it: :meth:`_cover_inline_sync`), so a power cut
+        never leaves a hole in front of later frames, which the WAL check would
+        take for damage.
+
+        It never blocks the event loop: when the writer connection is busy in a
+        thread or not open yet, or another connection holds the database's write
+        lock, it returns None and the commit goes to a thread, which may wait. Nor
+        does it fold the WAL into the database (that fsyncs): once a fold is due it
+        starts one in the background, and past ``_BACKLOG_FOLDS`` folds' worth the
+        next commit goes to a thread and folds after it.
         """
         slot = self._writer
         if not slot.lock.acquire(blocking=False):
@@ -1435,17 +1487,33 @@ class SQLiteSessionStore(StoreBase):
             conn = slot.conn
             if conn is None or self._wal_backlog >= _BACKLOG_FOLDS * self._fold_pages:
                 return None
+            durable = self.durability == "commit"
+            if durable and (not self._inline_synced.is_set() or self._wal_named_under is not conn):
+                return None  # an fsync of ours is in flight, or the WAL's name is not synced
             session_id = commit.request.session_id
+            number = None
             with self._locks.for_write(session_id):
                 try:
-                    if not self._begin_write(conn, wait=False):
-                        return None
-                    changes = conn.total_changes
-                    remembered = self._heads.pop(session_id, None)
-                    with transaction(conn, None):
-                        result, head = self._write_messages(conn, commit, remembered)
+                    if durable:
+                        conn.execute("PRAGMA synchronous = NORMAL")
+                    try:
+                        if not self._begin_write(conn, wait=False):
+                            return None
+                        changes = conn.total_changes
+                        remembered = self._heads.pop(session_id, None)
+                        with transaction(conn, None):
+                            result, head = self._write_messages(conn, commit, remembered)
+                            if durable:  # its frames go into the WAL as it commits
+                                number = self._begin_inline_sync()
+                    finally:
+                        if durable:
+                            conn.execute("PRAGMA synchronous = FULL")
                 except DRIVER_ERRORS as exc:  # as _translate does, without its generator
                     raise self._translated(exc) from exc
+                synced = None
+                if number is not None:
+                    synced = start_fsync(self._wal_descriptor(conn), datasync=True)
+                    synced.add_done_callback(functools.partial(self._inline_sync_done, number))
                 self._remember(session_id, head)
                 self._count_wal(conn.total_changes - changes)
                 if self._wal_pages >= self._fold_pages and self._fold_in_flight() is None:
@@ -1454,7 +1522,73 @@ class SQLiteSessionStore(StoreBase):
                     with contextlib.suppress(RuntimeError):  # close() shut the folder down
                         started = self._folder.executor().submit(self._fold_behind)
                         self._folding.value = started
-                return result
+                return result, synced
+        finally:
+            slot.lock.release()
+
+    def _begin_inline_sync(self) -> int:
+        """Mark a durable append made on the loop as not yet synced; its number."""
+        with self._sync_guard:
+            self._inline_number += 1
+            self._inline_synced.clear()
+            return self._inline_number
+
+    def _inline_sync_done(self, number: int, synced: asyncio.Future[None]) -> None:
+        """The fsync of append ``number`` ended: the WAL is synced, if it succeeded.
+
+        A failed or cancelled one leaves the mark: the writer thread syncs the WAL
+        itself before it writes again (:meth:`_cover_inline_sync`).
+        """
+        if synced.cancelled() or synced.exception() is not None:
+            return  # (the exception is the awaiting commit's to raise)
+        with self._sync_guard:
+            if number == self._inline_number:
+                self._inline_synced.set()
+
+    def _cover_inline_sync(self, conn: sqlite3.Connection) -> None:
+        """Before the writer thread writes: an append made on the loop is synced first.
+
+        Its fsync is in flight (or failed, or its loop closed): wait for it a
+        moment, then fsync the WAL here, which covers it as well.
+        """
+        if self._inline_synced.is_set() or self._inline_synced.wait(_INLINE_SYNC_WAIT):
+            return
+        _fsync_path(Path(f"{self.path}-wal"))
+        self._inline_synced.set()  # no append on the loop meanwhile: we hold the writer
+
+    def _wal_descriptor(self, conn: sqlite3.Connection) -> int:
+        """The WAL, open for fsyncs while the writer connection ``conn`` lasts.
+
+        Held under the writer slot. While a connection of ours is open, SQLite never
+        deletes the WAL (see :meth:`_sync_wal`), so one descriptor serves them all.
+        """
+        held = self._wal_fd
+        if held is not None and held[0] is conn:
+            return held[1]
+        fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+        self._close_wal_descriptor()
+        self._wal_fd = (conn, fd)
+        return fd
+
+    def _close_wal_descriptor(self) -> None:
+        held, self._wal_fd = self._wal_fd, None
+        if held is not None:
+            with contextlib.suppress(OSError):
+                os.close(held[1])
+
+    def _start_flush_here(self) -> asyncio.Future[None] | None:
+        """A flush's WAL fsync started on the caller's thread; None: use the writer."""
+        slot = self._writer
+        if not slot.lock.acquire(blocking=False):
+            return None
+        try:
+            conn = slot.conn
+            if conn is None or self._wal_named_under is not conn:
+                return None
+            try:
+                return start_fsync(self._wal_descriptor(conn), datasync=True)
+            except OSError:
+                return None  # the writer's flush raises it, translated
         finally:
             slot.lock.release()
 
@@ -1465,6 +1599,7 @@ class SQLiteSessionStore(StoreBase):
         Waits up to ``busy_timeout`` for the database's write lock, commits (or
         rolls back), then folds the WAL when it has grown enough.
         """
+        self._cover_inline_sync(conn)
         self._begin_write(conn, wait=True)
         changes = conn.total_changes
         with transaction(conn, None):
@@ -1918,8 +2053,10 @@ class SQLiteSessionStore(StoreBase):
     def _sync_wal(self, conn: sqlite3.Connection) -> None:
         """fsync the WAL, and its directory entry once per writer connection.
 
-        Called inside a write transaction: holding it keeps this process's and
-        others' commits (and the checkpoints they run) out while the files are synced.
+        Called inside a write transaction by the writer's flush; the flush started
+        on the loop (:meth:`_start_flush_here`) holds none: a commit or a fold that
+        runs beside the fsync does not undo it (the WAL starts over only once a
+        fold has synced the database).
         """
         # Never open (and close) the database file itself: closing any descriptor of
         # it drops every POSIX lock this process holds on it, SQLite's included, and
@@ -1930,11 +2067,18 @@ class SQLiteSessionStore(StoreBase):
         # close deletes it, and SQLite's checkpoints truncate it in place), so the
         # entry synced once under it stays the WAL's. A new connection (after close,
         # in a forked child) syncs it again.
-        wal = Path(f"{self.path}-wal")
-        _fsync_path(wal)
+        _fsync_path(Path(f"{self.path}-wal"))
+        self._name_wal(conn)
+
+    def _name_wal(self, conn: sqlite3.Connection) -> None:
+        """fsync the WAL's directory entry, once per writer connection (see _sync_wal).
+
+        Until it is, appends are not made on the event loop: the entry of a WAL that
+        SQLite created with ``synchronous=NORMAL`` may not be durable.
+        """
         if self._wal_named_under is not conn:
             _fsync_path(self.path.parent, directory=True)
-            if wal.exists():
+            if Path(f"{self.path}-wal").exists():
                 self._wal_named_under = conn
 
 
