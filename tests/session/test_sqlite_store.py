@@ -1189,7 +1189,7 @@ async def test_a_durable_append_on_the_loop_returns_only_after_its_wal_sync(
     assert len(syncs.held) == 1  # written on the loop, its fsync started at once
     assert not commit.done()  # and not acknowledged before that fsync returns
     await syncs.release()
-    assert (await commit).message_count == 2
+    assert (await asyncio.wait_for(commit, 10)).message_count == 2
     assert (await store.get("s")).messages == history(2)
     store.close()
 
@@ -1221,7 +1221,7 @@ async def test_no_write_goes_into_the_wal_behind_an_append_whose_sync_is_in_flig
     probe = sqlite3.connect(path)
     assert probe.execute("SELECT count(*) FROM perdure_messages").fetchone() == rows
     await syncs.release()
-    assert (await first).message_count == 2
+    assert (await asyncio.wait_for(first, 10)).message_count == 2
     assert (await asyncio.wait_for(second, 10)).message_count == 2
     assert probe.execute("SELECT count(*) FROM perdure_messages").fetchone() == (rows[0] + 1,)
     probe.close()
@@ -1240,6 +1240,7 @@ async def test_a_sync_that_never_returns_holds_up_no_later_write(
         await store.create(session_id)
         await store.commit(session_id, history(1))
     never: list[asyncio.Future[None]] = []
+    real_start = sqlite_module.start_fsync
 
     def start_fsync(fd: int, *args: Any, **kwargs: Any) -> asyncio.Future[None]:
         never.append(asyncio.get_running_loop().create_future())
@@ -1265,7 +1266,9 @@ async def test_a_sync_that_never_returns_holds_up_no_later_write(
     assert f"{path.name}-wal" in synced  # the thread's own fsync, before it wrote
     assert len(never) == 1  # the second went to the thread: no append on the loop
     assert (await store.get("a")).messages == history(2)  # written, unacknowledged
-    assert (await store.commit("a", history(3))).message_count == 3
+    monkeypatch.setattr(sqlite_module, "start_fsync", real_start)  # syncs return again
+    third = await asyncio.wait_for(store.commit("a", history(3)), 10)
+    assert third.message_count == 3
     store.close()
 
 

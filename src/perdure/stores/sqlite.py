@@ -70,8 +70,13 @@ Guarantees:
   written with ``synchronous=NORMAL`` and its fdatasync runs in the kernel
   (:func:`~perdure._runtime.fsync.start_fsync`), as a flush's does; until it
   returns, every other write of the store goes to the writer thread, which waits
-  for it, so no frame is written behind frames not yet synced. The WAL is folded
-  into the database (which fsyncs) only on worker threads.
+  for it, so no frame is written behind frames not yet synced. Another connection
+  (a second store on the same file, another process) does not wait: a power cut
+  while both are in flight may leave a hole in front of its frames, which the WAL
+  check below reports as damage although no commit either of them acknowledged is
+  missing (an acknowledged commit's fsync covers every frame before it);
+  ``perdure repair`` sets those frames aside. The WAL is folded into the database
+  (which fsyncs) only on worker threads.
 - **Checkpoints**: ``checkpoints.get`` verifies the body against its hash and its
   meta columns and parses it; a damaged checkpoint raises ``SessionCorruptedError``
   naming the session and the checkpoint. Retention (``max_checkpoints``,
