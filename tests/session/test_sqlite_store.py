@@ -1175,6 +1175,22 @@ class _HeldSyncs:
         released.set_result(None)
 
 
+async def _two_sessions(path: Path) -> SQLiteSessionStore:
+    """A durable store with sessions "a" and "b" of one message each: its writer is
+    open and its WAL named, so the next append is made on the loop."""
+    store = SQLiteSessionStore(path)
+    for session_id in ("a", "b"):
+        await store.create(session_id)
+        await store.commit(session_id, history(1))
+    return store
+
+
+async def _let_the_loop_run() -> None:
+    """A few passes of the loop: what was started runs as far as it can."""
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
 async def test_a_durable_append_on_the_loop_returns_only_after_its_wal_sync(
     path: Path, monkeypatch: pytest.MonkeyPatch
@@ -1184,8 +1200,7 @@ async def test_a_durable_append_on_the_loop_returns_only_after_its_wal_sync(
     await store.commit("s", history(1))  # opens the writer and names the WAL
     syncs = _HeldSyncs(monkeypatch)
     commit = asyncio.ensure_future(store.commit("s", history(2)))
-    for _ in range(20):
-        await asyncio.sleep(0.005)
+    await _let_the_loop_run()
     assert len(syncs.held) == 1  # written on the loop, its fsync started at once
     assert not commit.done()  # and not acknowledged before that fsync returns
     await syncs.release()
@@ -1202,23 +1217,18 @@ async def test_no_write_goes_into_the_wal_behind_an_append_whose_sync_is_in_flig
     # hole that the WAL check would report as damage. So while the first append's
     # fsync is in flight, the second (another session's) waits on the writer thread.
     monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 30.0)
-    store = SQLiteSessionStore(path)
-    for session_id in ("a", "b"):
-        await store.create(session_id)
-        await store.commit(session_id, history(1))
+    store = await _two_sessions(path)
     syncs = _HeldSyncs(monkeypatch)
     first = asyncio.ensure_future(store.commit("a", history(2)))
-    for _ in range(20):
-        await asyncio.sleep(0.005)
+    await _let_the_loop_run()
     assert len(syncs.held) == 1
     wal_size = os.stat(f"{path}-wal").st_size
-    rows = sqlite3.connect(path).execute("SELECT count(*) FROM perdure_messages").fetchone()
+    probe = sqlite3.connect(path)
+    rows = probe.execute("SELECT count(*) FROM perdure_messages").fetchone()
     second = asyncio.ensure_future(store.commit("b", history(2)))
-    for _ in range(20):
-        await asyncio.sleep(0.005)
+    await _let_the_loop_run()
     assert not second.done()
     assert os.stat(f"{path}-wal").st_size == wal_size
-    probe = sqlite3.connect(path)
     assert probe.execute("SELECT count(*) FROM perdure_messages").fetchone() == rows
     await syncs.release()
     assert (await asyncio.wait_for(first, 10)).message_count == 2
@@ -1235,10 +1245,7 @@ async def test_a_sync_that_never_returns_holds_up_no_later_write(
     # The append's fsync is cancelled, or its loop closed before it was reaped: after a
     # moment the writer thread fsyncs the WAL itself (which covers it) and goes on.
     monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 0.01)
-    store = SQLiteSessionStore(path)
-    for session_id in ("a", "b"):
-        await store.create(session_id)
-        await store.commit(session_id, history(1))
+    store = await _two_sessions(path)
     never: list[asyncio.Future[None]] = []
     real_start = sqlite_module.start_fsync
 
@@ -1256,8 +1263,7 @@ async def test_a_sync_that_never_returns_holds_up_no_later_write(
 
     monkeypatch.setattr(sqlite_module, "_fsync_path", fsync_path)
     first = asyncio.ensure_future(store.commit("a", history(2)))
-    for _ in range(10):
-        await asyncio.sleep(0.005)
+    await _let_the_loop_run()
     assert len(never) == 1
     assert not first.done()
     first.cancel()

@@ -1009,7 +1009,7 @@ class SQLiteSessionStore(StoreBase):
         those are read closely. A writer in another process may be appending while
         the file is read: damage counts only when a second read finds the same.
         """
-        wal = Path(f"{self.path}-wal")
+        wal = self._wal_path
         try:
             if wal.stat().st_size < 32:
                 return
@@ -1051,6 +1051,11 @@ class SQLiteSessionStore(StoreBase):
                 "frame": found.frame,
             },
         )
+
+    @property
+    def _wal_path(self) -> Path:
+        """SQLite's write-ahead log beside the database."""
+        return Path(f"{self.path}-wal")
 
     @property
     def damaged_wal_path(self) -> Path:
@@ -1558,7 +1563,7 @@ class SQLiteSessionStore(StoreBase):
         """
         if self._inline_synced.is_set() or self._inline_synced.wait(_INLINE_SYNC_WAIT):
             return
-        _fsync_path(Path(f"{self.path}-wal"))
+        _fsync_path(self._wal_path)
         self._inline_synced.set()  # no append on the loop meanwhile: we hold the writer
 
     def _wal_descriptor(self, conn: sqlite3.Connection) -> int:
@@ -1570,7 +1575,7 @@ class SQLiteSessionStore(StoreBase):
         held = self._wal_fd
         if held is not None and held[0] is conn:
             return held[1]
-        fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(self._wal_path, os.O_RDONLY | os.O_CLOEXEC)
         self._close_wal_descriptor()
         self._wal_fd = (conn, fd)
         return fd
@@ -2072,7 +2077,7 @@ class SQLiteSessionStore(StoreBase):
         # close deletes it, and SQLite's checkpoints truncate it in place), so the
         # entry synced once under it stays the WAL's. A new connection (after close,
         # in a forked child) syncs it again.
-        _fsync_path(Path(f"{self.path}-wal"))
+        _fsync_path(self._wal_path)
         self._name_wal(conn)
 
     def _name_wal(self, conn: sqlite3.Connection) -> None:
@@ -2083,7 +2088,7 @@ class SQLiteSessionStore(StoreBase):
         """
         if self._wal_named_under is not conn:
             _fsync_path(self.path.parent, directory=True)
-            if Path(f"{self.path}-wal").exists():
+            if self._wal_path.exists():
                 self._wal_named_under = conn
 
 
