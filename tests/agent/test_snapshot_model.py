@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import sys
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -367,3 +369,37 @@ def test_nesting_too_deep_is_a_snapshot_error_not_a_recursion_error() -> None:
         snapshot.to_json()
     with pytest.raises(SnapshotError):
         Snapshot.from_json('{"data": ' + "[" * 5000 + "]" * 5000 + "}")
+
+
+def test_validate_accepts_bytes_anywhere_in_a_field_but_not_in_app_data() -> None:
+    image = {"image": {"format": "png", "source": {"bytes": b"\x89PNG"}}}
+    snapshot = Snapshot(
+        data={
+            "messages": [{"role": "user", "content": [image]}],
+            "state": {"raw": bytearray(b"ab"), "view": memoryview(b"cd"), "pair": (b"e", 1)},
+        }
+    )
+    snapshot.validate()  # stored as base64 markers: loadable
+    with pytest.raises(SnapshotError, match="app_data is not JSON-serializable"):
+        Snapshot(data={"state": {}}, app_data={"raw": b"x"}).validate()
+
+
+def test_validate_names_the_one_field_that_is_not_json_among_good_ones() -> None:
+    snapshot = _full_snapshot()
+    snapshot.data["model_state"] = {"when": datetime(2026, 1, 1)}
+    with pytest.raises(SnapshotError, match="field model_state is not JSON-serializable") as info:
+        snapshot.validate()
+    assert "datetime" in str(info.value)
+
+
+def test_a_field_at_the_depth_limit_only_as_part_of_the_whole_is_still_a_snapshot_error() -> None:
+    # Checked alone each field may pass, while all of them at once is one level deeper:
+    # whichever way it fails, it is a SnapshotError, never a RecursionError.
+    limit = sys.getrecursionlimit()
+    for depth in range(limit - 60, limit + 5, 5):
+        deep: Any = {}
+        for _ in range(depth):
+            deep = {"d": deep}
+        snapshot = Snapshot(data={"state": deep})
+        with contextlib.suppress(SnapshotError):
+            snapshot.validate()

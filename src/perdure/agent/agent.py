@@ -310,18 +310,24 @@ class Agent:
             SnapshotError: an unknown preset or field, or no field left.
         """
         fields = resolve_snapshot_fields(preset, include, exclude)
-        getters: dict[SnapshotField, Callable[[], Any]] = {
-            SnapshotField.messages: lambda: copy.deepcopy(self.messages),
-            SnapshotField.state: lambda: self.state.get(),
-            SnapshotField.conversation_manager_state: lambda: self.conversation_manager.get_state(),
-            SnapshotField.interrupt_state: lambda: self.interrupt_state.to_dict(),
-            SnapshotField.system_prompt: lambda: self.system_prompt,
-            SnapshotField.model_state: lambda: copy.deepcopy(self.model_state),
-        }
-        data = {field.value: getters[field]() for field in SnapshotField if field in fields}
-        snapshot = Snapshot(data=data, app_data=copy.deepcopy(app_data or {}))
+        data = {f.value: self._snapshot_value(f) for f in SnapshotField if f in fields}
+        snapshot = Snapshot(data=data, app_data=copy.deepcopy(app_data) if app_data else {})
         snapshot.validate()
         return snapshot
+
+    def _snapshot_value(self, field: SnapshotField) -> Any:
+        """A copy of one field's value, as a snapshot holds it."""
+        if field is SnapshotField.messages:
+            return copy.deepcopy(self.messages)
+        if field is SnapshotField.state:
+            return self.state.get()
+        if field is SnapshotField.conversation_manager_state:
+            return self.conversation_manager.get_state()
+        if field is SnapshotField.interrupt_state:
+            return self.interrupt_state.to_dict()
+        if field is SnapshotField.system_prompt:
+            return self.system_prompt
+        return copy.deepcopy(self.model_state)
 
     def load_snapshot(self, snapshot: Snapshot) -> None:
         """Restore the fields present in ``snapshot``; other fields stay as they are.

@@ -72,6 +72,20 @@ _DICT_FIELDS = frozenset(
     }
 )
 _KEYS = ("schema_version", "scope", "created_at", "data", "app_data")
+_BY_VALUE: Mapping[str, SnapshotField] = MappingProxyType({f.value: f for f in SnapshotField})
+
+
+def _bytes_are_json(value: object) -> str:
+    """``bytes`` pass a check (stored, they become base64 markers); nothing else unknown does."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return ""
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# Made once: json.dumps with any option builds a new encoder at every call, and a
+# snapshot is checked at every save. Neither keeps state between calls.
+_STRICT = json.JSONEncoder(allow_nan=False)
+_STRICT_WITH_BYTES = json.JSONEncoder(allow_nan=False, default=_bytes_are_json)
 
 
 def resolve_snapshot_fields(
@@ -240,13 +254,18 @@ class Snapshot:
         if not isinstance(self.data, dict):
             raise SnapshotError(f"snapshot data must be a dict, got {type(self.data).__name__}")
         for key, value in self.data.items():
-            try:
-                name = SnapshotField(key)
-            except ValueError:
+            name = _BY_VALUE.get(key) if isinstance(key, str) else None
+            if name is None:
                 raise SnapshotError(
                     f"snapshot data has unknown field {key!r}; valid fields: {_FIELD_NAMES}"
-                ) from None
-            _check_field(name, value)
+                )
+            _check_shape(name, value)
+        try:
+            _STRICT_WITH_BYTES.encode(self.data)  # all fields at once: the usual case
+        except (TypeError, ValueError, RecursionError) as exc:
+            for key, value in self.data.items():  # name the field that is not JSON
+                _check_json(f"field {_BY_VALUE[key]}", value, with_bytes=True)
+            raise SnapshotError(f"snapshot data is not JSON-serializable: {exc}") from None
         if not isinstance(self.app_data, dict):
             raise SnapshotError(
                 f"snapshot app_data must be a dict, got {type(self.app_data).__name__}"
@@ -267,7 +286,7 @@ def _check_created_at(created_at: object) -> None:
         ) from None
 
 
-def _check_field(name: SnapshotField, value: Any) -> None:
+def _check_shape(name: SnapshotField, value: Any) -> None:
     if name is SnapshotField.messages:
         _check_messages(value)
     elif name is SnapshotField.system_prompt:
@@ -277,7 +296,6 @@ def _check_field(name: SnapshotField, value: Any) -> None:
             )
     elif name in _DICT_FIELDS and not isinstance(value, dict):
         raise SnapshotError(f"snapshot field {name} must be a dict, got {type(value).__name__}")
-    _check_json(f"field {name}", value, encode=True)
 
 
 def _check_messages(messages: Any) -> None:
@@ -303,8 +321,8 @@ def _check_messages(messages: Any) -> None:
                 )
 
 
-def _check_json(what: str, value: Any, *, encode: bool = False) -> None:
+def _check_json(what: str, value: Any, *, with_bytes: bool = False) -> None:
     try:
-        json.dumps(encode_bytes_values(value) if encode else value, allow_nan=False)
+        (_STRICT_WITH_BYTES if with_bytes else _STRICT).encode(value)
     except (TypeError, ValueError, RecursionError) as exc:  # too deep: never a RecursionError
         raise SnapshotError(f"snapshot {what} is not JSON-serializable: {exc}") from None
