@@ -297,6 +297,21 @@ def test_bad_graphs_are_refused_with_the_reason() -> None:
     twins.build()  # without a manager nothing is saved under their ids
 
 
+def test_one_agent_is_one_node_and_one_edge_is_added_once() -> None:
+    b = GraphBuilder()
+    agent = Agent(ScriptedModel([]), agent_id="writer")
+    b.add_node(agent, "first")
+    with pytest.raises(ValueError, match="'writer' is already a node"):
+        b.add_node(agent, "second")
+    b.add_node(Agent(ScriptedModel([]), agent_id="writer"), "other")  # an equal one is not it
+    b.add_edge("first", "other")
+    with pytest.raises(ValueError, match="'first' -> 'other' exists already"):
+        b.add_edge("first", "other", condition=lambda state: True)
+    b.add_edge("other", "first")  # the other way round is another edge
+    b.set_entry_point("first")
+    assert b.build().node_ids == ["first", "other"]
+
+
 def test_the_ready_rule() -> None:
     succ = {"a": ["b", "c"], "b": ["d"], "c": ["d"], "d": []}
     pred = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}

@@ -110,6 +110,9 @@ class GraphBuilder:
     def __init__(self) -> None:
         self._nodes: dict[str, _Node] = {}
         self._edges: list[_Edge] = []
+        # What the checks look up, so that building a graph of n nodes is not n²:
+        self._agent_ids: set[int] = set()  # id() of each Agent node (they are held)
+        self._edge_ends: set[tuple[str, str]] = set()
         self._entry: str | None = None
 
     def add_node(self, executor: Agent | NodeFunction, node_id: str | None = None) -> str:
@@ -121,7 +124,7 @@ class GraphBuilder:
         """
         if isinstance(executor, Agent):
             default = executor.name
-            if any(node.executor is executor for node in self._nodes.values()):
+            if id(executor) in self._agent_ids:
                 raise ValueError(f"agent {executor.name!r} is already a node of this graph")
         elif callable(executor):
             default = getattr(executor, "__name__", "")
@@ -135,6 +138,8 @@ class GraphBuilder:
             raise ValueError(f"node_id {node_id!r} is already a node of this graph")
         takes_state = not isinstance(executor, Agent) and _takes_state(executor)
         self._nodes[node_id] = _Node(node_id, executor, takes_state)
+        if isinstance(executor, Agent):
+            self._agent_ids.add(id(executor))
         return node_id
 
     def add_edge(self, source: str, target: str, condition: Condition | None = None) -> None:
@@ -151,9 +156,10 @@ class GraphBuilder:
                 raise ValueError(f"add_edge {name} {node_id!r} is not a node (add_node first)")
         if condition is not None and not callable(condition):
             raise TypeError(f"condition must be callable or None, got {condition!r}")
-        if any(e.source == source and e.target == target for e in self._edges):
+        if (source, target) in self._edge_ends:
             raise ValueError(f"the edge {source!r} -> {target!r} exists already")
         self._edges.append(_Edge(source, target, condition))
+        self._edge_ends.add((source, target))
 
     def set_entry_point(self, node_id: str) -> None:
         """Name the node the run starts at.
@@ -192,7 +198,8 @@ class GraphBuilder:
             raise ValueError("the graph has no node")
         entry = self._entry
         if entry is None:
-            roots = [n for n in self._nodes if not any(e.target == n for e in self._edges)]
+            targets = {e.target for e in self._edges}
+            roots = [n for n in self._nodes if n not in targets]
             if len(self._nodes) == 1:
                 roots = list(self._nodes)
             if len(roots) != 1:
