@@ -43,6 +43,7 @@ from perdure.multiagent.run import agent_records, fold_agent
 from perdure.session.session import Session
 from perdure.snapshots.manager import SnapshotSessionManager
 from perdure.types import Message
+from perdure.types.json import compact_json
 
 __all__ = ["RunStore", "run_store"]
 
@@ -197,7 +198,7 @@ def _as_message(record: Mapping[str, Any], filters: FilterChain, session_id: str
     """A record as a message, its values through the session's filters first."""
     if filters:  # as values (as agent state is), so a replacement never breaks the JSON
         record = filters.state(dict(record), "session", session_id)
-    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = compact_json(record)
     return {"role": "user", "content": [{"text": text}]}
 
 

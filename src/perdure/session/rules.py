@@ -60,7 +60,7 @@ from perdure.types import (
     validate_message,
     validate_storable,
 )
-from perdure.types.json import encodes_as_utf8, may_hold_encoded
+from perdure.types.json import compact_json, encodes_as_utf8, may_hold_encoded
 
 ZERO_HASH = "0" * 32
 """The hash the first record (journal) or row (SQLite) of a history chains to."""
@@ -181,17 +181,12 @@ def encode_json(value: Any, where: str, *, has_bytes: bool = True) -> str:
     """
     try:
         encoded = encode_bytes_values(value) if has_bytes else value
-        text = _COMPACT.encode(encoded)
+        text = compact_json(encoded)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"{where} cannot be stored as JSON: {exc}") from None
     if not encodes_as_utf8(text):
-        text = _COMPACT_ASCII.encode(encoded)
+        text = compact_json(encoded, ascii_only=True)
     return text
-
-
-# One encoder each: json.dumps with options builds a new one per call.
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-_COMPACT_ASCII = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
 
 
 def encode_message(message: Any, where: str, cipher: Cipher | None = None) -> str:

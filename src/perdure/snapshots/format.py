@@ -55,7 +55,7 @@ from typing import Any
 from perdure.crypto import envelope_key_id, is_envelope
 from perdure.errors import DecryptionError, SessionCorruptedError, SnapshotError
 from perdure.types import decode_bytes_values, encode_bytes_values, is_text_only
-from perdure.types.json import may_hold_encoded
+from perdure.types.json import compact_json, may_hold_encoded
 
 __all__ = [
     "CHUNK_FORMAT",
@@ -131,13 +131,11 @@ def encode_json(value: Any, what: str, *, walk: bool = True) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: escape it, it round-trips as such
-        return json.dumps(stored, allow_nan=False, ensure_ascii=True, separators=(",", ":")).encode(
-            "ascii"
-        )
+        return compact_json(stored, ascii_only=True).encode("ascii")
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    return compact_json(value)
 
 
 def encode_message(message: Any, index: int) -> bytes:

@@ -122,6 +122,7 @@ from perdure.storage import (
     can_append,
 )
 from perdure.types import Message, encode_bytes_values, validate_message
+from perdure.types.json import compact_json
 
 __all__ = [
     "BidiAgentSaveLatestStrategy",
@@ -393,7 +394,7 @@ class _RunCarrier(Agent):
 
 def _record_message(record: Mapping[str, Any]) -> Message:
     try:
-        text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = compact_json(record)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"an orchestrator record is not JSON: {exc}") from exc
     return {"role": "user", "content": [{"text": text}]}

@@ -191,7 +191,7 @@ from perdure.types import (
     validate_message,
     validate_storable,
 )
-from perdure.types.json import may_hold_encoded
+from perdure.types.json import compact_json, may_hold_encoded
 
 Durability = Literal["commit", "invocation", "none"]
 Recovery = Literal["strict", "quarantine"]
@@ -200,8 +200,6 @@ Recovery = Literal["strict", "quarantine"]
 # these words has its quotes escaped and never matches.
 _ATTACHMENT_REF = re.compile(b'"' + ATTACHMENT_MARKER.encode() + b'":"([0-9a-f]{64})"')
 _MANIFEST_FORMAT = "perdure-manifest/1"
-# An encrypted record's value is its stored form's compact JSON, sealed.
-_ENCODE_VALUE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _MIN_WINDOW = 8 * 1024
 _MARK_EVERY = 256  # records between two marks of a sealed segment
 _INLINE_MAX = 256 * 1024  # bytes an append may copy into the page cache on the loop
@@ -1855,7 +1853,7 @@ class FileSessionStore(StoreBase):
         compact JSON encrypted (:func:`~perdure.session.rules.seal`)."""
         if self.cipher is None:
             return stored
-        return seal(self.cipher, _ENCODE_VALUE.encode(stored))
+        return seal(self.cipher, compact_json(stored))
 
     def _encode_message(self, message: Message, found: dict[str, bytes], where: str) -> Any:
         validate_message(message, where)
