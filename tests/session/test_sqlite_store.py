@@ -1215,7 +1215,8 @@ async def test_no_write_goes_into_the_wal_behind_an_append_whose_sync_is_in_flig
 ) -> None:
     # Frames written after unsynced ones could survive a power cut without them: a
     # hole that the WAL check would report as damage. So while the first append's
-    # fsync is in flight, the second (another session's) waits on the writer thread.
+    # fsync is in flight, the second (another session's) waits, on the loop, and is
+    # written once that fsync has returned, with its own.
     monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 30.0)
     store = await _two_sessions(path)
     syncs = _HeldSyncs(monkeypatch)
@@ -1232,10 +1233,142 @@ async def test_no_write_goes_into_the_wal_behind_an_append_whose_sync_is_in_flig
     assert probe.execute("SELECT count(*) FROM perdure_messages").fetchone() == rows
     await syncs.release()
     assert (await asyncio.wait_for(first, 10)).message_count == 2
-    assert (await asyncio.wait_for(second, 10)).message_count == 2
+    await _let_the_loop_run()
+    assert len(syncs.held) == 2  # the second's own sync, started after the first's
+    assert not second.done()  # and not acknowledged before it returns
     assert probe.execute("SELECT count(*) FROM perdure_messages").fetchone() == (rows[0] + 1,)
+    await syncs.release()
+    assert (await asyncio.wait_for(second, 10)).message_count == 2
     probe.close()
     assert (await store.get("b")).messages == history(2)
+    store.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+async def test_commits_that_come_while_a_sync_is_in_flight_share_the_next_one_on_the_loop(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Group commit on the loop: what queued behind the in-flight fsync goes in one
+    # transaction with one fsync, none acknowledged before it returns, and no
+    # commit goes to the writer thread. One that fails, fails alone; one whose caller
+    # was cancelled before its batch is not written.
+    monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 30.0)  # the test holds syncs
+    store = SQLiteSessionStore(path)
+    names = [f"s{i}" for i in range(8)]
+    for name in names:
+        await store.create(name)
+        await store.commit(name, history(1))
+
+    async def no_thread(item: Any) -> Any:
+        raise AssertionError("a commit went to the writer thread")
+
+    monkeypatch.setattr(store._group, "submit", no_thread)
+    syncs = _HeldSyncs(monkeypatch)
+    first = asyncio.ensure_future(store.commit("s0", history(2)))
+    await _let_the_loop_run()
+    assert len(syncs.held) == 1
+    queued = {name: asyncio.ensure_future(store.commit(name, history(2))) for name in names[1:5]}
+    stale = asyncio.ensure_future(store.commit("s5", history(2, prefix="x")))
+    dropped = asyncio.ensure_future(store.commit("s6", history(2)))
+    await _let_the_loop_run()
+    dropped.cancel()
+    await _let_the_loop_run()
+    assert len(syncs.held) == 1
+    assert not any(task.done() for task in queued.values())
+    await syncs.release()
+    assert (await asyncio.wait_for(first, 10)).message_count == 2
+    await _let_the_loop_run()
+    assert len(syncs.held) == 2  # one fsync for all that queued
+    assert not any(task.done() for task in queued.values())
+    with pytest.raises(SessionConflictError):
+        await asyncio.wait_for(stale, 10)  # its own error, at once: nothing of it stands
+    await syncs.release()
+    for name, task in queued.items():
+        assert (await asyncio.wait_for(task, 10)).message_count == 2, name
+    assert dropped.cancelled()
+    for name in names[:5]:
+        assert (await store.get(name)).messages == history(2)
+    for name in names[5:]:
+        assert (await store.get(name)).messages == history(1)
+    store.close()
+
+
+async def test_a_queued_commit_goes_to_the_writer_thread_when_the_loop_cannot_write_it(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fsync it waited for failed: the WAL's state is unsure, so the queued commit is
+    # written by the writer thread, which syncs the WAL first (_cover_inline_sync).
+    monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 0.5)  # > the loop runs below
+    store = await _two_sessions(path)
+    failing: list[asyncio.Future[None]] = []
+    real_start = sqlite_module.start_fsync
+
+    def start_fsync(fd: int, *args: Any, **kwargs: Any) -> asyncio.Future[None]:
+        if failing:
+            return real_start(fd, *args, **kwargs)
+        failing.append(asyncio.get_running_loop().create_future())
+        return failing[0]
+
+    monkeypatch.setattr(sqlite_module, "start_fsync", start_fsync)
+    to_thread: list[Any] = []
+    real_submit = store._group.submit
+
+    async def submit(item: Any) -> Any:
+        to_thread.append(item)
+        return await real_submit(item)
+
+    monkeypatch.setattr(store._group, "submit", submit)
+    first = asyncio.ensure_future(store.commit("a", history(2)))
+    await _let_the_loop_run()
+    second = asyncio.ensure_future(store.commit("b", history(2)))
+    await _let_the_loop_run()
+    assert not second.done()
+    assert to_thread == []  # queued on the loop, behind the fsync in flight
+    failing[0].set_exception(OSError(5, "Input/output error"))
+    with pytest.raises(OSError, match="Input/output"):
+        await asyncio.wait_for(first, 10)
+    assert (await asyncio.wait_for(second, 10)).message_count == 2
+    assert [commit.request.session_id for commit in to_thread] == ["b"]
+    assert (await store.get("b")).messages == history(2)
+    store.close()
+
+
+async def test_commits_queued_behind_a_sync_that_never_returns_go_to_the_writer_thread(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its caller still waits (nothing cancels it): after _INLINE_SYNC_WAIT the queue
+    # is the writer thread's, which fsyncs the WAL itself (covering the first append).
+    monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 0.05)
+    store = await _two_sessions(path)
+    never: list[asyncio.Future[None]] = []
+    real_start = sqlite_module.start_fsync
+
+    def start_fsync(fd: int, *args: Any, **kwargs: Any) -> asyncio.Future[None]:
+        if never:
+            return real_start(fd, *args, **kwargs)
+        never.append(asyncio.get_running_loop().create_future())
+        return never[0]
+
+    monkeypatch.setattr(sqlite_module, "start_fsync", start_fsync)
+    synced: list[str] = []
+    real_fsync_path = sqlite_module._fsync_path
+
+    def fsync_path(target: Path, *, directory: bool = False) -> None:
+        synced.append(Path(target).name)
+        real_fsync_path(target, directory=directory)
+
+    monkeypatch.setattr(sqlite_module, "_fsync_path", fsync_path)
+    first = asyncio.ensure_future(store.commit("a", history(2)))
+    await asyncio.sleep(0)
+    assert len(never) == 1
+    second = asyncio.ensure_future(store.commit("b", history(2)))
+    await asyncio.sleep(0.01)
+    assert not second.done()  # queued on the loop, under the wait
+    assert (await asyncio.wait_for(second, 10)).message_count == 2
+    assert f"{path.name}-wal" in synced  # the thread's own fsync, before it wrote
+    assert not first.done()
+    never[0].set_result(None)
+    assert (await asyncio.wait_for(first, 10)).message_count == 2
     store.close()
 
 

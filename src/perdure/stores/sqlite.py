@@ -42,11 +42,15 @@ Guarantees:
   levels as the file store's. Every commit is made in one ``BEGIN IMMEDIATE``
   transaction: after a crash it is there entirely or not at all — a rewrite never
   leaves half a history.
-- **Group commit**: commits (and flushes) go to the store's writer thread
-  (:class:`~perdure._runtime.group.GroupWriter`). Those that arrive while it is
-  busy go together in its next transaction, so one sync makes many sessions'
-  commits durable; none returns before that sync, and a commit that fails (a
-  conflict, a lock) fails alone. A lone commit runs at once.
+- **Group commit**: commits that arrive while a sync is under way go together in
+  the next transaction, so one sync makes many sessions' commits durable; none
+  returns before that sync, and a commit that fails (a conflict, a lock) fails
+  alone. A lone commit runs at once: no timer waits for company. On the event loop
+  (see below), the durable commits that come while the WAL's fdatasync for earlier
+  ones is in flight wait on the loop, and once it returns are written in one
+  transaction there with one fdatasync, with no thread hop; elsewhere, and whenever
+  the loop cannot write them, they go to the store's writer thread
+  (:class:`~perdure._runtime.group.GroupWriter`), which batches the same way.
 - **Integrity**: every read verifies the chain over the rows it returns (a page uses
   the hash of the row before it) and checks each message's JSON and shape. A changed
   body, hash or redaction, a missing or extra row, or a database file SQLite cannot
@@ -69,8 +73,9 @@ Guarantees:
   locked by another connection, it goes to the writer thread too. A durable one is
   written with ``synchronous=NORMAL`` and its fdatasync runs in the kernel
   (:func:`~perdure._runtime.fsync.start_fsync`), as a flush's does; until it
-  returns, every other write of the store goes to the writer thread, which waits
-  for it, so no frame is written behind frames not yet synced. Another connection
+  returns, no other write of the store goes into the WAL (a commit on that loop
+  queues for the next batch; on the writer thread, a write waits for it), so no
+  frame is written behind frames not yet synced. Another connection
   (a second store on the same file, another process) does not wait: a power cut
   while both are in flight may leave a hole in front of its frames, which the WAL
   check below reports as damage although no commit either of them acknowledged is
@@ -140,7 +145,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from pathlib import Path
@@ -607,6 +612,13 @@ class SQLiteSessionStore(StoreBase):
         self._inline_synced.set()
         self._inline_number = 0
         self._sync_guard = threading.Lock()
+        # The last fsync started on an event loop for durable appends, and the
+        # durable commits that came while one was in flight on that loop: they wait
+        # there, and go in one transaction once it returns (see _queue_behind_sync).
+        self._loop_sync: asyncio.Future[None] | None = None
+        self._queued: builtins.list[tuple[_Commit, asyncio.Future[CommitResult | None]]] = []
+        self._queued_on: asyncio.Future[None] | None = None  # whose callback writes them
+        self._queue_timer: asyncio.TimerHandle | None = None  # gives them to the thread
         self._reader = ConnectionSlot()
         # WAL pages written since the last fold began, and since the writer last
         # folded (both guarded by the writer slot); see _count_wal.
@@ -739,12 +751,24 @@ class SQLiteSessionStore(StoreBase):
 
     async def _apply(self, commit: _Commit) -> CommitResult:
         if not commit.request.rewritten:
-            done = self._append_here(commit)
-            if done is not None:
-                result, synced = done
-                if synced is not None:
-                    await synced
-                return result
+            queued = self._queue_behind_sync(commit)
+            if queued is None:
+                done = self._append_here(commit)
+                if done is not None:
+                    result, synced = done
+                    if synced is not None:
+                        await synced
+                    return result
+            if queued is not None:
+                try:
+                    written = await queued
+                except asyncio.CancelledError:
+                    self._withdraw(queued)
+                    raise
+                if written is not None:
+                    return written
+                # It could not be written on the loop after all (the writer thread has
+                # the connection, say): the thread writes it.
         outcome = await self._group.submit(commit)
         assert outcome is not None  # a commit's outcome; only a flush has none
         return outcome
@@ -1420,14 +1444,16 @@ class SQLiteSessionStore(StoreBase):
         outcomes: builtins.list[CommitResult | BaseException | None],
         *,
         isolated: bool,
+        within: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
     ) -> bool:
         """:meth:`_commit_together` once: a commit that fails is rolled back alone
         (``isolated``: each in a savepoint) or, without, rolls the whole transaction
-        back and gives False (nothing stands, no outcome is set)."""
+        back and gives False (nothing stands, no outcome is set). ``within``: the
+        write transaction (default: the writer thread's, :meth:`_write_transaction`)."""
         written: builtins.list[tuple[int, str, _Head, CommitResult]] = []
         with contextlib.ExitStack() as holds:
             try:
-                with self._write_transaction(conn):
+                with self._write_transaction(conn) if within is None else within():
                     for at, commit in commits:
                         session_id = commit.request.session_id
                         if isolated:
@@ -1522,8 +1548,7 @@ class SQLiteSessionStore(StoreBase):
                     raise self._translated(exc) from exc
                 synced = None
                 if number is not None:
-                    synced = start_fsync(self._wal_descriptor(conn), datasync=True)
-                    synced.add_done_callback(functools.partial(self._inline_sync_done, number))
+                    synced = self._start_loop_sync(conn, number)
                 self._remember(session_id, head)
                 self._count_wal(conn.total_changes - changes)
                 if self._wal_pages >= self._fold_pages and self._fold_in_flight() is None:
@@ -1533,6 +1558,152 @@ class SQLiteSessionStore(StoreBase):
                         started = self._folder.executor().submit(self._fold_behind)
                         self._folding.value = started
                 return result, synced
+        finally:
+            slot.lock.release()
+
+    def _start_loop_sync(self, conn: sqlite3.Connection, number: int) -> asyncio.Future[None]:
+        """Start the WAL fdatasync that makes durable appends ``number`` and before
+        (made on the loop) durable; commits that come meanwhile queue behind it."""
+        synced = start_fsync(self._wal_descriptor(conn), datasync=True)
+        synced.add_done_callback(functools.partial(self._inline_sync_done, number))
+        self._loop_sync = synced
+        return synced
+
+    def _queue_behind_sync(self, commit: _Commit) -> asyncio.Future[CommitResult | None] | None:
+        """Group commit on the event loop: queue a durable commit behind the fsync in flight.
+
+        While an fsync started on this loop for earlier appends is in flight, no write
+        may go into the WAL (see :meth:`_append_here`), so a commit that comes then
+        waits on the loop, and every commit queued by the time that fsync returns goes
+        into one transaction, made durable by one fsync (:meth:`_write_queued`): many
+        sessions' commits share one sync, with no thread hop. A commit also queues
+        while others are queued, so that none jumps ahead of them. Returns the future
+        the commit's caller awaits (its result; None: the writer thread is to write
+        it), or None when nothing is in flight or queued on this loop.
+        """
+        if self.durability != "commit":
+            return None
+        syncing, queued_on = self._loop_sync, self._queued_on
+        loop = asyncio.get_running_loop()
+        if syncing is None or syncing.get_loop() is not loop:
+            return None  # the queue, like the fsync it waits for, is one loop's
+        if queued_on is not None and queued_on.get_loop() is not loop:
+            return None
+        if queued_on is None:
+            if syncing.done():
+                return None
+            self._queued_on = syncing
+            syncing.add_done_callback(self._write_queued)
+            # An fsync that neither returns nor is cancelled holds them up no longer
+            # than it would the writer thread (see _cover_inline_sync).
+            self._queue_timer = loop.call_later(_INLINE_SYNC_WAIT, self._queue_to_thread, syncing)
+        waiter: asyncio.Future[CommitResult | None] = loop.create_future()
+        self._queued.append((commit, waiter))
+        return waiter
+
+    def _withdraw(self, waiter: asyncio.Future[CommitResult | None]) -> None:
+        """A cancelled caller's commit is not written, unless its batch has taken it."""
+        self._queued = [(commit, other) for commit, other in self._queued if other is not waiter]
+
+    def _write_queued(self, synced: asyncio.Future[None]) -> None:
+        """The fsync the queued commits waited for returned: write them all, sync once.
+
+        On the loop, as that fsync's callback. Those that cannot be written on the
+        loop (the writer thread has the connection, the fsync failed, another loop's
+        append is being synced) are handed back with None, for the writer thread.
+        """
+        batch = self._take_queue(synced)
+        if not batch:
+            return
+        written = self._write_here([commit for commit, _ in batch])
+        if written is None:
+            for _, waiter in batch:
+                waiter.set_result(None)
+            return
+        outcomes, fsync = written
+        standing = []
+        for (_, waiter), outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                waiter.set_exception(outcome)  # nothing of it stands: no sync to wait for
+            else:
+                standing.append((waiter, outcome))
+        if standing:
+            settled = functools.partial(_settle_batch, standing)
+            if fsync is None:
+                settled(None)
+            else:
+                fsync.add_done_callback(settled)
+
+    def _queue_to_thread(self, synced: asyncio.Future[None]) -> None:
+        """The fsync the queued commits wait for has not returned in
+        ``_INLINE_SYNC_WAIT``: the writer thread writes them (and syncs the WAL first)."""
+        for _, waiter in self._take_queue(synced):
+            waiter.set_result(None)
+
+    def _take_queue(
+        self, synced: asyncio.Future[None]
+    ) -> builtins.list[tuple[_Commit, asyncio.Future[CommitResult | None]]]:
+        """The commits queued behind ``synced`` whose callers still wait (none when the
+        queue was taken already), the queue emptied."""
+        if synced is not self._queued_on:
+            return []
+        timer, self._queue_timer, self._queued_on = self._queue_timer, None, None
+        if timer is not None:
+            timer.cancel()
+        batch, self._queued = self._queued, []
+        return [(commit, waiter) for commit, waiter in batch if not waiter.done()]
+
+    def _write_here(self, commits: Sequence[_Commit]) -> _Written | None:
+        """Durable commits in one transaction on the caller's thread, and the fsync
+        started for them (None when none of them stands); None: use the writer thread.
+
+        As :meth:`_append_here` for one commit, but each commit in a savepoint: one
+        that fails is rolled back alone, and its outcome is the error it raises.
+        """
+        slot = self._writer
+        if not slot.lock.acquire(blocking=False):
+            return None
+        try:
+            conn = slot.conn
+            if (
+                conn is None
+                or self._wal_backlog >= _BACKLOG_FOLDS * self._fold_pages
+                or not self._inline_synced.is_set()
+                or self._wal_named_under is not conn
+            ):
+                return None
+            outcomes: builtins.list[CommitResult | BaseException | None] = [None] * len(commits)
+            number: int | None = None
+
+            @contextlib.contextmanager
+            def on_the_loop() -> Iterator[None]:
+                nonlocal number
+                with transaction(conn, None):
+                    yield
+                    number = self._begin_inline_sync()  # its frames go in as it commits
+
+            try:
+                conn.execute("PRAGMA synchronous = NORMAL")
+                try:
+                    if not self._begin_write(conn, wait=False):
+                        return None
+                    changes = conn.total_changes
+                    self._try_together(
+                        conn, list(enumerate(commits)), outcomes, isolated=True, within=on_the_loop
+                    )
+                finally:
+                    conn.execute("PRAGMA synchronous = FULL")
+            except DRIVER_ERRORS as exc:  # as _translate does, without its generator
+                failed = self._translated(exc)
+                return [failed] * len(commits), None
+            stands = any(isinstance(outcome, CommitResult) for outcome in outcomes)
+            fsync = self._start_loop_sync(conn, number) if stands and number is not None else None
+            self._count_wal(conn.total_changes - changes)
+            if self._wal_pages >= self._fold_pages and self._fold_in_flight() is None:
+                self._wal_pages = 0
+                with contextlib.suppress(RuntimeError):  # close() shut the folder down
+                    self._folding.value = self._folder.executor().submit(self._fold_behind)
+            return outcomes, fsync
         finally:
             slot.lock.release()
 
@@ -2090,6 +2261,32 @@ class SQLiteSessionStore(StoreBase):
             _fsync_path(self.path.parent, directory=True)
             if self._wal_path.exists():
                 self._wal_named_under = conn
+
+
+_Written = tuple[
+    "builtins.list[CommitResult | BaseException | None]", "asyncio.Future[None] | None"
+]
+
+
+def _settle_batch(
+    standing: Sequence[tuple[asyncio.Future[CommitResult | None], CommitResult | None]],
+    synced: asyncio.Future[None] | None,
+) -> None:
+    """The commits of a loop-written batch that stand, to their callers, once its fsync
+    returned: each its result, or the fsync's error."""
+    error: BaseException | None = None
+    if synced is not None:
+        if synced.cancelled():
+            error = OSError(errno.EIO, "the WAL's fsync was cancelled: the commit may be lost")
+        else:
+            error = synced.exception()
+    for waiter, outcome in standing:
+        if waiter.done():
+            continue
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(outcome)
 
 
 class _OneFailed(Exception):
