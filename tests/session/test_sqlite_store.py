@@ -1191,6 +1191,35 @@ async def _let_the_loop_run() -> None:
         await asyncio.sleep(0.005)
 
 
+def _first_sync_held(monkeypatch: pytest.MonkeyPatch) -> list[asyncio.Future[None]]:
+    """The store's first start_fsync gives a future that only the test settles (it is
+    in the list returned); the later ones are real."""
+    held: list[asyncio.Future[None]] = []
+    real_start = sqlite_module.start_fsync
+
+    def start_fsync(fd: int, *args: Any, **kwargs: Any) -> asyncio.Future[None]:
+        if held:
+            return real_start(fd, *args, **kwargs)
+        held.append(asyncio.get_running_loop().create_future())
+        return held[0]
+
+    monkeypatch.setattr(sqlite_module, "start_fsync", start_fsync)
+    return held
+
+
+def _path_syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files the store fsyncs by path (the writer thread's own syncs)."""
+    synced: list[str] = []
+    real_fsync_path = sqlite_module._fsync_path
+
+    def fsync_path(target: Path, *, directory: bool = False) -> None:
+        synced.append(Path(target).name)
+        real_fsync_path(target, directory=directory)
+
+    monkeypatch.setattr(sqlite_module, "_fsync_path", fsync_path)
+    return synced
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
 async def test_a_durable_append_on_the_loop_returns_only_after_its_wal_sync(
     path: Path, monkeypatch: pytest.MonkeyPatch
@@ -1300,16 +1329,7 @@ async def test_a_queued_commit_goes_to_the_writer_thread_when_the_loop_cannot_wr
     # written by the writer thread, which syncs the WAL first (_cover_inline_sync).
     monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 0.5)  # > the loop runs below
     store = await _two_sessions(path)
-    failing: list[asyncio.Future[None]] = []
-    real_start = sqlite_module.start_fsync
-
-    def start_fsync(fd: int, *args: Any, **kwargs: Any) -> asyncio.Future[None]:
-        if failing:
-            return real_start(fd, *args, **kwargs)
-        failing.append(asyncio.get_running_loop().create_future())
-        return failing[0]
-
-    monkeypatch.setattr(sqlite_module, "start_fsync", start_fsync)
+    failing = _first_sync_held(monkeypatch)
     to_thread: list[Any] = []
     real_submit = store._group.submit
 
@@ -1340,24 +1360,8 @@ async def test_commits_queued_behind_a_sync_that_never_returns_go_to_the_writer_
     # is the writer thread's, which fsyncs the WAL itself (covering the first append).
     monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 0.05)
     store = await _two_sessions(path)
-    never: list[asyncio.Future[None]] = []
-    real_start = sqlite_module.start_fsync
-
-    def start_fsync(fd: int, *args: Any, **kwargs: Any) -> asyncio.Future[None]:
-        if never:
-            return real_start(fd, *args, **kwargs)
-        never.append(asyncio.get_running_loop().create_future())
-        return never[0]
-
-    monkeypatch.setattr(sqlite_module, "start_fsync", start_fsync)
-    synced: list[str] = []
-    real_fsync_path = sqlite_module._fsync_path
-
-    def fsync_path(target: Path, *, directory: bool = False) -> None:
-        synced.append(Path(target).name)
-        real_fsync_path(target, directory=directory)
-
-    monkeypatch.setattr(sqlite_module, "_fsync_path", fsync_path)
+    never = _first_sync_held(monkeypatch)
+    synced = _path_syncs(monkeypatch)
     first = asyncio.ensure_future(store.commit("a", history(2)))
     await asyncio.sleep(0)
     assert len(never) == 1
@@ -1387,14 +1391,7 @@ async def test_a_sync_that_never_returns_holds_up_no_later_write(
         return never[-1]
 
     monkeypatch.setattr(sqlite_module, "start_fsync", start_fsync)
-    synced: list[str] = []
-    real_fsync_path = sqlite_module._fsync_path
-
-    def fsync_path(target: Path, *, directory: bool = False) -> None:
-        synced.append(Path(target).name)
-        real_fsync_path(target, directory=directory)
-
-    monkeypatch.setattr(sqlite_module, "_fsync_path", fsync_path)
+    synced = _path_syncs(monkeypatch)
     first = asyncio.ensure_future(store.commit("a", history(2)))
     await _let_the_loop_run()
     assert len(never) == 1
