@@ -1353,6 +1353,30 @@ async def test_a_queued_commit_goes_to_the_writer_thread_when_the_loop_cannot_wr
     store.close()
 
 
+async def test_a_queued_commit_whose_batch_breaks_gets_the_error_and_does_not_hang(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 30.0)
+    store = await _two_sessions(path)
+    held = _first_sync_held(monkeypatch)
+    first = asyncio.ensure_future(store.commit("a", history(2)))
+    await _let_the_loop_run()
+    second = asyncio.ensure_future(store.commit("b", history(2)))
+    await _let_the_loop_run()
+
+    def broken(commits: Any) -> Any:
+        raise RuntimeError("the batch broke")
+
+    monkeypatch.setattr(store, "_write_here", broken)
+    held[0].set_result(None)
+    assert (await asyncio.wait_for(first, 10)).message_count == 2
+    with pytest.raises(RuntimeError, match="the batch broke"):
+        await asyncio.wait_for(second, 10)
+    monkeypatch.undo()
+    assert (await store.get("b")).messages == history(1)  # nothing of it was written
+    store.close()
+
+
 async def test_commits_queued_behind_a_sync_that_never_returns_go_to_the_writer_thread(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

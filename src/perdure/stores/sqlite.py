@@ -1615,7 +1615,15 @@ class SQLiteSessionStore(StoreBase):
         batch = self._take_queue(synced)
         if not batch:
             return
-        written = self._write_here([commit for commit, _ in batch])
+        try:
+            written = self._write_here([commit for commit, _ in batch])
+        except BaseException as exc:  # no caller is left waiting for ever
+            for _, waiter in batch:
+                if not waiter.done():
+                    waiter.set_exception(exc)
+            if isinstance(exc, Exception):
+                return
+            raise
         if written is None:
             for _, waiter in batch:
                 waiter.set_result(None)
