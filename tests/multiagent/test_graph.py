@@ -11,7 +11,7 @@ from perdure import Agent, MemoryStorage
 from perdure.errors import SessionCorruptedError, TurnRunningError
 from perdure.models import ScriptedModel
 from perdure.multiagent import GraphBuilder
-from perdure.multiagent.run import reachable, ready_nodes, replay
+from perdure.multiagent.run import LazyReach, reachable, ready_nodes, replay
 from perdure.session import MemorySessionStore, Session, SnapshotSessionManager
 
 
@@ -326,6 +326,44 @@ def test_the_ready_rule() -> None:
     assert ready_nodes(["y", "x"], {"x": ["y"], "y": ["x"]}, reachable(cyc), {"x": 0, "y": 1}) == [
         "x"
     ]
+
+
+def test_lazy_reach_is_reachable_made_only_where_looked_up() -> None:
+    succ = {"a": ["b", "c"], "b": ["d"], "c": ["d", "a"], "d": [], "e": ["e"]}
+    lazy = LazyReach(succ)
+    assert lazy.made == {}
+    assert dict(lazy) == reachable(succ)  # a cycle through a, and a self-loop
+    assert lazy.get("nowhere") is None
+    assert len(lazy) == 5
+
+
+async def test_a_long_chain_makes_no_reach_set_and_a_branch_only_its_own() -> None:
+    # A node's reach is looked up only while it is pending beside another: a chain
+    # never (the full closure would be n² sets' worth), a diamond's branches and join.
+    async def step(task: str, upstream: dict[str, str]) -> str:
+        return "x"
+
+    chain = GraphBuilder()
+    for i in range(2000):
+        chain.add_node(step, f"n{i}")
+        if i:
+            chain.add_edge(f"n{i - 1}", f"n{i}")
+    chain.set_entry_point("n0")
+    long = chain.build(max_steps=2001)
+    assert (await long.invoke_async("t")).status == "completed"
+    assert long._reach.made == {}
+    diamond = GraphBuilder()
+    for name in "abcd":
+        diamond.add_node(step, name)
+    for source, target in ("ab", "ac", "bd", "cd"):
+        diamond.add_edge(source, target)
+    diamond.set_entry_point("a")
+    graph = diamond.build()
+    result = await graph.invoke_async("t")
+    assert result.status == "completed"
+    assert result.execution_order == ["a", "b", "c", "d"]
+    assert "a" not in graph._reach.made  # never pending beside another node
+    assert graph._reach.made  # the branches' were looked up: the join waited for both
 
 
 def test_replay_refuses_records_out_of_place() -> None:

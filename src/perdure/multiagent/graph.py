@@ -39,10 +39,10 @@ from perdure.agent import Agent
 from perdure.multiagent.orchestrator import Orchestrator
 from perdure.multiagent.persist import RunStore, check_agent_ids, run_store
 from perdure.multiagent.run import (
+    LazyReach,
     RunState,
     end_record,
     node_record,
-    reachable,
     ready_nodes,
 )
 from perdure.session.ids import validate_session_id
@@ -251,7 +251,7 @@ class Graph(Orchestrator[GraphResult]):
             successors[edge.source].append(edge.target)
             self._predecessors[edge.target].append(edge.source)
             self._out[edge.source].append(edge)
-        self._reach = reachable(successors)
+        self._reach = LazyReach(successors)
         self._save_lock = asyncio.Lock()
 
     @property

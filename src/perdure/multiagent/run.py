@@ -31,7 +31,7 @@ once (a session manager appends the new ones; see :mod:`perdure.multiagent.persi
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -40,6 +40,7 @@ from perdure.types import decode_bytes_values
 
 __all__ = [
     "RUN_FORMAT",
+    "LazyReach",
     "RunState",
     "agent_records",
     "end_record",
@@ -252,17 +253,44 @@ def replay(records: Sequence[Mapping[str, Any]], where: str) -> RunState:
 
 def reachable(successors: Mapping[str, Sequence[str]]) -> dict[str, frozenset[str]]:
     """For each node, the nodes reachable from it by one edge or more."""
-    out: dict[str, frozenset[str]] = {}
-    for start in successors:
-        seen: set[str] = set()
-        stack = list(successors[start])
-        while stack:
-            node = stack.pop()
-            if node not in seen:
-                seen.add(node)
-                stack.extend(successors.get(node, ()))
-        out[start] = frozenset(seen)
-    return out
+    return {start: _reached(successors, start) for start in successors}
+
+
+def _reached(successors: Mapping[str, Sequence[str]], start: str) -> frozenset[str]:
+    seen: set[str] = set()
+    stack = list(successors[start])
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(successors.get(node, ()))
+    return frozenset(seen)
+
+
+class LazyReach(Mapping[str, frozenset[str]]):
+    """:func:`reachable` of ``successors``, each node's set made when first looked up.
+
+    The scheduler only looks up nodes pending beside others (branches, joins), so a
+    chain of n nodes makes none of the n sets that :func:`reachable` would (n² in all).
+    """
+
+    def __init__(self, successors: Mapping[str, Sequence[str]]) -> None:
+        self._successors = successors
+        self.made: dict[str, frozenset[str]] = {}
+
+    def __getitem__(self, node: str) -> frozenset[str]:
+        found = self.made.get(node)
+        if found is None:
+            if node not in self._successors:
+                raise KeyError(node)
+            found = self.made[node] = _reached(self._successors, node)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._successors)
+
+    def __len__(self) -> int:
+        return len(self._successors)
 
 
 def ready_nodes(
