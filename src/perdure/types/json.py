@@ -220,7 +220,6 @@ def encodes_as_utf8(text: str) -> bool:
 # Made once: json.dumps given any option builds a new JSONEncoder at every call (a
 # third of the cost of encoding a short message). encode() keeps no state between
 # calls, so one encoder serves every thread.
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _ENCODERS = {
     (ascii_only, sort_keys): json.JSONEncoder(
         ensure_ascii=ascii_only, separators=(",", ":"), allow_nan=False, sort_keys=sort_keys
