@@ -1353,6 +1353,35 @@ async def test_a_queued_commit_goes_to_the_writer_thread_when_the_loop_cannot_wr
     store.close()
 
 
+async def test_a_loop_batch_whose_every_commit_fails_leaves_the_loop_free_to_write(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its transaction still committed (empty): the fsync after it is started too, so
+    # the next commit is written on the loop, not sent to the thread to wait.
+    monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 30.0)
+    store = await _two_sessions(path)
+    held = _first_sync_held(monkeypatch)
+    first = asyncio.ensure_future(store.commit("a", history(2)))
+    await _let_the_loop_run()
+    stale = [
+        asyncio.ensure_future(store.commit(name, history(2, prefix="x"))) for name in "ab"
+    ]  # two: each fails in its savepoint, and the (empty) transaction commits
+    await _let_the_loop_run()
+
+    async def no_thread(item: Any) -> Any:
+        raise AssertionError("a commit went to the writer thread")
+
+    monkeypatch.setattr(store._group, "submit", no_thread)
+    held[0].set_result(None)
+    assert (await asyncio.wait_for(first, 10)).message_count == 2
+    for task in stale:
+        with pytest.raises(SessionConflictError):
+            await asyncio.wait_for(task, 10)
+    await _let_the_loop_run()
+    assert (await asyncio.wait_for(store.commit("b", history(2)), 10)).message_count == 2
+    store.close()
+
+
 async def test_a_queued_commit_whose_batch_breaks_gets_the_error_and_does_not_hang(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1520,12 +1520,10 @@ class SQLiteSessionStore(StoreBase):
         if not slot.lock.acquire(blocking=False):
             return None
         try:
-            conn = slot.conn
-            if conn is None or self._wal_backlog >= _BACKLOG_FOLDS * self._fold_pages:
-                return None
             durable = self.durability == "commit"
-            if durable and (not self._inline_synced.is_set() or self._wal_named_under is not conn):
-                return None  # an fsync of ours is in flight, or the WAL's name is not synced
+            conn = self._writable_here(durable)
+            if conn is None:
+                return None
             session_id = commit.request.session_id
             number = None
             with self._locks.for_write(session_id):
@@ -1546,20 +1544,35 @@ class SQLiteSessionStore(StoreBase):
                             conn.execute("PRAGMA synchronous = FULL")
                 except DRIVER_ERRORS as exc:  # as _translate does, without its generator
                     raise self._translated(exc) from exc
-                synced = None
-                if number is not None:
-                    synced = self._start_loop_sync(conn, number)
                 self._remember(session_id, head)
-                self._count_wal(conn.total_changes - changes)
-                if self._wal_pages >= self._fold_pages and self._fold_in_flight() is None:
-                    self._wal_pages = 0
-                    # The append is committed: nothing here may fail it.
-                    with contextlib.suppress(RuntimeError):  # close() shut the folder down
-                        started = self._folder.executor().submit(self._fold_behind)
-                        self._folding.value = started
-                return result, synced
+                return result, self._after_write_here(conn, changes, number)
         finally:
             slot.lock.release()
+
+    def _writable_here(self, durable: bool) -> sqlite3.Connection | None:
+        """The writer connection (its slot held by the caller), when a write may go on
+        the caller's thread now: it is open, the WAL has no fold backlog and, for a
+        durable write, no fsync of ours is in flight and the WAL's name is synced."""
+        conn = self._writer.conn
+        if conn is None or self._wal_backlog >= _BACKLOG_FOLDS * self._fold_pages:
+            return None
+        if durable and (not self._inline_synced.is_set() or self._wal_named_under is not conn):
+            return None
+        return conn
+
+    def _after_write_here(
+        self, conn: sqlite3.Connection, changes: int, number: int | None
+    ) -> asyncio.Future[None] | None:
+        """After a transaction committed on the caller's thread: its WAL fdatasync
+        started (when durable, ``number`` its mark), its pages counted, and a fold
+        started in the background once due. Nothing here may fail the commit."""
+        synced = None if number is None else self._start_loop_sync(conn, number)
+        self._count_wal(conn.total_changes - changes)
+        if self._wal_pages >= self._fold_pages and self._fold_in_flight() is None:
+            self._wal_pages = 0
+            with contextlib.suppress(RuntimeError):  # close() shut the folder down
+                self._folding.value = self._folder.executor().submit(self._fold_behind)
+        return synced
 
     def _start_loop_sync(self, conn: sqlite3.Connection, number: int) -> asyncio.Future[None]:
         """Start the WAL fdatasync that makes durable appends ``number`` and before
@@ -1663,7 +1676,8 @@ class SQLiteSessionStore(StoreBase):
 
     def _write_here(self, commits: Sequence[_Commit]) -> _Written | None:
         """Durable commits in one transaction on the caller's thread, and the fsync
-        started for them (None when none of them stands); None: use the writer thread.
+        started for them (None when the transaction failed whole); None: use the writer
+        thread.
 
         As :meth:`_append_here` for one commit, but each commit in a savepoint: one
         that fails is rolled back alone, and its outcome is the error it raises.
@@ -1672,13 +1686,8 @@ class SQLiteSessionStore(StoreBase):
         if not slot.lock.acquire(blocking=False):
             return None
         try:
-            conn = slot.conn
-            if (
-                conn is None
-                or self._wal_backlog >= _BACKLOG_FOLDS * self._fold_pages
-                or not self._inline_synced.is_set()
-                or self._wal_named_under is not conn
-            ):
+            conn = self._writable_here(durable=True)
+            if conn is None:
                 return None
             outcomes: builtins.list[CommitResult | BaseException | None] = [None] * len(commits)
             number: int | None = None
@@ -1704,14 +1713,9 @@ class SQLiteSessionStore(StoreBase):
             except DRIVER_ERRORS as exc:  # as _translate does, without its generator
                 failed = self._translated(exc)
                 return [failed] * len(commits), None
-            stands = any(isinstance(outcome, CommitResult) for outcome in outcomes)
-            fsync = self._start_loop_sync(conn, number) if stands and number is not None else None
-            self._count_wal(conn.total_changes - changes)
-            if self._wal_pages >= self._fold_pages and self._fold_in_flight() is None:
-                self._wal_pages = 0
-                with contextlib.suppress(RuntimeError):  # close() shut the folder down
-                    self._folding.value = self._folder.executor().submit(self._fold_behind)
-            return outcomes, fsync
+            # Synced even when none of them stands: the transaction committed, and its
+            # mark (number) is cleared until an fsync after it returns.
+            return outcomes, self._after_write_here(conn, changes, number)
         finally:
             slot.lock.release()
 
