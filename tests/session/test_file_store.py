@@ -706,6 +706,13 @@ def test_a_session_from_before_head_files_reads_and_gains_one(tmp_path: Path) ->
 # ---------------------------------------------------------------- appends inside a turn
 
 
+def without_commit_log(store: FileSessionStore) -> FileSessionStore:
+    """``store`` syncing each journal itself: the path without the commit log (where
+    the log is not made yet, or failed; tests/session/test_commit_log.py has the log's)."""
+    store._commit_log = None
+    return store
+
+
 def count_kernel_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Wrap the store's start_fsync (the real one still runs) and record each fd."""
     calls: list[int] = []
@@ -723,7 +730,7 @@ async def test_appends_in_a_held_turn_write_on_the_loop_and_sync_apart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = count_kernel_fsyncs(monkeypatch)
-    store = FileSessionStore(tmp_path / "data")
+    store = without_commit_log(FileSessionStore(tmp_path / "data"))
     await store.create("s")
     history = conversation(10)
     async with store.writer_lock("s"):
@@ -862,7 +869,7 @@ async def test_a_large_append_in_a_turn_goes_to_the_writer_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = count_kernel_fsyncs(monkeypatch)
-    store = FileSessionStore(tmp_path / "data")
+    store = without_commit_log(FileSessionStore(tmp_path / "data"))
     await store.create("s")
     history = conversation(2)
     async with store.writer_lock("s"):
@@ -1226,7 +1233,7 @@ def test_a_turn_ends_without_waiting_for_its_head_fsync_and_a_failed_one_is_logg
     """The turn's messages are durable in the journal before its head is written; the
     head's own fsync runs behind the turn (a head left behind by a power loss is what a
     crash during the turn leaves anyway), and its failure is a warning, not an error."""
-    store = FileSessionStore(tmp_path / "data")
+    store = without_commit_log(FileSessionStore(tmp_path / "data"))
     started: list[asyncio.Future[None]] = []
     real = file_store_module.start_fsync
 

@@ -11,7 +11,9 @@ Layout, under ``<dir>/sessions/<session_id>/``::
                            drops the last reference deletes the file)
     checkpoints/       (session checkpoints, beside the session)
 
-Writer locks live in ``<dir>/.locks/<session_id>.lock`` (``flock``), so deleting a
+Each process's commit log is ``<dir>/.wal/<random>.log`` (see
+:mod:`perdure.stores.file.wal`). Writer locks live in
+``<dir>/.locks/<session_id>.lock`` (``flock``), so deleting a
 session directory never deletes a held lock. A deleted session is renamed into
 ``<dir>/.trash/`` first, so a listing never meets half of one.
 
@@ -25,8 +27,14 @@ Guarantees:
   cached) write their few hundred bytes into the page cache on the caller's thread
   and hand the fsync to the kernel (Linux native AIO, see ``perdure._runtime.fsync``),
   so the loop keeps running and no worker thread wakes; elsewhere the fsync runs on
-  the store's writer thread. Everything heavier — reading a tail from disk, rewrites,
-  sealing, attachments — runs on the writer thread.
+  the store's writer thread. Everything heavier — reading a tail from disk,
+  rewrites, sealing, attachments — runs on the writer thread.
+- **One sync for many sessions**: with ``durability="commit"`` such an append is
+  also copied into this process's commit log (:mod:`perdure.stores.file.wal`), and
+  it is an ``fdatasync`` of the log, not of the journal, that the commit waits for:
+  appends of many sessions that arrive while one sync is in flight share the next.
+  A store made after a process died replays its log first, so what an OS crash took
+  from the journals' page cache is back before anything reads them.
 - **Crash-healing**: a torn last line (an append interrupted by a crash) is not
   corruption: readers ignore it and the next writer truncates it. A last record
   that verifies but lost its newline (or whose newline became another byte) is no
@@ -184,6 +192,7 @@ from perdure.stores.file.listing import ListingCache
 from perdure.stores.file.quarantine import SessionRecoveryReport as SessionRecoveryReport
 from perdure.stores.file.quarantine import triage
 from perdure.stores.file.tail import Encoded, Tail, encode_records, end_of, last_line, read_tail
+from perdure.stores.file.wal import CommitLog, Entry, recover
 from perdure.types import (
     Message,
     decode_bytes_values,
@@ -386,6 +395,16 @@ class FileSessionStore(StoreBase):
         # generation): an unchanged head file is not decoded again.
         self._heads: dict[str, tuple[bytes, int]] = {}
         self._writer = StoreThread("perdure-file-store")
+        # A process that died left its commit log: put back what its appends lost
+        # before anything reads a journal (see perdure.stores.file.wal).
+        try:
+            recover(self.root)
+        except OSError as exc:  # read-only, say: reads check journals against heads
+            _log.warning("%s: the commit logs could not be replayed: %s", self.root, exc)
+        # Durable appends made on the loop share one fdatasync of this log.
+        self._commit_log = (
+            CommitLog(self.root, self._write_executor) if durability == "commit" else None
+        )
         # Held while the journal cache (_tails, _fds) or a session's files change
         # (free in a child made by fork(), whatever the parent's threads held).
         self._guard = ProcessLock(reentrant=True)
@@ -579,7 +598,8 @@ class FileSessionStore(StoreBase):
         if fd is None:
             return
         try:
-            if self.durability != "none":
+            # With the commit log, a checkpoint syncs the head with the journal.
+            if self.durability != "none" and self._commit_log is None:
                 synced = start_fsync(fd, self._write_executor())
                 synced.add_done_callback(functools.partial(_head_synced, session_id))
         finally:
@@ -1738,22 +1758,45 @@ class FileSessionStore(StoreBase):
                 return CommitResult(tail.hash, tail.count)
             self._write_attachments(sdir, found)
             fd, new_tail, new_file = self._write_records(session_id, sdir, tail, bodies)
-            if self.durability == "commit":
-                try:
-                    os.fsync(fd)
-                except BaseException:
-                    self._forget(session_id)
-                    raise
-                if new_file:
-                    fsync_dir(sdir)
-            if self.durability != "invocation":  # "invocation" records its head at flush
-                if turn:
-                    self._durable[session_id] = new_tail  # the turn's end records it
-                else:
-                    self._write_head(sdir, [end_of(new_tail)])  # a turn of its own
-            if self._seal_due(new_tail):
-                self._seal(session_id, sdir, new_tail)
-            return CommitResult(new_tail.hash, new_tail.count)
+            if self.durability == "commit" and turn:
+                # Synced below, without the guard: meanwhile the loop's appends to
+                # other sessions go on (they skip the inline path while it is held).
+                # The writer lock stays held by the turn (for_write reused it).
+                synced = os.dup(fd)
+            else:
+                if self.durability == "commit":
+                    try:
+                        os.fsync(fd)
+                    except BaseException:
+                        self._forget(session_id)
+                        raise
+                    if new_file:
+                        fsync_dir(sdir)
+                self._after_append(session_id, sdir, new_tail, turn)
+                return CommitResult(new_tail.hash, new_tail.count)
+        try:
+            os.fsync(synced)
+        except BaseException:
+            with self._guard:
+                self._forget(session_id)
+            raise
+        finally:
+            os.close(synced)
+        if new_file:
+            fsync_dir(sdir)
+        with self._guard:
+            self._after_append(session_id, sdir, new_tail, turn)
+        return CommitResult(new_tail.hash, new_tail.count)
+
+    def _after_append(self, session_id: str, sdir: Path, new_tail: Tail, turn: bool) -> None:
+        """Once an append on the writer thread is durable: its head, and a due seal."""
+        if self.durability != "invocation":  # "invocation" records its head at flush
+            if turn:
+                self._durable[session_id] = new_tail  # the turn's end records it
+            else:
+                self._write_head(sdir, [end_of(new_tail)])  # a turn of its own
+        if self._seal_due(new_tail):
+            self._seal(session_id, sdir, new_tail)
 
     def _append_inline(
         self, request: CommitRequest
@@ -1795,7 +1838,11 @@ class FileSessionStore(StoreBase):
             synced = None
             if self.durability == "commit":
                 try:
-                    synced = start_fsync(fd, self._write_executor())
+                    if self._commit_log is not None and tail.size:
+                        entry = Entry(session_id, tail.size, tail.ino, tail.hash, encoded[0])
+                        synced = self._commit_log.add(entry)
+                    if synced is None:
+                        synced = start_fsync(fd, self._write_executor())
                 except BaseException:
                     self._forget(session_id)
                     raise
@@ -1948,6 +1995,8 @@ class FileSessionStore(StoreBase):
             for session_id in builtins.list(self._fds):
                 self._forget(session_id)
         self._writer.shutdown()
+        if self._commit_log is not None:
+            self._commit_log.close()  # its appends synced in their journals, its file deleted
 
     def _writable_tail(self, session_id: str, sdir: Path, *, check_head: bool = True) -> Tail:
         """The verified end of the active journal; finishes interrupted work first.
@@ -2071,7 +2120,7 @@ class FileSessionStore(StoreBase):
         """Turn the active journal into the next sealed segment (manifest first)."""
         volume = self._volume(session_id, sdir)
         path = sdir / JOURNAL
-        if self.durability != "commit":
+        if self.durability != "commit" or self._commit_log is not None:  # the log may hold it
             _fsync_file(path)
         data = path.read_bytes()
         scanned = self._scan_bytes(session_id, path, data, volume.prev_hash, volume.first_seq, 0)
