@@ -171,6 +171,31 @@ async def test_appends_wait_for_the_sync_that_covers_them(tmp_path: Path) -> Non
     store.close()
 
 
+async def test_a_failed_log_sync_fails_its_commits_and_journals_sync_themselves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    await turns(store, "s", 2)
+    log = await log_ready(store)
+
+    def failing(fd: int, executor: Any = None, *, datasync: bool = False) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        future.set_exception(OSError(5, "Input/output error"))
+        return future
+
+    monkeypatch.setattr(wal, "start_fsync", failing)
+    with pytest.raises(OSError, match="fsync failed"):
+        await turns(store, "s", 3, start=2)
+    assert log._state == "broken"
+    monkeypatch.undo()
+    syncs = spy_log_syncs(monkeypatch)
+    await turns(store, "s", 5, start=3)  # acknowledged by the journal's own fsync
+    assert syncs == []
+    messages = (await FileSessionStore(tmp_path / "data").get("s")).messages
+    assert messages == history(5, "s")
+    store.close()
+
+
 # ------------------------------------------------------------------ lifecycle
 
 

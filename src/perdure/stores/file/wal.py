@@ -279,11 +279,15 @@ class CommitLog:
                 while at < len(self._waiting) and self._waiting[at].number <= covered:
                     at += 1
                 done, self._waiting = self._waiting[:at], self._waiting[at:]
+            stranded: list[_Waiter] = []
             if self._waiting and self._state == "ready":
                 self._start_sync()
             else:
                 self._syncing = False
+                # The log broke meanwhile (a failed write): no sync will cover these.
+                stranded, self._waiting = self._waiting, []
         _settle(done, error)
+        _settle(stranded, OSError(errno.EIO, f"the commit log {self.path} failed"))
 
     def _broken(self, error: BaseException) -> None:
         """After a failed write or sync the log is not trusted again (under the lock)."""
