@@ -12,18 +12,13 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from concurrent_writer import history
-from perdure.errors import SessionNotFoundError
+from concurrent_writer import count_or_create, history
 from perdure.session import FileSessionStore
 
 
 async def write(store: FileSessionStore, session_id: str) -> None:
     async with store.writer_lock(session_id):
-        try:
-            count = len((await store.get(session_id)).messages)
-        except SessionNotFoundError:
-            await store.create(session_id)
-            count = 0
+        count = await count_or_create(store, session_id)
         while True:
             count += 1
             await store.commit(session_id, history(count, session_id))

@@ -33,12 +33,17 @@ def open_kind(kind: str, location: str) -> SessionStore:
     return SQLiteSessionStore(location, durability=durability)  # type: ignore[arg-type]
 
 
-async def write(store: SessionStore, session_id: str) -> None:
+async def count_or_create(store: SessionStore, session_id: str) -> int:
+    """How many messages the session holds; a missing one is created (0)."""
     try:
-        count = len((await store.get(session_id)).messages)
+        return len((await store.get(session_id)).messages)
     except SessionNotFoundError:
         await store.create(session_id)
-        count = 0
+        return 0
+
+
+async def write(store: SessionStore, session_id: str) -> None:
+    count = await count_or_create(store, session_id)
     while True:
         count += 1
         await store.commit(session_id, history(count, session_id))
