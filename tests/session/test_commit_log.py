@@ -131,6 +131,21 @@ async def test_a_lone_commit_is_synced_at_once(
     store.close()
 
 
+async def test_a_loops_commits_never_wait_on_another_loops_sync(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    await turns(store, "s", 2)
+    log = await log_ready(store)
+    other = asyncio.new_event_loop()  # e.g. a thread's loop, closed or busy
+    try:
+        log._chains[other] = wal._Chain()
+        log._chains[other].syncing = True  # its sync never returns
+        await asyncio.wait_for(turns(store, "s", 6, start=2), 10)
+    finally:
+        other.close()
+    assert (await store.get("s")).messages == history(6, "s")
+    store.close()
+
+
 async def test_a_logged_turn_leaves_its_head_to_the_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -160,12 +175,14 @@ async def test_appends_wait_for_the_sync_that_covers_them(tmp_path: Path) -> Non
     await turns(store, "s", 2)
     log = await log_ready(store)
     async with store.writer_lock("s"):
-        log._syncing = True  # as if a sync were in flight: the next one waits for it
+        loop = asyncio.get_running_loop()
+        chain = log._chains.setdefault(loop, wal._Chain())
+        chain.syncing = True  # as if a sync were in flight: the next one waits for it
         commit = asyncio.ensure_future(store.commit("s", history(3, "s")))
         await asyncio.sleep(0.05)
         assert not commit.done()
         with log._lock:
-            log._start_sync()  # the in-flight one "returned": the next one starts
+            log._start_sync(loop, chain)  # the in-flight one "returned": the next starts
         await asyncio.wait_for(commit, 5)
     assert (await store.get("s")).messages == history(3, "s")
     store.close()
@@ -212,6 +229,30 @@ async def test_close_syncs_the_journals_and_deletes_the_log(tmp_path: Path) -> N
     await turns(store, "s", 10, start=9)
     assert len(log_files(tmp_path / "data")) == 1
     assert (await store.get("s")).messages == history(10, "s")
+    store.close()
+
+
+def test_a_process_that_exits_without_closing_leaves_no_log(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    script = (
+        "import asyncio, sys\n"
+        "from test_commit_log import FileSessionStore, log_ready, turns\n"
+        "async def main():\n"
+        "    store = FileSessionStore(sys.argv[1])\n"
+        "    await turns(store, 's', 2)\n"
+        "    await log_ready(store)\n"
+        "    await turns(store, 's', 9, start=2)\n"
+        "asyncio.run(main())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS / "session"), str(TESTS)])}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(root)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert list((root / wal.LOG_DIR).glob("*.log")) == []
+    assert "commit log" not in done.stderr
+    store = FileSessionStore(root)
+    assert asyncio.run(store.get("s")).messages == history(9, "s")
     store.close()
 
 
@@ -290,6 +331,7 @@ def test_recovery_puts_back_what_a_crash_took_from_the_journals(
     dead = asyncio.run(write())
     assert dead._commit_log is not None
     os.close(dead._commit_log._fd)  # a dead process's lock is free
+    dead._commit_log._fd = -1  # and it closes nothing at exit
     assert lose_page_cache(root, random.Random(4)) >= 4
     with monkeypatch.context() as patch:  # without the log: an acknowledged loss
         patch.setattr(store_module, "recover", lambda root: 0)

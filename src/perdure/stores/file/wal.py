@@ -53,6 +53,7 @@ session id's length (u16) and UTF-8 bytes, then the appended bytes.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import errno
 import fcntl
@@ -62,6 +63,7 @@ import os
 import struct
 import threading
 import uuid
+import weakref
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
@@ -168,6 +170,19 @@ class _Waiter:
         self.loop = future.get_loop()
 
 
+class _Chain:
+    """One event loop's commits waiting for a sync, and whether one is in flight.
+
+    Each loop syncs for its own commits: a sync started on one loop resolves there,
+    so a commit never waits on another loop staying alive (or free)."""
+
+    __slots__ = ("syncing", "waiting")
+
+    def __init__(self) -> None:
+        self.syncing = False
+        self.waiting: list[_Waiter] = []
+
+
 class CommitLog:
     """This process's log for one store directory (see the module docstring).
 
@@ -195,8 +210,7 @@ class CommitLog:
         self._dirty: tuple[set[str], set[str]] = (set(), set())
         self._clean = [False, True]
         self._written = 0  # entries written, ever
-        self._syncing = False
-        self._waiting: list[_Waiter] = []
+        self._chains: dict[asyncio.AbstractEventLoop, _Chain] = {}
         self._epoch = 0  # a new one at each close: a sync started before settles nobody
 
     # ------------------------------------------------------------ on the loop
@@ -223,10 +237,14 @@ class CommitLog:
             self._end += len(blob)
             self._dirty[self._active].add(entry.session_id)
             self._written += 1
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiting.append(_Waiter(self._written, future))
-            if not self._syncing:
-                self._start_sync()
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[None] = loop.create_future()
+            chain = self._chains.get(loop)
+            if chain is None:
+                chain = self._chains[loop] = _Chain()
+            chain.waiting.append(_Waiter(self._written, future))
+            if not chain.syncing:
+                self._start_sync(loop, chain)
         return future
 
     def _switch(self, blob: bytes) -> bool:
@@ -252,40 +270,51 @@ class CommitLog:
         self._executor().submit(self.checkpoint, retired, set(self._dirty[retired]))
         return True
 
-    def _start_sync(self) -> None:
-        """Start a sync covering every entry written so far (under the lock)."""
-        self._syncing = True
+    def _start_sync(self, loop: asyncio.AbstractEventLoop, chain: _Chain) -> None:
+        """Start a sync covering every entry written so far, for ``loop``'s waiting
+        commits (under the lock, on that loop)."""
+        chain.syncing = True
         covered = self._written
         try:
             synced = start_fsync(self._fd, self._executor(), datasync=True)
         except OSError as exc:
-            self._syncing = False
-            done, self._waiting = self._waiting, []
+            chain.syncing = False
+            done, chain.waiting = chain.waiting, []
+            del self._chains[loop]
             self._broken(exc)
             _settle(done, exc)
             return
-        synced.add_done_callback(functools.partial(self._synced, self._epoch, covered))
+        synced.add_done_callback(functools.partial(self._synced, self._epoch, loop, chain, covered))
 
-    def _synced(self, epoch: int, covered: int, synced: asyncio.Future[None]) -> None:
+    def _synced(
+        self,
+        epoch: int,
+        loop: asyncio.AbstractEventLoop,
+        chain: _Chain,
+        covered: int,
+        synced: asyncio.Future[None],
+    ) -> None:
         error = synced.exception()
+        stranded: list[_Waiter] = []
         with self._lock:
             if epoch != self._epoch:
                 return  # closed meanwhile: close settled the waiting commits
             if error is not None:
-                done, self._waiting = self._waiting, []
+                done, chain.waiting = chain.waiting, []
                 self._broken(error)
             else:
                 at = 0
-                while at < len(self._waiting) and self._waiting[at].number <= covered:
+                while at < len(chain.waiting) and chain.waiting[at].number <= covered:
                     at += 1
-                done, self._waiting = self._waiting[:at], self._waiting[at:]
-            stranded: list[_Waiter] = []
-            if self._waiting and self._state == "ready":
-                self._start_sync()
+                done, chain.waiting = chain.waiting[:at], chain.waiting[at:]
+            if chain.waiting and self._state == "ready":
+                self._start_sync(loop, chain)
             else:
-                self._syncing = False
+                chain.syncing = False
                 # The log broke meanwhile (a failed write): no sync will cover these.
-                stranded, self._waiting = self._waiting, []
+                stranded, chain.waiting = chain.waiting, []
+                if self._chains.get(loop) is chain:
+                    del self._chains[loop]
         _settle(done, error)
         _settle(stranded, OSError(errno.EIO, f"the commit log {self.path} failed"))
 
@@ -332,6 +361,7 @@ class CommitLog:
             self._generation, self._active, self._end = 1, 0, _HEADER_SIZE
             self._clean = [False, True]
             self._state = "ready"
+            _LIVE.add(self)
 
     def checkpoint(self, half: int, session_ids: set[str]) -> None:
         """Fsync the journals a retired half holds copies for; then it may be reused."""
@@ -365,10 +395,11 @@ class CommitLog:
             dirty = self._dirty[0] | self._dirty[1]
             self._dirty = (set(), set())
             fd, self._fd = self._fd, -1
-            waiting, self._waiting = self._waiting, []
+            waiting = [w for chain in self._chains.values() for w in chain.waiting]
+            self._chains = {}
             self._epoch += 1
-            self._syncing = False
             mine = self._pid == os.getpid()
+        _LIVE.discard(self)
         if fd < 0 or not mine:  # no log was made, or it is the parent's
             return
         error: BaseException | None = None
@@ -376,14 +407,27 @@ class CommitLog:
             self._sync_journals(dirty)
             if state != "broken":
                 assert self.path is not None
-                os.unlink(self.path)
-                fsync_dir(self.directory)
+                with contextlib.suppress(FileNotFoundError):  # its directory went
+                    os.unlink(self.path)
+                    fsync_dir(self.directory)
         except OSError as exc:  # the log stays: the next recovery replays it
             _log.warning("closing the commit log %s: %s", self.path, exc)
             error = exc
         finally:
             os.close(fd)
         _settle(waiting, error)
+
+
+# The logs this process has in use: a process that exits without closing its stores
+# syncs their journals and deletes its logs (after its worker threads were joined),
+# leaving nothing for the next store to replay.
+_LIVE: weakref.WeakSet[CommitLog] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    for log in list(_LIVE):
+        log.close()
 
 
 def _settle(done: list[_Waiter], error: BaseException | None) -> None:
