@@ -4,11 +4,13 @@ sessions' appends, and recovery of what a crash took from the journals."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -342,6 +344,37 @@ def test_recovery_puts_back_what_a_crash_took_from_the_journals(
         assert asyncio.run(fresh.get(f"s{i}")).messages == history(30, f"s{i}")
     assert log_files(root) == []
     fresh.close()
+
+
+def test_a_store_made_while_another_recovers_waits_for_it(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+
+    async def write() -> FileSessionStore:
+        store = FileSessionStore(root)
+        await turns(store, "s", 2)
+        await log_ready(store)
+        await turns(store, "s", 5, start=2)
+        return store
+
+    dead = asyncio.run(write())
+    assert dead._commit_log is not None
+    os.close(dead._commit_log._fd)  # its process "died"
+    dead._commit_log._fd = -1
+    # Another process is replaying: it holds the recovery lock and the dead log.
+    recovering = os.open(root / wal.LOG_DIR / ".lock", os.O_RDONLY)
+    fcntl.flock(recovering, fcntl.LOCK_EX)
+    (log,) = log_files(root)
+    taken = os.open(log, os.O_RDONLY)
+    fcntl.flock(taken, fcntl.LOCK_EX)
+    made = threading.Event()
+    thread = threading.Thread(target=lambda: (FileSessionStore(root), made.set()))
+    thread.start()
+    assert not made.wait(0.3)  # it does not take the held log for a live one and go on
+    os.close(taken)
+    os.close(recovering)
+    thread.join(10)
+    assert made.is_set()
+    assert log_files(root) == []  # it recovered the log once free
 
 
 def test_recovery_drops_entries_of_a_journal_that_went_on_another_way(tmp_path: Path) -> None:

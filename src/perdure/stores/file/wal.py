@@ -330,6 +330,9 @@ class CommitLog:
         """Make this process's log: zeroed, synced, locked, renamed into place."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            # Before any log is there, so whoever finds a log finds the recovery lock.
+            flags = os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC
+            os.close(os.open(self.directory / _LOCK, flags, 0o644))
             temp = self.directory / f"{_TEMP}{uuid.uuid4().hex}"
             fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except OSError as exc:
@@ -478,17 +481,26 @@ def recover(root: Path) -> int:
 
     Returns how many entries were written back. Raises ``OSError`` when a journal
     cannot be written or synced (the logs then stay, for the next try).
+
+    A live process holds its log under an exclusive ``flock`` for life. Looking for
+    dead ones takes each log's lock shared (a live one refuses), under a shared lock
+    of ``.wal/.lock``; a recovery takes ``.wal/.lock`` exclusively, so a store that
+    looks while another replays waits for it to finish, rather than taking the logs
+    being replayed for live ones and reading journals not yet put back.
     """
     directory = root / LOG_DIR
-    if not _orphans_there(directory):
-        return 0  # no log, or only live ones: nothing to take, nothing written
+    candidates = _candidates(directory)
+    if not candidates:
+        return 0  # no log was ever left here
+    if not _orphans_there(directory, candidates):
+        return 0  # only live logs: nothing to take, nothing written
     lock = os.open(directory / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one recovery at a time; a new store waits
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one recovery at a time; lookers wait
         orphans: list[tuple[Path, int]] = []
         try:
             for path in _candidates(directory):
-                fd = _take(path)
+                fd = _take(path, fcntl.LOCK_EX)
                 if fd is not None:
                     orphans.append((path, fd))
             return _replay(root, orphans)
@@ -507,27 +519,40 @@ def _candidates(directory: Path) -> list[Path]:
     return [directory / n for n in names if n.endswith(_SUFFIX) or n.startswith(_TEMP)]
 
 
-def _take(path: Path) -> int | None:
-    """An open, locked descriptor of a dead process's log; None if it lives (or is gone)."""
+def _take(path: Path, how: int) -> int | None:
+    """An open descriptor of a dead process's log, locked ``how``; None if it lives
+    (or is gone)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:  # a live process's log
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+    except BlockingIOError:  # a live process's log (or one being replayed)
         os.close(fd)
         return None
     return fd
 
 
-def _orphans_there(directory: Path) -> bool:
-    for path in _candidates(directory):
-        fd = _take(path)
-        if fd is not None:
-            os.close(fd)
-            return True
-    return False
+def _orphans_there(directory: Path, candidates: list[Path]) -> bool:
+    """Is one of ``candidates`` a dead process's log? Waits for a recovery under way
+    (``.wal/.lock``, made before the first log)."""
+    try:
+        lock: int | None = os.open(directory / _LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        lock = None
+    try:
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        for path in candidates:
+            fd = _take(path, fcntl.LOCK_SH)
+            if fd is not None:
+                os.close(fd)
+                return True
+        return False
+    finally:
+        if lock is not None:
+            os.close(lock)
 
 
 def _replay(root: Path, orphans: list[tuple[Path, int]]) -> int:
