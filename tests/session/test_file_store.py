@@ -39,6 +39,7 @@ from perdure.session import (
 from perdure.stores.file import journal as journal_module
 from perdure.stores.file import layout
 from perdure.stores.file import store as file_store_module
+from perdure.stores.file import wal as wal_module
 from perdure.stores.file.journal import GENESIS, chain_hash
 from perdure.stores.memory import MemorySessionStore
 from perdure.types import Message
@@ -776,7 +777,7 @@ async def test_an_inline_append_that_fills_the_segment_seals_it(tmp_path: Path) 
 async def test_a_failed_inline_fsync_is_raised_and_the_tail_reread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = FileSessionStore(tmp_path / "data")
+    store = without_commit_log(FileSessionStore(tmp_path / "data"))
     await store.create("s")
     real = file_store_module.start_fsync
 
@@ -811,7 +812,10 @@ async def test_inline_appends_to_two_sessions_on_one_loop(tmp_path: Path) -> Non
     assert (await store.get("b")).messages == conversation(20, prefix="b")
 
 
-def test_a_sessions_turn_appends_inline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("log_ready", [False, True], ids=["journal-syncs", "log-syncs"])
+def test_a_sessions_turn_appends_inline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_ready: bool
+) -> None:
     # The path the agent really takes: Session holds the writer lock for the turn,
     # so after its first commit each message is written on the loop and synced apart.
     @tool
@@ -823,8 +827,24 @@ def test_a_sessions_turn_appends_inline(tmp_path: Path, monkeypatch: pytest.Monk
         """
         return key.upper()
 
+    # A message's sync is its journal's, or the commit log's once the log is made
+    # (on the writer thread, the first time a held append asks): both ways, made sure.
     calls = count_kernel_fsyncs(monkeypatch)
+    log_syncs: list[int] = []
+    real_log_sync = wal_module.start_fsync
+
+    def counting_log_sync(fd: int, executor: Any = None, *, datasync: bool = False) -> Any:
+        log_syncs.append(fd)
+        return real_log_sync(fd, executor, datasync=datasync)
+
+    monkeypatch.setattr(wal_module, "start_fsync", counting_log_sync)
     store = FileSessionStore(tmp_path / "data")
+    if log_ready:  # made now, as the writer thread makes it after the first ask
+        assert store._commit_log is not None
+        store._commit_log._state = "preparing"
+        store._commit_log.prepare()
+    else:
+        without_commit_log(store)
     session = Session(store)
     agent = Agent(
         model=ScriptedModel([tool_call("t1", "lookup", key="a"), "A it is"]),
@@ -833,7 +853,12 @@ def test_a_sessions_turn_appends_inline(tmp_path: Path, monkeypatch: pytest.Monk
     )
     agent("find a")
     assert len(agent.messages) == 4
-    assert len(calls) >= 3
+    if log_ready:  # each inline message waits for a sync of the log, none of its journal
+        assert len(log_syncs) >= 3
+        assert not calls
+    else:
+        assert len(calls) >= 3
+        assert not log_syncs
     stored = run(FileSessionStore(tmp_path / "data").get(session.session_id))
     assert stored.messages == agent.messages
 
