@@ -402,6 +402,43 @@ def test_recovery_drops_entries_of_a_journal_that_went_on_another_way(tmp_path: 
     store.close()
 
 
+def test_a_deleted_sessions_copies_never_reach_its_re_creation(tmp_path: Path) -> None:
+    # The log still holds copies of a session deleted and made again under the same
+    # id, with the same creation time and the same first messages, so the new journal
+    # is byte for byte the old one up to where the old copies go on, and may have the
+    # old inode. Its genesis record's random id starts another hash chain, so no old
+    # copy chains on, and the deleted messages stay deleted.
+    root = tmp_path / "data"
+    created = "2026-01-01T00:00:00+00:00"
+
+    async def write() -> FileSessionStore:
+        store = FileSessionStore(root)
+        await turns(store, "warm", 2)
+        await log_ready(store)
+        await store.create("s", created_at=created)
+        async with store.writer_lock("s"):
+            for count in range(1, 7):
+                await store.commit("s", history(count, "s"))
+        await store.delete("s")
+        await store.create("s", created_at=created)
+        async with store.writer_lock("s"):
+            for count in range(1, 4):
+                await store.commit("s", history(count, "s"))
+        return store
+
+    dead = asyncio.run(write())
+    assert dead._commit_log is not None
+    end = (root / "sessions" / "s" / JOURNAL).stat().st_size
+    # A copy of the old session's fourth message begins where the new journal ends.
+    assert any(e.size == end for e in logged(root) if e.session_id == "s")
+    os.close(dead._commit_log._fd)  # its process "died"
+    dead._commit_log._fd = -1
+    fresh = FileSessionStore(root)  # replays the log
+    assert asyncio.run(fresh.get("s")).messages == history(3, "s")
+    assert log_files(root) == []
+    fresh.close()
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
 def test_sigkill_and_lost_page_cache_with_sixteen_sessions_lose_nothing_acknowledged(
     tmp_path: Path,
