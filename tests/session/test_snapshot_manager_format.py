@@ -274,6 +274,24 @@ def test_an_in_place_edit_of_a_tail_message_is_seen() -> None:
     assert b"redacted" in again.inline[-1]
 
 
+def test_owned_messages_are_their_own_copies_and_replacements_are_still_seen() -> None:
+    # An orchestrator's records (owned: made by the manager, never edited in place)
+    # are not deep-copied to compare with later; an agent's messages are.
+    messages = [msg(i) for i in range(5)]
+    owned = plan_save(None, list(messages), snapshot=False, owned=True)
+    assert all(entry.copy is entry.obj for entry in owned.layout.tail)
+    copied = plan_save(None, list(messages), snapshot=False)
+    assert not any(entry.copy is entry.obj for entry in copied.layout.tail)
+    # What an owner does do, replace or drop a message, is written as for any history.
+    replaced = [*messages[:-1], {"role": "user", "content": [{"text": "another"}]}]
+    again = plan_save(owned.layout, replaced, snapshot=False, owned=True)
+    assert b"another" in again.inline[-1]
+    assert again.count == 5
+    shorter = plan_save(again.layout, replaced[:3], snapshot=False, owned=True)
+    assert shorter.count == 3
+    assert [e.obj for e in shorter.layout.tail] == replaced[:3]
+
+
 def test_a_replaced_sealed_message_reseals_from_there() -> None:
     messages = [msg(i, 400) for i in range(400)]
     plan = plan_save(None, list(messages), snapshot=False)

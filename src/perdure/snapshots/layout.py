@@ -177,9 +177,14 @@ class Layout:
         return {part.sha for part in self.parts} | set(nodes) | {n.sha for n in self.chain}
 
     @staticmethod
-    def tail_entry(message: Any, index: int) -> TailEntry:
-        """Make a :class:`TailEntry` for ``message`` at position ``index``."""
-        return TailEntry(message, copy_message(message), encode_message(message, index))
+    def tail_entry(message: Any, index: int, *, owned: bool = False) -> TailEntry:
+        """Make a :class:`TailEntry` for ``message`` at position ``index``.
+
+        ``owned``: the message is never edited in place (its caller made it and keeps
+        it to itself), so it is its own copy to compare with.
+        """
+        copied = message if owned else copy_message(message)
+        return TailEntry(message, copied, encode_message(message, index))
 
 
 def copy_message(message: Any) -> Any:
@@ -266,7 +271,9 @@ def _realign(
     return [], 0, [], []
 
 
-def plan_save(old: Layout | None, messages: list[Any], *, snapshot: bool) -> SavePlan:
+def plan_save(
+    old: Layout | None, messages: list[Any], *, snapshot: bool, owned: bool = False
+) -> SavePlan:
     """Work out the chunks and manifest content for saving ``messages``.
 
     Args:
@@ -275,6 +282,9 @@ def plan_save(old: Layout | None, messages: list[Any], *, snapshot: bool) -> Sav
             pass the agent's own list).
         snapshot: ``True`` for an immutable snapshot (the tail goes into a ``tail``
             chain link), ``False`` for ``snapshot_latest`` (the tail goes inline).
+        owned: ``messages`` are only ever appended to, removed or replaced, never
+            edited in place (an orchestrator's records, which the manager makes):
+            new messages are not deep-copied, and the open tail compares by identity.
 
     Returns:
         The plan; ``old`` is not modified, so a failed write leaves it valid.
@@ -344,7 +354,10 @@ def plan_save(old: Layout | None, messages: list[Any], *, snapshot: bool) -> Sav
         chain_kept.append(node)
         covered += node.count
     chain = chain_kept
-    added = [Layout.tail_entry(messages[index], index) for index in range(pos + len(tail), count)]
+    added = [
+        Layout.tail_entry(messages[index], index, owned=owned)
+        for index in range(pos + len(tail), count)
+    ]
     tail.extend(added)
     lists = lists.extended(added) if intact else TailLists.of(tail)
 

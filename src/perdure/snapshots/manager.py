@@ -1006,9 +1006,10 @@ class SnapshotSessionManager:
         fields_json = fields.json
         # plan_save only reads the list, before any await: no copy needed.
         messages = agent.messages
-        if self._filters and not isinstance(agent, _RunCarrier):  # a run filters its records
+        run = isinstance(agent, _RunCarrier)  # its records: made here, never edited
+        if self._filters and not run:  # a run filters its records
             messages = self._filtered_messages(slot, messages)
-        plan = plan_save(slot.layout, messages, snapshot=snapshot)
+        plan = plan_save(slot.layout, messages, snapshot=snapshot, owned=run)
         chunks = plan.chunks
         if snapshot:
             fields_blob = fields_chunk(fields_json)
