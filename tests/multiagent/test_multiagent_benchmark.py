@@ -26,4 +26,9 @@ def test_the_quick_benchmark_prints_its_table(
         ("function", "(Session)", "first"),
         ("function", "(Session)", "last"),
     ]
-    assert all(float(r[-1]) >= 0 for r in rows)
+    # save, floor, x floor, rhythm, x rhythm, off-loop floor, x off: all measured
+    assert all(len(r) == 10 for r in rows)
+    assert all(float(value) > 0 for r in rows for value in r[3:])
+    restore = [line for line in out.splitlines() if line.startswith("not in the save column")]
+    assert len(restore) == 1
+    assert float(restore[0].rsplit(" ", 2)[-2]) > 0  # "... median 0.167 ms"
