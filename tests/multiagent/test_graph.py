@@ -280,12 +280,16 @@ def test_bad_graphs_are_refused_with_the_reason() -> None:
         b.set_entry_point("zz")
     with pytest.raises(TypeError, match="an Agent or a function"):
         b.add_node(42, "n")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="node_id 'x/y' is invalid: it contains '/'"):
+        b.add_node(lambda task, up: "x", "x/y")  # ids name files: the session-id rules
     b.add_node(lambda task, up: "x", "b")
     with pytest.raises(ValueError, match="set_entry_point"):
         b.build()
     b.set_entry_point("a")
     with pytest.raises(ValueError, match="max_steps"):
         b.build(max_steps=0)
+    with pytest.raises(ValueError, match=r"graph_id '\.hidden' is invalid"):
+        b.build(graph_id=".hidden")
     with pytest.raises(TypeError, match="session_manager"):
         b.build(session_manager=object())
     twins = GraphBuilder()

@@ -105,6 +105,8 @@ def test_bad_swarms_are_refused_with_the_reason() -> None:
         Swarm([agent("x")], entry="zz")
     with pytest.raises(ValueError, match="max_handoffs"):
         Swarm([agent("x")], max_handoffs=-1)
+    with pytest.raises(ValueError, match="swarm_id 'a/b' is invalid"):
+        Swarm([agent("x")], swarm_id="a/b")
     with pytest.raises(TypeError, match="must be Agents"):
         Swarm(["x"])  # type: ignore[list-item]
     taken = agent("y")

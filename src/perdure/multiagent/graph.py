@@ -133,7 +133,7 @@ class GraphBuilder:
         node_id = default if node_id is None else node_id
         if not isinstance(node_id, str):
             raise TypeError(f"node_id must be a str, got {type(node_id).__name__}")
-        validate_session_id(node_id)  # the same rules: non-empty, no separators
+        validate_session_id(node_id, "node_id")  # the same rules: non-empty, no separators
         if node_id in self._nodes:
             raise ValueError(f"node_id {node_id!r} is already a node of this graph")
         takes_state = not isinstance(executor, Agent) and _takes_state(executor)
@@ -212,7 +212,7 @@ class GraphBuilder:
             raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
         if not isinstance(parallel, bool):
             raise TypeError(f"parallel must be a bool, got {type(parallel).__name__}")
-        validate_session_id(graph_id)
+        validate_session_id(graph_id, "graph_id")
         store = run_store(session_manager, graph_id)
         agents = [n.executor for n in self._nodes.values() if isinstance(n.executor, Agent)]
         check_agent_ids(agents, store, "node")

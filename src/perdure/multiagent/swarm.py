@@ -169,7 +169,7 @@ class Swarm(Orchestrator[SwarmResult]):
         entry_name = entry.name if isinstance(entry, Agent) else (entry or names[0])
         if entry_name not in names:
             raise ValueError(f"entry {entry_name!r} is not an agent of the swarm ({names})")
-        validate_session_id(swarm_id)
+        validate_session_id(swarm_id, "swarm_id")
         for agent in agents:
             if agent.tool_registry.get(HANDOFF_TOOL) is not None:
                 raise ValueError(

@@ -825,7 +825,7 @@ class SnapshotSessionManager:
     # ------------------------------------------------------------ orchestrators
 
     def _carrier(self, orchestrator_id: str) -> _RunCarrier:
-        validate_session_id(orchestrator_id)
+        validate_session_id(orchestrator_id, "orchestrator_id")
         carrier = self._carriers.get(orchestrator_id)
         if carrier is None:
             carrier = self._carriers[orchestrator_id] = _RunCarrier(orchestrator_id)
