@@ -6,15 +6,22 @@ from ``DIR``), prints how many messages it came back with, then says ``turn-<n>`
 three times, reading each answer; the process SIGKILLs itself right after the
 ``KILL_AFTER``-th save of its ``snapshot_latest`` returned (``0``: never). It
 prints ``done <count>`` at the end.
+
+``python bidi_writer.py DIR tool-kill`` instead asks for a tool whose run notes
+itself in ``DIR/tool-runs`` and SIGKILLs the process (its call saved, its result
+never); ``python bidi_writer.py DIR tool-resume`` then starts the agent again and
+prints, as JSON, the history its model's connection opened with.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
 
+from perdure import tool
 from perdure.bidi import BidiAgent, ScriptedBidiModel
 from perdure.session import SnapshotSessionManager
 from perdure.storage import LocalFileStorage
@@ -58,5 +65,40 @@ async def main(where: str, kill_after: int) -> None:
     print(f"done {len(agent.messages)}", flush=True)
 
 
+def lookup_tool(where: str) -> object:
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up.
+
+        Args:
+            key: the key.
+        """
+        with open(os.path.join(where, "tool-runs"), "a") as runs:
+            runs.write(f"{key}\n")
+        os.kill(os.getpid(), signal.SIGKILL)
+        return key.upper()
+
+    return lookup
+
+
+async def tool_run(where: str, mode: str) -> None:
+    manager = SnapshotSessionManager("call", storage=LocalFileStorage(where))
+    call = {"toolUseId": "t1", "name": "lookup", "input": {"key": "a"}}
+    script = [[{"type": "tool_use", "toolUse": call}]] if mode == "tool-kill" else [["ok"]]
+    model = ScriptedBidiModel(script)
+    agent = BidiAgent(model, tools=[lookup_tool(where)], agent_id="voice", session_manager=manager)
+    await agent.start()
+    if mode == "tool-kill":
+        await agent.send("find a")
+        async for _ in agent.receive():
+            pass
+        raise AssertionError("the tool should have killed this process")
+    print(json.dumps(model.starts[0]["messages"]), flush=True)
+    await agent.stop()
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    if sys.argv[2].startswith("tool-"):
+        asyncio.run(tool_run(sys.argv[1], sys.argv[2]))
+    else:
+        asyncio.run(main(sys.argv[1], int(sys.argv[2])))

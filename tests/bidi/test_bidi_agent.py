@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from perdure import Agent, MemoryStorage, NullConversationManager, tool
+from perdure.agent.conversation.pairing import INTERRUPTED_TOOL_RESULT_TEXT
 from perdure.bidi import BidiAgent, BidiEvent, ScriptedBidiModel
 from perdure.models import ScriptedModel
 from perdure.session import SnapshotSessionManager
@@ -114,6 +116,65 @@ async def test_a_tool_runs_mid_stream_and_its_result_goes_back_over_the_connecti
     assert failed["status"] == "error"
     assert "no such city" in failed["content"][0]["text"]
     await agent.stop()
+
+
+async def test_a_connection_never_opens_on_a_call_without_its_result() -> None:
+    # The stream is cancelled while a tool runs: the call is in the history, its
+    # result is not. The next connection (a restart here) opens with it closed.
+    started, storage = asyncio.Event(), MemoryStorage()
+
+    @tool
+    async def slow(city: str) -> str:
+        """Slow weather.
+
+        Args:
+            city: where.
+        """
+        started.set()
+        await asyncio.sleep(60)
+        return "late"
+
+    call = {"toolUseId": "t9", "name": "slow", "input": {"city": "Oslo"}}
+    model = ScriptedBidiModel([[{"type": "tool_use", "toolUse": call}]])
+    agent = BidiAgent(model, tools=[slow], agent_id="voice", session_manager=manager(storage))
+    await agent.start()
+    await agent.send("weather?")
+    reading = asyncio.create_task(until(agent, "response_complete"))
+    await started.wait()
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert "toolUse" in agent.messages[-1]["content"][0]
+    await agent.restart()
+    closing = {
+        "toolUseId": "t9",
+        "status": "error",
+        "content": [{"text": INTERRUPTED_TOOL_RESULT_TEXT}],
+    }
+    assert model.starts[-1]["messages"][-1] == {
+        "role": "user",
+        "content": [{"toolResult": closing}],
+    }
+    assert agent.messages == model.starts[-1]["messages"]
+    assert await stored(storage) == ["weather?", "toolUse", "toolResult"]
+    await agent.stop()
+    # A history given with a call left open before other messages is repaired too.
+    given = BidiAgent(
+        ScriptedBidiModel(),
+        messages=[
+            {"role": "user", "content": [{"text": "hi"}]},
+            {"role": "assistant", "content": [{"toolUse": call}]},
+            {"role": "assistant", "content": [{"text": "moving on"}]},
+        ],
+    )
+    await given.start()
+    assert [next(iter(m["content"][0])) for m in given.messages] == [
+        "text",
+        "toolUse",
+        "toolResult",
+        "text",
+    ]
+    await given.stop()
 
 
 @pytest.mark.parametrize("strategy", ["message", "stop", "trigger"])

@@ -26,6 +26,13 @@ only; ``"trigger"`` only when ``snapshot_trigger`` says so. The trigger is asked
 stop and before a restart (``snapshot_trigger(agent_data=bidi_agent)``), and a
 ``True`` appends an immutable snapshot. A response completing is not a save point.
 ``manager.restore_snapshot(bidi_agent)`` raises ``RuntimeError`` while it is started.
+
+Every connection opens on a model-valid history: a tool call left without its result
+(the process died, or the stream was cancelled, while the tool ran) is closed first
+with a placeholder error result (the text of
+:data:`~perdure.agent.conversation.pairing.INTERRUPTED_TOOL_RESULT_TEXT`), saved under
+``"message"`` like any message; the tool is not run again behind the model's back,
+and the model, told it was interrupted, may call it again.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 from perdure.agent import Agent, NullConversationManager
+from perdure.agent.conversation.pairing import placeholder_tool_result, repair_tool_pairs
 from perdure.agent.tool_executor import ToolBatchOutcome, run_tools
 from perdure.bidi.model import BidiEvent, BidiModel
 from perdure.models import ScriptedModel
@@ -140,6 +148,9 @@ class BidiAgent:
     async def start(self) -> None:
         """Restore from ``snapshot_latest`` (first start only), then open the connection.
 
+        A tool call the history holds without its result is closed first with a
+        placeholder error result (see the module docstring).
+
         Raises:
             RuntimeError: the agent is started already.
             SessionCorruptedError: the stored snapshot is damaged.
@@ -231,11 +242,34 @@ class BidiAgent:
             raise RuntimeError(f"BidiAgent {self.agent_id!r}: {what} before start (or after stop)")
 
     async def _open(self) -> None:
+        await self._close_pending()
         await self.model.start(
             system_prompt=self._agent.system_prompt,
             tool_specs=self._agent.tool_registry.specs(),
             messages=copy.deepcopy(self._agent.messages),
         )
+
+    async def _close_pending(self) -> None:
+        """Give each tool call without a result a placeholder error result (see the
+        module docstring), so that a connection never opens on a history no model
+        accepts."""
+        repaired, changes = repair_tool_pairs(self._agent.messages)
+        last = repaired[-1] if repaired else None
+        pending = (
+            [block["toolUse"]["toolUseId"] for block in last["content"] if "toolUse" in block]
+            if last is not None and last["role"] == "assistant"
+            else []
+        )
+        if pending:
+            repaired.append(
+                {"role": "user", "content": [placeholder_tool_result(i) for i in pending]}
+            )
+        if not changes and not pending:
+            return
+        self._agent.messages = repaired
+        manager = self.session_manager
+        if manager is not None and manager.bidi_agent_save_latest_on == "message":
+            await manager.save_snapshot(self, is_latest=True)
 
     async def _add(self, message: Message) -> None:
         """Append a message (checked first, as an Agent does) and save under "message"."""
