@@ -261,3 +261,24 @@ async def test_misuse_is_refused() -> None:
         await agent.send("hi")
     await agent.stop()
     await agent.stop()  # idempotent
+
+
+@pytest.mark.parametrize(
+    ("event", "named"),
+    [
+        ({"type": "transcript", "role": "system", "text": "x"}, "a transcript event needs"),
+        ({"type": "transcript", "role": "assistant"}, "a transcript event needs"),
+        ({"type": "tool_use"}, "a tool_use event needs"),
+        ({"type": "tool_use", "toolUse": {"name": "weather"}}, "a tool_use event needs"),
+    ],
+)
+async def test_a_malformed_event_from_the_model_is_refused_and_nothing_enters_the_history(
+    event: BidiEvent, named: str
+) -> None:
+    agent = BidiAgent(ScriptedBidiModel([[event]]), tools=[weather], agent_id="voice")
+    await agent.start()
+    await agent.send("hi")
+    with pytest.raises(ValueError, match=named):
+        await until(agent, "response_complete")
+    assert [m["content"][0] for m in agent.messages] == [{"text": "hi"}]
+    await agent.stop()

@@ -198,8 +198,18 @@ class BidiAgent:
                     await self._add({"role": role, "content": [{"text": text}]})
                     yield event
                 elif kind == "tool_use":
+                    call = event.get("toolUse")
+                    if not (
+                        isinstance(call, dict)
+                        and isinstance(call.get("toolUseId"), str)
+                        and isinstance(call.get("name"), str)
+                    ):
+                        raise ValueError(
+                            f"a tool_use event needs a toolUse with a toolUseId and a name: "
+                            f"{event!r}"
+                        )
                     yield event
-                    result = await self._run_tool(event["toolUse"])
+                    result = await self._run_tool(call)
                     yield {"type": "tool_result", "toolResult": result}
                     await self.model.send({"type": "tool_result", "toolResult": result})
                 elif kind == "restart_required":
