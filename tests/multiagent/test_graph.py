@@ -280,6 +280,15 @@ def test_bad_graphs_are_refused_with_the_reason() -> None:
         b.set_entry_point("zz")
     with pytest.raises(TypeError, match="an Agent or a function"):
         b.add_node(42, "n")  # type: ignore[arg-type]
+
+    def shared_by_another_name(task: str, upstream: dict[str, str], shared: dict[str, Any]) -> str:
+        return "x"
+
+    with pytest.raises(TypeError, match=r"node 'n': .*a parameter named state.*shared"):
+        b.add_node(shared_by_another_name, "n")  # it would be called with two arguments
+    with pytest.raises(TypeError, match="node 'n': a node function is called as"):
+        b.add_node(lambda task: "x", "n")
+    assert b.add_node(lambda task, up: "x", "n") == "n"  # the refused ones were not added
     with pytest.raises(ValueError, match="node_id 'x/y' is invalid: it contains '/'"):
         b.add_node(lambda task, up: "x", "x/y")  # ids name files: the session-id rules
     b.add_node(lambda task, up: "x", "b")

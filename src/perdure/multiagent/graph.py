@@ -104,6 +104,29 @@ def _takes_state(fn: Callable[..., Any]) -> bool:
         return False
 
 
+def _check_callable_as_node(fn: Callable[..., Any], takes_state: bool, node_id: str) -> None:
+    """Refuse, when it is added, a function a node could not call.
+
+    Raises:
+        TypeError: its parameters do not take ``(task, upstream)`` (with ``state``
+            third, by that name, when it wants the shared state).
+    """
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: the call will tell
+        return
+    args: tuple[None, ...] = (None, None, None) if takes_state else (None, None)
+    try:
+        signature.bind(*args)
+    except TypeError as exc:
+        raise TypeError(
+            f"node {node_id!r}: a node function is called as fn(task, upstream), or "
+            f"fn(task, upstream, state) to read and change the shared state (a "
+            f"parameter named state); {getattr(fn, '__name__', fn)!r}{signature} "
+            f"cannot be ({exc})"
+        ) from None
+
+
 class GraphBuilder:
     """Collects nodes and edges; :meth:`build` checks them and makes a :class:`Graph`."""
 
@@ -119,7 +142,9 @@ class GraphBuilder:
         """Add a node and return its id (default: the agent's name, or the function's).
 
         Raises:
-            TypeError: ``executor`` is neither an Agent nor callable.
+            TypeError: ``executor`` is neither an Agent nor callable, or a function
+                that cannot be called as ``fn(task, upstream)`` (or ``fn(task,
+                upstream, state)``, its third parameter named ``state``).
             ValueError: the id is taken or invalid, or the agent is already a node.
         """
         if isinstance(executor, Agent):
@@ -137,6 +162,8 @@ class GraphBuilder:
         if node_id in self._nodes:
             raise ValueError(f"node_id {node_id!r} is already a node of this graph")
         takes_state = not isinstance(executor, Agent) and _takes_state(executor)
+        if not isinstance(executor, Agent):
+            _check_callable_as_node(executor, takes_state, node_id)
         self._nodes[node_id] = _Node(node_id, executor, takes_state)
         if isinstance(executor, Agent):
             self._agent_ids.add(id(executor))
