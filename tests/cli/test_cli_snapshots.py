@@ -30,6 +30,7 @@ from perdure.cli._common import EXIT_CORRUPTED, EXIT_NOT_FOUND, EXIT_USAGE
 from perdure.cli.main import cli
 from perdure.cli.render import human_size
 from perdure.models import ScriptedModel
+from perdure.multiagent import GraphBuilder, Swarm
 from perdure.session import SnapshotSessionManager
 from perdure.storage import LocalFileStorage, SQLiteStorage, Storage, open_storage
 
@@ -334,12 +335,141 @@ def test_the_module_runs_as_a_subprocess(tmp_path: Path) -> None:
     assert [row["message_count"] for row in json.loads(completed.stdout)["snapshots"]] == [2, 4, 6]
 
 
+class Stop(KeyboardInterrupt):
+    """Stands in for the process dying inside a node (it goes up, unrecorded)."""
+
+
+def graph_run(storage: Storage, *, stop_at: str | None) -> str:
+    """Run plan -> draft -> review (review an agent) on ``storage``, session s2.
+
+    With ``stop_at`` that node is cut off as a crash would: the run stays unfinished.
+    """
+
+    def step(name: str) -> Any:
+        async def run_node(task: str, upstream: dict[str, str], state: dict[str, Any]) -> str:
+            if name == stop_at:
+                raise Stop
+            state[name] = True
+            return f"{name} done"
+
+        return run_node
+
+    b = GraphBuilder()
+    b.add_node(step("plan"), "plan")
+    b.add_node(step("draft"), "draft")
+    b.add_node(Agent(ScriptedModel(["looks good"]), agent_id="reviewer"), "review")
+    b.add_edge("plan", "draft")
+    b.add_edge("draft", "review")
+    b.set_entry_point("plan")
+    manager = SnapshotSessionManager("s2", storage=storage, multi_agent_save_latest_on="node")
+    graph = b.build(session_manager=manager, graph_id="release")
+    try:
+        return graph("ship it").status
+    except Stop:
+        return "stopped"
+
+
+def swarm_run(storage: Storage) -> None:
+    call = {"agent": "b", "message": "check the numbers", "context": {"year": 2026}}
+    a = Agent(
+        ScriptedModel(
+            [
+                {
+                    "role": "assistant",
+                    "content": [{"toolUse": {"toolUseId": "h1", "name": "handoff", "input": call}}],
+                }
+            ]
+        ),
+        name="a",
+        agent_id="a",
+    )
+    b = Agent(ScriptedModel(["checked"]), name="b", agent_id="b")
+    manager = SnapshotSessionManager("s2", storage=storage, multi_agent_save_latest_on="node")
+    assert Swarm([a, b], session_manager=manager, swarm_id="desk")("task").status == "completed"
+
+
+def test_runs_show_where_a_cut_off_graph_stands_and_that_it_resumed(storage_url: str) -> None:
+    storage = open_storage(storage_url)
+    try:
+        assert graph_run(storage, stop_at="draft") == "stopped"
+        listing = ok_json("snapshots", "runs", "s2", "--storage", storage_url)
+        assert listing["runs"] == [
+            {
+                "run_id": "release",
+                "kind": "graph",
+                "task": "ship it",
+                "status": "running",
+                "completed": ["plan"],
+                "pending": ["draft"],
+                "error": None,
+            }
+        ]
+        shown = ok_json("snapshots", "runs", "s2", "release", "--storage", storage_url)
+        assert shown["results"] == {"plan": "plan done"}
+        assert shown["shared"] == {"plan": True}
+        assert shown["agents_in_run"] == []
+        table = invoke("snapshots", "runs", "s2", "release", "--storage", storage_url)
+        assert table.exit_code == 0
+        assert "next\tdraft" in table.stdout  # piped: TSV
+        # Resumed by a rebuilt graph: the listing says it completed, the agent kept in it.
+        assert graph_run(storage, stop_at=None) == "completed"
+        shown = ok_json("snapshots", "runs", "s2", "release", "--storage", storage_url)
+        assert shown["status"] == "completed"
+        assert shown["completed"] == ["plan", "draft", "review"]
+        assert shown["results"]["review"] == "looks good"
+        assert shown["agents_in_run"] == ["reviewer"]
+        swarm_run(storage)
+        listing = ok_json("snapshots", "runs", "s2", "--storage", storage_url)
+        assert [(r["run_id"], r["kind"], r["status"]) for r in listing["runs"]] == [
+            ("desk", "swarm", "completed"),
+            ("release", "graph", "completed"),
+        ]
+        desk = ok_json("snapshots", "runs", "s2", "desk", "--storage", storage_url)
+        assert desk["handoffs"] == [{"from": "a", "to": "b", "message": "check the numbers"}]
+        assert desk["shared"] == {"year": 2026}
+    finally:
+        close(storage)
+
+
+def test_runs_of_a_session_without_any_and_unknown_runs(storage_url: str) -> None:
+    empty = invoke("snapshots", "runs", "s1", "--storage", storage_url, "--json")
+    assert empty.exit_code == 0, empty.stderr
+    assert json.loads(empty.stdout) == {"session_id": "s1", "runs": []}
+    missing = invoke("snapshots", "runs", "s1", "nope", "--storage", storage_url)
+    assert missing.exit_code == EXIT_NOT_FOUND
+    assert "has no run 'nope'" in missing.stderr
+    bad = invoke("snapshots", "runs", "s1", "a/b", "--storage", storage_url)
+    assert bad.exit_code == EXIT_USAGE
+    assert "RUN 'a/b' is invalid" in bad.stderr
+
+
+def test_a_damaged_run_is_corruption_in_the_listing_and_when_shown(tmp_path: Path) -> None:
+    storage = LocalFileStorage(tmp_path / "blobs")
+    graph_run(storage, stop_at="draft")
+    swarm_run(storage)
+    url = f"file:{tmp_path / 'blobs'}"
+    blob = tmp_path / "blobs" / "sessions" / "s2" / "multi_agents" / "release" / "latest.blob"
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    blob.write_bytes(bytes(data))
+    shown = invoke("snapshots", "runs", "s2", "release", "--storage", url)
+    assert shown.exit_code == EXIT_CORRUPTED, shown.stderr
+    assert "session_store_corrupted" in shown.stderr
+    listed = invoke("snapshots", "runs", "s2", "--storage", url, "--json")
+    assert listed.exit_code == EXIT_CORRUPTED
+    rows = {row["run_id"]: row for row in json.loads(listed.stdout)["runs"]}
+    assert rows["release"]["damaged"] is True
+    assert "session_store_corrupted" in rows["release"]["error"]
+    assert rows["desk"]["status"] == "completed"  # the other run is still read
+
+
 def test_every_command_has_help() -> None:
     for args in (
         ("snapshots",),
         ("snapshots", "list"),
         ("snapshots", "show"),
         ("snapshots", "restore"),
+        ("snapshots", "runs"),
     ):
         result = invoke(*args, "--help")
         assert result.exit_code == 0

@@ -2,8 +2,9 @@
 
 Every command goes through the manager's public async API: a snapshot is restored
 into a scratch agent (never run; its model refuses to be called) and read from there,
-so what the CLI shows is exactly what an agent would get. Damaged data exits 4, an
-unknown snapshot or storage 3, a malformed id or cursor 2 (see
+so what the CLI shows is exactly what an agent would get; ``runs`` reads the runs of
+graphs and swarms (:mod:`perdure.multiagent`) as a rebuilt orchestrator does. Damaged
+data exits 4, an unknown snapshot, run or storage 3, a malformed id or cursor 2 (see
 :mod:`perdure.cli._common`).
 """
 
@@ -32,12 +33,22 @@ from perdure.cli._common import (
     json_option,
     run,
 )
-from perdure.cli.output import format_time, new_table, note, output_format, plural, print_table
+from perdure.cli.output import (
+    format_time,
+    new_table,
+    note,
+    output_format,
+    plural,
+    print_listing,
+    print_table,
+)
 from perdure.cli.render import rich_message, shorten
 from perdure.errors import SessionCorruptedError, SnapshotError, StorageError
 from perdure.models.stream import ModelStreamEvent
+from perdure.multiagent.run import RunState, replay
 from perdure.session import SnapshotSessionManager, validate_session_id
 from perdure.session.ulid import is_ulid, ulid_timestamp_ms
+from perdure.snapshots.io import list_all
 from perdure.storage import Storage, open_storage, split_url
 from perdure.types import Message, ToolSpec
 
@@ -470,3 +481,139 @@ def restore(
         lines.append("there was no snapshot_latest before")
     for line in lines:
         out.print(line, markup=False)
+
+
+# ------------------------------------------------------------------ runs
+
+
+async def _run_ids(storage: Storage, session_id: str) -> list[str]:
+    """The ids of the orchestrators with a run stored in the session, sorted."""
+    prefix = f"sessions/{session_id}/multi_agents/"
+    keys = await list_all(storage, prefix)
+    return sorted(
+        {key[len(prefix) : -len("/latest")] for key in keys if key.endswith("/latest")} - {""}
+    )
+
+
+def _run_row(run_id: str, state: RunState) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "kind": state.kind,
+        "task": state.task,
+        "status": state.status,
+        "completed": list(state.order),
+        "pending": list(state.pending),
+        "error": state.error,
+    }
+
+
+def _run_details(run_id: str, state: RunState, records: list[dict[str, Any]]) -> dict[str, Any]:
+    held = sorted({r["agent"] for r in records if r.get("t") == "agent"})
+    return {
+        **_run_row(run_id, state),
+        "results": dict(state.results),
+        "shared": state.shared,
+        "handoffs": list(state.handoffs),
+        "agents_in_run": held,
+    }
+
+
+@snapshots.command("runs")
+@click.argument("session_id", metavar="SESSION")
+@click.argument("run_id", metavar="[RUN]", required=False)
+@storage_option
+@json_option
+@handle_errors
+def runs(session_id: str, run_id: str | None, storage_url: str, as_json: bool) -> None:
+    """List a session's graph and swarm runs, or show one: done, next, shared state.
+
+    A run is what a Graph or Swarm saves after its nodes (its id: the graph_id or
+    swarm_id); a rebuilt orchestrator resumes it at the nodes shown as next.
+    """
+    session_id = _session_argument(session_id)
+    if run_id is not None:
+        try:
+            validate_session_id(run_id, "RUN")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="RUN") from None
+    with _opened(storage_url) as storage:
+        manager = SnapshotSessionManager(session_id, storage=storage)
+        ids = [run_id] if run_id is not None else run(_run_ids(storage, session_id))
+        found: list[tuple[str, RunState | SessionCorruptedError, list[dict[str, Any]]]] = []
+        for one in ids:
+            where = f"sessions/{session_id}/multi_agents/{one}/latest"
+            try:
+                records = run(manager.restore_multi_agent(one))
+                if records is None:
+                    continue
+                found.append((one, replay(records, where), records))
+            except SessionCorruptedError as exc:
+                found.append((one, exc, []))
+    if run_id is not None:
+        if not found:
+            fail(f"session {session_id!r} has no run {run_id!r}", EXIT_NOT_FOUND)
+        _, state, records = found[0]
+        if isinstance(state, SessionCorruptedError):
+            raise state
+        _show_run(session_id, run_id, state, records, as_json)
+        return
+    damaged = False
+    rows: list[dict[str, Any]] = []
+    for one, state, _ in found:
+        if isinstance(state, SessionCorruptedError):
+            damaged = True
+            rows.append({"run_id": one, "error": _damage(state), "damaged": True})
+        else:
+            rows.append(_run_row(one, state))
+    if as_json:
+        echo_json({"session_id": session_id, "runs": rows})
+    else:
+        table = new_table(
+            "run", "kind", "status", "done", "next", "task", title=f"runs of {session_id}"
+        )
+        for row in rows:
+            if row.get("damaged"):
+                table.add_row(row["run_id"], "", "damaged", "", "", Text(row["error"]))
+                continue
+            table.add_row(
+                row["run_id"],
+                row["kind"],
+                row["status"],
+                str(len(row["completed"])),
+                ", ".join(row["pending"]) or "—",
+                Text(shorten(row["task"])),
+            )
+        print_listing(table, f"session {session_id!r} has no graph or swarm runs")
+    if damaged:
+        fail("some runs are damaged (see above)", EXIT_CORRUPTED)
+
+
+def _show_run(
+    session_id: str,
+    run_id: str,
+    state: RunState,
+    records: list[dict[str, Any]],
+    as_json: bool,
+) -> None:
+    info = {"session_id": session_id, **_run_details(run_id, state, records)}
+    if as_json:
+        echo_json(info)
+        return
+    table = new_table(show_header=False, title=f"{state.kind} run {run_id} of {session_id}")
+    table.add_column("field")
+    table.add_column("value")
+    rows = [
+        ("task", shorten(state.task)),
+        ("status", state.status + (f": {state.error}" if state.error else "")),
+        ("next", ", ".join(state.pending) or "—"),
+        ("shared", json.dumps(state.shared, ensure_ascii=False)),
+    ]
+    if info["agents_in_run"]:
+        rows.append(("agents kept in the run", ", ".join(info["agents_in_run"])))
+    for number, node in enumerate(state.order, start=1):
+        rows.append((f"{number}. {node}", shorten(state.results.get(node, ""))))
+    for handoff in state.handoffs:
+        rows.append((f"handoff {handoff['from']} → {handoff['to']}", shorten(handoff["message"])))
+    for name, value in rows:
+        table.add_row(Text(name), Text(value))
+    print_table(table)
