@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import click
+from rich.table import Table
 from rich.text import Text
 
 from perdure.agent import Agent, ConversationManager
@@ -176,6 +177,16 @@ async def _load(
 def _created_at(snapshot_id: str) -> str:
     moment = _dt.datetime.fromtimestamp(ulid_timestamp_ms(snapshot_id) / 1000, _dt.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _field_table(title: str, rows: list[tuple[str, str]]) -> Table:
+    """A headerless table of ``(field, value)`` rows (more rows may be added)."""
+    table = new_table(show_header=False, title=title)
+    table.add_column("field")
+    table.add_column("value")
+    for name, value in rows:
+        table.add_row(Text(name), Text(value))
+    return table
 
 
 def _damage(exc: SessionCorruptedError | SnapshotError) -> str:
@@ -368,9 +379,6 @@ def show(
     if as_json:
         echo_json(info)
         return
-    table = new_table(show_header=False, title=f"snapshot {snapshot_id} of {session_id}")
-    table.add_column("field")
-    table.add_column("value")
     rows = [
         ("agent", agent_id),
         ("created", format_time(info["created_at"]) or "—"),
@@ -382,8 +390,7 @@ def show(
     ]
     if agent.system_prompt is not None:
         rows.append(("system prompt", shorten(agent.system_prompt)))
-    for name, value in rows:
-        table.add_row(Text(name), Text(value))
+    table = _field_table(f"snapshot {snapshot_id} of {session_id}", rows)
     first = len(messages) - len(tail)
     if output_format() != "table":
         # Piped, the last messages are rows of the table (one line each): stdout stays
@@ -599,9 +606,6 @@ def _show_run(
     if as_json:
         echo_json(info)
         return
-    table = new_table(show_header=False, title=f"{state.kind} run {run_id} of {session_id}")
-    table.add_column("field")
-    table.add_column("value")
     rows = [
         ("task", shorten(state.task)),
         ("status", state.status + (f": {state.error}" if state.error else "")),
@@ -614,6 +618,4 @@ def _show_run(
         rows.append((f"{number}. {node}", shorten(state.results.get(node, ""))))
     for handoff in state.handoffs:
         rows.append((f"handoff {handoff['from']} → {handoff['to']}", shorten(handoff["message"])))
-    for name, value in rows:
-        table.add_row(Text(name), Text(value))
-    print_table(table)
+    print_table(_field_table(f"{state.kind} run {run_id} of {session_id}", rows))
