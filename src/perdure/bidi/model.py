@@ -3,9 +3,9 @@
 A bidirectional model holds a connection open: the agent ``start``s it with the
 history so far, ``send``s inputs (user text, tool results) whenever it likes, and
 reads ``receive()`` — an open-ended stream of :data:`BidiEvent` dicts — until it
-``stop``s it. perdure ships no provider adapter for one yet (a realtime voice or
-text API would implement these four methods); :class:`ScriptedBidiModel` plays back
-canned events for tests and demos.
+``stop``s it. :class:`~perdure.bidi.OpenAIRealtimeModel` implements these four
+methods on OpenAI's Realtime API; :class:`ScriptedBidiModel` plays back canned
+events for tests and demos.
 """
 
 from __future__ import annotations
