@@ -29,6 +29,7 @@ from perdure.cli._common import (
 from perdure.cli.main import cli
 from perdure.cli.render import format_time, human_size, render_message
 from perdure.models import ScriptedModel
+from perdure.multiagent import GraphBuilder
 from perdure.session import Session, SessionStore, open_store
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(2040)  # 2048 bytes: "2.0 KiB"
@@ -493,3 +494,61 @@ def test_list_shows_the_time_to_expiry_in_a_store_with_a_ttl(store_url: str) -> 
     listed = data["sessions"][0]
     assert 3500 < listed["expires_in"] <= 3600
     assert listed["expires_at"] > listed["updated_at"]
+
+
+class CutOff(KeyboardInterrupt):
+    """Stands in for the process dying inside a node (it goes up, unrecorded)."""
+
+
+def graph_on_a_session(url: str, *, cut_at: str | None) -> str:
+    """plan -> review (an agent) on a Session ``g1``; ``cut_at`` a node is cut off."""
+
+    async def plan(task: str, upstream: dict[str, str], state: dict[str, Any]) -> str:
+        state["planned"] = True
+        return "the plan"
+
+    async def review(task: str, upstream: dict[str, str]) -> str:
+        if cut_at == "review":
+            raise CutOff
+        return "approved"
+
+    b = GraphBuilder()
+    b.add_node(plan, "plan")
+    b.add_node(review, "review")
+    b.add_edge("plan", "review")
+    b.set_entry_point("plan")
+    store = open_store(url)
+    try:
+        return b.build(session_manager=Session(store, "g1"))("ship it").status
+    except CutOff:
+        return "cut off"
+    finally:
+        close(store)
+
+
+def test_run_shows_where_a_graph_kept_in_a_session_stands(store_url: str) -> None:
+    assert graph_on_a_session(store_url, cut_at="review") == "cut off"
+    shown = invoke("sessions", "run", "g1", "--store", store_url, "--json")
+    assert shown.exit_code == 0, shown.stderr
+    info = json.loads(shown.stdout)
+    assert (info["kind"], info["status"], info["task"]) == ("graph", "running", "ship it")
+    assert info["completed"] == ["plan"]
+    assert info["pending"] == ["review"]
+    assert info["results"] == {"plan": "the plan"}
+    assert info["shared"] == {"planned": True}
+    table = invoke("sessions", "run", "g1", "--store", store_url)
+    assert table.exit_code == 0
+    assert "next\treview" in table.stdout
+    assert graph_on_a_session(store_url, cut_at=None) == "completed"
+    info = json.loads(invoke("sessions", "run", "g1", "--store", store_url, "--json").stdout)
+    assert info["status"] == "completed"
+    assert info["completed"] == ["plan", "review"]
+
+
+def test_run_of_an_agents_session_or_none_says_so(seeded: str) -> None:
+    assert_error(
+        invoke("sessions", "run", "s1", "--store", seeded),
+        EXIT_NOT_FOUND,
+        "session 's1' holds no graph or swarm run",
+    )
+    assert_error(invoke("sessions", "run", "nope", "--store", seeded), EXIT_NOT_FOUND, "nope")

@@ -158,6 +158,16 @@ def new_table(*columns: str, title: str | None = None, show_header: bool = True)
     return table
 
 
+def field_table(title: str | None, rows: Sequence[tuple[str, str]]) -> Table:
+    """A headerless table of ``(field, value)`` rows (more rows may be added)."""
+    table = new_table(show_header=False, title=title)
+    table.add_column("field")
+    table.add_column("value")
+    for name, value in rows:
+        table.add_row(Text(name), Text(value))
+    return table
+
+
 def print_table(table: Table, out: Console | None = None) -> None:
     """Print ``table``: drawn at its natural width on a terminal, TSV when piped.
 

@@ -19,6 +19,7 @@ does not exist is reported (exit 3) instead of being made empty.
 from __future__ import annotations
 
 import fnmatch
+import json
 import time
 
 import click
@@ -26,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perdure.cli._common import (
+    EXIT_NOT_FOUND,
     EXIT_PROBLEM,
     console,
     echo_json,
@@ -49,6 +51,9 @@ from perdure.cli.ops import (
 )
 from perdure.cli.output import new_table, note, plural, print_listing, print_table
 from perdure.cli.render import format_time, rich_message
+from perdure.cli.runs import show_run
+from perdure.multiagent.persist import session_run_records
+from perdure.multiagent.run import RUN_FORMAT, replay
 from perdure.session import (
     DamagedCheckpoint,
     Session,
@@ -56,6 +61,7 @@ from perdure.session import (
     SessionStore,
 )
 from perdure.session.expiry import epoch_of
+from perdure.types import Message
 
 DEFAULT_PAGE = 20
 """Messages per history page unless ``--limit`` says otherwise."""
@@ -284,6 +290,43 @@ def history(
         out.print(rich_message(message, index), soft_wrap=True)
     if page.next_offset < page.total:
         out.print(Text(f"more: --offset {page.next_offset}", "dim"))
+
+
+@sessions.command("run")
+@click.argument("session_id", metavar="ID")
+@store_option
+@json_option
+@handle_errors
+def show_run_command(session_id: str, store_url: str, as_json: bool) -> None:
+    """Show where the graph or swarm run a session holds stands: done, next, shared state.
+
+    A Graph or Swarm given a Session keeps its run as that session's messages, one
+    record each; they are read as a rebuilt orchestrator reads them.
+    """
+    with session_store(store_url) as store:
+        record = run(store.get(session_id))
+    messages = record.messages
+    if not messages or not _starts_a_run(messages[0]):
+        fail(
+            f"session {session_id!r} holds no graph or swarm run (its first message is not "
+            "a run's start record)",
+            EXIT_NOT_FOUND,
+        )
+    records = session_run_records(messages, session_id)
+    state = replay(records, f"session {session_id!r}")
+    show_run(session_id, None, state, records, as_json)
+
+
+def _starts_a_run(message: Message) -> bool:
+    content = message.get("content")
+    text = content[0].get("text") if isinstance(content, list) and content else None
+    if not isinstance(text, str):
+        return False
+    try:
+        first = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(first, dict) and first.get("t") == "start" and first.get("v") == RUN_FORMAT
 
 
 @sessions.command("delete")

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from perdure.agent import Agent, ConversationManager
@@ -35,6 +34,7 @@ from perdure.cli._common import (
     run,
 )
 from perdure.cli.output import (
+    field_table,
     format_time,
     new_table,
     note,
@@ -44,6 +44,7 @@ from perdure.cli.output import (
     print_table,
 )
 from perdure.cli.render import rich_message, shorten
+from perdure.cli.runs import run_row, show_run
 from perdure.errors import SessionCorruptedError, SnapshotError, StorageError
 from perdure.models.stream import ModelStreamEvent
 from perdure.multiagent.run import RunState, replay
@@ -177,16 +178,6 @@ async def _load(
 def _created_at(snapshot_id: str) -> str:
     moment = _dt.datetime.fromtimestamp(ulid_timestamp_ms(snapshot_id) / 1000, _dt.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _field_table(title: str, rows: list[tuple[str, str]]) -> Table:
-    """A headerless table of ``(field, value)`` rows (more rows may be added)."""
-    table = new_table(show_header=False, title=title)
-    table.add_column("field")
-    table.add_column("value")
-    for name, value in rows:
-        table.add_row(Text(name), Text(value))
-    return table
 
 
 def _damage(exc: SessionCorruptedError | SnapshotError) -> str:
@@ -390,7 +381,7 @@ def show(
     ]
     if agent.system_prompt is not None:
         rows.append(("system prompt", shorten(agent.system_prompt)))
-    table = _field_table(f"snapshot {snapshot_id} of {session_id}", rows)
+    table = field_table(f"snapshot {snapshot_id} of {session_id}", rows)
     first = len(messages) - len(tail)
     if output_format() != "table":
         # Piped, the last messages are rows of the table (one line each): stdout stays
@@ -502,29 +493,6 @@ async def _run_ids(storage: Storage, session_id: str) -> list[str]:
     )
 
 
-def _run_row(run_id: str, state: RunState) -> dict[str, Any]:
-    return {
-        "run_id": run_id,
-        "kind": state.kind,
-        "task": state.task,
-        "status": state.status,
-        "completed": list(state.order),
-        "pending": list(state.pending),
-        "error": state.error,
-    }
-
-
-def _run_details(run_id: str, state: RunState, records: list[dict[str, Any]]) -> dict[str, Any]:
-    held = sorted({r["agent"] for r in records if r.get("t") == "agent"})
-    return {
-        **_run_row(run_id, state),
-        "results": dict(state.results),
-        "shared": state.shared,
-        "handoffs": list(state.handoffs),
-        "agents_in_run": held,
-    }
-
-
 @snapshots.command("runs")
 @click.argument("session_id", metavar="SESSION")
 @click.argument("run_id", metavar="[RUN]", required=False)
@@ -562,7 +530,7 @@ def runs(session_id: str, run_id: str | None, storage_url: str, as_json: bool) -
         _, state, records = found[0]
         if isinstance(state, SessionCorruptedError):
             raise state
-        _show_run(session_id, run_id, state, records, as_json)
+        show_run(session_id, run_id, state, records, as_json)
         return
     damaged = False
     rows: list[dict[str, Any]] = []
@@ -571,7 +539,7 @@ def runs(session_id: str, run_id: str | None, storage_url: str, as_json: bool) -
             damaged = True
             rows.append({"run_id": one, "error": _damage(state), "damaged": True})
         else:
-            rows.append(_run_row(one, state))
+            rows.append(run_row(one, state))
     if as_json:
         echo_json({"session_id": session_id, "runs": rows})
     else:
@@ -593,29 +561,3 @@ def runs(session_id: str, run_id: str | None, storage_url: str, as_json: bool) -
         print_listing(table, f"session {session_id!r} has no graph or swarm runs")
     if damaged:
         fail("some runs are damaged (see above)", EXIT_CORRUPTED)
-
-
-def _show_run(
-    session_id: str,
-    run_id: str,
-    state: RunState,
-    records: list[dict[str, Any]],
-    as_json: bool,
-) -> None:
-    info = {"session_id": session_id, **_run_details(run_id, state, records)}
-    if as_json:
-        echo_json(info)
-        return
-    rows = [
-        ("task", shorten(state.task)),
-        ("status", state.status + (f": {state.error}" if state.error else "")),
-        ("next", ", ".join(state.pending) or "—"),
-        ("shared", json.dumps(state.shared, ensure_ascii=False)),
-    ]
-    if info["agents_in_run"]:
-        rows.append(("agents kept in the run", ", ".join(info["agents_in_run"])))
-    for number, node in enumerate(state.order, start=1):
-        rows.append((f"{number}. {node}", shorten(state.results.get(node, ""))))
-    for handoff in state.handoffs:
-        rows.append((f"handoff {handoff['from']} → {handoff['to']}", shorten(handoff["message"])))
-    print_table(_field_table(f"{state.kind} run {run_id} of {session_id}", rows))

@@ -45,7 +45,7 @@ from perdure.snapshots.manager import SnapshotSessionManager
 from perdure.types import Message
 from perdure.types.json import compact_json
 
-__all__ = ["RunStore", "run_store"]
+__all__ = ["RunStore", "run_store", "session_run_records"]
 
 Strategy = Literal["node", "invocation"]
 
@@ -194,6 +194,27 @@ class _SnapshotRunStore(RunStore):
         return carried
 
 
+def session_run_records(messages: Sequence[Message], session_id: str) -> list[dict[str, Any]]:
+    """The records of the run a Session holds: one per message, its text the JSON.
+
+    Raises:
+        SessionCorruptedError: a message is not a record (its index is named).
+    """
+    records: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        try:
+            record = json.loads(message["content"][0]["text"])
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise SessionCorruptedError(
+                f"orchestrator run in session {session_id!r}: message {index} is "
+                f"not a run record ({exc})"
+            ) from exc
+        records.append(record)
+    return records
+
+
 def _as_message(record: Mapping[str, Any], filters: FilterChain, session_id: str) -> Message:
     """A record as a message, its values through the session's filters first."""
     if filters:  # as values (as agent state is), so a replacement never breaks the JSON
@@ -222,18 +243,7 @@ class _SessionRunStore(RunStore):
             return None
         self.exists, self.tail = True, stored.tail
         self.messages = list(stored.messages)
-        records: list[dict[str, Any]] = []
-        for index, message in enumerate(self.messages):
-            try:
-                record = json.loads(message["content"][0]["text"])
-                if not isinstance(record, dict):
-                    raise ValueError("not a JSON object")
-            except (KeyError, IndexError, TypeError, ValueError) as exc:
-                raise SessionCorruptedError(
-                    f"orchestrator run in session {self.session_id!r}: message {index} is "
-                    f"not a run record ({exc})"
-                ) from exc
-            records.append(record)
+        records = session_run_records(self.messages, self.session_id)
         self.records = list(records)
         return records or None
 
