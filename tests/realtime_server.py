@@ -11,6 +11,9 @@ connection) and answers each ``response.create`` with the next scripted response
 * :data:`DROP`: the connection is cut (no close handshake), as a network does;
 * :data:`EXPIRE`: an ``error`` with code ``session_expired``, then a close.
 
+With ``close_at_once`` every connection is closed, without a word, at its first
+``response.create``.
+
 Every response starts with ``response.created`` and, unless cut, ends with
 ``response.done`` (status ``completed``, its output the function calls), or what
 ``failed=`` makes of it.
@@ -42,8 +45,15 @@ def call(name: str, call_id: str, **arguments: Any) -> dict[str, Any]:
 
 
 class RealtimeServer:
-    def __init__(self, responses: list[list[Any]], *, failed: dict[int, Any] | None = None) -> None:
+    def __init__(
+        self,
+        responses: list[list[Any]],
+        *,
+        failed: dict[int, Any] | None = None,
+        close_at_once: bool = False,
+    ) -> None:
         self.responses = list(responses)
+        self.close_at_once = close_at_once  # closed when asked for a response, saying nothing
         self.failed = failed or {}  # response number -> its status_details.error
         self.connections: list[list[dict[str, Any]]] = []
         self.requests: list[tuple[str, str | None]] = []  # (path, Authorization)
@@ -75,6 +85,9 @@ class RealtimeServer:
         async for raw in ws:
             event = json.loads(raw)
             received.append(event)
+            if self.close_at_once and event.get("type") == "response.create":
+                await ws.close(1011, "internal error")
+                return
             if event.get("type") == "response.create" and not await self._respond(ws):
                 return
 
@@ -140,9 +153,9 @@ class RealtimeServer:
 
 @asynccontextmanager
 async def realtime_server(
-    responses: list[list[Any]], *, failed: dict[int, Any] | None = None
+    responses: list[list[Any]], *, failed: dict[int, Any] | None = None, close_at_once: bool = False
 ) -> AsyncIterator[RealtimeServer]:
-    fake = RealtimeServer(responses, failed=failed)
+    fake = RealtimeServer(responses, failed=failed, close_at_once=close_at_once)
     async with serve(fake._handle, "127.0.0.1", 0, process_request=fake._check) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         fake.url = f"http://127.0.0.1:{port}/v1"

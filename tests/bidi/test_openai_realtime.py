@@ -201,6 +201,17 @@ async def test_an_expired_or_dropped_connection_is_restarted_with_the_history(en
     assert texts(agent) == ["one", "First answer.", "two", "three", "Answer on the new connection."]
 
 
+async def test_a_server_that_closes_every_connection_at_once_is_not_reconnected_for_ever() -> None:
+    async with realtime_server([], close_at_once=True) as server:
+        agent = BidiAgent(model(server))
+        await agent.start()
+        await agent.send("hi")
+        with pytest.raises(ModelConnectionError, match="closed the connection before any event"):
+            await until_complete(agent)
+        await agent.stop()
+    assert len(server.connections) == 1  # no reconnection
+
+
 async def test_refusals_and_failures_are_model_errors_that_say_why() -> None:
     async with realtime_server([]) as server:
         wrong = BidiAgent(model(server, api_key="sk-wrong"))

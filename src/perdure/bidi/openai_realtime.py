@@ -22,7 +22,10 @@ output, a voice, turn detection).
   ``response.done`` that called no tool ``response_complete``. The session's time
   limit (an ``error`` with code ``session_expired``) and a connection the server
   drops (not one closed by ``stop``) are ``restart_required``: the agent opens a
-  new connection with the history. Any other ``error`` event, or a failed response,
+  new connection with the history. A connection closed before it sent any event
+  after ``session.created`` raises :class:`~perdure.errors.ModelConnectionError`
+  instead, so that a server that closes every connection at once is not
+  reconnected to for ever. Any other ``error`` event, or a failed response,
   raises a :class:`~perdure.errors.ModelError` subclass (rate limit, server,
   authentication, …); so do a refused or failed connection at ``start``.
 
@@ -118,6 +121,7 @@ class OpenAIRealtimeModel:
         self._calls: set[str] = set()
         self._unanswered: set[str] = set()
         self._done = True
+        self._heard = False
 
     @property
     def open(self) -> bool:
@@ -148,6 +152,7 @@ class OpenAIRealtimeModel:
         ws = await self._connect()
         self._ws, self._closing = ws, False
         self._calls, self._unanswered, self._done = set(), set(), True
+        self._heard = False  # an event on this connection after session.created
         try:
             first = await self._next_event(ws, "session.created")
             if first.get("type") == "error":
@@ -217,21 +222,23 @@ class OpenAIRealtimeModel:
         ws = self._ws
         if ws is None:
             raise RuntimeError("OpenAIRealtimeModel: receive before start")
-        from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
+        from websockets.exceptions import ConnectionClosed
 
         while True:
             try:
                 raw = await ws.recv()
-            except ConnectionClosedOK:
+            except ConnectionClosed as exc:
                 if self._closing or self._ws is not ws:
-                    return
-                yield {"type": "restart_required"}
-                return
-            except ConnectionClosed:
-                if self._closing or self._ws is not ws:
-                    return
+                    return  # closed by stop (or a restart)
+                if not self._heard:
+                    # Closed before it said anything: a new connection would most
+                    # likely be closed too, and the agent would reconnect for ever.
+                    raise ModelConnectionError(
+                        f"{_PROVIDER}: the server closed the connection before any event ({exc})"
+                    ) from exc
                 yield {"type": "restart_required"}  # dropped: go on over a new one
                 return
+            self._heard = True
             event = _decode(raw)
             for out in await self._translate(event):
                 yield out
