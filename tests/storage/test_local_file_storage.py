@@ -148,6 +148,32 @@ def test_sigkill_during_writes_never_leaves_a_torn_blob(tmp_path: Path) -> None:
         assert asyncio.run(storage.list("")) == ["k/blob"]
 
 
+async def test_a_missing_blob_is_answered_without_a_thread_hop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A graph's every new agent first reads a latest that is not there: a stat on
+    # the caller's thread, not a hop to a worker (0.1-0.2 ms) for nothing.
+    hops: list[object] = []
+    real = asyncio.to_thread
+
+    async def counting(func: object, *args: object) -> object:
+        hops.append(func)
+        return await real(func, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(local_file.asyncio, "to_thread", counting)
+    storage = LocalFileStorage(tmp_path)
+    assert await storage.read("sessions/s/agents/a/latest") is None
+    assert hops == []
+    await storage.write("sessions/s/agents/a/latest", b"here")
+    hops.clear()
+    assert await storage.read("sessions/s/agents/a/latest") == b"here"
+    assert len(hops) == 1  # a blob that is there is read on the worker thread
+    # Any other failure is the read's to report, as before.
+    (tmp_path / "flat").write_bytes(b"a file where a directory should be")
+    with pytest.raises(NotADirectoryError):
+        await storage.read("flat/below")
+
+
 # ------------------------------------------------------------- AppendStorage
 
 
