@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from perdure._runtime.loop import run_sync
 from perdure.cli.demo import run_demo
-from perdure.cli.main import main
+from perdure.cli.main import cli, main
 from perdure.cli.output import BOX_CHARACTERS
 
 
@@ -43,6 +46,12 @@ def test_demo_kills_its_worker_and_resumes_without_rerunning_a_tool(tmp_path: Pa
     assert "node runs across both processes: ✔ plan 1×, ✔ draft 1×, ✔ review 1×" in text
     graph_runs = (tmp_path / "data" / "graph" / "node-runs.log").read_text().split()
     assert graph_runs == ["plan", "draft", "review"]
+    # The command it prints to look at the run works, and says the run completed.
+    (hint,) = re.findall(r"where the run stands: perdure (snapshots runs .*)", text)
+    shown = CliRunner().invoke(cli, [*shlex.split(hint), "--json"])
+    assert shown.exit_code == 0, shown.stderr
+    run = json.loads(shown.stdout)
+    assert (run["status"], run["completed"]) == ("completed", ["plan", "draft", "review"])
     assert "resume from after_model (cycle 2) — 6 messages restored from the session" in text
     assert "stop_reason=end_turn" in text
     # time travel: a checkpoint, a compaction, a restore, and the table of checkpoints

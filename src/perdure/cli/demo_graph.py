@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -131,6 +132,14 @@ async def run_graph_demo(out: TextIO, style: Style, data_dir: Path) -> Counter[s
         (s("✔", "green") if runs[n] == 1 else s("✘", "red")) + f" {n} {runs[n]}×" for n in NODES
     ]
     out.write("  node runs across both processes: " + ", ".join(marks) + "\n")
+    store = shlex.quote(f"file:{data_dir / 'store'}")
+    out.write(
+        s(
+            f"  where the run stands: perdure snapshots runs demo {GRAPH_ID} --storage {store}",
+            "dim",
+        )
+        + "\n"
+    )
     out.flush()
     return runs
 
