@@ -8,6 +8,7 @@ connection) and answers each ``response.create`` with the next scripted response
 * a ``str``: an assistant text (``response.output_text.delta`` then ``…done``);
 * ``call(name, call_id, **args)``: a finished ``function_call`` output item;
 * a dict with a ``type``: sent as it is (an ``error`` event, say);
+* ``{"pause": seconds}``: a wait, the response still running;
 * :data:`DROP`: the connection is cut (no close handshake), as a network does;
 * :data:`EXPIRE`: an ``error`` with code ``session_expired``, then a close.
 
@@ -16,18 +17,21 @@ With ``close_at_once`` every connection is closed, without a word, at its first
 
 Every response starts with ``response.created`` and, unless cut, ends with
 ``response.done`` (status ``completed``, its output the function calls), or what
-``failed=`` makes of it.
+``failed=`` makes of it. As the API does, a ``response.create`` while a response is
+running gets an ``error`` (``conversation_already_has_active_response``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 DROP = "<drop the connection>"
@@ -58,6 +62,7 @@ class RealtimeServer:
         self.connections: list[list[dict[str, Any]]] = []
         self.requests: list[tuple[str, str | None]] = []  # (path, Authorization)
         self.answered = 0
+        self.refused = 0  # response.create events refused: a response was running
         self.url = ""
 
     def events(self, kind: str, connection: int = -1) -> list[dict[str, Any]]:
@@ -82,14 +87,38 @@ class RealtimeServer:
         received: list[dict[str, Any]] = []
         self.connections.append(received)
         await ws.send(json.dumps({"type": "session.created", "session": {"type": "realtime"}}))
-        async for raw in ws:
-            event = json.loads(raw)
-            received.append(event)
-            if self.close_at_once and event.get("type") == "response.create":
-                await ws.close(1011, "internal error")
-                return
-            if event.get("type") == "response.create" and not await self._respond(ws):
-                return
+        responding: asyncio.Task[bool] | None = None
+        try:
+            async for raw in ws:
+                event = json.loads(raw)
+                received.append(event)
+                if event.get("type") != "response.create":
+                    continue
+                if self.close_at_once:
+                    await ws.close(1011, "internal error")
+                    return
+                if responding is not None and not responding.done():
+                    # As the API does: one response at a time.
+                    self.refused += 1
+                    await ws.send(
+                        json.dumps(
+                            {
+                                "type": "error",
+                                "error": {
+                                    "type": "invalid_request_error",
+                                    "code": "conversation_already_has_active_response",
+                                    "message": "Conversation already has an active response.",
+                                },
+                            }
+                        )
+                    )
+                    continue
+                responding = asyncio.create_task(self._respond(ws))
+        finally:
+            if responding is not None and not responding.done():
+                responding.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                    await responding
 
     async def _respond(self, ws: ServerConnection) -> bool:
         """Send the next scripted response; False once the connection is cut or closed."""
@@ -118,7 +147,9 @@ class RealtimeServer:
                 )
                 await ws.close()
                 return False
-            if isinstance(part, str):
+            if isinstance(part, dict) and "pause" in part:
+                await asyncio.sleep(part["pause"])  # the response stays active meanwhile
+            elif isinstance(part, str):
                 for piece in (part[: len(part) // 2], part[len(part) // 2 :]):
                     await ws.send(
                         json.dumps(

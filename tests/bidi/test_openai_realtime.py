@@ -129,6 +129,24 @@ async def test_calls_of_one_response_are_answered_by_one_response_create() -> No
     )
 
 
+async def test_text_sent_while_a_response_runs_is_answered_after_it() -> None:
+    # Typing ahead: the second text goes in at once, its response is asked for once
+    # the running one is done (a second response.create now would be refused).
+    script = [[{"pause": 0.2}, "Answer one."], ["Answer two."]]
+    async with realtime_server(script) as server:
+        agent = BidiAgent(model(server))
+        await agent.start()
+        await agent.send("one")
+        await agent.send("two")
+        await until_complete(agent)
+        await until_complete(agent)
+        await agent.stop()
+    assert texts(agent) == ["one", "two", "Answer one.", "Answer two."]
+    assert server.refused == 0
+    kinds = [e["type"] for e in server.connections[0]]
+    assert kinds.count("response.create") == 2
+
+
 async def test_a_restored_agent_opens_its_connection_with_the_whole_history(tmp_path: Path) -> None:
     calls.clear()
     script = [[call("weather", "call_1", city="Oslo")], ["Sunny."], ["Still sunny."]]

@@ -12,8 +12,9 @@ output, a voice, turn detection).
   items, each ``toolUse`` as a ``function_call`` item and each ``toolResult`` as its
   ``function_call_output``, in the history's order.
 * ``send`` adds a user ``message`` item, or a tool's ``function_call_output``, then
-  asks for a response (``response.create``) — after a response that called several
-  tools, only once every call has its output and that response is done.
+  asks for a response (``response.create``) — one at a time, as the API wants: text
+  sent while a response runs is answered once it is done, and after a response that
+  called tools, the next is asked for once every call has its output.
 * ``receive`` turns server events into :data:`~perdure.bidi.BidiEvent` s: a finished
   text or audio transcript (``response.output_text.done``,
   ``response.output_audio_transcript.done``) an assistant ``transcript``, a user's
@@ -115,12 +116,15 @@ class OpenAIRealtimeModel:
         self._open_timeout = float(open_timeout)
         self._ws: Any = None
         self._closing = False
-        # The tool calls of the newest response, those of them still without an
-        # output, and whether that response is done: once it is and all have their
-        # outputs, one response.create asks for what comes next.
+        # One response at a time (the API refuses a response.create while one runs):
+        # ``_busy`` from our response.create (or the server's own response.created)
+        # to its response.done; ``_wanted`` when another was asked for meanwhile. The
+        # tool calls of the newest response, and those still without an output: once
+        # it is done and all have outputs, one response.create asks for what follows.
+        self._busy = False
+        self._wanted = False
         self._calls: set[str] = set()
         self._unanswered: set[str] = set()
-        self._done = True
         self._heard = False
 
     @property
@@ -151,7 +155,8 @@ class OpenAIRealtimeModel:
         items = _history_items(messages)  # checked before anything is sent
         ws = await self._connect()
         self._ws, self._closing = ws, False
-        self._calls, self._unanswered, self._done = set(), set(), True
+        self._busy, self._wanted = False, False
+        self._calls, self._unanswered = set(), set()
         self._heard = False  # an event on this connection after session.created
         try:
             first = await self._next_event(ws, "session.created")
@@ -194,7 +199,7 @@ class OpenAIRealtimeModel:
                 "content": [{"type": "input_text", "text": text}],
             }
             await self._send_json({"type": "conversation.item.create", "item": item})
-            await self._send_json({"type": "response.create"})
+            await self._ask()  # at once, or when the response running now is done
             return
         if kind == "tool_result":
             result = event.get("toolResult")
@@ -207,7 +212,7 @@ class OpenAIRealtimeModel:
                 {"type": "conversation.item.create", "item": _call_output(dict(result))}
             )
             self._unanswered.discard(call_id)
-            if self._done and call_id in self._calls and not self._unanswered:
+            if not self._busy and call_id in self._calls and not self._unanswered:
                 await self._ask()
             return
         raise ValueError(f"OpenAIRealtimeModel cannot send an input of type {kind!r}: {event!r}")
@@ -315,8 +320,11 @@ class OpenAIRealtimeModel:
             ) from exc
 
     async def _ask(self) -> None:
-        """Ask for the response that follows the newest one's tool outputs."""
-        self._calls = set()
+        """Ask for a response now, or once the one running is done."""
+        if self._busy:
+            self._wanted = True
+            return
+        self._busy, self._wanted, self._calls = True, False, set()
         await self._send_json({"type": "response.create"})
 
     async def _translate(self, event: dict[str, Any]) -> list[BidiEvent]:
@@ -328,7 +336,7 @@ class OpenAIRealtimeModel:
         if kind == _USER_SPEECH_DONE:
             return [_transcript("user", event.get("transcript"), event)]
         if kind == "response.created":
-            self._calls, self._unanswered, self._done = set(), set(), False
+            self._busy, self._calls, self._unanswered = True, set(), set()
             return []
         if kind == "response.output_item.done":
             item = event.get("item")
@@ -340,12 +348,13 @@ class OpenAIRealtimeModel:
             return []
         if kind == "response.done":
             _check_response(event)
-            self._done = True
-            if not self._calls:
-                return [{"type": "response_complete"}]
-            if not self._unanswered:  # every call answered while the response ran
+            self._busy = False
+            if self._calls and self._unanswered:
+                return []  # asked for once the last output is sent (see send)
+            out: list[BidiEvent] = [] if self._calls else [{"type": "response_complete"}]
+            if self._calls or self._wanted:  # calls answered while it ran, or text came
                 await self._ask()
-            return []
+            return out
         if kind == "error":
             error = event.get("error")
             code = error.get("code") if isinstance(error, Mapping) else None
