@@ -202,11 +202,12 @@ async def test_an_expired_or_dropped_connection_is_restarted_with_the_history(en
         await agent.send("one")
         await until_complete(agent)
         await agent.send("two")
-        events = []
+        events: list[str] = []
         async for event in agent.receive():
             events.append(event["type"])
             if event["type"] == "restart_required":
                 break
+        assert events == ["restart_required"]  # "two" got no answer on the old one
         assert len(server.connections) == 2  # restarted before the event was yielded
         await agent.send("three")
         await until_complete(agent)
