@@ -7,6 +7,7 @@ connection) and answers each ``response.create`` with the next scripted response
 
 * a ``str``: an assistant text (``response.output_text.delta`` then ``…done``);
 * ``call(name, call_id, **args)``: a finished ``function_call`` output item;
+* ``audio(chunk)``: a ``response.output_audio.delta`` of the model's speech;
 * a dict with a ``type``: sent as it is (an ``error`` event, say);
 * ``{"pause": seconds}``: a wait, the response still running;
 * :data:`DROP`: the connection is cut (no close handshake), as a network does;
@@ -24,6 +25,7 @@ running gets an ``error`` (``conversation_already_has_active_response``).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -37,6 +39,11 @@ from websockets.http11 import Request, Response
 DROP = "<drop the connection>"
 EXPIRE = "<the session expires>"
 KEY = "sk-test-realtime"
+
+
+def audio(chunk: bytes) -> dict[str, Any]:
+    """A scripted part: a delta of the model's speech."""
+    return {"type": "response.output_audio.delta", "delta": base64.b64encode(chunk).decode()}
 
 
 def call(name: str, call_id: str, **arguments: Any) -> dict[str, Any]:

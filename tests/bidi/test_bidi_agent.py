@@ -282,3 +282,19 @@ async def test_a_malformed_event_from_the_model_is_refused_and_nothing_enters_th
         await until(agent, "response_complete")
     assert [m["content"][0] for m in agent.messages] == [{"text": "hi"}]
     await agent.stop()
+
+
+async def test_speech_is_passed_to_the_model_and_kept_out_of_the_history() -> None:
+    model = ScriptedBidiModel([["heard you"]])
+    agent = BidiAgent(model)
+    with pytest.raises(RuntimeError, match="send_audio before start"):
+        await agent.send_audio(b"x")
+    await agent.start()
+    with pytest.raises(TypeError, match="chunk must be bytes"):
+        await agent.send_audio("not bytes")  # type: ignore[arg-type]
+    await agent.send_audio(bytearray(b"\x01\x02"))
+    await agent.send("over")
+    await until(agent, "response_complete")
+    await agent.stop()
+    assert model.sent == [{"type": "audio", "audio": b"\x01\x02"}, {"type": "text", "text": "over"}]
+    assert [m["content"][0]["text"] for m in agent.messages] == ["over", "heard you"]

@@ -7,6 +7,7 @@ adapter connects to it as it would to ``wss://api.openai.com/v1/realtime``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from perdure.errors import (
 )
 from perdure.session import SnapshotSessionManager
 from perdure.storage import LocalFileStorage
-from realtime_server import DROP, EXPIRE, KEY, RealtimeServer, call, realtime_server
+from realtime_server import DROP, EXPIRE, KEY, RealtimeServer, audio, call, realtime_server
 
 calls: list[str] = []
 
@@ -127,6 +128,28 @@ async def test_calls_of_one_response_are_answered_by_one_response_create() -> No
     assert kinds.index("response.create", kinds.index("response.create") + 1) > max(
         i for i, e in enumerate(server.connections[0]) if e.get("item", {}).get("call_id") == "c2"
     )
+
+
+async def test_speech_goes_in_and_out_as_bytes_and_only_transcripts_enter_the_history() -> None:
+    heard = {"type": "conversation.item.input_audio_transcription.completed", "transcript": "hi"}
+    script = [[heard, audio(b"\x00\x01speech"), audio(b"\xff more"), "Hello there."]]
+    async with realtime_server(script) as server:
+        agent = BidiAgent(model(server, session={"output_modalities": ["audio"]}))
+        await agent.start()
+        await agent.send_audio(b"\x10\x20pcm")
+        await agent.send("(spoken above)")
+        events = await until_complete(agent)
+        await agent.stop()
+    (appended,) = server.events("input_audio_buffer.append")
+    assert base64.b64decode(appended["audio"]) == b"\x10\x20pcm"
+    assert server.events("session.update")[0]["session"]["output_modalities"] == ["audio"]
+    assert [e.get("audio") for e in events if e["type"] == "audio"] == [
+        b"\x00\x01speech",
+        b"\xff more",
+    ]
+    assert texts(agent) == ["(spoken above)", "hi", "Hello there."]
+    with pytest.raises(RuntimeError, match="send_audio before start"):
+        await agent.send_audio(b"late")
 
 
 async def test_text_sent_while_a_response_runs_is_answered_after_it() -> None:
@@ -296,8 +319,10 @@ async def test_bad_arguments_and_histories_are_refused_before_anything_is_sent(
         with pytest.raises(RuntimeError, match="send before start"):
             await adapter.send({"type": "text", "text": "hi"})
         await adapter.start(system_prompt=None, tool_specs=[], messages=[])
-        with pytest.raises(ValueError, match="cannot send an input of type 'audio'"):
-            await adapter.send({"type": "audio"})  # type: ignore[typeddict-item]
+        with pytest.raises(ValueError, match="cannot send an input of type 'video'"):
+            await adapter.send({"type": "video"})  # type: ignore[typeddict-item]
+        with pytest.raises(ValueError, match="an audio input needs bytes"):
+            await adapter.send({"type": "audio", "audio": "not bytes"})  # type: ignore[typeddict-item]
         await adapter.stop()
         await adapter.stop()  # idempotent
     await asyncio.sleep(0)

@@ -11,7 +11,9 @@
             break
     await agent.stop()                  # saved
 
-Every finished transcript entry becomes a message of the agent's history; a
+``send_audio(chunk)`` streams the user's speech, and ``audio`` events carry the
+model's; neither enters the history, their transcripts do. Every finished transcript
+entry becomes a message of the agent's history; a
 ``tool_use`` event runs the tool at once (the agent's tools, through perdure's tool
 executor) and sends its result back over the open connection, the call and its
 result entering the history as a pair. A ``restart_required`` event (or
@@ -175,6 +177,21 @@ class BidiAgent:
         self._require_started("send")
         await self._add({"role": "user", "content": [{"text": text}]})
         await self.model.send({"type": "text", "text": text})
+
+    async def send_audio(self, chunk: bytes) -> None:
+        """Stream a chunk of the user's speech to the model (in the session's format).
+
+        Not added to the history: the model's transcript of it comes back as a user
+        ``transcript`` event, which is.
+
+        Raises:
+            RuntimeError: the agent is not started.
+            TypeError: ``chunk`` is not bytes.
+        """
+        if not isinstance(chunk, bytes | bytearray | memoryview):
+            raise TypeError(f"chunk must be bytes, got {type(chunk).__name__}")
+        self._require_started("send_audio")
+        await self.model.send({"type": "audio", "audio": bytes(chunk)})
 
     async def receive(self) -> AsyncIterator[BidiEvent]:
         """The model's events as they come, with tool calls run and restarts done.

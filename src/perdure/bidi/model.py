@@ -32,23 +32,32 @@ class BidiEvent(TypedDict, total=False):
     * ``"tool_result"``: emitted by the agent (not the model) once a tool ran;
     * ``"response_complete"``: the model finished responding (not a save point);
     * ``"restart_required"``: the provider ends the connection (a session time limit):
-      the agent restarts it, with the history, and goes on.
+      the agent restarts it, with the history, and goes on;
+    * ``"audio"``: a chunk of the model's speech, ``audio`` (bytes, in the format the
+      session set): passed on to the caller, never into the history (the speech's
+      transcript is what the history keeps).
     """
 
-    type: Literal["transcript", "tool_use", "tool_result", "response_complete", "restart_required"]
+    type: Literal[
+        "transcript", "tool_use", "tool_result", "response_complete", "restart_required", "audio"
+    ]
     role: Literal["user", "assistant"]
     text: str
     toolUse: ToolUse
     toolResult: ToolResult
+    audio: bytes
 
 
 class BidiInput(TypedDict, total=False):
-    """What the agent sends: ``{"type": "text", "text"}`` or a tool's result,
-    ``{"type": "tool_result", "toolResult"}``."""
+    """What the agent sends: ``{"type": "text", "text"}``, a tool's result,
+    ``{"type": "tool_result", "toolResult"}``, or a chunk of the user's speech,
+    ``{"type": "audio", "audio": bytes}`` (its transcript, when the model makes one,
+    comes back as a user ``transcript`` event)."""
 
-    type: Literal["text", "tool_result"]
+    type: Literal["text", "tool_result", "audio"]
     text: str
     toolResult: ToolResult
+    audio: bytes
 
 
 @runtime_checkable
@@ -93,7 +102,8 @@ class ScriptedBidiModel:
         greeting: events emitted as soon as the connection starts (none by default).
 
     It records what it was given: ``starts`` (the history at each start), ``sent``
-    (every input) and ``stops``. Running out of responses raises ``RuntimeError``
+    (every input; an ``audio`` input is only recorded, it takes no response) and
+    ``stops``. Running out of responses raises ``RuntimeError``
     naming ``ScriptedBidiModel`` from ``send``.
     """
 
@@ -139,6 +149,8 @@ class ScriptedBidiModel:
         if self._queue is None:
             raise RuntimeError("ScriptedBidiModel: send before start (or after stop)")
         self.sent.append(copy.deepcopy(event))
+        if event.get("type") == "audio":
+            return  # recorded only: speech is answered by the text or tool input after it
         if not self._responses:
             raise RuntimeError(
                 f"ScriptedBidiModel ran out of responses (input {len(self.sent)}: {event!r})"

@@ -11,6 +11,8 @@ output, a voice, turn detection).
   and then the history as ``conversation.item.create`` events: text as ``message``
   items, each ``toolUse`` as a ``function_call`` item and each ``toolResult`` as its
   ``function_call_output``, in the history's order.
+* An ``audio`` input is appended to the input audio buffer (base64); the output
+  audio's deltas (``response.output_audio.delta``) are ``audio`` events, bytes.
 * ``send`` adds a user ``message`` item, or a tool's ``function_call_output``, then
   asks for a response (``response.create``) — one at a time, as the API wants: text
   sent while a response runs is answered once it is done, and after a response that
@@ -37,6 +39,7 @@ imported when a connection opens, never by importing perdure.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -58,6 +61,7 @@ _ASSISTANT_AUDIO_DONE = frozenset(
     {"response.output_audio_transcript.done", "response.audio_transcript.done"}
 )
 _USER_SPEECH_DONE = "conversation.item.input_audio_transcription.completed"
+_AUDIO_DELTA = frozenset({"response.output_audio.delta", "response.audio.delta"})
 _RESTART_CODES = frozenset({"session_expired"})
 
 
@@ -215,6 +219,16 @@ class OpenAIRealtimeModel:
             if not self._busy and call_id in self._calls and not self._unanswered:
                 await self._ask()
             return
+        if kind == "audio":
+            chunk = event.get("audio")
+            if not isinstance(chunk, bytes):
+                raise ValueError("an audio input needs bytes under 'audio'")
+            # The server's turn detection (or an input_audio_buffer.commit, in a
+            # session= without it) decides when the speech is a turn.
+            await self._send_json(
+                {"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk).decode()}
+            )
+            return
         raise ValueError(f"OpenAIRealtimeModel cannot send an input of type {kind!r}: {event!r}")
 
     async def receive(self) -> AsyncIterator[BidiEvent]:
@@ -335,6 +349,15 @@ class OpenAIRealtimeModel:
             return [_transcript("assistant", event.get("transcript"), event)]
         if kind == _USER_SPEECH_DONE:
             return [_transcript("user", event.get("transcript"), event)]
+        if kind in _AUDIO_DELTA:
+            delta = event.get("delta")
+            try:
+                chunk = base64.b64decode(delta, validate=True) if isinstance(delta, str) else None
+            except ValueError:
+                chunk = None
+            if chunk is None:
+                raise ModelError(f"{_PROVIDER}: {kind!r} without base64 audio: {event!r}")
+            return [{"type": "audio", "audio": chunk}]
         if kind == "response.created":
             self._busy, self._calls, self._unanswered = True, set(), set()
             return []
