@@ -119,7 +119,6 @@ class OpenAIRealtimeModel:
         self._session = dict(session or {})
         self._open_timeout = float(open_timeout)
         self._ws: Any = None
-        self._closing = False
         # One response at a time (the API refuses a response.create while one runs):
         # ``_busy`` from our response.create (or the server's own response.created)
         # to its response.done; ``_wanted`` when another was asked for meanwhile. The
@@ -158,7 +157,7 @@ class OpenAIRealtimeModel:
             raise RuntimeError("OpenAIRealtimeModel is started already")
         items = _history_items(messages)  # checked before anything is sent
         ws = await self._connect()
-        self._ws, self._closing = ws, False
+        self._ws = ws
         self._busy, self._wanted = False, False
         self._calls, self._unanswered = set(), set()
         self._heard = False  # an event on this connection after session.created
@@ -247,8 +246,8 @@ class OpenAIRealtimeModel:
             try:
                 raw = await ws.recv()
             except ConnectionClosed as exc:
-                if self._closing or self._ws is not ws:
-                    return  # closed by stop (or a restart)
+                if self._ws is not ws:
+                    return  # closed by stop (or a restart), which let go of it first
                 if not self._heard:
                     # Closed before it said anything: a new connection would most
                     # likely be closed too, and the agent would reconnect for ever.
@@ -269,7 +268,6 @@ class OpenAIRealtimeModel:
         ws, self._ws = self._ws, None
         if ws is None:
             return
-        self._closing = True
         await ws.close()
 
     # ------------------------------------------------------------ internals
