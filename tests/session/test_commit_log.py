@@ -190,6 +190,111 @@ async def test_appends_wait_for_the_sync_that_covers_them(tmp_path: Path) -> Non
     store.close()
 
 
+async def test_copies_made_during_a_sync_are_written_at_once_before_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a sync is in flight, copies wait in memory: the next sync writes them
+    all with one pwrite, before it starts (each is in the file before the sync that
+    covers it), and none of their commits returns before that sync does."""
+    root = tmp_path / "data"
+    store = FileSessionStore(root)
+    await turns(store, "warm", 2)
+    log = await log_ready(store)
+    sessions = [f"s{i}" for i in range(4)]
+    for sid in sessions:
+        await turns(store, sid, 1)  # each journal's first append syncs it (size 0)
+    base = len(logged(root))
+    in_file: list[int] = []  # entries in the log file as each sync starts
+    held: list[asyncio.Future[None]] = []
+
+    def holding(fd: int, executor: Any = None, *, datasync: bool = False) -> Any:
+        in_file.append(len(logged(root)))
+        held.append(asyncio.get_running_loop().create_future())
+        return held[-1]
+
+    log_writes: list[int] = []
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        if fd == log._fd:
+            log_writes.append(len(data))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(wal, "start_fsync", holding)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    commits = [asyncio.ensure_future(turns(store, sid, 2, start=1)) for sid in sessions]
+    for _ in range(500):
+        if len(log._pending) == 3:
+            break
+        await asyncio.sleep(0.001)
+    assert len(log._pending) == 3
+    assert len(held) == 1
+    assert in_file == [base + 1]
+    assert len(log_writes) == 1
+    held[0].set_result(None)
+    await asyncio.sleep(0.01)
+    assert [c.done() for c in commits] == [True, False, False, False]
+    # The next sync started after one write of the three copies that waited.
+    assert in_file == [base + 1, base + 4]
+    assert len(log_writes) == 2
+    assert log._pending == []
+    held[1].set_result(None)
+    await asyncio.wait_for(asyncio.gather(*commits), 5)
+    monkeypatch.undo()
+    fresh = FileSessionStore(root)
+    for sid in sessions:
+        assert (await fresh.get(sid)).messages == history(2, sid)
+    store.close()
+    fresh.close()
+
+
+async def test_copies_that_fail_to_reach_the_log_fail_their_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "data"
+    store = FileSessionStore(root)
+    await turns(store, "warm", 2)
+    log = await log_ready(store)
+    sessions = [f"s{i}" for i in range(3)]
+    for sid in sessions:
+        await turns(store, sid, 1)
+    held: list[asyncio.Future[None]] = []
+
+    def holding(fd: int, executor: Any = None, *, datasync: bool = False) -> Any:
+        held.append(asyncio.get_running_loop().create_future())
+        return held[-1]
+
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        if fd == log._fd and held:  # the copies that waited for the first sync
+            raise OSError(28, "No space left on device")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(wal, "start_fsync", holding)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    commits = [asyncio.ensure_future(turns(store, sid, 2, start=1)) for sid in sessions]
+    for _ in range(500):
+        if len(log._pending) == 2:
+            break
+        await asyncio.sleep(0.001)
+    assert len(log._pending) == 2
+    held[0].set_result(None)
+    results = await asyncio.wait_for(asyncio.gather(*commits, return_exceptions=True), 5)
+    assert results[0] is None
+    assert [type(r) for r in results[1:]] == [OSError, OSError]
+    assert log._state == "broken"
+    monkeypatch.undo()
+    # The next commits sync their journals themselves; nothing acknowledged is lost.
+    for sid in sessions:
+        await turns(store, sid, 3, start=2)
+    fresh = FileSessionStore(root)
+    for sid in sessions:
+        assert (await fresh.get(sid)).messages == history(3, sid)
+    store.close()
+    fresh.close()
+
+
 async def test_a_failed_log_sync_fails_its_commits_and_journals_sync_themselves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

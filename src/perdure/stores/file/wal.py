@@ -9,7 +9,13 @@ with no fsync at all). Like a database's write-ahead log, this log lets one
 sync) and, as a copy, to this process's log; the commit returns once a
 ``fdatasync`` of the log that started after the copy was written has returned.
 Appends that arrive while one sync is in flight are covered by the next one, which
-starts as soon as it returns: a lone append waits for no company.
+starts as soon as it returns: a lone append waits for no company. Their copies wait
+in memory meanwhile, and the next sync writes them with one ``pwrite`` just before
+it starts (one write a sync, not one an append, and none into a page the kernel is
+writing back). A copy that never reached the file belongs to a commit that had not
+returned; its journal bytes, if a later process reads them, are synced by that
+process's first commit of the session, which reads the journal's end from disk and
+fsyncs the journal itself.
 
 The log is a file of fixed size, filled with zeros when it is made, so a sync
 writes data blocks only — no size or extent changes, no file-system journal commit
@@ -209,7 +215,13 @@ class CommitLog:
         # (every journal it holds copies for is synced).
         self._dirty: tuple[set[str], set[str]] = (set(), set())
         self._clean = [False, True]
-        self._written = 0  # entries written, ever
+        self._written = 0  # entries added, ever
+        # Entries added while a sync is in flight, not written yet: the bytes and the
+        # offset of the first. The next sync writes them first, with one pwrite (only
+        # a sync that starts after an entry is in the file may cover it, and none
+        # starts before this is written), instead of one pwrite an append.
+        self._pending: list[bytes] = []
+        self._pending_at = 0
         self._chains: dict[asyncio.AbstractEventLoop, _Chain] = {}
         self._epoch = 0  # a new one at each close: a sync started before settles nobody
 
@@ -226,26 +238,39 @@ class CommitLog:
             blob = encode_entry(self._generation, entry)
             if self._end + len(blob) > (self._active + 1) * HALF and not self._switch(blob):
                 return None
-            try:
-                written = os.pwrite(self._fd, blob, self._end)
-            except OSError as exc:
-                self._broken(exc)
-                return None
-            if written != len(blob):  # a short write to a file of fixed size: broken
-                self._broken(OSError(errno.EIO, "short write to the commit log"))
-                return None
-            self._end += len(blob)
-            self._dirty[self._active].add(entry.session_id)
-            self._written += 1
             loop = asyncio.get_running_loop()
-            future: asyncio.Future[None] = loop.create_future()
             chain = self._chains.get(loop)
             if chain is None:
                 chain = self._chains[loop] = _Chain()
+            if not chain.syncing:  # a lone append: written and synced at once
+                try:
+                    self._write(blob, self._end)
+                except OSError as exc:
+                    self._broken(exc)
+                    return None
+            else:  # written by the sync that will cover it, with the others meanwhile
+                if not self._pending:
+                    self._pending_at = self._end
+                self._pending.append(blob)
+            self._end += len(blob)
+            self._dirty[self._active].add(entry.session_id)
+            self._written += 1
+            future: asyncio.Future[None] = loop.create_future()
             chain.waiting.append(_Waiter(self._written, future))
             if not chain.syncing:
                 self._start_sync(loop, chain)
         return future
+
+    def _write(self, data: bytes, at: int) -> None:
+        """Write into the log at ``at`` (under the lock); OSError when it failed."""
+        if os.pwrite(self._fd, data, at) != len(data):  # a file of fixed size: broken
+            raise OSError(errno.EIO, "short write to the commit log")
+
+    def _write_pending(self) -> None:
+        """Write the entries added while a sync was in flight (under the lock)."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self._write(b"".join(pending), self._pending_at)
 
     def _switch(self, blob: bytes) -> bool:
         """The active half is full: go on in the other, checkpoint this one (under the
@@ -254,6 +279,7 @@ class CommitLog:
         if not self._clean[other] or len(blob) > HALF - _HEADER_SIZE:
             return False
         try:
+            self._write_pending()  # before its half's checkpoint can clean it
             # The new generation's header: the next sync, which every entry written
             # after it waits for, makes it durable with them; until then the other
             # half's old entries, all synced in their journals, are what it holds.
@@ -276,6 +302,7 @@ class CommitLog:
         chain.syncing = True
         covered = self._written
         try:
+            self._write_pending()
             synced = start_fsync(self._fd, self._executor(), datasync=True)
         except OSError as exc:
             chain.syncing = False
@@ -362,6 +389,7 @@ class CommitLog:
                 return
             self._fd, self.path = fd, path
             self._generation, self._active, self._end = 1, 0, _HEADER_SIZE
+            self._pending = []
             self._clean = [False, True]
             self._state = "ready"
             _LIVE.add(self)
@@ -397,6 +425,7 @@ class CommitLog:
                 self._state = "absent"
             dirty = self._dirty[0] | self._dirty[1]
             self._dirty = (set(), set())
+            self._pending = []  # their commits are settled below, once their journals are synced
             fd, self._fd = self._fd, -1
             waiting = [w for chain in self._chains.values() for w in chain.waiting]
             self._chains = {}
