@@ -10,7 +10,10 @@ so that a noisy neighbour slows every way alike, and prints the median per appen
 - ``executor``: the same in ``loop.run_in_executor`` (a hop to a worker thread and
   back);
 - ``kernel``: ``os.write``, then :func:`perdure._runtime.fsync.start_fsync`, awaited
-  (Linux native AIO; elsewhere this falls back to the executor).
+  (Linux native AIO; elsewhere this falls back to the executor);
+- ``offload``: the same with ``offload=True`` (an io_uring worker, which leaves the
+  loop's CPU alone: what the commit logs use for a sync behind which commits queued;
+  a lone fsync pays for the wake-up on the other core).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ LINE = b"x" * 419 + b"\n"
 async def measure(path: Path, n: int) -> dict[str, float]:
     loop = asyncio.get_running_loop()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    times: dict[str, list[float]] = {"inline": [], "executor": [], "kernel": []}
+    times: dict[str, list[float]] = {"inline": [], "executor": [], "kernel": [], "offload": []}
 
     def append_and_sync() -> None:
         os.write(fd, LINE)
@@ -54,6 +57,11 @@ async def measure(path: Path, n: int) -> dict[str, float]:
                 os.write(fd, LINE)
                 await start_fsync(fd, executor)
                 times["kernel"].append(time.perf_counter() - start)
+
+                start = time.perf_counter()
+                os.write(fd, LINE)
+                await start_fsync(fd, executor, offload=True)
+                times["offload"].append(time.perf_counter() - start)
     finally:
         os.close(fd)
     return {way: statistics.median(values) for way, values in times.items()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import platform
@@ -11,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -224,7 +226,7 @@ def test_the_fsync_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
     # Keep benchmarks/fsync.py from rotting (no timing asserted).
     assert load_benchmark("fsync").main(["--n", "5", "--dir", str(tmp_path)]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
-    assert set(rows) == {"inline", "executor", "kernel"}
+    assert set(rows) == {"inline", "executor", "kernel", "offload"}
     assert all(float(row[1]) > 0 for row in rows.values())
     assert list(tmp_path.iterdir()) == []
 
@@ -263,3 +265,202 @@ async def test_without_kernel_aio_a_datasync_is_an_fdatasync_on_the_executor(
     await start_fsync(fd, datasync=True)
     await start_fsync(fd)
     assert called == ["fdatasync", "fsync"]
+
+
+# ------------------------------------------------------------- offloaded fsyncs
+
+
+def _kernel_allows_io_uring() -> bool:
+    """Probe io_uring_setup directly: a sandbox's seccomp filter may refuse it."""
+    if not sys.platform.startswith("linux") or platform.machine() != "x86_64":
+        return False
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    params = (ctypes.c_uint32 * 30)()  # struct io_uring_params is 120 bytes
+    ring = syscall(ctypes.c_long(425), ctypes.c_long(4), ctypes.byref(params))
+    if ring < 0:
+        return False
+    os.close(ring)
+    return True
+
+
+IO_URING = _kernel_allows_io_uring()
+needs_io_uring = pytest.mark.skipif(
+    not IO_URING,
+    reason="offloaded fsyncs need io_uring on Linux x86_64, with io_uring_setup allowed",
+)
+
+
+def _ring() -> Any:
+    """The running loop's ring for offloaded fsyncs (made on first use)."""
+    return _kernel_fsync._rings.value.get(asyncio.get_running_loop())
+
+
+@needs_io_uring
+async def test_an_offloaded_fsync_goes_through_the_loops_io_uring(
+    fd: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_aio(*args: object) -> None:
+        raise AssertionError("an offloaded fsync went to AIO")
+
+    monkeypatch.setattr(_kernel_fsync, "_context", no_aio)
+    for datasync in (False, True, False):
+        os.write(fd, b"x")
+        future = start_fsync(fd, _RefusingExecutor(), datasync=datasync, offload=True)
+        assert len(_ring()._waiters) == 1  # in flight in the ring
+        assert await future is None
+    ring = _ring()
+    assert ring._waiters == {}
+    assert not ring.retired
+    assert (tmp_path / "journal").read_bytes() == b"xxx"
+
+
+@needs_io_uring
+async def test_an_offloaded_fsync_holds_a_duplicate_so_the_caller_may_close_at_once(
+    tmp_path: Path,
+) -> None:
+    descriptors = [os.open(tmp_path / f"f{i}", os.O_WRONLY | os.O_CREAT, 0o644) for i in range(8)]
+    futures = []
+    for descriptor in descriptors:
+        os.write(descriptor, b"x")
+        futures.append(start_fsync(descriptor, offload=True))
+        os.close(descriptor)
+    assert len(_open_under(tmp_path)) == 8  # the ring's duplicates, one a file
+    assert await asyncio.gather(*futures) == [None] * 8
+    assert _open_under(tmp_path) == []  # each closed with its completion
+
+
+def _open_under(directory: Path) -> list[str]:
+    """What this process's descriptors have open under ``directory``."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, gone
+            target = os.readlink(f"/proc/self/fd/{name}")
+            if target.startswith(str(directory)):
+                found.append(target)
+    return found
+
+
+@needs_io_uring
+async def test_offloaded_fsync_errors_come_back_as_an_fsyncs_do(fd: int, tmp_path: Path) -> None:
+    await start_fsync(fd, offload=True)  # the ring exists before the number is freed
+    descriptor = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.close(descriptor)
+    with pytest.raises(OSError) as info:
+        start_fsync(descriptor, offload=True)
+    assert info.value.errno == 9  # EBADF, at once
+    read_end, write_end = os.pipe()  # a pipe has no fsync: EINVAL, from the ring
+    try:
+        with pytest.raises(OSError) as raised:
+            await start_fsync(write_end, offload=True)
+        assert raised.value.errno == 22
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert _ring()._waiters == {}
+
+
+@needs_io_uring
+async def test_more_offloads_than_the_ring_holds_all_complete(tmp_path: Path) -> None:
+    descriptors = [os.open(tmp_path / f"f{i}", os.O_WRONLY | os.O_CREAT, 0o644) for i in range(100)]
+    try:
+        for descriptor in descriptors:
+            os.write(descriptor, b"x")
+        futures = [start_fsync(d, offload=True) for d in descriptors]
+        assert len(_ring()._waiters) == _kernel_fsync._URING_ENTRIES  # the rest: AIO
+        assert await asyncio.gather(*futures) == [None] * 100
+    finally:
+        for descriptor in descriptors:
+            os.close(descriptor)
+
+
+async def test_a_cancelled_offload_is_run_again_on_a_thread(fd: int) -> None:
+    # What a completion says when the thread that submitted the fsync exited before
+    # an io_uring worker ran it: the fsync is run again, and the duplicate closed.
+    os.write(fd, b"x")
+    duplicate = os.dup(fd)
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    _kernel_fsync._finish(future, duplicate, False, -125)  # -ECANCELED
+    assert not future.done()
+    assert await future is None
+    with pytest.raises(OSError):
+        os.fstat(duplicate)
+    failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    _kernel_fsync._finish(failed, os.dup(fd), True, -5)  # -EIO: the fsync's own error
+    with pytest.raises(OSError, match="fsync failed"):
+        await failed
+
+
+@needs_io_uring
+def test_a_loop_driven_by_another_thread_gets_its_offloads_back(tmp_path: Path) -> None:
+    # A loop's fsyncs submitted from one thread, which then exits, and reaped while
+    # another thread runs the loop (as perdure's sync facade hands its loop over).
+    loop = asyncio.new_event_loop()
+    descriptors = [os.open(tmp_path / f"f{i}", os.O_WRONLY | os.O_CREAT, 0o644) for i in range(32)]
+    futures: list[asyncio.Future[None]] = []
+
+    async def submit() -> None:
+        for descriptor in descriptors:
+            os.write(descriptor, b"x" * 65536)
+            futures.append(start_fsync(descriptor, offload=True))
+
+    first = threading.Thread(target=loop.run_until_complete, args=(submit(),))
+    first.start()
+    first.join(30)
+    try:
+        results = loop.run_until_complete(
+            asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 30)
+        )
+        assert results == [None] * 32
+    finally:
+        loop.close()
+        for descriptor in descriptors:
+            os.close(descriptor)
+
+
+async def test_a_refused_io_uring_offloads_to_aio(fd: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rings = _kernel_fsync._Rings()
+    monkeypatch.setattr(_kernel_fsync._rings, "value", rings)
+
+    def refused(loop: object) -> None:
+        raise OSError(1, "Operation not permitted")  # what a seccomp filter answers
+
+    monkeypatch.setattr(_kernel_fsync, "_Ring", refused)
+    os.write(fd, b"x")
+    assert await start_fsync(fd, offload=True) is None
+    assert rings.refused
+    assert rings.by_loop[asyncio.get_running_loop()] is None
+
+
+@needs_io_uring
+async def test_a_ring_whose_submit_failed_is_retired(fd: int) -> None:
+    await start_fsync(fd, offload=True)
+    ring = _ring()
+    good = ring._enter_args
+    ring._enter_args = (good[0], ctypes.c_long(-1), *good[2:])  # io_uring_enter: EBADF
+    os.write(fd, b"x")
+    assert await start_fsync(fd, offload=True) is None  # through AIO instead
+    assert ring.retired
+    assert ring._waiters == {}
+    os.write(fd, b"y")
+    assert await start_fsync(fd, offload=True) is None
+
+
+@needs_io_uring
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_makes_its_own_ring(fd: int) -> None:
+    async def once() -> None:
+        os.write(fd, b"x")
+        await start_fsync(fd, offload=True)
+        assert not _ring().retired
+
+    asyncio.run(once())  # the parent's rings exist before the fork
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 0
+        try:
+            asyncio.run(once())
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

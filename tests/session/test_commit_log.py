@@ -54,13 +54,20 @@ def logged(root: Path) -> list[wal.Entry]:
     return [entry for path in log_files(root) for entry in wal.read_entries(path.read_bytes())]
 
 
+offloaded: list[bool] = []  # each spied sync: was it offloaded (the loop busy)?
+
+
 def spy_log_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
+    offloaded.clear()
     real = wal.start_fsync
 
-    def counting(fd: int, executor: Any = None, *, datasync: bool = False) -> Any:
+    def counting(
+        fd: int, executor: Any = None, *, datasync: bool = False, offload: bool = False
+    ) -> Any:
         calls.append(fd)
-        return real(fd, executor, datasync=datasync)
+        offloaded.append(offload)
+        return real(fd, executor, datasync=datasync, offload=offload)
 
     monkeypatch.setattr(wal, "start_fsync", counting)
     return calls
@@ -112,6 +119,8 @@ async def test_sixteen_sessions_share_the_log_syncs(
     await asyncio.gather(*(turns(store, sid, 21, start=1) for sid in sessions))
     # 320 durable commits; those that came while a sync was in flight shared the next.
     assert 0 < len(syncs) < 320 / 2, len(syncs)
+    # Syncs started for commits that queued behind one run off the loop's CPU.
+    assert any(offloaded)
     fresh = FileSessionStore(tmp_path / "data")
     for sid in sessions:
         assert (await fresh.get(sid)).messages == history(21, sid)
@@ -129,6 +138,7 @@ async def test_a_lone_commit_is_synced_at_once(
     syncs.clear()
     await turns(store, "s", 7, start=2)
     assert len(syncs) == 5  # one each: none waits for company
+    assert offloaded == [False] * 5  # a lone commit's loop only waits: the fast way
     assert [e.data.count(b"\n") for e in logged(tmp_path / "data")][-5:] == [1] * 5
     store.close()
 
@@ -207,7 +217,9 @@ async def test_copies_made_during_a_sync_are_written_at_once_before_the_next(
     in_file: list[int] = []  # entries in the log file as each sync starts
     held: list[asyncio.Future[None]] = []
 
-    def holding(fd: int, executor: Any = None, *, datasync: bool = False) -> Any:
+    def holding(
+        fd: int, executor: Any = None, *, datasync: bool = False, offload: bool = False
+    ) -> Any:
         in_file.append(len(logged(root)))
         held.append(asyncio.get_running_loop().create_future())
         return held[-1]
@@ -260,7 +272,9 @@ async def test_copies_that_fail_to_reach_the_log_fail_their_commits(
         await turns(store, sid, 1)
     held: list[asyncio.Future[None]] = []
 
-    def holding(fd: int, executor: Any = None, *, datasync: bool = False) -> Any:
+    def holding(
+        fd: int, executor: Any = None, *, datasync: bool = False, offload: bool = False
+    ) -> Any:
         held.append(asyncio.get_running_loop().create_future())
         return held[-1]
 
@@ -302,7 +316,9 @@ async def test_a_failed_log_sync_fails_its_commits_and_journals_sync_themselves(
     await turns(store, "s", 2)
     log = await log_ready(store)
 
-    def failing(fd: int, executor: Any = None, *, datasync: bool = False) -> Any:
+    def failing(
+        fd: int, executor: Any = None, *, datasync: bool = False, offload: bool = False
+    ) -> Any:
         future = asyncio.get_running_loop().create_future()
         future.set_exception(OSError(5, "Input/output error"))
         return future

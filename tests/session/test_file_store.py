@@ -833,7 +833,9 @@ def test_a_sessions_turn_appends_inline(
     log_syncs: list[int] = []
     real_log_sync = wal_module.start_fsync
 
-    def counting_log_sync(fd: int, executor: Any = None, *, datasync: bool = False) -> Any:
+    def counting_log_sync(
+        fd: int, executor: Any = None, *, datasync: bool = False, offload: bool = False
+    ) -> Any:
         log_syncs.append(fd)
         return real_log_sync(fd, executor, datasync=datasync)
 

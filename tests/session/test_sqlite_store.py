@@ -1160,12 +1160,14 @@ class _HeldSyncs:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.real = sqlite_module.start_fsync
         self.held: list[tuple[asyncio.Future[None], asyncio.Future[None]]] = []
+        self.offloaded: list[bool] = []  # each sync: asked to leave the loop's CPU alone?
         monkeypatch.setattr(sqlite_module, "start_fsync", self.start)
 
     def start(self, fd: int, *args: Any, **kwargs: Any) -> asyncio.Future[None]:
         assert kwargs.get("datasync") is True  # the WAL, as SQLite syncs it
         assert Path(os.readlink(f"/proc/self/fd/{fd}")).name.endswith("-wal")
         released: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.offloaded.append(kwargs.get("offload", False))
         self.held.append((self.real(fd, *args, **kwargs), released))
         return released
 
@@ -1308,6 +1310,9 @@ async def test_commits_that_come_while_a_sync_is_in_flight_share_the_next_one_on
     assert (await asyncio.wait_for(first, 10)).message_count == 2
     await _let_the_loop_run()
     assert len(syncs.held) == 2  # one fsync for all that queued
+    # The lone commit's fsync ran the fast way; the batch's, behind which the loop
+    # has other sessions to run, off the loop's CPU.
+    assert syncs.offloaded == [False, True]
     assert not any(task.done() for task in queued.values())
     with pytest.raises(SessionConflictError):
         await asyncio.wait_for(stale, 10)  # its own error, at once: nothing of it stands
@@ -1393,7 +1398,7 @@ async def test_a_queued_commit_whose_batch_breaks_gets_the_error_and_does_not_ha
     second = asyncio.ensure_future(store.commit("b", history(2)))
     await _let_the_loop_run()
 
-    def broken(commits: Any) -> Any:
+    def broken(commits: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the batch broke")
 
     monkeypatch.setattr(store, "_write_here", broken)

@@ -1561,12 +1561,12 @@ class SQLiteSessionStore(StoreBase):
         return conn
 
     def _after_write_here(
-        self, conn: sqlite3.Connection, changes: int, number: int | None
+        self, conn: sqlite3.Connection, changes: int, number: int | None, *, offload: bool = False
     ) -> asyncio.Future[None] | None:
         """After a transaction committed on the caller's thread: its WAL fdatasync
         started (when durable, ``number`` its mark), its pages counted, and a fold
         started in the background once due. Nothing here may fail the commit."""
-        synced = None if number is None else self._start_loop_sync(conn, number)
+        synced = None if number is None else self._start_loop_sync(conn, number, offload)
         self._count_wal(conn.total_changes - changes)
         if self._wal_pages >= self._fold_pages and self._fold_in_flight() is None:
             self._wal_pages = 0
@@ -1574,10 +1574,12 @@ class SQLiteSessionStore(StoreBase):
                 self._folding.value = self._folder.executor().submit(self._fold_behind)
         return synced
 
-    def _start_loop_sync(self, conn: sqlite3.Connection, number: int) -> asyncio.Future[None]:
+    def _start_loop_sync(
+        self, conn: sqlite3.Connection, number: int, offload: bool = False
+    ) -> asyncio.Future[None]:
         """Start the WAL fdatasync that makes durable appends ``number`` and before
         (made on the loop) durable; commits that come meanwhile queue behind it."""
-        synced = start_fsync(self._wal_descriptor(conn), datasync=True)
+        synced = start_fsync(self._wal_descriptor(conn), datasync=True, offload=offload)
         synced.add_done_callback(functools.partial(self._inline_sync_done, number))
         self._loop_sync = synced
         return synced
@@ -1629,7 +1631,9 @@ class SQLiteSessionStore(StoreBase):
         if not batch:
             return
         try:
-            written = self._write_here([commit for commit, _ in batch])
+            # The loop is busy with the sessions that queued: this batch's fsync
+            # takes nothing from its CPU (start_fsync's offload).
+            written = self._write_here([commit for commit, _ in batch], offload=True)
         except BaseException as exc:  # no caller is left waiting for ever
             for _, waiter in batch:
                 if not waiter.done():
@@ -1674,7 +1678,7 @@ class SQLiteSessionStore(StoreBase):
         batch, self._queued = self._queued, []
         return [(commit, waiter) for commit, waiter in batch if not waiter.done()]
 
-    def _write_here(self, commits: Sequence[_Commit]) -> _Written | None:
+    def _write_here(self, commits: Sequence[_Commit], *, offload: bool = False) -> _Written | None:
         """Durable commits in one transaction on the caller's thread, and the fsync
         started for them (None when the transaction failed whole); None: use the writer
         thread.
@@ -1715,7 +1719,7 @@ class SQLiteSessionStore(StoreBase):
                 return [failed] * len(commits), None
             # Synced even when none of them stands: the transaction committed, and its
             # mark (number) is cleared until an fsync after it returns.
-            return outcomes, self._after_write_here(conn, changes, number)
+            return outcomes, self._after_write_here(conn, changes, number, offload=offload)
         finally:
             slot.lock.release()
 

@@ -15,7 +15,9 @@ it starts (one write a sync, not one an append, and none into a page the kernel 
 writing back). A copy that never reached the file belongs to a commit that had not
 returned; its journal bytes, if a later process reads them, are synced by that
 process's first commit of the session, which reads the journal's end from disk and
-fsyncs the journal itself.
+fsyncs the journal itself. Such a sync, behind which commits queued, is started
+with ``offload`` (:func:`~perdure._runtime.fsync.start_fsync`): the loop has other
+sessions' turns to run, and the sync then takes nothing from its CPU.
 
 The log is a file of fixed size, filled with zeros when it is made, so a sync
 writes data blocks only — no size or extent changes, no file-system journal commit
@@ -296,14 +298,18 @@ class CommitLog:
         self._executor().submit(self.checkpoint, retired, set(self._dirty[retired]))
         return True
 
-    def _start_sync(self, loop: asyncio.AbstractEventLoop, chain: _Chain) -> None:
+    def _start_sync(
+        self, loop: asyncio.AbstractEventLoop, chain: _Chain, *, offload: bool = False
+    ) -> None:
         """Start a sync covering every entry written so far, for ``loop``'s waiting
-        commits (under the lock, on that loop)."""
+        commits (under the lock, on that loop). ``offload``: commits queued behind the
+        last sync, so the loop is busy with other sessions; the sync then runs where
+        it takes no time from the loop's CPU (``start_fsync``'s ``offload``)."""
         chain.syncing = True
         covered = self._written
         try:
             self._write_pending()
-            synced = start_fsync(self._fd, self._executor(), datasync=True)
+            synced = start_fsync(self._fd, self._executor(), datasync=True, offload=offload)
         except OSError as exc:
             chain.syncing = False
             done, chain.waiting = chain.waiting, []
@@ -335,7 +341,7 @@ class CommitLog:
                     at += 1
                 done, chain.waiting = chain.waiting[:at], chain.waiting[at:]
             if chain.waiting and self._state == "ready":
-                self._start_sync(loop, chain)
+                self._start_sync(loop, chain, offload=True)
             else:
                 chain.syncing = False
                 # The log broke meanwhile (a failed write): no sync will cover these.
