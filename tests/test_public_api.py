@@ -43,6 +43,7 @@ PUBLIC_MODULES = [
     "perdure.session",
     "perdure.state",
     "perdure.storage",
+    "perdure.stores.file",
     "perdure.tools",
     "perdure.types",
 ]
@@ -207,3 +208,23 @@ def test_nothing_below_the_front_ends_imports_the_session_face() -> None:
             ):
                 offenders.append(relative)
     assert not offenders
+
+
+def test_each_store_comes_from_its_own_package_as_from_perdure() -> None:
+    """``from perdure.stores.<backend> import <Store>`` works for every local backend, lazily."""
+    code = (
+        "import sys\n"
+        "import perdure.stores.file as package\n"
+        "import perdure.stores.file.journal\n"
+        "assert 'perdure.stores.file.store' not in sys.modules\n"
+        "from perdure.stores.file import FileSessionStore\n"
+        "from perdure.stores.sqlite import SQLiteSessionStore\n"
+        "from perdure.stores.memory import MemorySessionStore\n"
+        "import perdure\n"
+        "assert FileSessionStore is perdure.FileSessionStore\n"
+        "assert SQLiteSessionStore is perdure.SQLiteSessionStore\n"
+        "assert MemorySessionStore is perdure.MemorySessionStore\n"
+        "assert 'FileSessionStore' in dir(package)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

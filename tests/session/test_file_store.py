@@ -551,6 +551,8 @@ def assert_truncation_is_damage(root: Path) -> None:
     with pytest.raises(SessionCorruptedError, match="acknowledged records are missing") as info:
         run(store.get("s"))
     assert info.value.details["kind"] == "truncated"
+    # The offset says where the journal now ends, not a placeholder.
+    assert info.value.details["offset"] == (len(before) if before is not None else 0)
     with pytest.raises(SessionCorruptedError):
         run(store.history_page("s", 0, 50))
     with pytest.raises(SessionCorruptedError):

@@ -876,11 +876,15 @@ class FileSessionStore(StoreBase):
         missing = journal.missing_end(ends, last_seq, hash_at)
         if missing is not None:
             seq, _, count = missing
+            try:  # the offset names where the journal now ends (0: it is gone)
+                size = (sdir / JOURNAL).stat().st_size
+            except OSError:
+                size = 0
             raise self._corrupted(
                 session_id,
                 sdir / JOURNAL,
                 "truncated",
-                0,
+                size,
                 f"the journal ends at record {last_seq} but record {seq} ({count} messages) "
                 "was durably written, as its head file records: acknowledged records are missing",
             )
