@@ -65,6 +65,50 @@ def test_the_tiny_benchmark_runs_postgres_rows_and_drops_their_schemas(
     assert left == []
 
 
+def test_repeated_runs_print_each_table_and_the_targets_medians(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = load_benchmark("concurrency")
+    argv = ["--messages", "16", "--sessions", "1,16", "--repeat", "2", "--dir", str(tmp_path)]
+    assert bench.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith("run ")] == ["run 1 of 2", "run 2 of 2"]
+    assert sum(line.startswith("file x16: ") and "x none (target" in line for line in lines) == 2
+    start = lines.index("over 2 runs (median, min-max; met: both medians meet the target):")
+    assert [line.split(":")[0] for line in lines[start + 1 : start + 3]] == [
+        "file x16",
+        "sqlite x16",
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_summary_takes_each_ratios_median_and_counts_the_runs_that_met_it() -> None:
+    bench = load_benchmark("concurrency")
+
+    def run(durable: float, none: float, one: float) -> list[Any]:
+        return [
+            bench.Row("file", 1, "commit", one, 1.0, 1.0),
+            bench.Row("file", 1, "none", 10 * one, 1.0, 1.0),
+            bench.Row("file", 16, "commit", durable, 1.0, 1.0),
+            bench.Row("file", 16, "none", none, 1.0, 1.0),
+        ]
+
+    # x none: 0.8, 0.6, 0.75; x one: 4, 3, 2.5 -> medians 0.75 and 3.0: met, in 1 run of 3.
+    lines = bench.summary([run(800, 1000, 200), run(600, 1000, 200), run(750, 1000, 300)])
+    assert lines[1] == (
+        "file x16: 0.75x none (0.60-0.80), 3.00x one (2.50-4.00); met in 1 of 3 runs; met"
+    )
+    lines = bench.summary([run(600, 1000, 200), run(650, 1000, 200)])
+    assert lines[1].endswith("met in 0 of 2 runs; NOT met")
+
+
+def test_a_repeat_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load_benchmark("concurrency")
+    with pytest.raises(SystemExit):
+        bench.main(["--repeat", "0"])
+    assert "--repeat must be at least 1, got 0" in capsys.readouterr().err
+
+
 def test_bad_session_counts_are_refused_with_a_clear_message(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
