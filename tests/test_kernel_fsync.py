@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import os
 import platform
+import subprocess
 import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -464,3 +467,44 @@ def test_a_forked_child_makes_its_own_ring(fd: int) -> None:
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@needs_io_uring
+def test_a_killed_processs_offloaded_fsync_does_not_keep_its_files_lock(tmp_path: Path) -> None:
+    # A flock lives as long as the open file it was taken on. The kernel ends an
+    # io_uring after its process is gone, and a worker still running an fsync holds
+    # that fsync's file until it is done: on the caller's own open file (a dup), the
+    # lock would outlive the process. The file store's commit log is locked so, and a
+    # recovery that finds it locked takes it for a live process's and replays nothing.
+    path = tmp_path / "locked"
+    code = textwrap.dedent(
+        f"""
+        import asyncio, fcntl, os
+        from perdure._runtime.fsync import start_fsync
+        fd = os.open({str(path)!r}, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        block = b"x" * (1 << 20)
+        for _ in range(64):  # dirty pages enough for the fsync to take a while
+            os.write(fd, block)
+
+        async def main():
+            start_fsync(fd, datasync=True, offload=True)
+            print("started", flush=True)
+            await asyncio.sleep(60)
+
+        asyncio.run(main())
+        """
+    )
+    for _ in range(3):
+        with subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True
+        ) as proc:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "started"
+            proc.kill()
+            proc.wait(timeout=30)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: still held
+        finally:
+            os.close(fd)

@@ -23,6 +23,9 @@ are threads the scheduler puts on an idle core, and resolves through an eventfd 
 same way (16 durable sessions on one file store, one 2-vCPU VM: 5-20% more
 messages a second than with AIO for those syncs; a lone fsync is slower that way,
 240-256 µs against AIO's 216-233, ``benchmarks/fsync.py``, hence not the default).
+The ring syncs the file through an open file of its own, so that a ring the kernel
+ends after its process is gone never holds the caller's locks past it; a file it
+cannot open so (not a regular one, no ``/proc``) is synced by AIO.
 
 Where that is not available (another OS, an older kernel, ``io_setup`` refused by a
 sandbox, a loop without ``add_reader``, too many fsyncs in flight) the fsync runs on
@@ -47,6 +50,7 @@ import itertools
 import mmap
 import os
 import platform
+import stat
 import struct
 import sys
 import threading
@@ -286,10 +290,12 @@ class _Ring:
 
     Used on that loop's thread only (``start`` from a coroutine, ``_reap`` as the
     loop's reader of the ring's eventfd), so it takes no lock. Each fsync is of a
-    duplicate of the caller's descriptor, closed when it completes: io_uring looks
-    the descriptor up only when its worker runs the fsync, and the caller may close
-    its own at once. A failed ``io_uring_enter`` retires the ring (its queue may
-    then hold an entry the kernel did not take); the loop's offloads become AIO.
+    descriptor of the caller's file opened again (:func:`_reopened`, never a ``dup``,
+    whose open file and locks a ring may keep past its process), closed when it
+    completes: io_uring looks the descriptor up only when its worker runs the fsync,
+    and the caller may close its own at once. A failed ``io_uring_enter`` retires the
+    ring (its queue may then hold an entry the kernel did not take); the loop's
+    offloads become AIO.
     A ring holds four descriptors: its own, its eventfd, and the two that ``mmap``
     keeps for its maps.
     """
@@ -369,7 +375,9 @@ class _Ring:
         """Submit an fsync of ``fd``; None when the ring cannot take it."""
         if self.retired or len(self._waiters) >= _URING_ENTRIES:
             return None
-        duplicate = os.dup(fd)  # EBADF: the caller's mistake, raised at once
+        duplicate = _reopened(fd)
+        if duplicate is None:
+            return None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         token = next(self._tokens)
         tail = _U32.unpack_from(self._sq, self._sq_tail)[0]
@@ -402,6 +410,29 @@ class _Ring:
             waiter = self._waiters.pop(token, None)
             if waiter is not None:
                 _finish(*waiter, result)
+
+
+def _reopened(fd: int) -> int | None:
+    """A descriptor of ``fd``'s file on an open file of its own, for the ring's fsync;
+    None when there is none to have (not a regular file, no ``/proc``, no read
+    permission): AIO then syncs it.
+
+    Not a ``dup``: that would share the caller's open file, and with it the locks
+    taken on it (``flock``), and the kernel ends a ring only after its process is gone
+    — a worker still running the fsync then holds its file, so a killed process's lock
+    would outlive it (the file store's commit log is locked so, and its recovery takes
+    a locked log for a live process's). An fsync syncs the file, whichever open file
+    it goes through.
+
+    Raises:
+        OSError: ``fd`` is not open (EBADF: the caller's mistake, raised at once).
+    """
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return None
+    try:
+        return os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
 
 
 def _finish(future: asyncio.Future[None], duplicate: int, datasync: bool, result: int) -> None:
