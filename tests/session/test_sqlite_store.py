@@ -1327,6 +1327,66 @@ async def test_commits_that_come_while_a_sync_is_in_flight_share_the_next_one_on
     store.close()
 
 
+async def test_a_loop_batch_takes_savepoints_only_once_one_of_its_commits_failed(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two statements fewer a commit: a batch goes in whole, and only when one of its
+    # commits fails is it rolled back and run again with a savepoint around each.
+    monkeypatch.setattr(sqlite_module, "_INLINE_SYNC_WAIT", 30.0)  # the test holds syncs
+    store = SQLiteSessionStore(path)
+    names = ["a", "b", "c", "d"]
+    for name in names:
+        await store.create(name)
+        await store.commit(name, history(1))
+
+    async def no_thread(item: Any) -> Any:
+        raise AssertionError("a commit went to the writer thread")
+
+    monkeypatch.setattr(store._group, "submit", no_thread)
+    statements: list[str] = []
+    assert store._writer.conn is not None
+    store._writer.conn.set_trace_callback(statements.append)
+    syncs = _HeldSyncs(monkeypatch)
+
+    async def batch(stale: str | None) -> dict[str, Any]:
+        first = asyncio.ensure_future(
+            store.commit("a", (await store.get("a")).messages + history(1))
+        )
+        await _let_the_loop_run()
+        tasks = {
+            name: asyncio.ensure_future(
+                store.commit(
+                    name,
+                    history(1, prefix="x")
+                    if name == stale
+                    else (await store.get(name)).messages + history(1),
+                )
+            )
+            for name in names[1:]
+        }
+        await _let_the_loop_run()
+        statements.clear()
+        await syncs.release()
+        await asyncio.wait_for(first, 10)
+        await _let_the_loop_run()
+        await syncs.release()
+        outcomes = await asyncio.gather(*tasks.values(), return_exceptions=True)
+        return dict(zip(tasks, outcomes, strict=True))
+
+    clean = await batch(stale=None)
+    assert all(not isinstance(outcome, BaseException) for outcome in clean.values())
+    assert not [sql for sql in statements if "SAVEPOINT" in sql or "RELEASE" in sql]
+    assert sum(sql.startswith("INSERT INTO perdure_messages") for sql in statements) == 3
+
+    failed = await batch(stale="c")
+    assert isinstance(failed["c"], SessionConflictError)
+    assert [outcome.message_count for name, outcome in failed.items() if name != "c"] == [3, 3]
+    assert sum(sql.startswith("SAVEPOINT") for sql in statements) == 3  # the second run's
+    for name in names:
+        assert len((await store.get(name)).messages) == (2 if name == "c" else 3), name
+    store.close()
+
+
 async def test_a_queued_commit_goes_to_the_writer_thread_when_the_loop_cannot_write_it(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1683,8 +1683,10 @@ class SQLiteSessionStore(StoreBase):
         started for them (None when the transaction failed whole); None: use the writer
         thread.
 
-        As :meth:`_append_here` for one commit, but each commit in a savepoint: one
-        that fails is rolled back alone, and its outcome is the error it raises.
+        As :meth:`_append_here` for one commit. A commit that fails is rolled back
+        alone, and its outcome is the error it raises: as in :meth:`_commit_together`,
+        the batch goes first without savepoints, and only after a failure again with
+        one around each commit.
         """
         slot = self._writer
         if not slot.lock.acquire(blocking=False):
@@ -1709,9 +1711,17 @@ class SQLiteSessionStore(StoreBase):
                     if not self._begin_write(conn, wait=False):
                         return None
                     changes = conn.total_changes
-                    self._try_together(
-                        conn, list(enumerate(commits)), outcomes, isolated=True, within=on_the_loop
-                    )
+                    numbered = list(enumerate(commits))
+                    # As _commit_together: no savepoints, unless one commit fails; then
+                    # all of it was rolled back, and it runs again, each in a savepoint.
+                    if not self._try_together(
+                        conn, numbered, outcomes, isolated=False, within=on_the_loop
+                    ):
+                        if not self._begin_write(conn, wait=False):
+                            return None  # the writer thread writes them all
+                        self._try_together(
+                            conn, numbered, outcomes, isolated=True, within=on_the_loop
+                        )
                 finally:
                     conn.execute("PRAGMA synchronous = FULL")
             except DRIVER_ERRORS as exc:  # as _translate does, without its generator
