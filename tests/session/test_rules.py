@@ -8,6 +8,9 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
+import random
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import exit_code, fork_child
 from perdure.checkpoints.storage import StorageCheckpointStore
 from perdure.checkpoints.store import FileCheckpointStore, MemoryCheckpointStore
 from perdure.errors import SessionConflictError
@@ -751,3 +755,39 @@ def test_a_sealed_chunk_without_its_key_raises_from_finish_after_the_hashes() ->
     for chunk in _split([*rows[:5], (5, rows[5][1], "0" * 32, None, None)], 4):
         damaged.add(chunk)
     assert _outcome(damaged.finish, 6, prev, _damage) == (5, "bad_hash")
+
+
+# --------------------------------------------------------------- tail tokens
+
+
+def test_a_tail_token_is_the_write_count_and_64_random_bits() -> None:
+    tokens = {rules.new_tail(7) for _ in range(1000)}
+    assert len(tokens) == 1000
+    assert all(re.fullmatch(r"7-[0-9a-f]{16}", token) for token in tokens)
+
+
+def test_seeding_pythons_random_does_not_repeat_tail_tokens() -> None:
+    # A program (or a test) that seeds random's shared instance must not make two
+    # processes draw the same tokens.
+    state = random.getstate()
+    try:
+        random.seed(1)
+        first = rules.new_tail(1)
+        random.seed(1)
+        assert rules.new_tail(1) != first
+    finally:
+        random.setstate(state)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_draws_other_tail_tokens_than_its_parent() -> None:
+    # The child starts with a copy of the parent's generator: without a fresh seed
+    # its next token would be the parent's next one.
+    read, write = os.pipe()
+    pid = fork_child(lambda: os.write(write, rules.new_tail(1).encode()))
+    os.close(write)
+    assert exit_code(pid) == 0
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read().decode()
+    assert re.fullmatch(r"1-[0-9a-f]{16}", child)
+    assert rules.new_tail(1) != child

@@ -39,7 +39,8 @@ import gc
 import hashlib
 import json
 import math
-import secrets
+import os
+import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, cast, overload
@@ -135,14 +136,25 @@ def creation_time(created_at: _dt.datetime | str | None) -> str:
     return utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
+# The random part of tail tokens. Not the system's source: a commit made on the event
+# loop draws one, and os.urandom lets go of the GIL, which a busy writer thread may
+# then hold for a while (6 us a token here, against 0.5). Not random's shared instance
+# either: a program that seeds it (tests often do) would make every process draw the
+# same tokens. Seeded from the system, and again in a child made by fork().
+_tail_random = random.Random(os.urandom(32))
+if hasattr(os, "register_at_fork"):  # no fork() where it is missing
+    os.register_at_fork(after_in_child=lambda: _tail_random.seed(os.urandom(32)))
+
+
 def new_tail(writes: int) -> str:
     """A fresh tail token: ``"<writes>-<16 random hex digits>"``.
 
     The write counter makes tokens readable in error messages; the random part makes
     a token unique across a session's deletion and re-creation, so a stale writer of
-    a deleted session never matches the new one.
+    a deleted session never matches the new one. It is not a secret: anyone who
+    reads a session reads its tail.
     """
-    return f"{writes}-{secrets.token_hex(8)}"
+    return f"{writes}-{_tail_random.getrandbits(64):016x}"
 
 
 def chain_hash(prev_hash: str, body: str | bytes) -> str:
