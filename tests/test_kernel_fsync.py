@@ -351,7 +351,7 @@ async def test_offloaded_fsync_errors_come_back_as_an_fsyncs_do(fd: int, tmp_pat
     with pytest.raises(OSError) as info:
         start_fsync(descriptor, offload=True)
     assert info.value.errno == 9  # EBADF, at once
-    read_end, write_end = os.pipe()  # a pipe has no fsync: EINVAL, from the ring
+    read_end, write_end = os.pipe()  # no fsync: EINVAL (from AIO: the ring takes files only)
     try:
         with pytest.raises(OSError) as raised:
             await start_fsync(write_end, offload=True)
