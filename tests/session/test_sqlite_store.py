@@ -1187,6 +1187,15 @@ async def _two_sessions(path: Path) -> SQLiteSessionStore:
     return store
 
 
+def _forbid_the_writer_thread(store: SQLiteSessionStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any commit that goes to the writer thread: the loop is to write them all."""
+
+    async def no_thread(item: Any) -> Any:
+        raise AssertionError("a commit went to the writer thread")
+
+    monkeypatch.setattr(store._group, "submit", no_thread)
+
+
 async def _let_the_loop_run() -> None:
     """A few passes of the loop: what was started runs as far as it can."""
     for _ in range(20):
@@ -1290,10 +1299,7 @@ async def test_commits_that_come_while_a_sync_is_in_flight_share_the_next_one_on
         await store.create(name)
         await store.commit(name, history(1))
 
-    async def no_thread(item: Any) -> Any:
-        raise AssertionError("a commit went to the writer thread")
-
-    monkeypatch.setattr(store._group, "submit", no_thread)
+    _forbid_the_writer_thread(store, monkeypatch)
     syncs = _HeldSyncs(monkeypatch)
     first = asyncio.ensure_future(store.commit("s0", history(2)))
     await _let_the_loop_run()
@@ -1339,10 +1345,7 @@ async def test_a_loop_batch_takes_savepoints_only_once_one_of_its_commits_failed
         await store.create(name)
         await store.commit(name, history(1))
 
-    async def no_thread(item: Any) -> Any:
-        raise AssertionError("a commit went to the writer thread")
-
-    monkeypatch.setattr(store._group, "submit", no_thread)
+    _forbid_the_writer_thread(store, monkeypatch)
     statements: list[str] = []
     assert store._writer.conn is not None
     store._writer.conn.set_trace_callback(statements.append)
@@ -1433,10 +1436,7 @@ async def test_a_loop_batch_whose_every_commit_fails_leaves_the_loop_free_to_wri
     ]  # two: each fails in its savepoint, and the (empty) transaction commits
     await _let_the_loop_run()
 
-    async def no_thread(item: Any) -> Any:
-        raise AssertionError("a commit went to the writer thread")
-
-    monkeypatch.setattr(store._group, "submit", no_thread)
+    _forbid_the_writer_thread(store, monkeypatch)
     held[0].set_result(None)
     assert (await asyncio.wait_for(first, 10)).message_count == 2
     for task in stale:
