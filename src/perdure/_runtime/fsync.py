@@ -282,7 +282,7 @@ class _UringParams(ctypes.Structure):
     ]
 
 
-_RingWaiter = tuple["asyncio.Future[None]", int, bool]  # future, duplicate fd, datasync
+_RingWaiter = tuple["asyncio.Future[None]", int, bool]  # future, reopened fd, datasync
 
 
 class _Ring:
@@ -375,8 +375,8 @@ class _Ring:
         """Submit an fsync of ``fd``; None when the ring cannot take it."""
         if self.retired or len(self._waiters) >= _URING_ENTRIES:
             return None
-        duplicate = _reopened(fd)
-        if duplicate is None:
+        reopened = _reopened(fd)
+        if reopened is None:
             return None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         token = next(self._tokens)
@@ -384,15 +384,15 @@ class _Ring:
         index = tail & self._sq_mask
         flags = _URING_FSYNC_DATASYNC if datasync else 0
         _URING_SQE.pack_into(
-            self._sqes, index * 64, _URING_OP_FSYNC, 0, 0, duplicate, 0, 0, 0, flags, token
+            self._sqes, index * 64, _URING_OP_FSYNC, 0, 0, reopened, 0, 0, 0, flags, token
         )
         _U32.pack_into(self._sq, self._sq_array + index * 4, index)
         _U32.pack_into(self._sq, self._sq_tail, (tail + 1) & 0xFFFFFFFF)
         if self._syscall(*self._enter_args) != 1:
             self.retired = True
-            os.close(duplicate)
+            os.close(reopened)
             return None
-        self._waiters[token] = (future, duplicate, datasync)
+        self._waiters[token] = (future, reopened, datasync)
         return future
 
     def _reap(self) -> None:
@@ -435,17 +435,17 @@ def _reopened(fd: int) -> int | None:
         return None
 
 
-def _finish(future: asyncio.Future[None], duplicate: int, datasync: bool, result: int) -> None:
+def _finish(future: asyncio.Future[None], reopened: int, datasync: bool, result: int) -> None:
     """Settle an offloaded fsync from its completion (on its loop)."""
     if result in (-errno.ECANCELED, -errno.EINTR):
         # Cancelled before it ran (the thread that submitted it exited): run it
-        # again, on a thread, which closes the duplicate.
+        # again, on a thread, which closes the reopened descriptor.
         retry = asyncio.get_running_loop().run_in_executor(
-            None, _fsync_and_close, duplicate, datasync
+            None, _fsync_and_close, reopened, datasync
         )
         retry.add_done_callback(functools.partial(_pass_on, future))
         return
-    os.close(duplicate)
+    os.close(reopened)
     _resolve(future, result)
 
 
@@ -467,9 +467,9 @@ def _close_ring(
     for item in maps:
         with contextlib.suppress(BufferError):
             item.close()
-    for _, duplicate, _ in waiters.values():
+    for _, reopened, _ in waiters.values():
         with contextlib.suppress(OSError):
-            os.close(duplicate)
+            os.close(reopened)
     for descriptor in (fd, eventfd):
         if descriptor >= 0:
             with contextlib.suppress(OSError):
