@@ -284,6 +284,43 @@ async def test_a_malformed_event_from_the_model_is_refused_and_nothing_enters_th
     await agent.stop()
 
 
+async def test_text_deltas_are_passed_on_and_neither_kept_nor_saved() -> None:
+    storage = MemoryStorage()
+    saves: list[int] = []
+
+    class Counting(SnapshotSessionManager):
+        async def save_snapshot(self, agent: Any, *, is_latest: bool) -> str | None:
+            saves.append(len(agent.messages))
+            return await super().save_snapshot(agent, is_latest=is_latest)
+
+    model = ScriptedBidiModel([["Sunny in  Oslo today."]], text_deltas=True)
+    agent = BidiAgent(model, agent_id="voice", session_manager=Counting("s", storage=storage))
+    await agent.start()
+    await agent.send("weather?")
+    events = await until(agent, "response_complete")
+    await agent.stop()
+    deltas = [e for e in events if e["type"] == "text_delta"]
+    assert [e["text"] for e in deltas] == ["Sunny ", "in  ", "Oslo ", "today."]
+    assert {e["role"] for e in deltas} == {"assistant"}
+    assert [e["type"] for e in events[len(deltas) :]] == ["transcript", "response_complete"]
+    assert [m["content"][0]["text"] for m in agent.messages] == [
+        "weather?",
+        "Sunny in  Oslo today.",
+    ]
+    assert await stored(storage) == ["weather?", "Sunny in  Oslo today."]
+    assert saves == [1, 2, 2]  # each message, then on stop: never at a delta
+    # Off by default: the script's events, exactly.
+    plain = ScriptedBidiModel([["Sunny in Oslo."]])
+    quiet = BidiAgent(plain)
+    await quiet.start()
+    await quiet.send("weather?")
+    assert [e["type"] for e in await until(quiet, "response_complete")] == [
+        "transcript",
+        "response_complete",
+    ]
+    await quiet.stop()
+
+
 async def test_speech_is_passed_to_the_model_and_kept_out_of_the_history() -> None:
     model = ScriptedBidiModel([["heard you"]])
     agent = BidiAgent(model)

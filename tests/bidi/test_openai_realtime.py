@@ -21,6 +21,7 @@ from perdure.bidi import BidiAgent, BidiEvent, OpenAIRealtimeModel
 from perdure.errors import (
     ModelAuthenticationError,
     ModelConnectionError,
+    ModelError,
     ModelRateLimitError,
     ModelServerError,
 )
@@ -75,9 +76,14 @@ async def test_a_turn_with_a_tool_call_goes_over_the_wire_as_the_api_speaks() ->
     assert [e["type"] for e in events] == [
         "tool_use",
         "tool_result",
+        "text_delta",  # the server streams the answer in two pieces
+        "text_delta",
         "transcript",
         "response_complete",
     ]
+    assert "".join(e["text"] for e in events if e["type"] == "text_delta") == (
+        "It is sunny in Oslo."
+    )
     assert calls == ["Oslo"]
     assert server.requests == [("/v1/realtime?model=gpt-realtime", f"Bearer {KEY}")]
     (update,) = server.events("session.update")
@@ -150,6 +156,61 @@ async def test_speech_goes_in_and_out_as_bytes_and_only_transcripts_enter_the_hi
     assert texts(agent) == ["(spoken above)", "hi", "Hello there."]
     with pytest.raises(RuntimeError, match="send_audio before start"):
         await agent.send_audio(b"late")
+
+
+async def test_transcripts_come_piece_by_piece_and_only_the_finished_ones_are_kept(
+    tmp_path: Path,
+) -> None:
+    def piece(kind: str, delta: str) -> dict[str, Any]:
+        return {"type": kind, "delta": delta}
+
+    heard = "conversation.item.input_audio_transcription"
+    spoken = "response.output_audio_transcript"
+    script = [
+        [
+            piece(f"{heard}.delta", "what's the "),
+            piece(f"{heard}.delta", "weather?"),
+            {"type": f"{heard}.completed", "transcript": "what's the weather?"},
+            piece(f"{spoken}.delta", "Sunny "),
+            piece(f"{spoken}.delta", ""),  # an empty piece says nothing: no event
+            piece(f"{spoken}.delta", "today."),
+            {"type": f"{spoken}.done", "transcript": "Sunny today."},
+        ]
+    ]
+    storage = LocalFileStorage(tmp_path / "snapshots")
+    async with realtime_server(script) as server:
+        manager = SnapshotSessionManager("s", storage=storage)
+        agent = BidiAgent(model(server), agent_id="voice", session_manager=manager)
+        await agent.start()
+        await agent.send_audio(b"\x10pcm")
+        await agent.send("(spoken above)")
+        events = await until_complete(agent)
+        await agent.stop()
+    assert [(e["type"], e.get("role"), e.get("text")) for e in events] == [
+        ("text_delta", "user", "what's the "),
+        ("text_delta", "user", "weather?"),
+        ("transcript", "user", "what's the weather?"),
+        ("text_delta", "assistant", "Sunny "),
+        ("text_delta", "assistant", "today."),
+        ("transcript", "assistant", "Sunny today."),
+        ("response_complete", None, None),
+    ]
+    assert texts(agent) == ["(spoken above)", "what's the weather?", "Sunny today."]
+    reader = BidiAgent(model(server), agent_id="voice")
+    await SnapshotSessionManager("s", storage=storage).restore_snapshot(reader.snapshot_agent)
+    assert texts(reader) == texts(agent)  # the pieces were never saved
+
+
+async def test_a_text_delta_that_is_not_text_is_a_model_error() -> None:
+    bad = {"type": "response.output_text.delta", "delta": {"text": "nested"}}
+    async with realtime_server([[bad]]) as server:
+        agent = BidiAgent(model(server))
+        await agent.start()
+        await agent.send("hi")
+        with pytest.raises(ModelError, match=r"output_text\.delta.* without a text delta"):
+            await until_complete(agent)
+        await agent.stop()
+    assert texts(agent) == ["hi"]
 
 
 async def test_text_sent_while_a_response_runs_is_answered_after_it() -> None:

@@ -12,7 +12,9 @@
     await agent.stop()                  # saved
 
 ``send_audio(chunk)`` streams the user's speech, and ``audio`` events carry the
-model's; neither enters the history, their transcripts do. Every finished transcript
+model's; neither enters the history, their transcripts do. ``text_delta`` events
+carry a transcript's words as they come, for display; they are passed on and never
+saved, and the finished entry follows them. Every finished transcript
 entry becomes a message of the agent's history; a
 ``tool_use`` event runs the tool at once (the agent's tools, through perdure's tool
 executor) and sends its result back over the open connection, the call and its

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
@@ -27,6 +28,11 @@ class BidiEvent(TypedDict, total=False):
 
     * ``"transcript"``: a finished transcript entry, ``role`` (``"user"`` or
       ``"assistant"``) and ``text``: the agent adds it to its history;
+    * ``"text_delta"``: a piece of a transcript entry as it is made, ``role`` and
+      ``text`` (the assistant's text or speech transcript, the user's transcribed
+      speech), for a caller that shows the words as they come: passed on, never
+      into the history, and no save point — the ``transcript`` that follows holds
+      the whole text;
     * ``"tool_use"``: the model asks for a tool, ``toolUse``; the agent runs it and
       sends the result back;
     * ``"tool_result"``: emitted by the agent (not the model) once a tool ran;
@@ -39,7 +45,13 @@ class BidiEvent(TypedDict, total=False):
     """
 
     type: Literal[
-        "transcript", "tool_use", "tool_result", "response_complete", "restart_required", "audio"
+        "transcript",
+        "text_delta",
+        "tool_use",
+        "tool_result",
+        "response_complete",
+        "restart_required",
+        "audio",
     ]
     role: Literal["user", "assistant"]
     text: str
@@ -100,6 +112,9 @@ class ScriptedBidiModel:
             with a ``response_complete`` event unless it ends with
             ``restart_required``.
         greeting: events emitted as soon as the connection starts (none by default).
+        text_deltas: also stream each assistant ``str`` as ``text_delta`` events, one
+            a word (its space kept), before its ``transcript``, as a provider streams
+            text (off by default: the events are then exactly the script's).
 
     It records what it was given: ``starts`` (the history at each start), ``sent``
     (every input; an ``audio`` input is only recorded, it takes no response) and
@@ -112,9 +127,11 @@ class ScriptedBidiModel:
         responses: Iterable[Sequence[str | BidiEvent]] = (),
         *,
         greeting: Sequence[str | BidiEvent] = (),
+        text_deltas: bool = False,
     ) -> None:
         self._responses = [list(r) for r in responses]
         self._greeting = list(greeting)
+        self._text_deltas = text_deltas
         self._queue: asyncio.Queue[BidiEvent | _Closed] | None = None
         self.starts: list[dict[str, Any]] = []
         self.sent: list[BidiInput] = []
@@ -159,10 +176,17 @@ class ScriptedBidiModel:
 
     def _emit(self, events: Sequence[str | BidiEvent], *, complete: bool) -> None:
         assert self._queue is not None
-        out: list[BidiEvent] = [
-            {"type": "transcript", "role": "assistant", "text": e} if isinstance(e, str) else e
-            for e in events
-        ]
+        out: list[BidiEvent] = []
+        for e in events:
+            if not isinstance(e, str):
+                out.append(e)
+                continue
+            if self._text_deltas:
+                out.extend(
+                    {"type": "text_delta", "role": "assistant", "text": word}
+                    for word in re.findall(r"\S+\s*|\s+", e)
+                )
+            out.append({"type": "transcript", "role": "assistant", "text": e})
         if complete and not (out and out[-1].get("type") in ("restart_required", "tool_use")):
             out.append({"type": "response_complete"})
         for event in out:

@@ -13,6 +13,11 @@ output, a voice, turn detection).
   ``function_call_output``, in the history's order.
 * An ``audio`` input is appended to the input audio buffer (base64); the output
   audio's deltas (``response.output_audio.delta``) are ``audio`` events, bytes.
+* The pieces of a transcript as it is made — the output text's and the output
+  audio transcript's deltas (``response.output_text.delta``,
+  ``response.output_audio_transcript.delta``) and the user's speech transcription's
+  (``conversation.item.input_audio_transcription.delta``) — are ``text_delta``
+  events, for a caller that shows the words as they come.
 * ``send`` adds a user ``message`` item, or a tool's ``function_call_output``, then
   asks for a response (``response.create``) — one at a time, as the API wants: text
   sent while a response runs is answered once it is done, and after a response that
@@ -44,7 +49,7 @@ import contextlib
 import json
 import os
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from perdure.bidi.model import BidiEvent, BidiInput
@@ -62,6 +67,14 @@ _ASSISTANT_AUDIO_DONE = frozenset(
 )
 _USER_SPEECH_DONE = "conversation.item.input_audio_transcription.completed"
 _AUDIO_DELTA = frozenset({"response.output_audio.delta", "response.audio.delta"})
+# Pieces of a transcript as it is made: text_delta events, by whose words they are.
+_TEXT_DELTA: dict[str, Literal["user", "assistant"]] = {
+    "response.output_text.delta": "assistant",
+    "response.text.delta": "assistant",
+    "response.output_audio_transcript.delta": "assistant",
+    "response.audio_transcript.delta": "assistant",
+    "conversation.item.input_audio_transcription.delta": "user",
+}
 _RESTART_CODES = frozenset({"session_expired"})
 
 
@@ -347,6 +360,12 @@ class OpenAIRealtimeModel:
             return [_transcript("assistant", event.get("transcript"), event)]
         if kind == _USER_SPEECH_DONE:
             return [_transcript("user", event.get("transcript"), event)]
+        role = _TEXT_DELTA.get(kind) if isinstance(kind, str) else None
+        if role is not None:
+            delta = event.get("delta")
+            if not isinstance(delta, str):
+                raise ModelError(f"{_PROVIDER}: {kind!r} without a text delta: {event!r}")
+            return [{"type": "text_delta", "role": role, "text": delta}] if delta else []
         if kind in _AUDIO_DELTA:
             delta = event.get("delta")
             try:
@@ -382,7 +401,7 @@ class OpenAIRealtimeModel:
             if code in _RESTART_CODES:
                 return [{"type": "restart_required"}]
             raise _error(event)
-        return []  # deltas, acknowledgements, rate limits: nothing to act on
+        return []  # acknowledgements, rate limits, other deltas: nothing to act on
 
 
 def _check_response(event: Mapping[str, Any]) -> None:
