@@ -595,3 +595,48 @@ async def test_a_session_of_a_perdure_agent_is_not_read_as_items(tmp_path: Path)
     with pytest.raises(SessionMismatchError) as caught:
         await PerdureSession("conv", store).get_items()
     assert caught.value.details["index"] == 0
+
+
+@pytest.mark.parametrize("read_first", [False, True])
+async def test_a_session_of_a_perdure_agent_is_neither_added_to_nor_wiped(
+    tmp_path: Path, read_first: bool
+) -> None:
+    store = open_store(f"sqlite:{tmp_path / 's.db'}")
+    agent = PerdureAgent(
+        model=ScriptedModel(["Noted."]),
+        session_manager=PerdureStoreSession(store, "conv"),
+    )
+    await agent.invoke_async("I prefer dark mode.")
+    before = (await store.get("conv")).messages
+    session = PerdureSession("conv", store)
+    if read_first:  # a failed read must not let a later write through unchecked
+        with pytest.raises(SessionMismatchError):
+            await session.get_items()
+    with pytest.raises(SessionMismatchError) as caught:
+        await session.add_items([{"role": "user", "content": "hello"}])
+    assert caught.value.details["index"] == 1  # the newest message, checked
+    with pytest.raises(SessionMismatchError):
+        await session.clear_session()
+    with pytest.raises(SessionMismatchError):
+        await session.pop_item()
+    assert (await store.get("conv")).messages == before
+    resumed = await PerdureAgent.create(
+        model=ScriptedModel([]), session_manager=PerdureStoreSession.resume(store, "conv")
+    )
+    assert resumed.messages == before
+
+
+async def test_items_never_stand_after_a_perdure_agents_message(tmp_path: Path) -> None:
+    # Another writer appends a message of its own to an items session: the next add,
+    # whose known tail is now stale, reads the session again and finds it at the end.
+    store = open_store(f"file:{tmp_path / 'store'}")
+    session = PerdureSession("conv", store)
+    await session.add_items([{"role": "user", "content": "hi"}])
+    record = await store.get("conv")
+    other = {"role": "assistant", "content": [{"text": "an agent's answer"}]}
+    await store.commit("conv", [*record.messages, other], expected_tail=record.tail)
+    stored = (await store.get("conv")).messages
+    with pytest.raises(SessionMismatchError) as caught:
+        await session.add_items([{"role": "user", "content": "more"}])
+    assert caught.value.details["index"] == 1
+    assert (await store.get("conv")).messages == stored

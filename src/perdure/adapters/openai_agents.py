@@ -34,7 +34,8 @@ verify``, healed by ``perdure repair``, copied by ``perdure copy``, paged by
 method) — never an empty or shorter list where ``SQLiteSession`` would skip the rows
 it cannot parse. A session that holds something else than items (a perdure
 ``Agent``'s session under the same id) raises
-:class:`~perdure.errors.SessionMismatchError`. A value JSON cannot hold raises
+:class:`~perdure.errors.SessionMismatchError` from every method: items are never
+added to such a session, nor is it cleared or popped. A value JSON cannot hold raises
 ``TypeError``; NaN and infinities, which perdure's stores refuse, ``ValueError``.
 
 **Writers.** Every mutation (``add_items``, ``pop_item``, ``clear_session``) runs under
@@ -218,10 +219,14 @@ class PerdureSession:
             else SessionSettings()
         )
         self.lock_timeout = float(lock_timeout)
-        # (message count, tail) as this object last saw them: an append commits against
-        # them without reading first; the store refuses a stale tail (another writer
-        # moved on), and then the session is read again.
+        # (message count, tail) as this object last saw them (a limited read starts
+        # from that count).
         self._seen: tuple[int, str] | None = None
+        # (message count, tail) of a history this object knows to hold items only, its
+        # own commit's: an append commits against them without reading first; the
+        # store refuses a stale tail (another writer moved on), and then the session
+        # is read again, and checked.
+        self._trusted: tuple[int, str] | None = None
 
     def __repr__(self) -> str:
         return f"PerdureSession({self.session_id!r}, {type(self.store).__name__})"
@@ -280,10 +285,15 @@ class PerdureSession:
         return record
 
     def _items(self, record: SessionRecord) -> list[TResponseInputItem]:
-        return [
+        """The items of a read, which ends at the session's end: once every message
+        read is one, an append may go on from that end without reading it again."""
+        items = [
             cast("TResponseInputItem", message_to_item(message, self.session_id, index))
             for index, message in enumerate(record.messages, start=record.offset)
         ]
+        if items or record.message_count == 0:
+            self._trusted = (record.message_count, record.tail)
+        return items
 
     # ---------------------------------------------------------------- mutations
 
@@ -296,6 +306,8 @@ class PerdureSession:
             ValueError: an item holds NaN or an infinity, or nests too deep.
             SessionLockedError: another writer kept the lock past ``lock_timeout``.
             SessionCorruptedError: the stored session is damaged.
+            SessionMismatchError: the session holds something else than items (a
+                perdure ``Agent``'s conversation): nothing is added to it.
         """
         if isinstance(items, (str, bytes, dict)) or not isinstance(items, (list, tuple)):
             raise TypeError(f"items must be a list of items, got {type(items).__name__}")
@@ -308,25 +320,41 @@ class PerdureSession:
 
     async def _append(self, messages: list[Any]) -> None:
         async with self._writer():
-            if self._seen is not None:
-                count, tail = self._seen
+            if self._trusted is not None:
+                count, tail = self._trusted
                 try:
                     await self._commit(ItemsAfter(count, messages), expected_tail=tail)
                 except (SessionConflictError, SessionNotFoundError):
                     pass  # another writer moved on (or deleted it): read, then append
                 else:
                     return
-            peek = await self._read(PEEK_OFFSET)
-            if peek is None:
+            end = await self._read_end()
+            if end is None:
                 await self.store.create(self.session_id, exist_ok=True)
-                peek = await self._read(PEEK_OFFSET)
-            count, tail = (peek.message_count, peek.tail) if peek is not None else (0, "")
+                end = await self._read_end()
+            count, tail = (end.message_count, end.tail) if end is not None else (0, "")
             await self._commit(ItemsAfter(count, messages), expected_tail=tail or None)
 
+    async def _read_end(self) -> SessionRecord | None:
+        """The stored session's last message, checked to be an item (under the lock).
+
+        Raises:
+            SessionMismatchError: the session holds something else than items (a
+                perdure ``Agent``'s conversation under the same id): a mutation would
+                mix items into it or wipe it.
+        """
+        peek = await self._read(PEEK_OFFSET)
+        if peek is None or peek.message_count == 0:
+            return peek
+        last = await self._read(peek.message_count - 1)
+        if last is not None and last.messages:
+            message_to_item(last.messages[-1], self.session_id, last.message_count - 1)
+        return last
+
     async def _commit(self, messages: Any, **options: Any) -> None:
-        self._seen = None  # unknown until the store answers
+        self._seen = self._trusted = None  # unknown until the store answers
         result = await self.store.commit(self.session_id, messages, **options)
-        self._seen = (result.message_count, result.tail)
+        self._seen = self._trusted = (result.message_count, result.tail)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it (``None`` when the session is empty).
@@ -344,11 +372,12 @@ class PerdureSession:
             if record is None or not record.messages:
                 return None
             last = len(record.messages) - 1
-            item = message_to_item(record.messages[last], self.session_id, last)
+            # Every message checked, not only the one popped: the rest is what stays.
+            item = self._items(record)[last]
             await self._commit(
                 record.messages[:last], rewritten=True, expected_tail=record.tail or None
             )
-            return cast("TResponseInputItem", item)
+            return item
 
     async def clear_session(self) -> None:
         """Remove every item: the session's history becomes empty, in one commit.
@@ -358,15 +387,17 @@ class PerdureSession:
 
         Raises:
             SessionLockedError: another writer kept the lock past ``lock_timeout``.
+            SessionMismatchError: the newest message is not an OpenAI Agents item (a
+                perdure ``Agent``'s conversation is never wiped).
         """
         await _run_to_end(self._clear())
 
     async def _clear(self) -> None:
         async with self._writer():
-            peek = await self._read(PEEK_OFFSET)
-            if peek is None or peek.message_count == 0:
+            end = await self._read_end()
+            if end is None or end.message_count == 0:
                 return
-            await self._commit([], rewritten=True, expected_tail=peek.tail or None)
+            await self._commit([], rewritten=True, expected_tail=end.tail or None)
 
     def _writer(self) -> _WriterLock:
         """Hold the session's writer lock, retrying a held one for ``lock_timeout``."""
