@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -376,5 +377,78 @@ def test_an_unstorable_tool_result_is_refused_and_the_call_closed_next_turn(
     assert asyncio.run(store.get("s")).messages == agent.messages
     assert str(agent("go on")) == "closed"
     stored = asyncio.run(store.get("s")).messages
+    assert stored == agent.messages
+    assert_model_valid(stored)
+
+
+class _SlowAck:
+    """A store whose commits, once armed, land and are then acknowledged never (until
+    the caller gives up): the moment a cancelled turn leaves a commit's outcome unknown."""
+
+    def __init__(self, inner: SessionStore) -> None:
+        self._inner = inner
+        self.armed = False
+        self.landed = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def commit(self, session_id: str, messages: Any, **options: Any) -> Any:
+        result = await self._inner.commit(session_id, messages, **options)
+        if self.armed:
+            self.armed = False
+            self.landed.set()
+            await asyncio.sleep(3600)  # stored, never acknowledged: cancelled here
+        return result
+
+
+async def test_a_turn_cancelled_after_its_commit_landed_leaves_the_session_usable(
+    store: SessionStore,
+) -> None:
+    slow = _SlowAck(store)
+    session = Session(slow, "cancelled")  # type: ignore[arg-type]
+    agent = await Agent.create(
+        model=ScriptedModel(["one", "two", "three"]), tools=[lookup], session_manager=session
+    )
+    await agent.invoke_async("first")
+    slow.armed = True
+    turn = asyncio.create_task(agent.invoke_async("second"))
+    await slow.landed.wait()
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    assert len((await store.get("cancelled")).messages) == 3  # the user message landed
+    # Before: every later turn failed with SessionConflictError ("another writer").
+    result = await agent.invoke_async("third")
+    assert result.stop_reason == "end_turn"
+    stored = (await store.get("cancelled")).messages
+    assert stored == agent.messages
+    assert_model_valid(stored)
+    resumed = await Agent.create(
+        model=ScriptedModel([]), session_manager=Session.resume(store, "cancelled")
+    )
+    assert resumed.messages == agent.messages
+
+
+async def test_turns_cancelled_at_any_moment_never_strand_the_agent(store: SessionStore) -> None:
+    import random
+
+    rng = random.Random(1)
+    script: list[Any] = []
+    for i in range(12):
+        script += [tool_call(f"t{i}", "lookup", key=f"k{i}"), f"answer {i}"]
+    script.append("the last answer")
+    agent = await Agent.create(
+        model=ScriptedModel(script), tools=[lookup], session_manager=Session(store, "racy")
+    )
+    for i in range(10):
+        turn = asyncio.create_task(agent.invoke_async(f"q{i}"))
+        await asyncio.sleep(rng.random() * 0.01)
+        turn.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await turn  # any other error (a conflict) fails the test
+    # A turn that runs to its end stores whatever the cancelled ones left unstored.
+    await agent.invoke_async("last")
+    stored = (await store.get("racy")).messages
     assert stored == agent.messages
     assert_model_valid(stored)

@@ -871,13 +871,26 @@ class Session:
             history = _Filtered(history, start, self._filters, self.session_id)
             if state is not None:
                 state = self._filters.state(state, "session", self.session_id)
-        result = await self.store.commit(
-            self.session_id,
-            history,
-            agent_state=state,
-            expected_tail=self._tail,
-            redactions=redactions,
-        )
+        try:
+            result = await self.store.commit(
+                self.session_id,
+                history,
+                agent_state=state,
+                expected_tail=self._tail,
+                redactions=redactions,
+            )
+        except _REFUSED:
+            raise  # nothing written: the tail known is still the store's
+        except BaseException:
+            # Cancelled (or interrupted, or failed as an fsync did) once the store may
+            # have written: whether the commit landed is unknown, and the tail known
+            # may be one this writer's own commit moved on from. The next commit goes
+            # without one: the store then checks that this history extends what it
+            # holds (its last stored message against this one's) and appends only
+            # what it lacks, instead of refusing the session for ever as changed by
+            # "another writer" that does not exist.
+            self._tail = None
+            raise
         self._tail = result.tail
         self._count = result.message_count
         self._synced = key
@@ -919,6 +932,18 @@ class Session:
             agent.interrupt_state.version,
             agent.conversation_manager.get_state(),
         )
+
+
+# What a commit raises having written nothing (its arguments refused, another writer's
+# tail or lock met, the session gone): the tail known is still the store's.
+_REFUSED = (
+    SessionConflictError,
+    SessionLockedError,
+    SessionNotFoundError,
+    SessionMismatchError,
+    TypeError,
+    ValueError,
+)
 
 
 def _agent_state(agent: Agent) -> dict[str, Any]:
