@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -129,6 +130,38 @@ def test_new_prompt_over_pending_interrupt_closes_the_call() -> None:
     assert str(result) == "moving on"
     assert not agent.interrupt_state.activated
     assert_model_valid(agent.messages)
+
+
+def test_moving_on_from_an_interrupt_keeps_the_results_of_calls_that_ran(
+    tmp_path: Path,
+) -> None:
+    # One model turn asks for two calls; one interrupts, the other runs (a side
+    # effect). A new prompt instead of an answer closes only the interrupted call:
+    # the one that ran keeps its real result, in this process and in the next.
+    from perdure.session import FileSessionStore, Session
+
+    store = FileSessionStore(tmp_path)
+    model = ScriptedModel(
+        [tool_calls(("t1", "approve", {"amount": 30}), ("t2", "lookup", {"key": "x"}))]
+    )
+    Agent(model=model, tools=[approve, lookup], session_manager=Session(store, "s"))("pay")
+    assert LOG == ["approve 30", "lookup x"]
+    resumed = Agent(
+        model=ScriptedModel(["moving on"]),
+        tools=[approve, lookup],
+        session_manager=Session.resume(store, "s"),
+    )
+    assert resumed.interrupt_state.activated
+    resumed("forget it")
+    closing = resumed.messages[2]["content"]
+    results = {b["toolResult"]["toolUseId"]: b["toolResult"] for b in closing if "toolResult" in b}
+    assert results["t2"]["content"] == [{"text": "X"}]  # it ran: its result, not "not run"
+    assert results["t2"].get("status") != "error"
+    assert results["t1"]["status"] == "error"
+    assert "was not run" in results["t1"]["content"][0]["text"]
+    assert [b for b in closing if "text" in b] == [{"text": "forget it"}]
+    assert LOG == ["approve 30", "lookup x"]  # nothing ran again
+    assert_model_valid(resumed.messages)
 
 
 def test_cancel_from_another_thread_stops_at_next_boundary() -> None:

@@ -443,9 +443,21 @@ class Agent:
         if pending:
             # A new prompt over calls that never ran (a checkpoint or interrupt left
             # unanswered, a crash): close them in the same user message (SPEC §7).
-            closing = placeholder_results(
-                pending, "Tool call was not run: the conversation moved on without it."
+            # The calls of an interrupted batch that did finish keep their results:
+            # the model must not be told that a side effect it asked for never ran.
+            done = (
+                {result["toolUseId"]: result for result in self.interrupt_state.completed_results}
+                if self.interrupt_state.activated
+                else {}
             )
+            closing: list[ContentBlock] = [
+                {"toolResult": copy.deepcopy(done[use["toolUseId"]])}
+                if use["toolUseId"] in done
+                else placeholder_results(
+                    [use], "Tool call was not run: the conversation moved on without it."
+                )[0]
+                for use in pending
+            ]
             if messages and messages[0]["role"] == "user":
                 messages[0] = {"role": "user", "content": [*closing, *messages[0]["content"]]}
             else:
