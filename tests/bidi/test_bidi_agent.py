@@ -284,6 +284,50 @@ async def test_a_malformed_event_from_the_model_is_refused_and_nothing_enters_th
     await agent.stop()
 
 
+class _Says:
+    """A BidiModel whose connection yields ``events`` as they are, whatever they are."""
+
+    def __init__(self, *events: Any) -> None:
+        self.events = events
+
+    async def start(self, **kwargs: Any) -> None:
+        pass
+
+    async def send(self, event: Any) -> None:
+        pass
+
+    async def receive(self) -> Any:
+        for event in self.events:
+            yield event
+
+    async def stop(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("event", ["hello", 5, None, ["transcript"]])
+async def test_an_event_that_is_no_dict_is_refused_by_name(event: Any) -> None:
+    agent = BidiAgent(_Says(event), agent_id="voice")
+    await agent.start()
+    await agent.send("hi")
+    with pytest.raises(ValueError, match=r"receive\(\) yielded .* not an event dict"):
+        await until(agent, "response_complete")
+    assert [m["content"][0] for m in agent.messages] == [{"text": "hi"}]
+    await agent.stop()
+
+
+def test_a_script_that_holds_no_events_is_refused_when_it_is_made() -> None:
+    with pytest.raises(TypeError, match=r"responses\[0\]\[1\] must be a text or an event"):
+        ScriptedBidiModel([["ok", 5]])
+    with pytest.raises(TypeError, match=r"responses\[1\]\[0\] must be .* 'type'"):
+        ScriptedBidiModel([["ok"], [{"text": "no type"}]])
+    with pytest.raises(TypeError, match=r"responses\[0\] must be a list of events, got str"):
+        ScriptedBidiModel(["ok"])
+    with pytest.raises(TypeError, match="responses must be a list of responses"):
+        ScriptedBidiModel("ok")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"greeting\[0\] must be"):
+        ScriptedBidiModel(greeting=[3])  # type: ignore[list-item]
+
+
 async def test_text_deltas_are_passed_on_and_neither_kept_nor_saved() -> None:
     storage = MemoryStorage()
     saves: list[int] = []

@@ -42,7 +42,7 @@ and the model, told it was interrupted, may call it again.
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from perdure.agent import Agent, NullConversationManager
@@ -209,6 +209,11 @@ class BidiAgent:
         while self._started:
             restarted = False
             async for event in self.model.receive():
+                if not isinstance(event, Mapping):
+                    raise ValueError(
+                        f"the model's receive() yielded {type(event).__name__} {event!r}, "
+                        "not an event dict with a 'type'"
+                    )
                 kind = event.get("type")
                 if kind == "transcript":
                     role, text = event.get("role"), event.get("text")

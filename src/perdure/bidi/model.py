@@ -103,6 +103,25 @@ class _Closed:
     pass
 
 
+def _scripted(events: Any, where: str) -> list[str | BidiEvent]:
+    """One scripted response, checked: a list of texts and event dicts with a ``type``.
+
+    Raises:
+        TypeError: ``events`` is not a list, or holds something else (named by index).
+    """
+    if isinstance(events, str | bytes | dict) or not isinstance(events, Iterable):
+        raise TypeError(f"{where} must be a list of events, got {type(events).__name__}")
+    out = list(events)
+    for index, event in enumerate(out):
+        if not isinstance(event, str) and not (
+            isinstance(event, dict) and isinstance(event.get("type"), str)
+        ):
+            raise TypeError(
+                f"{where}[{index}] must be a text or an event dict with a 'type', got {event!r}"
+            )
+    return out
+
+
 class ScriptedBidiModel:
     """Plays back canned responses: each input sent makes it emit the next one.
 
@@ -129,8 +148,15 @@ class ScriptedBidiModel:
         greeting: Sequence[str | BidiEvent] = (),
         text_deltas: bool = False,
     ) -> None:
-        self._responses = [list(r) for r in responses]
-        self._greeting = list(greeting)
+        if isinstance(responses, str | bytes | dict):
+            raise TypeError(
+                f"responses must be a list of responses (lists of events), "
+                f"got {type(responses).__name__}"
+            )
+        self._responses = [
+            _scripted(response, f"responses[{index}]") for index, response in enumerate(responses)
+        ]
+        self._greeting = _scripted(greeting, "greeting")
         self._text_deltas = text_deltas
         self._queue: asyncio.Queue[BidiEvent | _Closed] | None = None
         self.starts: list[dict[str, Any]] = []
