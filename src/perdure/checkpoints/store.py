@@ -61,6 +61,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from perdure._runtime.checks import check_path
 from perdure._runtime.fs import atomic_write
 from perdure._runtime.threads import ProcessLock
 from perdure.crypto import Cipher
@@ -578,7 +579,7 @@ class FileCheckpointStore:
         _layout: Callable[[str], Path] | None = None,
         _sessions_root: Path | None = None,
     ) -> None:
-        self.root = Path(dir)
+        self.root = check_path("dir", dir)
         self.cipher = check_cipher(cipher)
         self.max_checkpoints = check_max_checkpoints(max_checkpoints)
         self.max_checkpoint_age = check_max_checkpoint_age(max_checkpoint_age)

@@ -93,6 +93,10 @@ class ScriptedModel:
     ) -> None:
         if isinstance(responses, str | dict):
             raise TypeError("responses must be a list of responses, not a single response")
+        if not isinstance(responses, Iterable):
+            raise TypeError(
+                f"responses must be a list of responses, got {type(responses).__name__}"
+            )
         if record not in ("copy", "none"):
             raise ValueError(f"record must be 'copy' or 'none', got {record!r}")
         self._responses: list[ScriptedResponse] = list(responses)

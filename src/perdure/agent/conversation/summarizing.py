@@ -6,6 +6,7 @@ import inspect
 import json
 from typing import Any
 
+from perdure._runtime.checks import check_count
 from perdure.agent.conversation.base import ConversationManager, SupportsMessages
 from perdure.agent.conversation.pairing import find_cut_index, find_latest_cut_index
 from perdure.agent.conversation.summarize import (
@@ -43,16 +44,16 @@ class SummarizingConversationManager(ConversationManager):
         context_threshold_tokens: int | None = None,
     ) -> None:
         super().__init__()
+        if isinstance(summary_ratio, bool) or not isinstance(summary_ratio, int | float):
+            raise TypeError(
+                f"summary_ratio must be a number, got {type(summary_ratio).__name__} "
+                f"{summary_ratio!r}"
+            )
         if not 0 < summary_ratio <= 1:
             raise ValueError(f"summary_ratio must be in (0, 1], got {summary_ratio!r}")
-        if preserve_recent_messages < 0:
-            raise ValueError(
-                f"preserve_recent_messages must be >= 0, got {preserve_recent_messages!r}"
-            )
-        if context_threshold_tokens is not None and context_threshold_tokens < 1:
-            raise ValueError(
-                f"context_threshold_tokens must be None or >= 1, got {context_threshold_tokens!r}"
-            )
+        check_count("preserve_recent_messages", preserve_recent_messages)
+        if context_threshold_tokens is not None:
+            check_count("context_threshold_tokens", context_threshold_tokens, minimum=1)
         if summarization_model is not None and not callable(
             getattr(summarization_model, "stream", None)
         ):
