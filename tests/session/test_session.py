@@ -452,3 +452,25 @@ async def test_turns_cancelled_at_any_moment_never_strand_the_agent(store: Sessi
     stored = (await store.get("racy")).messages
     assert stored == agent.messages
     assert_model_valid(stored)
+
+
+async def test_after_a_lost_commit_outcome_a_rewrite_never_goes_blind(store: SessionStore) -> None:
+    # The outcome of a cancelled commit is unknown, so the Session knows no tail; a
+    # compaction (a rewrite) before any other commit must not overwrite what another
+    # writer stored meanwhile: it learns the tail first, and the check refuses.
+    slow = _SlowAck(store)
+    session = Session(slow, "blind")  # type: ignore[arg-type]
+    agent = await Agent.create(model=ScriptedModel(["one", "summary"]), session_manager=session)
+    await agent.invoke_async("first")
+    slow.armed = True
+    turn = asyncio.create_task(agent.invoke_async("second"))
+    await slow.landed.wait()
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    record = await store.get("blind")
+    elsewhere: Message = {"role": "assistant", "content": [{"text": "from elsewhere"}]}
+    await store.commit("blind", [*record.messages, elsewhere], expected_tail=record.tail)
+    with pytest.raises(SessionConflictError):
+        await session.compact()
+    assert (await store.get("blind")).messages[-1] == elsewhere

@@ -237,6 +237,7 @@ class Session:
         self._record: SessionRecord | None = None
         self._agent: Agent | None = None
         self._tail: str | None = None
+        self._tail_unknown = False  # a commit's outcome was lost (see _commit)
         # How many messages the store held at the last read or commit: a commit
         # filters the messages from the last of those on.
         self._count = 0
@@ -420,11 +421,13 @@ class Session:
         Raises:
             ValueError: ``checkpoint_id`` is not a well-formed ULID.
             TurnRunningError: the agent is running a turn.
+            SessionLockedError: another writer holds the session (nothing deleted).
         """
         check_checkpoint_id(checkpoint_id)
         self._refuse_during_turn("delete_checkpoint")
         if self.checkpoints is not None:
-            await self.checkpoints.delete(self.session_id, checkpoint_id)
+            async with self._locked():
+                await self.checkpoints.delete(self.session_id, checkpoint_id)
 
     async def restore(self, checkpoint_id: str, checkpoint: bool = True) -> RestoreResult:
         """Replace the whole history with a checkpoint's (``rewritten`` commit).
@@ -459,6 +462,7 @@ class Session:
                 expected_tail=current.tail,
             )
             self._tail = result.tail
+            self._tail_unknown = False
             self._count = result.message_count
             if self._agent is not None:
                 restored = await self.store.get(self.session_id)
@@ -552,6 +556,7 @@ class Session:
             CheckpointImportError: the export failed any check (with ``verify_key``:
                 its signature is missing or wrong); nothing was written.
             StoreNotWiredError: no checkpoint store is wired.
+            SessionLockedError: another writer holds the session (nothing written).
             ValueError: ``verify_key`` is empty.
         """
         checkpoints = self._require_checkpoints("import_checkpoint")
@@ -560,15 +565,16 @@ class Session:
         else:
             imported = await verify_export(data, verify_key, progress=progress)
         messages, state = self._filter_all(imported.messages, imported.agent_state, "checkpoint")
-        meta = CheckpointMeta(
-            checkpoint_id=await new_checkpoint_id(checkpoints, self.session_id),
-            session_id=self.session_id,
-            trigger="import",
-            label=imported.meta.label,
-            message_count=len(imported.messages),
-            created_at=now_iso(),
-        )
-        await checkpoints.put(CheckpointRecord(meta, messages, state))
+        async with self._locked():
+            meta = CheckpointMeta(
+                checkpoint_id=await new_checkpoint_id(checkpoints, self.session_id),
+                session_id=self.session_id,
+                trigger="import",
+                label=imported.meta.label,
+                message_count=len(imported.messages),
+                created_at=now_iso(),
+            )
+            await checkpoints.put(CheckpointRecord(meta, messages, state))
         return meta
 
     # ------------------------------------------------------------------ compaction
@@ -658,6 +664,7 @@ class Session:
             raise
         agent.messages[:] = folded
         self._tail = result.tail
+        self._tail_unknown = False
         self._count = result.message_count
         self._mark_synced(agent)
         compaction = CompactResult(
@@ -768,6 +775,7 @@ class Session:
             await self.store.create(self.session_id, exist_ok=not self._new)
             self._record = await self._read_window()
         self._tail = self._record.tail
+        self._tail_unknown = False
         self._count = self._record.meta.message_count
 
     async def _read_window(self) -> SessionRecord:
@@ -812,6 +820,7 @@ class Session:
             # manager restored an offset the window does not reach: read everything.
             record = await self.store.get(self.session_id)
             self._tail = record.tail
+            self._tail_unknown = False
             self._count = record.meta.message_count
             prepend = self._restore_state(agent, record.agent_state)
             offset = agent.conversation_manager.removed_message_count
@@ -824,6 +833,7 @@ class Session:
                     self.session_id, stored, rewritten=True, expected_tail=self._tail
                 )
             self._tail = result.tail
+            self._tail_unknown = False
             self._count = result.message_count
         offset = min(offset, len(repaired))
         agent.messages = [*(prepend or []), *repaired[offset:]]
@@ -862,7 +872,7 @@ class Session:
             agent.messages,
             "were trimmed by the conversation manager and are only in the store",
         )
-        if state_only and state is None and not redactions:
+        if state_only and state is None and not redactions and not self._tail_unknown:
             return
         if self._filters:
             # From the last message the store holds: with no expected tail a store
@@ -888,10 +898,12 @@ class Session:
             # without one: the store then checks that this history extends what it
             # holds (its last stored message against this one's) and appends only
             # what it lacks, instead of refusing the session for ever as changed by
-            # "another writer" that does not exist.
-            self._tail = None
+            # "another writer" that does not exist. Until a commit has gone through,
+            # every commit is made (one with nothing new writes nothing and learns the
+            # tail), so a rewrite (a compaction) never goes without one.
+            self._tail, self._tail_unknown = None, True
             raise
-        self._tail = result.tail
+        self._tail, self._tail_unknown = result.tail, False
         self._count = result.message_count
         self._synced = key
         if model_changed:
