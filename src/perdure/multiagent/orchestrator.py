@@ -6,6 +6,10 @@ from its :class:`~perdure.multiagent.persist.RunStore` (its node agents restored
 them) on the first invocation, and forgotten when an invocation fails, so the next one
 reads the run as it is stored (a save that failed, a cancellation) and goes on from
 there.
+
+A run's start record names the orchestrator that began it (its kind and id): a stored
+run of another (a swarm's met by a graph, another ``graph_id`` in a ``Session``) is
+refused, finished or not, rather than resumed as this one's or overwritten by it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from perdure._runtime.loop import run_sync
 from perdure._runtime.threads import ProcessLock
 from perdure.agent import Agent
-from perdure.errors import TurnRunningError
+from perdure.errors import SessionMismatchError, TurnRunningError
 from perdure.multiagent.persist import RunStore
 from perdure.multiagent.run import RunState, replay, start_record
 
@@ -46,6 +50,9 @@ class Orchestrator(Generic[R]):
         Raises:
             TypeError: ``task`` is not a str.
             ValueError: an unfinished run of another task is stored.
+            SessionMismatchError: the session holds the run of another orchestrator
+                (another kind, or another id where a session holds one run), or
+                something else than a run.
             TurnRunningError: this orchestrator is running already.
             SessionConflictError, SessionLockedError: another writer has the run
                 (or any other error saving it: the next invocation reads what is
@@ -82,11 +89,17 @@ class Orchestrator(Generic[R]):
         resumes an unfinished run of ``task``, else starts a new one at ``entry``.
         """
         if self._records is None:
-            self._records = await self._store.load() or []
+            records = await self._store.load() or []
+            state = replay(records, self._run_id) if records else None
+            if state is not None:
+                # Before an agent is restored: another orchestrator's run changes none.
+                self._check_owner(state)
+            self._records = records
             for agent in self._node_agents():
                 await self._store.restore_agent(agent)
-        records = self._records
-        state = replay(records, self._run_id) if records else None
+        else:
+            records = self._records
+            state = replay(records, self._run_id) if records else None
         if state is not None and state.status == "running":
             if state.task != task:
                 raise ValueError(
@@ -97,5 +110,36 @@ class Orchestrator(Generic[R]):
             return records, state, False
         # What the run that ends held of the node agents goes on into the new one.
         carried = await self._store.carry_agents(records, list(self._node_agents()))
-        records = self._records = [start_record(self.kind, task, [entry], {}), *carried]
+        start = start_record(self.kind, task, [entry], {}, self._run_id)
+        records = self._records = [start, *carried]
         return records, replay(records, self._run_id), True
+
+    def _check_owner(self, state: RunState) -> None:
+        """Refuse a stored run that another orchestrator began.
+
+        Neither resumed (its results reported as this one's) nor replaced by a new run
+        (its records lost). A run whose id was not recorded (an older one) is taken as
+        this one's if it is of this kind.
+
+        Raises:
+            SessionMismatchError: the run is of another kind, or of another id.
+        """
+        other_id = state.run_id if state.run_id is not None else self._run_id
+        if state.kind == self.kind and other_id == self._run_id:
+            return
+        store = self._store
+        theirs = f"{state.kind} {other_id!r}"
+        ours = f"{self.kind} {self._run_id!r}"
+        finished = "an unfinished" if state.status == "running" else f"a {state.status}"
+        if store.single_run:
+            advice = f"a Session holds one run: give {ours} a Session of its own"
+        else:
+            advice = f"give {ours} another {self.kind}_id"
+        raise SessionMismatchError(
+            f"{store.where} holds {finished} run of {theirs}, not of {ours}: it is "
+            f"neither resumed nor overwritten; {advice}",
+            details={
+                "found": {"kind": state.kind, "id": state.run_id, "status": state.status},
+                "expected": {"kind": self.kind, "id": self._run_id},
+            },
+        )

@@ -3,9 +3,12 @@
 A run is stored as a list of JSON records, oldest first, each one small and written
 once (a session manager appends the new ones; see :mod:`perdure.multiagent.persist`):
 
-* ``{"t": "start", "v": RUN_FORMAT, "kind": "graph"|"swarm", "task": str,
-  "pending": [node, …], "shared": {…}}`` — the run begins; ``pending`` holds the
-  entry node (a swarm: the entry agent).
+* ``{"t": "start", "v": RUN_FORMAT, "kind": "graph"|"swarm", "id": str, "task": str,
+  "pending": [node, …], "shared": {…}}`` — the run begins; ``id`` is the
+  orchestrator's (its ``graph_id`` / ``swarm_id``), so that a run is never taken for
+  another orchestrator's (a ``Session`` holds one run, whoever wrote it); ``pending``
+  holds the entry node (a swarm: the entry agent). A start record without ``id``
+  (written before ids were recorded) is taken as the reader's.
 * ``{"t": "node", "node": id, "result": str, "pending": [id, …]}`` — a node
   completed with ``result``; ``pending`` is what is to run next (a graph: every node
   activated and not yet run, in activation order; a swarm: the agent handed off to,
@@ -14,8 +17,8 @@ once (a session manager appends the new ones; see :mod:`perdure.multiagent.persi
 * ``{"t": "end", "status": "completed"|"failed", "error": str|None}`` — the run is
   over; the next invocation starts a new one.
 * ``{"t": "agent", "agent": id, "from": int, "messages": [message, …], "fields":
-  {…}}`` — a node agent's state, kept in the run by a ``SnapshotSessionManager``
-  (made by its ``node_agent_record``; see :mod:`perdure.multiagent.persist`): the
+  {…}}`` — a node agent's state, kept in the run (see :mod:`perdure.multiagent.persist`;
+  a ``SnapshotSessionManager`` makes it with its ``node_agent_record``): the
   agent's history from index ``from`` on, in stored form (the messages before
   ``from`` are those it had already, in its own ``latest`` or in the run's earlier
   records of it), and its other fields as a snapshot without messages
@@ -69,6 +72,7 @@ class RunState:
         shared: the shared state (graph) or shared context (swarm).
         handoffs: the hand-offs of a swarm, each ``{"from", "to", "message"}``.
         error: why a failed run failed.
+        run_id: the id of the orchestrator whose run it is (``None``: not recorded).
     """
 
     kind: str
@@ -80,16 +84,21 @@ class RunState:
     shared: dict[str, Any] = field(default_factory=dict)
     handoffs: list[dict[str, str]] = field(default_factory=list)
     error: str | None = None
+    run_id: str | None = None
 
 
 def start_record(
-    kind: str, task: str, pending: list[str], shared: Mapping[str, Any]
+    kind: str,
+    task: str,
+    pending: list[str],
+    shared: Mapping[str, Any],
+    run_id: str | None = None,
 ) -> dict[str, Any]:
-    """The first record of a run."""
-    return {
-        "t": "start",
-        "v": RUN_FORMAT,
-        "kind": kind,
+    """The first record of a run (``run_id``: the orchestrator's id, kept in it)."""
+    record: dict[str, Any] = {"t": "start", "v": RUN_FORMAT, "kind": kind}
+    if run_id is not None:
+        record["id"] = run_id
+    return record | {
         "task": task,
         "pending": list(pending),
         "shared": copy.deepcopy(dict(shared)),
@@ -204,12 +213,16 @@ def replay(records: Sequence[Mapping[str, Any]], where: str) -> RunState:
     if first.get("v") != RUN_FORMAT:
         raise _bad(where, 0, f"has format {first.get('v')!r}, expected {RUN_FORMAT!r}")
     kind, task, pending = first.get("kind"), first.get("task"), first.get("pending")
-    shared = first.get("shared")
+    shared, run_id = first.get("shared"), first.get("id")
     if kind not in ("graph", "swarm") or not isinstance(task, str) or not _strings(pending):
         raise _bad(where, 0, "is a malformed start record")
+    if not (run_id is None or isinstance(run_id, str)):
+        raise _bad(where, 0, f"has an orchestrator id that is not a string ({run_id!r})")
     if not isinstance(shared, dict):
         raise _bad(where, 0, "has no shared state object")
-    state = RunState(kind=kind, task=task, pending=list(pending), shared=copy.deepcopy(shared))
+    state = RunState(
+        kind=kind, task=task, pending=list(pending), shared=copy.deepcopy(shared), run_id=run_id
+    )
     for index in range(1, len(records)):
         record = records[index]
         kind = record.get("t")

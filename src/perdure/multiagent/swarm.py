@@ -4,8 +4,18 @@ Each agent (told apart by ``Agent(name=...)``) gets a ``handoff`` tool whose inp
 ``{"agent": <name>, "message": <text>}``, optionally with ``"context": {…}`` merged
 into the swarm's shared context. A ``handoff`` call ends the active agent's turn at
 once (its model is not called again) and makes the named agent active; the swarm
-ends when the active agent answers without one. More than ``max_handoffs`` hand-offs
-end the run as failed.
+ends when the active agent answers without one. A hand-off past ``max_handoffs`` is
+refused: the agent's ``handoff`` call gets an error result saying so, its turn ends,
+and the run ends as failed; the refused hand-off is not one of
+:attr:`SwarmResult.handoffs`.
+
+An active agent that pauses (its turn ends with ``stop_reason`` ``"interrupt"`` or
+``"checkpoint"``) has not finished its turn: the invocation returns
+``status="interrupted"`` with its result in :attr:`SwarmResult.paused`, the turn is
+not recorded, and calling again with the same task goes on with that agent, as in a
+graph (:mod:`perdure.multiagent.graph`): answers as ``responses=[{"interruptResponse":
+…}]``, a checkpoint resumed. A turn that both hands off and pauses is taken as a
+hand-off (the handoff tool's result is already in the agent's history).
 
 With a session manager the run is saved after every agent's turn (``"node"``) or at
 the end (``"invocation"``); a rebuilt swarm resumes an unfinished run with the agent
@@ -17,16 +27,25 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-from perdure.agent import Agent
+from perdure._runtime.loop import run_sync
+from perdure.agent import Agent, AgentResult
+from perdure.multiagent.graph import (
+    PAUSED_STOP_REASONS,
+    Status,
+    answering,
+    check_answered,
+    invocation_answers,
+    run_node_agent,
+)
 from perdure.multiagent.orchestrator import Orchestrator
 from perdure.multiagent.persist import RunStore, check_agent_ids, run_store
 from perdure.multiagent.run import RunState, end_record, node_record
 from perdure.session.ids import validate_session_id
-from perdure.tools import ToolContext
+from perdure.tools import Interrupt, ToolContext
 from perdure.types import ToolResult, ToolSpec, ToolUse
 from perdure.types.json import validate_storable
 
@@ -40,20 +59,30 @@ class SwarmResult:
     """What a swarm invocation returns.
 
     Attributes:
-        status: ``"completed"`` or ``"failed"``.
+        status: ``"completed"``, ``"failed"``, or ``"interrupted"`` (the active
+            agent paused: see :attr:`paused`; the run goes on when called again).
         node_history: the names of the agents in the order their turns ended.
         results: each agent's last output text.
         context: the shared context at the end.
-        handoffs: every hand-off, ``{"from", "to", "message"}``.
-        error: why it failed (``None`` when completed).
+        handoffs: every hand-off made, ``{"from", "to", "message"}`` (not one
+            refused by ``max_handoffs``).
+        error: why it failed (``None`` unless failed).
+        paused: the active agent's name and its paused result (``stop_reason``,
+            ``interrupts``, ``checkpoint``), when it paused.
     """
 
-    status: Literal["completed", "failed"]
+    status: Status
     node_history: list[str]
     results: dict[str, str]
     context: dict[str, Any] = field(default_factory=dict)
     handoffs: list[dict[str, str]] = field(default_factory=list)
     error: str | None = None
+    paused: dict[str, AgentResult] = field(default_factory=dict)
+
+    @property
+    def interrupts(self) -> list[Interrupt]:
+        """The questions the paused agent waits on, to answer with ``responses=``."""
+        return [i for result in self.paused.values() for i in result.interrupts]
 
     def __str__(self) -> str:
         return self.results.get(self.node_history[-1], "") if self.node_history else ""
@@ -118,9 +147,14 @@ class _HandoffTool:
             validate_storable(extra, "context")
         except (TypeError, ValueError) as exc:
             return answer("error", str(exc))
-        if self._swarm._handoff is not None:
+        swarm = self._swarm
+        if swarm._handoff is not None or swarm._refused is not None:
             return answer("error", "you handed off already in this turn")
-        self._swarm._handoff = ({"from": self._owner, "to": target, "message": message}, extra)
+        if swarm._handoffs_made >= swarm.max_handoffs:
+            swarm._refused = target
+            context.agent.cancel()  # the swarm stops: the turn ends as a hand-off's would
+            return answer("error", f"Hand-off to {target} refused: {swarm._limit_reason()}")
+        swarm._handoff = ({"from": self._owner, "to": target, "message": message}, extra)
         context.agent.cancel()  # ends the turn once the tool results are in
         return answer("success", f"Handed off to {target}.")
 
@@ -131,7 +165,8 @@ class Swarm(Orchestrator[SwarmResult]):
     Args:
         agents: the agents, with distinct names; each gets a ``handoff`` tool.
         entry: the agent (or its name) that starts; default the first.
-        max_handoffs: hand-offs allowed in one run; one more fails it.
+        max_handoffs: hand-offs allowed in one run; one more is refused and fails
+            the run.
         session_manager: a :class:`~perdure.session.SnapshotSessionManager`, a
             :class:`~perdure.session.Session`, or ``None``.
         swarm_id: names the swarm's run inside the session.
@@ -185,7 +220,10 @@ class Swarm(Orchestrator[SwarmResult]):
         self._agents = {a.name: a for a in agents}
         for agent in agents:
             agent.tool_registry.register(_HandoffTool(self, agent.name))
+        # Set by the active agent's handoff tool during its turn:
         self._handoff: tuple[dict[str, str], dict[str, Any]] | None = None
+        self._refused: str | None = None  # the target of a hand-off max_handoffs refused
+        self._handoffs_made = 0  # in the run, before this turn
 
     @property
     def agent_names(self) -> list[str]:
@@ -195,9 +233,48 @@ class Swarm(Orchestrator[SwarmResult]):
     def _node_agents(self) -> list[Agent]:
         return list(self._agents.values())
 
+    def _limit_reason(self) -> str:
+        if self.max_handoffs == 0:
+            return "this swarm allows no hand-off (max_handoffs=0); the swarm stops here"
+        return (
+            f"this swarm allows {_handoffs(self.max_handoffs)} (max_handoffs), all made; "
+            "the swarm stops here"
+        )
+
+    def __call__(
+        self, task: str, *, responses: Sequence[Mapping[str, Any]] | None = None
+    ) -> SwarmResult:
+        """Run (or resume) on ``task``; the sync face of :meth:`invoke_async`."""
+        return run_sync(
+            self.invoke_async(task, responses=responses), async_name="swarm.invoke_async(task)"
+        )
+
+    async def invoke_async(
+        self, task: str, *, responses: Sequence[Mapping[str, Any]] | None = None
+    ) -> SwarmResult:
+        """Run on ``task``, or resume the unfinished run of that task.
+
+        Args:
+            task: the task.
+            responses: ``interruptResponse`` blocks answering the interrupts the
+                paused agent waits on (:attr:`SwarmResult.interrupts`).
+
+        Raises:
+            ValueError: ``responses`` is malformed, or names an interrupt the paused
+                agent does not wait on; and see :meth:`Orchestrator.invoke_async
+                <perdure.multiagent.orchestrator.Orchestrator.invoke_async>`.
+        """
+        with answering(responses):
+            return await super().invoke_async(task)
+
     async def _invoke(self, task: str) -> SwarmResult:
         records, state, fresh = await self._begin(task, self.entry)
         store = self._store
+        check_answered(
+            invocation_answers(),
+            [self._agents[n] for n in state.pending[:1] if n in self._agents],
+            f"swarm {self.swarm_id!r}",
+        )
         while state.pending:
             name = state.pending[0]
             if name not in self._agents:
@@ -206,9 +283,10 @@ class Swarm(Orchestrator[SwarmResult]):
                     f"which is not one of its agents ({self.agent_names})"
                 )
             agent = self._agents[name]
-            self._handoff = None
+            self._handoff, self._refused = None, None
+            self._handoffs_made = len(state.handoffs)
             try:
-                result = await agent.invoke_async(_prompt(state, name))
+                result = await run_node_agent(agent, _prompt(state, name), invocation_answers())
             except Exception as exc:  # the run stays unfinished: calling again retries
                 error = f"agent {name!r} failed: {type(exc).__name__}: {exc}"
                 if store.strategy == "invocation":
@@ -219,7 +297,16 @@ class Swarm(Orchestrator[SwarmResult]):
             extra: dict[str, Any] = {}
             if self._handoff is not None:
                 handoff, extra = self._handoff
-            self._handoff = None
+            refused, self._handoff, self._refused = self._refused, None, None
+            if handoff is None and refused is None and result.stop_reason in PAUSED_STOP_REASONS:
+                # Not a finished turn: no record; the agent, paused, is kept with the
+                # run, and the next invocation goes on with it.
+                if store.strategy == "node":
+                    kept = await store.save_agent(agent)
+                    if kept is not None:
+                        records.append(kept)
+                await self._save(records, fresh=fresh, final=True)
+                return _result(state, "interrupted", None, paused={name: result})
             if store.strategy == "node":
                 kept = await store.save_agent(agent)  # the agent before its turn's record
                 if kept is not None:
@@ -229,16 +316,23 @@ class Swarm(Orchestrator[SwarmResult]):
             before = copy.deepcopy(state.shared)
             state.shared.update(copy.deepcopy(extra))
             shared = state.shared if state.shared != before else None
-            over = handoff is not None and len(state.handoffs) >= self.max_handoffs
-            state.pending = [handoff["to"]] if handoff is not None and not over else []
+            over = refused is not None
+            state.pending = [handoff["to"]] if handoff is not None else []
             if handoff is not None:
                 state.handoffs.append(handoff)
             records.append(node_record(name, text, state.pending, shared=shared, handoff=handoff))
-            if over:
+            if refused is not None:
                 state.status = "failed"
-                state.error = (
-                    f"max_handoffs ({self.max_handoffs}) reached: {name!r} handed off again"
-                )
+                if self.max_handoffs == 0:
+                    state.error = (
+                        f"max_handoffs (0): {name!r} tried to hand off to {refused!r}, but "
+                        "this swarm allows no hand-off"
+                    )
+                else:
+                    state.error = (
+                        f"max_handoffs ({self.max_handoffs}) reached: {name!r} tried to hand "
+                        f"off to {refused!r} after {_handoffs(len(state.handoffs))}"
+                    )
                 records.append(end_record("failed", state.error))
             await self._save(records, fresh=fresh, final=over)
             fresh = False
@@ -261,6 +355,10 @@ class Swarm(Orchestrator[SwarmResult]):
         await store.save(records, fresh=fresh)
 
 
+def _handoffs(count: int) -> str:
+    return f"{count} hand-off" if count == 1 else f"{count} hand-offs"
+
+
 def _prompt(state: RunState, name: str) -> str:
     """What the active agent is told: the task, and how it came to it."""
     if not state.handoffs:
@@ -277,12 +375,19 @@ def _prompt(state: RunState, name: str) -> str:
     return "\n\n".join(parts)
 
 
-def _result(state: RunState, status: str, error: str | None) -> SwarmResult:
+def _result(
+    state: RunState,
+    status: Status,
+    error: str | None,
+    *,
+    paused: Mapping[str, AgentResult] | None = None,
+) -> SwarmResult:
     return SwarmResult(
-        status=cast(Literal["completed", "failed"], status),
+        status=status,
         node_history=list(state.order),
         results=dict(state.results),
         context=copy.deepcopy(state.shared),
         handoffs=[dict(h) for h in state.handoffs],
         error=error,
+        paused=dict(paused or {}),
     )
