@@ -482,7 +482,9 @@ class _RepairPlan:
         self.keep = 0
         self.last_hash = ZERO_HASH
         self.first_kind = "bad_sequence"
-        self.missing = 0  # rows the session row counts that are not there
+        # (position, count): ``count`` rows the session row counts are gone just
+        # before row ``position`` (the first row after them, or the recorded end)
+        self.gaps: builtins.list[tuple[int, int]] = []
         self.state_bad = False
         self.state_raw: Any = None
 
@@ -494,15 +496,25 @@ class _RepairPlan:
             out.append((position, self.first_kind if offset == 0 else "after_damage"))
         return out
 
-    def report(self, session_id: str, quarantine_path: str) -> SessionRecoveryReport:
-        """Positions are row indexes; -1 stands for the session row or the state."""
+    @property
+    def moves_anything(self) -> bool:
+        """Whether a row or the state goes to quarantine (else no file is written)."""
+        return len(self.rows) > self.keep or (self.state_bad and self.state_raw is not None)
+
+    def report(self, session_id: str, quarantine_path: str | None) -> SessionRecoveryReport:
+        """Positions are row indexes; -1 stands for the session row or the state.
+
+        Rows already gone are no moved record: they are ``gaps``, each at the row
+        index just after it (the recorded end, for rows gone from the end).
+        """
         moved = self.moved()
         positions = [p for p, _ in moved]
         kinds = [k for _, k in moved]
-        for position in range(self.keep, self.keep + self.missing):
-            positions.append(position)
-            kinds.append("missing")
-        if not positions and (self.keep, self.last_hash) != (self.head.total, self.head.head):
+        if (
+            not positions
+            and not self.gaps
+            and (self.keep, self.last_hash) != (self.head.total, self.head.head)
+        ):
             kinds.append("bad_meta")  # every row verifies: the session row was wrong
             positions.append(-1)
         if self.state_bad:
@@ -513,7 +525,8 @@ class _RepairPlan:
             len(moved) + (1 if self.state_bad and self.state_raw is not None else 0),
             tuple(positions),
             tuple(kinds),
-            quarantine_path,
+            quarantine_path if self.moves_anything else None,
+            tuple(self.gaps),
         )
 
     def quarantined_lines(self) -> bytes:
@@ -2134,9 +2147,13 @@ class SQLiteSessionStore(StoreBase):
         ``<quarantine_dir>/<session_id>/<time>.jsonl``, and the session row is set
         to the rows kept: the session then reads cleanly. Rows past the recorded end,
         a recorded end past the last row, and a damaged agent state (moved, then
-        reset to empty) are repaired likewise. Under the writer lock, in one write
-        transaction, after the quarantine file is durable: a crash leaves the
-        session as it was (with a copy in quarantine) or repaired.
+        reset to empty) are repaired likewise. Rows already gone are reported as
+        ``gaps`` (``(row after them, count)``; the recorded end for rows gone from the
+        end), never as moved records; the intact row after such a gap moves as
+        ``unverifiable`` (only the lost row's hash vouched for its body). No file is
+        written when nothing moves (``quarantine_path`` is then None). Under the
+        writer lock, in one write transaction, after the quarantine file is durable:
+        a crash leaves the session as it was (with a copy in quarantine) or repaired.
 
         Returns None when nothing here is attributable to rows (the damage is in a
         checkpoint, say). With ``dry_run`` nothing is written and the report says
@@ -2168,10 +2185,12 @@ class SQLiteSessionStore(StoreBase):
             plan = self._repair_plan(conn, session_id)
             if plan is None:
                 return None
-            where = target / session_id
-            where.mkdir(parents=True, exist_ok=True)
-            qpath = where / f"{utc_now().replace(':', '-')}-{os.urandom(4).hex()}.jsonl"
-            atomic_write(qpath, plan.quarantined_lines())
+            qpath: Path | None = None
+            if plan.moves_anything:  # rows gone already leave nothing to keep a copy of
+                where = target / session_id
+                where.mkdir(parents=True, exist_ok=True)
+                qpath = where / f"{utc_now().replace(':', '-')}-{os.urandom(4).hex()}.jsonl"
+                atomic_write(qpath, plan.quarantined_lines())
             head = plan.head
             if plan.state_bad:
                 conn.execute("DELETE FROM perdure_states WHERE sid = ?", (head.sid,))
@@ -2193,7 +2212,7 @@ class SQLiteSessionStore(StoreBase):
                     head.sid,
                 ),
             )
-            return plan.report(session_id, str(qpath))
+            return plan.report(session_id, None if qpath is None else str(qpath))
 
     def release_damaged_wal(self, quarantine_dir: str | os.PathLike[str]) -> Path | None:
         """Move a damaged WAL set aside (see :attr:`damaged_wal_path`) into quarantine.
@@ -2229,6 +2248,18 @@ class SQLiteSessionStore(StoreBase):
         for index, (key, body, stored, redacted, redacted_hash) in enumerate(rows):
             texts = [_stored_text(v) for v in (body, stored, redacted, redacted_hash)]
             kind = _row_damage(key - head.base, index, prev, *texts)
+            if kind == "bad_sequence" and index < key - head.base:
+                # Rows index.. are gone (keys are unique and sorted: never fewer).
+                # The row after them is intact as far as anyone can tell, but only
+                # the hash of the row before it could vouch for its body: it moves
+                # as unverifiable, and those after it with it (they chain from it).
+                # A row past the recorded end moves as bad_sequence, as it would
+                # without the gap.
+                end = min(key - head.base, head.total)
+                if end > index:
+                    plan.gaps.append((end, end - index))
+                if key - head.base < head.total:
+                    kind = "unverifiable"
             if kind is not None:
                 break
             prev = str(texts[1])
@@ -2240,7 +2271,8 @@ class SQLiteSessionStore(StoreBase):
             if at_end == head.head:
                 plan.keep, plan.last_hash, kind = head.total, head.head, "bad_sequence"
         plan.first_kind = kind or "bad_sequence"
-        plan.missing = max(0, head.total - len(rows)) if kind is None else 0
+        if kind is None and head.total > len(rows):  # every row verifies, the last gone
+            plan.gaps.append((head.total, head.total - len(rows)))
         state_text = None if state_row is None else _stored_text(state_row[0])
         if state_row is None:
             plan.state_bad = head.state_hash is not None

@@ -41,6 +41,7 @@ class Connection:
         self.renew = self._script(_scripts.RENEW)
         self.release = self._script(_scripts.RELEASE)
         self.put_checkpoint = self._script(_scripts.PUT_CHECKPOINT)
+        self.probe = self._script(_scripts.PROBE)
 
     def _script(self, lua: str) -> Script:
         """The script as a call ``(keys, args)``: ``EVALSHA`` on a connection of the

@@ -5,11 +5,43 @@ passed in ``KEYS``, so a session's scripts run on one slot of a cluster. Keys (s
 :mod:`.sessions`): ``h`` the head hash, ``m`` the message list, ``r`` the
 redactions hash, ``t`` the tombstone, ``l`` the writer lease, ``cm``/``cb`` the
 checkpoints' metas and bodies.
+
+A session whose message list or redactions are there without its head lost the
+head behind the store's back (evicted under an ``allkeys-*`` or ``volatile-*``
+``maxmemory-policy``, deleted by hand): the scripts answer that as damage naming
+the key that is left (``{3, key}``, ``{'orphan', key}``), never as no session, and
+no script but ``DELETE`` deletes a key it finds. The one exception is what an
+expiry leaves: Redis drops a session's keys one by one, so for a moment a key can
+outlive the head it expires with. Such a key is told apart by the tombstone (which
+an expiry leaves and nothing else does) and by its own deadline, which is the
+head's (every renewal sets them together): due within ``LEFTOVER_MS``. ``CREATE``
+deletes only those; checkpoints kept under an id with no session (a checkpoint
+store used on its own) are kept, and the new session lists them.
 """
 
 from __future__ import annotations
 
 _HEAD_FIELDS = "'count', 'head', 'writes', 'tail', 'state', 'state_hash', 'created', 'updated'"
+
+LEFTOVER_MS = 1000
+"""How soon a key found without its head must expire to count as the rest of an
+expired session (its deadline is the head's; clocks inside one script agree)."""
+
+_ORPHAN = f"""
+-- true: key i is the rest of an expired session (see the module docstring)
+local function leftover(i)
+  if redis.call('EXISTS', KEYS[4]) == 0 then return false end
+  local left = redis.call('PTTL', KEYS[i])
+  return left >= 0 and left <= {LEFTOVER_MS}
+end
+-- the first of m, r (KEYS[2], KEYS[3]) there without the head and no leftover
+local function orphan()
+  for i = 2, 3 do
+    if redis.call('EXISTS', KEYS[i]) == 1 and not leftover(i) then return KEYS[i] end
+  end
+  return false
+end
+"""
 
 _RENEW_TTL = """
 -- cp: the index in KEYS of the checkpoints' keys (cm, then cb): they expire together
@@ -26,11 +58,14 @@ end
 
 READ = (
     _RENEW_TTL
+    + _ORPHAN
     + f"""
 -- KEYS: h m r t cm cb; ARGV: offset, limit (-1: to the end), back, ttl_ms, tomb_ms
 local h = redis.call('HMGET', KEYS[1], {_HEAD_FIELDS})
 if not h[4] then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {{2}} end
+  local lost = orphan()
+  if lost then return {{3, lost}} end
   return {{0, redis.call('EXISTS', KEYS[4])}}
 end
 local count = tonumber(h[1])
@@ -49,12 +84,16 @@ return {{1, h, start, rows, red}}
 """
 )
 
-HEAD = f"""
+HEAD = (
+    _ORPHAN
+    + f"""
 -- KEYS: h m r t l
 local h = redis.call('HMGET', KEYS[1], {_HEAD_FIELDS})
 local lease = redis.call('GET', KEYS[5])
 if not h[4] then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {{2}} end
+  local lost = orphan()
+  if lost then return {{3, lost}} end
   return {{0, redis.call('EXISTS', KEYS[4]), lease}}
 end
 local count = tonumber(h[1])
@@ -66,16 +105,22 @@ if count > 0 then
 end
 return {{1, h, last, lastr, lease, redis.call('LLEN', KEYS[2])}}
 """
+)
 
 COMMIT = (
     _RENEW_TTL
+    + _ORPHAN
     + """
 -- KEYS: h m r t l cm cb
 -- ARGV: 1 planned tail, 2 lease token ('' none), 3 rewrite, 4 count, 5 head,
 --   6 writes, 7 tail, 8 updated, 9 has state, 10 state, 11 state hash, 12 ttl_ms,
 --   13 tomb_ms, 14 planned start, 15 n rows; then the rows, then redaction pairs
 local cur = redis.call('HGET', KEYS[1], 'tail')
-if not cur then return {'missing', redis.call('EXISTS', KEYS[4])} end
+if not cur then
+  local lost = orphan()
+  if lost then return {'orphan', lost} end
+  return {'missing', redis.call('EXISTS', KEYS[4])}
+end
 local lease = redis.call('GET', KEYS[5])
 if ARGV[2] ~= '' then
   if lease ~= ARGV[2] then return {'lease_lost'} end
@@ -113,19 +158,34 @@ return {'ok'}
 
 CREATE = (
     _RENEW_TTL
+    + _ORPHAN
     + """
 -- KEYS: h m r t cm cb; ARGV: created, tail, zero hash, ttl_ms, tomb_ms
 local h = redis.call('HMGET', KEYS[1], 'created', 'updated', 'count', 'tail')
 if h[4] then return {0, h[1], h[2], h[3], h[4]} end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {2} end
-if redis.call('EXISTS', KEYS[4]) == 0 then
-  redis.call('DEL', KEYS[5], KEYS[6])  -- leftovers from before the session existed
+local lost = orphan()
+if lost then return {3, lost} end
+-- Only the rest of an expired session goes, Redis was dropping it; checkpoints
+-- kept under this id otherwise stay, and the new session lists them.
+for _, i in ipairs({2, 3, 5, 6}) do
+  if leftover(i) then redis.call('DEL', KEYS[i]) end
 end
-redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('HSET', KEYS[1], 'created', ARGV[1], 'updated', ARGV[1], 'count', '0',
   'head', ARGV[3], 'writes', '0', 'tail', ARGV[2])
 renew(ARGV[4], ARGV[5], 5)
 return {1}
+"""
+)
+
+PROBE = (
+    _ORPHAN
+    + """
+-- KEYS: h m r t. 1: the head is there; {3, key}: key is there without it; 0: neither
+if redis.call('EXISTS', KEYS[1]) == 1 then return 1 end
+local lost = orphan()
+if lost then return {3, lost} end
+return 0
 """
 )
 

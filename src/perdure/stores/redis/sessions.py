@@ -57,11 +57,21 @@ Guarantees:
   afresh. ``list`` shows only live sessions. The session's checkpoints expire with
   it (SPEC §9: give a ``Session`` a ``checkpoints=`` store to keep them past the
   ttl); the lease does not. The rules are :mod:`perdure.session.expiry`'s.
+- **A lost head is damage**: a session whose message list or redactions are there
+  without its head hash (evicted under a ``maxmemory-policy`` that may evict any
+  key, deleted by hand) raises :class:`~perdure.errors.SessionCorruptedError`
+  (``details["missing_key"]``, ``details["found_key"]``) from every read, commit
+  and ``create`` — never ``session_not_found``, never a fresh session over it —
+  and ``list`` shows it with ``damaged`` set, so ``perdure verify`` reports it. No
+  path but ``delete`` deletes a key it finds, except what an expiry leaves for a
+  moment (see :mod:`._scripts`: told by the tombstone and the key's own deadline).
 - **Any loop, any thread**: one client (and pool) per event loop, closed with its
   loop (see :mod:`._client`).
 
 ``list`` walks the keyspace with ``SCAN`` (cost: the whole keyspace of the server,
-not only the store's), then reads the heads it found in one pipeline.
+not only the store's) for heads, message lists and redactions (an id with messages
+and no head is a lost head, checked once more by a script), then reads the heads it
+found in one pipeline.
 """
 
 from __future__ import annotations
@@ -245,8 +255,13 @@ class RedisSessionStore(StoreBase):
         """Register a new, empty session (an expired id starts afresh), created at
         ``created_at`` (default: now).
 
+        Never deletes what it finds but the rest of an expired session, which Redis
+        was dropping (see :mod:`._scripts`); checkpoints kept under the id stay.
+
         Raises:
             SessionConflictError: it exists already and ``exist_ok`` is false.
+            SessionCorruptedError: the id's messages are there but its head hash is
+                not (``details["missing_key"]``, ``details["found_key"]``).
             TypeError, ValueError: ``created_at`` is no timezone-aware time (see
                 :meth:`SessionStore.create`).
         """
@@ -265,6 +280,8 @@ class RedisSessionStore(StoreBase):
             return SessionMeta(session_id, created, created, 0)
         if reply[0] == 2:
             raise self._bad_meta(session_id)
+        if reply[0] == 3:
+            raise self._orphaned(session_id, reply[1])
         stored_created, updated, count, stored_tail = (_text(v) for v in reply[1:5])
         if stored_tail == tail:
             return SessionMeta(session_id, created, created, 0)
@@ -334,22 +351,38 @@ class RedisSessionStore(StoreBase):
         """Metadata of live sessions sorted by id, ids greater than ``after``.
 
         Walks the server's keyspace (``SCAN``); reads no content. A session whose
-        head cannot be read is listed with ``damaged`` set.
+        head cannot be read is listed with ``damaged`` set, and so is one whose
+        messages are there without its head (a lost head: ``get`` raises
+        :class:`~perdure.errors.SessionCorruptedError`).
 
         Raises:
             ValueError: a bad ``limit`` or ``after``.
         """
         check_list_args(limit, after)
-        pattern = _glob_escape(self.prefix) + "{*}:h"
+        # Heads, and the message lists and redactions that tell a lost head (one walk).
+        pattern = _glob_escape(self.prefix) + "{*}:[hmr]"
         start = len(self.prefix) + 1
         doing = "listing sessions"
         conn = await self._conn(doing)
         try:
             ids: set[str] = set()
+            loose: set[str] = set()
             async for key in conn.client.scan_iter(match=pattern, count=_SCAN_COUNT):
                 text = _text(key)
                 if text.endswith("}:h"):
                     ids.add(text[start:-3])
+                elif text.endswith(("}:m", "}:r")):
+                    loose.add(text[start:-3])
+            orphans: dict[str, SessionMeta] = {}
+            for session_id in sorted(loose - ids):
+                if after is not None and session_id <= after:
+                    continue
+                meta = await self._probe(conn, session_id)
+                if meta is True:
+                    ids.add(session_id)
+                elif isinstance(meta, SessionMeta):
+                    orphans[session_id] = meta
+            ids |= set(orphans)
             chosen = sorted(i for i in ids if after is None or i > after)
             metas: builtins.list[SessionMeta] = []
             while chosen and (limit is None or len(metas) < limit):
@@ -365,7 +398,7 @@ class RedisSessionStore(StoreBase):
                 now = time.time()
                 step = 1 if self.ttl is None else 2
                 for at, session_id in enumerate(batch):
-                    meta = self._listed(session_id, replies[at * step])
+                    meta = orphans.get(session_id) or self._listed(session_id, replies[at * step])
                     if meta is not None and step == 2 and meta.damaged is None:
                         left = replies[at * step + 1]
                         if isinstance(left, int) and left >= 0:
@@ -375,6 +408,22 @@ class RedisSessionStore(StoreBase):
             return metas
         except UNAVAILABLE as exc:
             raise translate(exc, self.server, doing) from exc
+
+    async def _probe(self, conn: Connection, session_id: str) -> SessionMeta | bool | None:
+        """For an id whose messages the scan found without a head: True when the head
+        is there now, a damaged meta when it is not, None when both are gone (an
+        expiry, a delete)."""
+        keys = self._keys(session_id)
+        try:
+            reply = await conn.probe(keys.session, [])
+        except Exception as exc:
+            raise translate(exc, self.server, "listing sessions") from exc
+        if reply == 1:
+            return True
+        if isinstance(reply, list):
+            error = self._orphaned(session_id, reply[1])
+            return SessionMeta(session_id, "", "", 0, damaged=str(error))
+        return None
 
     async def _apply_commit(self, request: CommitRequest) -> CommitResult:
         """Persist a checked commit: plan against the head, then one checked script."""
@@ -603,6 +652,24 @@ class RedisSessionStore(StoreBase):
             details={"session_id": session_id, "prefix": self.prefix, "kind": "bad_meta"},
         )
 
+    def _orphaned(self, session_id: str, found: Any) -> SessionCorruptedError:
+        """The error for a session whose ``found`` key is there without its head."""
+        head, left = self._keys(session_id).head, _text(found)
+        return SessionCorruptedError(
+            f"session {session_id!r} is damaged (Redis store at {self.server}): its head "
+            f"hash {head!r} is missing while {left!r} still holds its data (evicted under "
+            "a maxmemory-policy, or deleted by hand?); nothing was deleted: restore the "
+            "key from a backup, or delete the session to start it afresh",
+            details={
+                "session_id": session_id,
+                "server": self.server,
+                "prefix": self.prefix,
+                "kind": "bad_meta",
+                "missing_key": head,
+                "found_key": left,
+            },
+        )
+
     def _not_found(self, session_id: str, expired: bool) -> SessionNotFoundError:
         error: SessionNotFoundError = not_found(
             session_id, f"the Redis store at {self.server}", expired=expired, ttl=self.ttl
@@ -643,6 +710,8 @@ class RedisSessionStore(StoreBase):
             raise self._not_found(session_id, bool(reply[1]))
         if reply[0] == 2:
             raise self._bad_meta(session_id)
+        if reply[0] == 3:
+            raise self._orphaned(session_id, reply[1])
         head = self._head(session_id, reply[1])
         redacted: dict[int, bytes] = {}
         pairs = reply[4]
@@ -668,7 +737,7 @@ class RedisSessionStore(StoreBase):
                 pipe.hmget(keys.head, *_HEAD_FIELDS)
                 pipe.lrange(keys.messages, start, -1)
                 pipe.hgetall(keys.redactions)
-                pipe.exists(keys.head, keys.tomb)
+                pipe.exists(keys.head, keys.tomb, keys.messages, keys.redactions)
                 replies = await pipe.execute(raise_on_error=False)
             for reply in replies:
                 if isinstance(reply, Exception):
@@ -677,7 +746,7 @@ class RedisSessionStore(StoreBase):
 
         fields, rows, pairs, exists = await self._call(work, f"reading session {session_id!r}")
         if fields[3] is None:  # no tail: no session, or a damaged head
-            if exists:  # a head or a tombstone: the script tells damage from expiry
+            if exists:  # the script tells damage (a lost head) from expiry
                 return None
             raise self._not_found(session_id, False)
         try:
@@ -801,6 +870,8 @@ class RedisSessionStore(StoreBase):
         )
         if reply[0] == 2:
             raise self._bad_meta(session_id)
+        if reply[0] == 3:
+            raise self._orphaned(session_id, reply[1])
         lease = reply[2] if reply[0] == 0 else reply[4]
         if reply[0] == 0:
             raise self._not_found(session_id, bool(reply[1]))
@@ -949,6 +1020,8 @@ class RedisSessionStore(StoreBase):
                 return True
             if status == "missing":
                 raise self._not_found(session_id, bool(reply[1]))
+            if status == "orphan":
+                raise self._orphaned(session_id, reply[1])
             if status == "lease_lost":
                 raise lease_lost(session_id, f"Redis store at {self.server}")
             if status == "leased":
