@@ -1,17 +1,21 @@
 """Where a file store keeps a session, and the format of its ``meta.json`` (SPEC §7.1).
 
-Pure names and checks, no I/O but :func:`head_ends`' one read; the store
+Pure names and checks, and how a session's files are opened for reading
+(:func:`open_regular`: never a FIFO or a device, so no read hangs); the store
 (:mod:`perdure.stores.file.store`) moves the bytes.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from perdure.stores.file import journal
 from perdure.stores.file.journal import End
@@ -72,7 +76,70 @@ def check_meta(meta: Any, session_id: str) -> str:
 def head_ends(sdir: Path) -> list[End]:
     """The ends ``sdir``'s head file names now; none when it is absent or unreadable."""
     try:
-        head = journal.decode_head((sdir / HEAD).read_bytes())
-    except FileNotFoundError:
+        head = journal.decode_head(read_regular(sdir / HEAD))
+    except OSError:
         return []
     return head[1] if head is not None else []
+
+
+TRANSIENT_ERRNOS = frozenset(
+    {errno.EINTR, errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOMEM, errno.ENOBUFS}
+    | {errno.EMFILE, errno.ENFILE}
+)
+"""Errors that say nothing about the file (the process ran short of something):
+raised as they are, never reported as damage."""
+
+
+class NotRegularFileError(OSError):
+    """A FIFO, a directory, a socket or a device where a session keeps a regular file."""
+
+    def __init__(self, path: Path, mode: int) -> None:
+        what = f"{_file_type(mode)}, not a regular file"
+        super().__init__(f"{os.fspath(path)}: {what}")
+        self.strerror = what
+        self.filename = os.fspath(path)
+
+
+def is_transient(exc: OSError) -> bool:
+    """Whether ``exc`` is a passing shortage, not something wrong with the file."""
+    return exc.errno in TRANSIENT_ERRNOS
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading, when it is a regular file (symlinks followed).
+
+    Opened with ``O_NONBLOCK`` and checked with ``fstat`` before anything is read, so
+    a FIFO in place of a journal is refused at once instead of blocking forever.
+
+    Raises:
+        NotRegularFileError: ``path`` is a FIFO, a directory, a socket or a device.
+        OSError: it cannot be opened (missing, permission denied, a symlink loop).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(path, mode)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of ``path``, a regular file (see :func:`open_regular`)."""
+    with open_regular(path) as handle:
+        return handle.read()
+
+
+def _file_type(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a file"

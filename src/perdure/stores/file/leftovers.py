@@ -16,7 +16,15 @@ from pathlib import Path
 from perdure.session.ids import validate_session_id
 from perdure.stores.file import journal
 from perdure.stores.file.journal import JournalDamage
-from perdure.stores.file.layout import ATTACHMENTS, HEAD, JOURNAL, META, REWRITE_TMP, head_ends
+from perdure.stores.file.layout import (
+    ATTACHMENTS,
+    HEAD,
+    JOURNAL,
+    META,
+    REWRITE_TMP,
+    head_ends,
+    read_regular,
+)
 
 # atomic_write's temp names (see perdure._runtime.fs): ".<name>.<32 hex>.tmp".
 ATOMIC_TEMP = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
@@ -66,7 +74,7 @@ def create_leftovers(sdir: Path) -> bool:
         if name != JOURNAL:
             return False
         try:
-            scanned = journal.scan((sdir / name).read_bytes())
+            scanned = journal.scan(read_regular(sdir / name))
         except (JournalDamage, OSError):
             return False
         if len(scanned.records) > 1:
@@ -112,7 +120,7 @@ def is_provisional_orphan(sdir: Path) -> bool:
         # history, and gc need not read (and verify) it whole to learn so.
         if (sdir / JOURNAL).stat().st_size > GENESIS_MAX:
             return False
-        scanned = journal.scan((sdir / JOURNAL).read_bytes())
+        scanned = journal.scan(read_regular(sdir / JOURNAL))
     except (JournalDamage, OSError):
         return False
     records = scanned.records

@@ -40,6 +40,10 @@ class SessionRecoveryReport:
     record after it prove (at the end of a file, as its number alone says; that line
     is then moved as ``unverifiable``). Nothing can bring them back; the records
     around the gap are kept and chained anew."""
+    rebuilt: tuple[str, ...] = ()
+    """Files written again from the records on disk, which vouch for them
+    (``manifest.json``, when it was lost and the sealed segments verify); no record
+    moves for that."""
 
 
 def triage(

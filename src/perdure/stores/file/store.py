@@ -174,7 +174,10 @@ from perdure.stores.file.layout import (
     TRASH,
     check_meta,
     head_ends,
+    is_transient,
     meta_bytes,
+    open_regular,
+    read_regular,
 )
 from perdure.stores.file.leftovers import (
     LEGACY_TRASH,
@@ -209,6 +212,7 @@ Recovery = Literal["strict", "quarantine"]
 # these words has its quotes escaped and never matches.
 _ATTACHMENT_REF = re.compile(b'"' + ATTACHMENT_MARKER.encode() + b'":"([0-9a-f]{64})"')
 _MANIFEST_FORMAT = "perdure-manifest/1"
+_SEGMENT_NAME = re.compile(r"\d{6}\.jsonl")
 _MIN_WINDOW = 8 * 1024
 _MARK_EVERY = 256  # records between two marks of a sealed segment
 _INLINE_MAX = 256 * 1024  # bytes an append may copy into the page cache on the loop
@@ -817,7 +821,7 @@ class FileSessionStore(StoreBase):
                 directory that holds data.
         """
         try:
-            raw = (sdir / META).read_bytes()
+            raw = self._read_file(session_id, sdir / META)
         except FileNotFoundError:
             if sdir.is_dir() and not create_leftovers(sdir):
                 raise self._meta_missing(session_id, sdir) from None
@@ -840,7 +844,7 @@ class FileSessionStore(StoreBase):
         """
         path = sdir / HEAD
         try:
-            data = path.read_bytes()
+            data = self._read_file(session_id, path)
         except FileNotFoundError:
             if self._head_required(sdir):
                 raise self._corrupted(
@@ -858,7 +862,7 @@ class FileSessionStore(StoreBase):
 
     def _head_required(self, sdir: Path) -> bool:
         try:
-            return bool(json.loads((sdir / META).read_bytes()).get("head"))
+            return bool(json.loads(read_regular(sdir / META)).get("head"))
         except (OSError, ValueError, AttributeError):
             return False  # _read_meta reports a bad meta.json
 
@@ -960,8 +964,9 @@ class FileSessionStore(StoreBase):
                 return None
             except SessionCorruptedError as exc:
                 head_damage = Path(str(exc.details.get("file"))).name == HEAD
-                if exc.details.get("kind") != "truncated" and not head_damage:
-                    raise
+                unreadable = exc.details.get("kind") == "unreadable"
+                if unreadable or (exc.details.get("kind") != "truncated" and not head_damage):
+                    raise  # a head the OS will not read is left alone, never replaced
             recorded = head_ends(sdir)
             self._read_all(session_id, sdir, 0, check_head=False)  # nothing else is wrong
             self._forget(session_id)
@@ -1064,16 +1069,22 @@ class FileSessionStore(StoreBase):
             try:
                 self._read_meta(session_id, sdir)
                 return False
-            except SessionCorruptedError:
-                pass
+            except SessionCorruptedError as exc:
+                if exc.details.get("kind") == "unreadable":
+                    raise  # a file the OS will not read is left alone, never replaced
             volume = self._volume(session_id, sdir)
             first = volume.segment_paths[0] if volume.segment_paths else volume.journal
             if first is None or not first.exists():
                 raise self._corrupted(
                     session_id, sdir / JOURNAL, "bad_line", 0, "no journal to rebuild meta.json"
                 )
-            with first.open("rb") as handle:
-                line = handle.readline()
+            try:
+                with open_regular(first) as handle:
+                    line = handle.readline()
+            except OSError as exc:
+                if is_transient(exc):
+                    raise
+                raise self._os_damage(session_id, first, exc) from None
             records = self._scan_bytes(session_id, first, line, GENESIS, 0, 0).records
             body = records[0].body if records else {}
             created = body.get("created") if body.get("t") == "s" else body.get("at")
@@ -1099,7 +1110,7 @@ class FileSessionStore(StoreBase):
         """
         path = volume.journal
         count, updated, last_seq, last_hash = volume.first_count, None, volume.first_seq - 1, None
-        if path is not None and path.exists():
+        if path is not None and _present(path):
             data = read_tail(path)
             line = last_line(data, volume.prev_hash)
             if line is not None:
@@ -1143,9 +1154,9 @@ class FileSessionStore(StoreBase):
             return _Volume([], [], sdir / REWRITE, GENESIS, 0, 0, rewrite_pending=True)
         segments: builtins.list[_Segment] = []
         manifest_path = sdir / MANIFEST
-        if manifest_path.exists():
+        if _present(manifest_path):
             try:
-                manifest = json.loads(manifest_path.read_bytes())
+                manifest = json.loads(self._read_file(session_id, manifest_path))
                 if manifest.get("format") != _MANIFEST_FORMAT:
                     raise ValueError(f"unknown manifest format {manifest.get('format')!r}")
                 segments = [_Segment(**entry) for entry in manifest["segments"]]
@@ -1153,6 +1164,10 @@ class FileSessionStore(StoreBase):
                 raise self._corrupted(
                     session_id, manifest_path, "bad_payload", 0, f"manifest is unreadable: {exc}"
                 ) from None
+        elif on_disk := _segment_files(sdir):
+            # A seal writes the manifest before the segment, and a rewrite deletes the
+            # manifest before the segments: segments without one mean it was lost.
+            raise self._manifest_missing(session_id, sdir, on_disk)
         segment_dir = sdir / SEGMENTS
         paths = [segment_dir / seg.file for seg in segments]
         journal_path: Path | None = sdir / JOURNAL
@@ -1192,7 +1207,10 @@ class FileSessionStore(StoreBase):
 
         A seal renames the journal and replaces the manifest; a rewrite deletes the
         segments. A reader caught in between finds a file gone or a chain that does
-        not meet, which would be corruption in a volume at rest. So the error counts
+        not meet, which would be corruption in a volume at rest. A file the OS will
+        not read (permission denied, a directory or a FIFO in its place) is
+        corruption too, naming the file and the error; a passing shortage (EINTR,
+        EAGAIN, ENOMEM, out of file descriptors) is raised as it is. So the error counts
         only when the volume's files are the same before and after the attempt;
         otherwise the read starts again on the new volume. The first attempt does
         not watch (four stats would cost a listing of many sessions 40%): an error
@@ -1200,19 +1218,22 @@ class FileSessionStore(StoreBase):
         """
         try:
             return read()
-        except (SessionCorruptedError, FileNotFoundError):
+        except SessionCorruptedError:
             pass
+        except OSError as exc:
+            if is_transient(exc):
+                raise
         for attempt in range(1, _READ_ATTEMPTS + 1):
             before = _volume_identity(sdir)
             try:
                 return read()
-            except (SessionCorruptedError, FileNotFoundError) as exc:
+            except (SessionCorruptedError, OSError) as exc:
+                if isinstance(exc, OSError) and is_transient(exc):
+                    raise
                 if attempt == _READ_ATTEMPTS or _volume_identity(sdir) == before:
-                    if isinstance(exc, FileNotFoundError):
+                    if isinstance(exc, OSError):
                         path = Path(exc.filename) if exc.filename else sdir
-                        raise self._corrupted(
-                            session_id, path, "bad_line", 0, "file is missing"
-                        ) from None
+                        raise self._os_damage(session_id, path, exc) from None
                     raise
             time.sleep(min(0.0005 * attempt, 0.01))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -1241,7 +1262,7 @@ class FileSessionStore(StoreBase):
             records.extend(scanned.records)
             prev, seq = scanned.last_hash, seg.last_seq + 1
         updated = created
-        if volume.journal is not None and volume.journal.exists():
+        if volume.journal is not None and _present(volume.journal):
             scanned = self._scan_file(session_id, volume.journal, prev, seq, sealed=False)
             records.extend(scanned.records)
             prev = scanned.last_hash
@@ -1287,7 +1308,7 @@ class FileSessionStore(StoreBase):
         Any other bytes get the line-by-line check, which names the damage.
         """
         try:
-            data = path.read_bytes()
+            data = self._read_file(session_id, path)
         except FileNotFoundError:
             raise self._corrupted(session_id, path, "bad_line", 0, "file is missing") from None
         as_sealed = digest is not None and hashlib.sha256(data).hexdigest() == digest
@@ -1389,7 +1410,7 @@ class FileSessionStore(StoreBase):
         # it starts at (checked when it was read from its start).
         runs: builtins.list[tuple[builtins.list[Record], int, int]] = []
         has_state = False
-        if volume.journal is not None and volume.journal.exists():
+        if volume.journal is not None and _present(volume.journal):
             share = _Share(
                 max(0, total - max(offset, volume.first_count)), total - volume.first_count
             )
@@ -1524,7 +1545,7 @@ class FileSessionStore(StoreBase):
                 session_id, path, "bad_payload", 0, "attachment reference is malformed"
             )
         try:
-            data = path.read_bytes()
+            data = self._read_file(session_id, path)
         except FileNotFoundError:
             raise self._corrupted(
                 session_id, path, "bad_payload", 0, "attachment is missing"
@@ -1587,7 +1608,7 @@ class FileSessionStore(StoreBase):
             elif seg.first_count >= hi:
                 self._manifest_redactions(seg, lo, hi, redactions)
             prev, seq = seg.last_hash, seg.last_seq + 1
-        if volume.journal is not None and volume.journal.exists():
+        if volume.journal is not None and _present(volume.journal):
             share = _Share(total - max(lo, volume.first_count), total - volume.first_count)
             records = self._journal_window(session_id, volume.journal, prev, seq, lo, share)
             self._collect(session_id, sdir, records, lo, hi, found, redactions)
@@ -1631,7 +1652,7 @@ class FileSessionStore(StoreBase):
                 stop = mark
                 break
         try:
-            with path.open("rb") as handle:
+            with open_regular(path) as handle:
                 handle.seek(start[1])
                 data = handle.read(-1 if stop is None else stop[1] - start[1])
         except FileNotFoundError:
@@ -1688,7 +1709,7 @@ class FileSessionStore(StoreBase):
         except FileNotFoundError:
             raise self._corrupted(session_id, path, "bad_line", 0, "file is missing") from None
         chunk = share.bytes_of(size)
-        with path.open("rb") as handle:
+        with open_regular(path) as handle:
             while True:
                 start = max(0, size - chunk)
                 handle.seek(start)
@@ -2020,6 +2041,10 @@ class FileSessionStore(StoreBase):
             st = path.stat()
         except FileNotFoundError:
             st = None
+        except OSError as exc:
+            if is_transient(exc):
+                raise
+            raise self._os_damage(session_id, path, exc) from None
         volume = self._volume(session_id, sdir)
         if st is None:
             self._check_ends(
@@ -2033,7 +2058,7 @@ class FileSessionStore(StoreBase):
             )
             tail = Tail(0, 0, volume.prev_hash, volume.first_seq, volume.first_count, 0)
         else:
-            data = path.read_bytes()
+            data = self._read_file(session_id, path)
             scanned = self._scan_bytes(
                 session_id, path, data, volume.prev_hash, volume.first_seq, 0
             )
@@ -2126,7 +2151,7 @@ class FileSessionStore(StoreBase):
         path = sdir / JOURNAL
         if self.durability != "commit" or self._commit_log is not None:  # the log may hold it
             _fsync_file(path)
-        data = path.read_bytes()
+        data = self._read_file(session_id, path)
         scanned = self._scan_bytes(session_id, path, data, volume.prev_hash, volume.first_seq, 0)
         records = scanned.records
         redactions = {str(r.body["i"]): r.body["m"] for r in records if r.type == "r"}
@@ -2302,6 +2327,48 @@ class FileSessionStore(StoreBase):
             details={"session_id": session_id, "file": str(path), "kind": kind, "offset": offset},
         )
 
+    def _read_file(self, session_id: str, path: Path) -> bytes:
+        """The bytes of one of the session's files, a regular file.
+
+        Raises:
+            FileNotFoundError: it is missing (what that means is the caller's call).
+            SessionCorruptedError: the OS will not read it (kind ``unreadable``).
+            OSError: a passing shortage (see :func:`~perdure.stores.file.layout.is_transient`).
+        """
+        try:
+            return read_regular(path)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if is_transient(exc):
+                raise
+            raise self._os_damage(session_id, path, exc) from None
+
+    def _os_damage(self, session_id: str, path: Path, exc: OSError) -> SessionCorruptedError:
+        """``exc``, met reading ``path``, as damage: kind ``unreadable`` with the error
+        and its errno in ``details`` (a missing file: ``file is missing``). Callers
+        raise a passing shortage (:func:`~perdure.stores.file.layout.is_transient`)
+        as it is instead."""
+        if isinstance(exc, FileNotFoundError):
+            return self._corrupted(session_id, path, "bad_line", 0, "file is missing")
+        error = exc.strerror or str(exc)
+        damage = self._corrupted(session_id, path, "unreadable", 0, f"cannot be read: {error}")
+        damage.details["errno"] = exc.errno
+        damage.details["error"] = error
+        return damage
+
+    def _manifest_missing(
+        self, session_id: str, sdir: Path, on_disk: Sequence[str]
+    ) -> SessionCorruptedError:
+        return self._corrupted(
+            session_id,
+            sdir / MANIFEST,
+            "bad_payload",
+            0,
+            f"manifest.json is missing but segments/ holds {len(on_disk)} sealed segment "
+            "file(s) (`perdure repair --apply` rebuilds it when they verify)",
+        )
+
     def _record_damage(
         self, session_id: str, sdir: Path, record: Record, detail: str
     ) -> SessionCorruptedError:
@@ -2310,22 +2377,68 @@ class FileSessionStore(StoreBase):
         )
 
     def _quarantine(self, session_id: str, sdir: Path) -> None:
-        """Move provably bad records out, rewrite the rest, and report (counts, positions)."""
+        """Move provably bad records out, rewrite the rest, and report (counts, positions).
+
+        Rewrites only a volume it read whole: a lost ``manifest.json`` is first written
+        again from the sealed segments on disk when they verify as one chain that the
+        journal continues (reported in ``SessionRecoveryReport.rebuilt``); a segment the
+        manifest names that is missing, a file the OS will not read, or a file in
+        ``segments/`` the volume does not name raises ``SessionCorruptedError`` and
+        nothing is written.
+        """
         with self._guard, self._locks.for_write(session_id):
+            rebuilt: tuple[str, ...] = ()
+            if (
+                not (sdir / REWRITE).exists()
+                and not (sdir / MANIFEST).exists()
+                and (names := _segment_files(sdir))
+            ):
+                self._rebuild_manifest(session_id, sdir, names)
+                self._forget(session_id)
+                rebuilt = (MANIFEST,)
             volume = self._volume(session_id, sdir)
+            if not volume.rewrite_pending:  # else the old segments are to go anyway
+                named = {path.name for path in volume.segment_paths}
+                try:
+                    unnamed = sorted(set(os.listdir(sdir / SEGMENTS)) - named)
+                except (FileNotFoundError, NotADirectoryError):
+                    unnamed = []
+                if unnamed:
+                    raise self._corrupted(
+                        session_id,
+                        sdir / SEGMENTS / unnamed[0],
+                        "bad_payload",
+                        0,
+                        f"segments/ holds {len(unnamed)} file(s) the manifest does not name: "
+                        "a rewrite would delete what quarantine did not read; left alone",
+                    )
             paths = [*volume.segment_paths]
-            if volume.journal is not None and volume.journal.exists():
+            if volume.journal is not None and _present(volume.journal):
                 paths.append(volume.journal)
             lines: builtins.list[bytes] = []
             for path in paths:
-                data = path.read_bytes()
+                try:
+                    data = self._read_file(session_id, path)
+                except FileNotFoundError:
+                    raise self._corrupted(
+                        session_id,
+                        path,
+                        "bad_line",
+                        0,
+                        "file is missing: the records it held cannot be brought back, and "
+                        "quarantine rewrites only a volume it read whole; left alone",
+                    ) from None
                 parts = data.split(b"\n")
                 if parts and parts[-1] == b"":
                     parts.pop()
                 lines.extend(parts)
             good, bad, missing = triage(lines)
             if not bad and not missing:
-                return  # damage not attributable to single records: stay strict
+                if rebuilt:
+                    self._report_recovery(
+                        SessionRecoveryReport(session_id, 0, (), (), None, rebuilt=rebuilt)
+                    )
+                return  # else damage not attributable to single records: stay strict
             qpath: Path | None = None
             if bad:
                 qdir = self.quarantine_dir / session_id
@@ -2339,6 +2452,7 @@ class FileSessionStore(StoreBase):
                 tuple(k for _, k in bad),
                 None if qpath is None else str(qpath),
                 gaps=tuple(missing),
+                rebuilt=rebuilt,
             )
             messages, state, redacted = self._replay_loose(session_id, sdir, good)
             # Quarantined records may name attachments: keep them for whoever inspects.
@@ -2351,18 +2465,117 @@ class FileSessionStore(StoreBase):
                 previous_state=state,
                 collect=False,
             )
-            if self.on_recovery is not None:
-                self.on_recovery(report)
-            else:  # a gap leaves no file behind: without a callback, this is its only trace
-                _log.warning(
-                    "session %r healed by quarantine: %d record(s) moved to %s, %d record(s) "
-                    "missing at lines %s",
+            self._report_recovery(report)
+
+    def _report_recovery(self, report: SessionRecoveryReport) -> None:
+        if self.on_recovery is not None:
+            self.on_recovery(report)
+        else:  # a gap leaves no file behind: without a callback, this is its only trace
+            _log.warning(
+                "session %r healed by quarantine: %d record(s) moved to %s, %d record(s) "
+                "missing at lines %s, rebuilt %s",
+                report.session_id,
+                report.quarantined,
+                report.quarantine_path,
+                sum(count for _, count in report.gaps),
+                [line for line, _ in report.gaps],
+                list(report.rebuilt) or "nothing",
+            )
+
+    def _rebuild_manifest(self, session_id: str, sdir: Path, names: Sequence[str]) -> None:
+        """Write a lost ``manifest.json`` again from the sealed segments on disk.
+
+        Only when they are the numbered run seals leave (``000001.jsonl`` …), each
+        verifies whole as the chain's next part, and the active journal, if it holds
+        a record, continues that chain: the manifest then says exactly what a seal
+        would have. Durable on return.
+
+        Raises:
+            SessionCorruptedError: any of that does not hold; nothing is written.
+        """
+        expected = [f"{number:06d}.jsonl" for number in range(1, len(names) + 1)]
+        if list(names) != expected:
+            raise self._corrupted(
+                session_id,
+                sdir / MANIFEST,
+                "bad_payload",
+                0,
+                f"manifest.json is missing and segments/ holds {', '.join(names)}, not the "
+                "numbered run seals leave: it cannot be rebuilt; left alone",
+            )
+        entries: builtins.list[_Segment] = []
+        prev, seq, count = GENESIS, 0, 0
+        for name in names:
+            path = sdir / SEGMENTS / name
+            try:
+                data = self._read_file(session_id, path)
+            except FileNotFoundError:
+                raise self._corrupted(session_id, path, "bad_line", 0, "file is missing") from None
+            try:
+                scanned = self._scan_bytes(session_id, path, data, prev, seq, 0)
+            except SessionCorruptedError as exc:
+                raise SessionCorruptedError(
+                    f"{exc.message}; manifest.json is missing and cannot be rebuilt from "
+                    "segments that do not verify: left alone",
+                    details=exc.details,
+                ) from None
+            records = scanned.records
+            if scanned.torn or scanned.end != len(data) or not records:
+                raise self._corrupted(
                     session_id,
-                    report.quarantined,
-                    report.quarantine_path,
-                    sum(count for _, count in report.gaps),
-                    [line for line, _ in report.gaps],
+                    path,
+                    "bad_line",
+                    scanned.end,
+                    "manifest.json is missing and this sealed segment does not verify whole: "
+                    "the manifest cannot be rebuilt; left alone",
                 )
+            entries.append(
+                _Segment(
+                    file=name,
+                    first_seq=seq,
+                    last_seq=records[-1].seq,
+                    first_count=count,
+                    count=records[-1].total,
+                    prev_hash=prev,
+                    last_hash=scanned.last_hash,
+                    redactions={str(r.body["i"]): r.body["m"] for r in records if r.type == "r"},
+                    sha256=hashlib.sha256(data).hexdigest(),
+                    marks=[
+                        [
+                            records[k].seq,
+                            records[k].offset,
+                            records[k - 1].hash,
+                            records[k - 1].total,
+                        ]
+                        for k in range(_MARK_EVERY, len(records), _MARK_EVERY)
+                    ]
+                    or None,
+                )
+            )
+            prev, seq, count = scanned.last_hash, records[-1].seq + 1, records[-1].total
+        path = sdir / JOURNAL
+        try:
+            data = self._read_file(session_id, path)
+        except FileNotFoundError:
+            data = b""
+        if data:
+            # Its first record must chain from the last segment: segments a failed
+            # rewrite left beside a new journal would not.
+            first = data[: data.find(b"\n") + 1] if b"\n" in data else data
+            scanned = self._scan_bytes(session_id, path, first, prev, seq, 0)
+            if scanned.torn or not scanned.records:
+                raise self._corrupted(
+                    session_id,
+                    path,
+                    "broken_chain",
+                    0,
+                    "manifest.json is missing and the journal does not continue the sealed "
+                    "segments' chain: the manifest cannot be rebuilt; left alone",
+                )
+        manifest = {"format": _MANIFEST_FORMAT, "segments": [e.to_json() for e in entries]}
+        atomic_write(
+            sdir / MANIFEST, json.dumps(manifest).encode(), durable=self.durability != "none"
+        )
 
     def _replay_loose(
         self, session_id: str, sdir: Path, bodies: Sequence[dict[str, Any]]
@@ -2410,6 +2623,27 @@ def _head_synced(session_id: str, synced: asyncio.Future[None]) -> None:
         _log.warning("session %r: the fsync of its head file failed: %s", session_id, error)
 
 
+def _present(path: Path) -> bool:
+    """Whether ``path`` is there to be read: only a missing file is not (a symlink
+    loop or a file the OS hides is, so that reading it reports what is wrong)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _segment_files(sdir: Path) -> list[str]:
+    """The sealed segment files (``000001.jsonl`` …) in ``sdir/segments``, in order."""
+    try:
+        names = os.listdir(sdir / SEGMENTS)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(name for name in names if _SEGMENT_NAME.fullmatch(name))
+
+
 def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
     """What a seal or rewrite changes: each volume file's inode, size and mtime."""
     identity: list[tuple[int, int, int] | None] = []
@@ -2418,6 +2652,8 @@ def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
             st = os.stat(sdir / name)
         except FileNotFoundError:
             identity.append(None)
+        except OSError as exc:  # a symlink loop, say: the same every time it stays
+            identity.append((-1, exc.errno or 0, 0))
         else:
             identity.append((st.st_ino, st.st_size, st.st_mtime_ns))
     return tuple(identity)
@@ -2425,7 +2661,7 @@ def _volume_identity(sdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
 
 def _fsync_file(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks on a FIFO
         try:
             os.fsync(fd)
         finally:

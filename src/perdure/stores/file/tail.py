@@ -17,6 +17,7 @@ from typing import Any
 
 from perdure.stores.file import journal
 from perdure.stores.file.journal import End
+from perdure.stores.file.layout import open_regular
 
 TAIL_READ = 8 * 1024  # bytes read from a journal's end to find its last line
 
@@ -81,7 +82,7 @@ def encode_records(tail: Tail, bodies: Sequence[dict[str, Any]]) -> Encoded:
 
 def read_tail(path: Path) -> bytes:
     """The end of ``path``, long enough to hold its last complete line."""
-    with path.open("rb") as handle:
+    with open_regular(path) as handle:
         size = handle.seek(0, os.SEEK_END)
         chunk = TAIL_READ
         while True:
