@@ -63,6 +63,7 @@ from perdure.checkpoints.store import (
     CheckpointMeta,
     CheckpointRecord,
     CheckpointStore,
+    ListsCheckpointIds,
     ListsCheckpointSessions,
     checkpoint_names,
     get_named_checkpoint,
@@ -375,13 +376,16 @@ class ExpiredSession:
     """A session :func:`gc_store` deleted (or would delete): inactive past the TTL.
 
     ``updated_at`` is its last update (``ttl_seconds``), or its last use when the
-    store's own ``ttl`` expired it.
+    store's own ``ttl`` expired it. ``checkpoints`` counts the checkpoints deleted
+    with it (``ttl_seconds`` deletes a session with its checkpoints, damaged ones
+    included; the store's own ``ttl`` keeps them: ``0``).
     """
 
     session_id: str
     updated_at: str
     idle_seconds: float
     message_count: int
+    checkpoints: int = 0
 
 
 @dataclass(frozen=True)
@@ -422,7 +426,8 @@ class GcReport:
         max_checkpoint_age: seconds; older checkpoints were pruned (``None``: none
             pruned by age).
         sessions_checked: sessions looked at.
-        expired: sessions inactive for longer than the TTL.
+        expired: sessions inactive for longer than the TTL, each with the number of
+            checkpoints deleted with it.
         pruned: checkpoints beyond the newest ``keep_checkpoints`` of a session.
         skipped: sessions left alone (locked by a writer, damaged metadata).
         temp_files: temp files of writes a kill interrupted (file stores: a seal's
@@ -443,6 +448,12 @@ class GcReport:
     orphans: tuple[str, ...] = ()
     max_checkpoint_age: float | None = None
 
+    @property
+    def checkpoints_deleted(self) -> int:
+        """Every checkpoint deleted (or that would be): those pruned, and those
+        deleted with an expired session."""
+        return len(self.pruned) + sum(e.checkpoints for e in self.expired)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data."""
         return {
@@ -452,6 +463,7 @@ class GcReport:
             "keep_checkpoints": self.keep_checkpoints,
             "max_checkpoint_age": self.max_checkpoint_age,
             "sessions_checked": self.sessions_checked,
+            "checkpoints_deleted": self.checkpoints_deleted,
             "expired": [asdict(e) for e in self.expired],
             "pruned": [asdict(p) for p in self.pruned],
             "skipped": [asdict(s) for s in self.skipped],
@@ -1005,8 +1017,10 @@ async def _plan(strict: FileSessionStore, found: Damage) -> SessionRepair:
                 symlinks=True,
                 ignore=skip_checkpoints,
             )
-        except FileNotFoundError as exc:
-            return SessionRepair(session_id, "unrepairable", found, detail=str(exc))
+        except (OSError, shutil.Error) as exc:
+            # Gone meanwhile, or a file the OS will not read (no permission, a FIFO):
+            # what --apply would leave alone, so the rehearsal says the same.
+            return SessionRepair(session_id, "unrepairable", found, detail=_copy_failure(exc))
         rehearsal = FileSessionStore(
             copy_root,
             cipher=strict.cipher,
@@ -1026,6 +1040,17 @@ async def _plan(strict: FileSessionStore, found: Damage) -> SessionRepair:
     return _repair(session_id, status, found, reports, detail=detail, plan=True)
 
 
+def _copy_failure(exc: BaseException) -> str:
+    """What stopped a session's scratch copy, in one line (``shutil.Error`` lists files)."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list):
+        failures = exc.args[0]
+        first = failures[0] if failures else None
+        if isinstance(first, tuple) and len(first) == 3:
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            return f"cannot read {first[0]}: {first[2]}{more}"
+    return str(exc)
+
+
 def _repair(
     session_id: str,
     status: RepairStatus,
@@ -1037,6 +1062,11 @@ def _repair(
 ) -> SessionRepair:
     mine = [r for r in reports if r.session_id == session_id]
     positions = tuple(p for r in mine for p in r.positions)
+    rebuilt = sorted({name for r in mine for name in r.rebuilt})
+    if rebuilt:
+        verb = "would be rebuilt" if plan else "rebuilt"
+        said = f"{', '.join(rebuilt)} {verb} from the verified records"
+        detail = f"{detail}; {said}" if detail else said
     return SessionRepair(
         session_id,
         status,
@@ -1134,7 +1164,8 @@ async def gc_store(
     elif not isinstance(now, _dt.datetime) or now.utcoffset() is None:
         raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
     pruning = keep_checkpoints is not None or max_checkpoint_age is not None
-    checkpoints = _checkpoint_store(store) if pruning else None
+    own_checkpoints = _checkpoint_store(store)
+    checkpoints = own_checkpoints if pruning else None
     now_ms = int(now.timestamp() * 1000)
     leftovers = (
         await store.collect_leftovers(dry_run=dry_run)
@@ -1175,10 +1206,14 @@ async def gc_store(
             continue
         try:
             if ttl_seconds is not None and idle > ttl_seconds:
+                # Counted before: the session's delete takes its checkpoints with it.
+                count = await _checkpoint_count(own_checkpoints, meta.session_id)
                 if not dry_run:
                     await store.delete(meta.session_id)
                 expired.append(
-                    ExpiredSession(meta.session_id, meta.updated_at, idle, meta.message_count)
+                    ExpiredSession(
+                        meta.session_id, meta.updated_at, idle, meta.message_count, count
+                    )
                 )
             elif checkpoints is not None:
                 gone, left = await _prune(
@@ -1337,6 +1372,15 @@ async def _prune(
         for stale in pruned:
             await checkpoints.delete(session_id, stale.checkpoint_id)
     return pruned, left
+
+
+async def _checkpoint_count(checkpoints: CheckpointStore | None, session_id: str) -> int:
+    """How many checkpoints ``session_id`` has in ``checkpoints``, damaged ones included."""
+    if checkpoints is None:
+        return 0
+    if isinstance(checkpoints, ListsCheckpointIds):
+        return len(await checkpoints.checkpoint_ids(session_id))
+    return len(await scan_checkpoints(checkpoints, session_id))
 
 
 def _ulid_time(checkpoint_id: str) -> str:

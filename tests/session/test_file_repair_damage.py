@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -85,11 +86,13 @@ def test_repair_rebuilds_a_lost_manifest_and_keeps_every_sealed_segment(tmp_path
     assert [(r.session_id, r.status, r.quarantined) for r in plan.sessions] == [
         ("seg", "would_repair", 0)
     ]
+    assert "manifest.json would be rebuilt" in (plan.sessions[0].detail or "")
 
     done = run(repair_store(tmp_path, dry_run=False))
     assert [(r.session_id, r.status, r.quarantined) for r in done.sessions] == [
         ("seg", "repaired", 0)
     ]
+    assert "manifest.json rebuilt" in (done.sessions[0].detail or "")
     assert tree(sdir / "segments") == segments  # not one sealed byte touched
     assert json.loads((sdir / "manifest.json").read_bytes()) == manifest
     assert messages_of(tmp_path, "seg") == [message(i) for i in range(24)]
@@ -280,3 +283,15 @@ def test_repair_leaves_a_meta_json_it_cannot_read_in_place(tmp_path: Path) -> No
         assert "a directory, not a regular file" in caught.value.message
     finally:
         store.close()
+
+
+def test_a_dry_run_says_a_session_it_cannot_copy_is_beyond_repair(tmp_path: Path) -> None:
+    # The rehearsal copies the session aside first: a FIFO (or a file without read
+    # permission) stopped that copy, and the dry run with it, with a bare error.
+    meta = three_sessions(tmp_path) / "meta.json"
+    meta.unlink()
+    os.mkfifo(meta)
+    report = run(repair_store(tmp_path, dry_run=True))
+    assert [(r.session_id, r.status) for r in report.sessions] == [("a", "unrepairable")]
+    assert "meta.json" in (report.sessions[0].detail or "")
+    assert stat.S_ISFIFO(meta.stat().st_mode)  # left as it was

@@ -30,6 +30,7 @@ import click
 from perdure._runtime.loop import run_sync
 from perdure.cli.output import console as console
 from perdure.cli.output import json_option as json_option
+from perdure.cli.output import terminal_safe
 from perdure.crypto import AESGCMCipher, Cipher, keys_from_env
 from perdure.errors import PerdureError
 from perdure.session import SessionStore, open_store
@@ -140,8 +141,19 @@ store_option = click.option(
 
 
 def exit_code_for(error: PerdureError) -> int:
-    """The exit status a perdure error maps to."""
-    return _EXIT_BY_CODE.get(error.code, EXIT_ERROR)
+    """The exit status a perdure error maps to.
+
+    By its code; an error whose code says only that a backend failed
+    (``memory_store_error``, ``storage_error``) is corrupted data (4) when it says
+    the failure is damage (``details["fault"] == "damage"``: SQLite's
+    ``SQLITE_CORRUPT`` or ``SQLITE_NOTADB``, a damaged stored value), and any
+    other error (6) otherwise.
+    """
+    found = _EXIT_BY_CODE.get(error.code)
+    if found is not None:
+        return found
+    details = getattr(error, "details", None) or {}
+    return EXIT_CORRUPTED if details.get("fault") == "damage" else EXIT_ERROR
 
 
 def env_cipher() -> Cipher | None:
@@ -250,9 +262,23 @@ def read_key_file(path: str | None, option: str) -> bytes | None:
     return key
 
 
+def error_line(message: str) -> str:
+    """The one line a failed command prints on stderr: ``error: message``.
+
+    One line whatever the message quotes: its control characters (a newline, ESC)
+    are shown as ``\\x0a``, ``\\x1b`` (:func:`~perdure.cli.output.terminal_safe`).
+    """
+    return f"error: {terminal_safe(message, chr(9))}"
+
+
+def perdure_error_message(error: PerdureError) -> str:
+    """How a perdure error is told on the error line: ``message [code]``."""
+    return f"{error.message} [{error.code}]"
+
+
 def fail(message: str, code: int) -> NoReturn:
-    """Print ``error: message`` to stderr and exit with ``code``."""
-    click.echo(f"error: {message}", err=True)
+    """Print ``error: message`` (:func:`error_line`) to stderr and exit with ``code``."""
+    click.echo(error_line(message), err=True)
     sys.exit(code)
 
 
@@ -264,7 +290,7 @@ def handle_errors(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except PerdureError as exc:
-            fail(f"{exc.message} [{exc.code}]", exit_code_for(exc))
+            fail(perdure_error_message(exc), exit_code_for(exc))
         except click.ClickException as exc:
             fail(exc.format_message(), exc.exit_code)
         except (ValueError, TypeError) as exc:

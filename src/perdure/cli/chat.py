@@ -12,13 +12,17 @@ input ends the chat. The agent has one tool, ``current_time``, so tool calls can
 seen at work: they print on their own lines as ``⚙ name({input})`` followed by
 ``↳ result`` (``✗ error`` when the tool failed). A failed model call prints
 ``error [code]: message`` to standard error and the chat goes on with a history the
-model accepts (the agent loop never leaves a tool call without its result).
+model accepts (the agent loop never leaves a tool call without its result). A turn
+the session's store refuses — the session locked by another writer, its history
+damaged or changed under us — ends the chat with the one ``error: message [code]``
+line every command prints and that error's exit status.
 
 With ``--session ID`` the conversation lives in session ``ID`` of the ``--store``
 (default ``file:.perdure``): it is resumed when it exists, so a chat can stop and go
-on in another process. Exit status: 0, 1 when a turn failed, 2 for a bad model spec
-or store URL, 3–5 when the session cannot be opened (see
-:mod:`perdure.cli._common`), 130 on Ctrl-C.
+on in another process. Exit status: 0, 1 when a model call failed, 2 for a bad model
+spec or store URL, 3–5 when the session cannot be opened or its store refuses a turn
+(4 damaged, 5 locked by another writer or changed under us; see
+:mod:`perdure.cli._common`), 6 another error of the store, 130 on Ctrl-C.
 
 The turns run on perdure's one event loop (``perdure._runtime.loop.run_sync``), like every
 sync entry point. :func:`run_chat` is the same chat for a caller that brings its own
@@ -44,11 +48,20 @@ from perdure.agent import (
     ToolEndEvent,
     ToolStartEvent,
 )
-from perdure.cli._common import EXIT_USAGE, fail, handle_errors, session_store, store_option
-from perdure.cli.output import format_time, plural
+from perdure.cli._common import (
+    EXIT_USAGE,
+    error_line,
+    exit_code_for,
+    fail,
+    handle_errors,
+    perdure_error_message,
+    session_store,
+    store_option,
+)
+from perdure.cli.output import format_time, plural, terminal_safe
 from perdure.cli.render import preview, tool_result_text
 from perdure.cli.style import Style
-from perdure.errors import PerdureError
+from perdure.errors import ModelError, PerdureError
 from perdure.hooks import HookProvider
 from perdure.models import Model, from_string
 from perdure.session import Session
@@ -141,7 +154,10 @@ def run_chat(
     model is closed at the end when it has an ``aclose`` coroutine method.
 
     Returns:
-        0, or 1 when at least one turn failed, or 130 on Ctrl-C.
+        0, or 1 when at least one model call failed (the chat went on), or 130 on
+        Ctrl-C; when the store refuses a turn (another error than the model's), the
+        chat ends at once with that error's status (:func:`~perdure.cli._common.exit_code_for`:
+        4 damaged, 5 locked, …).
     """
     style = style or Style(False)
     agent = Agent(
@@ -171,11 +187,16 @@ def run_chat(
             screen = _Screen(stdout, style)
             try:
                 run_sync(_turn(agent, prompt, screen), async_name="agent.stream_async(prompt)")
-            except PerdureError as exc:
+            except ModelError as exc:
                 failed = True
                 screen.end_line()
-                stderr.write(f"error [{exc.code}]: {exc.message}\n")
+                stderr.write(f"error [{exc.code}]: {terminal_safe(exc.message, chr(9))}\n")
                 stderr.flush()
+            except PerdureError as exc:  # the store refused the turn: going on cannot help
+                screen.end_line()
+                stderr.write(error_line(perdure_error_message(exc)) + "\n")
+                stderr.flush()
+                return exit_code_for(exc)
     except KeyboardInterrupt:
         stdout.write("\n")
         return 130
@@ -195,6 +216,7 @@ class _Screen:
         self.line_open = False
 
     def write(self, text: str, *styles: str) -> None:
+        text = terminal_safe(text)  # the model's text is shown, its controls never obeyed
         if text:
             self.out.write(self.style(text, *styles))
             self.out.flush()

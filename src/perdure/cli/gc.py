@@ -294,7 +294,7 @@ def _print(report: GcReport, ttl: str | None) -> None:
             f"{verb} what killed writers left: {plural(len(report.orphans), 'empty session')} "
             f"of an interrupted fork, {plural(len(report.temp_files), 'temp file')}"
         )
-    sessions, checkpoints = len(report.expired), len(report.pruned)
+    sessions, checkpoints = len(report.expired), report.checkpoints_deleted
     note(
         f"{verb} {sessions} of {plural(report.sessions_checked, 'session')} and "
         f"{plural(checkpoints, 'checkpoint')}"

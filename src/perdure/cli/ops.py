@@ -8,6 +8,7 @@ faces cannot drift apart.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from typing import Any
@@ -35,14 +36,18 @@ from perdure.session.session import verify_export
 async def existing_session(store: SessionStore, session_id: str) -> Session:
     """A :class:`Session` for ``session_id``, which must exist.
 
-    Only the session's message count is read, so a session whose history is damaged
-    still reaches its checkpoints (to list, export or fork them).
+    Only whether it exists is asked: a store that finds its history damaged (a
+    truncated journal, a lost head or metadata file) has found the session, so a
+    session whose history is damaged still reaches its checkpoints (to list, export
+    or fork them); what needs the history itself (a restore, a new checkpoint) still
+    refuses it, with the store's error.
 
     Raises:
         SessionNotFoundError: no such session.
         ValueError: ``session_id`` is not a valid session id.
     """
-    await read_history_page(store, session_id, offset=0, limit=0)
+    with contextlib.suppress(SessionCorruptedError):  # damaged, but there
+        await read_history_page(store, session_id, offset=0, limit=0)
     return Session(store, session_id)
 
 

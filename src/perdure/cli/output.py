@@ -9,6 +9,10 @@
 * **Plural forms** (:func:`plural`): ``1 key``, ``2 keys``.
 * **Progress bars only on a terminal** (:func:`progress_bar`): on stderr, transient,
   and silent when stderr is piped or the output is JSON.
+* **No control character of stored data reaches the terminal** (:func:`terminal_safe`):
+  C0 controls (but a newline or tab where the layout has room), DEL, C1 controls and
+  so ESC are shown as ``\\x1b``, in every table cell and title (:func:`new_table`),
+  note, rendered message and error line. JSON escapes them itself.
 
 The format chosen with ``--format`` (on the group or on the command) is kept in the
 click context's ``meta``, shared by every command of one invocation.
@@ -25,9 +29,10 @@ from typing import Any, TypeVar
 
 import click
 from rich import box
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
 
@@ -45,6 +50,71 @@ BOX_CHARACTERS = frozenset(chr(c) for c in range(0x2500, 0x2580))
 """Unicode box-drawing characters: never in piped output."""
 
 ProgressCallback = Callable[[int, int], None]
+
+
+_CONTROLS = (*range(0x20), *range(0x7F, 0xA0))
+"""C0 controls, DEL and C1 controls: ESC (0x1b) and CSI (0x9b) among them."""
+
+
+@functools.cache
+def _escapes(keep: str) -> dict[int, str]:
+    return {c: f"\\x{c:02x}" for c in _CONTROLS if chr(c) not in keep}
+
+
+def terminal_safe(text: str, keep: str = "\n\t") -> str:
+    """``text`` with every control character but those in ``keep`` shown as ``\\xNN``.
+
+    What stored data (a message, a session id, a state key) holds is shown, never
+    obeyed: ESC (``\\x1b``), CSI (``\\x9b``), BEL, a carriage return and the rest
+    of C0, DEL and C1 cannot clear the screen, set the window title or move the
+    cursor. The one helper every renderer uses, for people's output; JSON output
+    escapes them by itself.
+    """
+    return text.translate(_escapes(keep))
+
+
+def terminal_safe_text(text: Text, keep: str = "\n\t") -> Text:
+    """A rich :class:`~rich.text.Text` made :func:`terminal_safe`, its styles kept in place."""
+    plain = text.plain
+    table = _escapes(keep)
+    if not any(ord(c) in table for c in plain):
+        return text
+    ends = [0]
+    for char in plain:
+        ends.append(ends[-1] + len(table.get(ord(char), char)))
+    safe = Text(
+        plain.translate(table),
+        style=text.style,
+        justify=text.justify,
+        overflow=text.overflow,
+        no_wrap=text.no_wrap,
+        end=text.end,
+        tab_size=text.tab_size,
+    )
+    for span in text.spans:
+        safe.stylize(span.style, ends[span.start], ends[min(span.end, len(plain))])
+    return safe
+
+
+def _safe_cell(cell: RenderableType | None) -> RenderableType | None:
+    if isinstance(cell, str):
+        return terminal_safe(cell)
+    if isinstance(cell, Text):
+        return terminal_safe_text(cell)
+    return cell
+
+
+class _SafeTable(Table):
+    """A table whose string and text cells are :func:`terminal_safe`."""
+
+    def add_row(
+        self,
+        *renderables: RenderableType | None,
+        style: StyleType | None = None,
+        end_section: bool = False,
+    ) -> None:
+        """Add a row, its control characters shown rather than sent to the terminal."""
+        super().add_row(*map(_safe_cell, renderables), style=style, end_section=end_section)
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:
@@ -137,7 +207,7 @@ def note(text: str | Text, style: str = "") -> None:
     ``text`` may be a rich :class:`~rich.text.Text` (styled spans); in TSV its plain
     text is written.
     """
-    line = text if isinstance(text, Text) else Text(text, style)
+    line = terminal_safe_text(text if isinstance(text, Text) else Text(text, style))
     if output_format() == "table":
         console().print(line, soft_wrap=True)
     else:
@@ -145,10 +215,13 @@ def note(text: str | Text, style: str = "") -> None:
 
 
 def new_table(*columns: str, title: str | None = None, show_header: bool = True) -> Table:
-    """A table in the one style; more columns can be added with ``add_column``."""
-    table = Table(
+    """A table in the one style; more columns can be added with ``add_column``.
+
+    Its cells and title are :func:`terminal_safe`.
+    """
+    table = _SafeTable(
         box=TABLE_BOX if show_header else None,
-        title=title,
+        title=terminal_safe(title) if title is not None else None,
         show_header=show_header,
         show_edge=False,
         pad_edge=False,

@@ -14,9 +14,11 @@ same everywhere::
       [reasoning] I should check first   reasoning text (``[reasoning, redacted]``)
 
 Text blocks are shown whole; tool inputs and results are flattened to one line and
-shortened to :data:`PREVIEW_CHARS`. The functions are pure: they return strings (or
-``(text, style)`` lines for rich), and never raise on a block of an unexpected shape —
-stored data may come from older versions or other tools.
+shortened to :data:`PREVIEW_CHARS`. Control characters (ESC, a carriage return, …)
+are shown as ``\\x1b``, never sent to the terminal
+(:func:`~perdure.cli.output.terminal_safe`). The functions are pure: they return
+strings (or ``(text, style)`` lines for rich), and never raise on a block of an
+unexpected shape — stored data may come from older versions or other tools.
 """
 
 from __future__ import annotations
@@ -124,25 +126,35 @@ def block_line(block: Any) -> Line:
 
 
 def message_lines(message: Message | Mapping[str, Any]) -> list[Line]:
-    """The lines of a message's content, one per block (text blocks keep their lines)."""
+    """The lines of a message's content, one per block (text blocks keep their lines).
+
+    Each line is :func:`~perdure.cli.output.terminal_safe` (a tab kept).
+    """
     content = message.get("content")
     lines: list[Line] = []
     for block in content if isinstance(content, list) else []:
         line = block_line(block)
-        lines.extend(Line(part, line.style) for part in (line.text.splitlines() or [""]))
+        lines.extend(
+            Line(output.terminal_safe(part, "\t"), line.style)
+            for part in (line.text.splitlines() or [""])
+        )
     return lines
+
+
+def _role(message: Message | Mapping[str, Any]) -> str:
+    return output.terminal_safe(str(message.get("role", "?")), "")
 
 
 def render_message(message: Message | Mapping[str, Any], index: int | None = None) -> str:
     """A message as plain text: a ``#index role`` header, then its blocks indented."""
-    role = str(message.get("role", "?"))
+    role = _role(message)
     header = role if index is None else f"#{index} {role}"
     return "\n".join([header, *(INDENT + line.text for line in message_lines(message))])
 
 
 def rich_message(message: Message | Mapping[str, Any], index: int | None = None) -> Text:
     """:func:`render_message` styled for a rich console (no markup is interpreted)."""
-    role = str(message.get("role", "?"))
+    role = _role(message)
     text = Text()
     if index is not None:
         text.append(f"#{index} ", "dim")

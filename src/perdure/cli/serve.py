@@ -11,13 +11,23 @@ Bound to anything but loopback, it refuses to start without a token (``--token``
 ``Authorization: Bearer <token>``. With ``--signing-key-file`` (the key file of
 ``perdure checkpoints export --signing-key-file``) exports can be signed
 (``…/export?signed=true``) and every import must be signed with that key.
+
+A port outside 0–65535 is a usage error (exit 2); an address it cannot listen on
+(a port in use, one it may not bind, a host that is not this machine's) is one
+``error: cannot listen on HOST:PORT: …`` line, exit 6. The ``perdure serve: http://…``
+line is printed once the socket listens (``--port 0``: on the port the system chose).
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
+from collections.abc import Iterator
+
 import click
 
 from perdure.cli._common import (
+    EXIT_ERROR,
     EXIT_USAGE,
     env_cipher,
     fail,
@@ -31,7 +41,13 @@ from perdure.cli._common import (
 @click.command()
 @store_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=int, default=8765, show_default=True, help="Port to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    show_default=True,
+    help="Port to listen on (0: any free port).",
+)
 @click.option(
     "--token",
     envvar="PERDURE_TOKEN",
@@ -96,7 +112,46 @@ def serve(
             close_store=False,
             signing_key=key,
         )
-        click.echo(f"perdure serve: http://{host}:{port}/ (store {store_url})", err=True)
-        uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", server_header=False)
+        server = uvicorn.Server(config)
+        with listening_socket(host, port, config.backlog) as sock:
+            url = f"http://{_url_host(host)}:{sock.getsockname()[1]}/"
+            click.echo(f"perdure serve: {url} (store {store_url})", err=True)
+            # What uvicorn.run does, on the socket bound above: Ctrl-C stops the
+            # server; a startup that fails exits uvicorn's way (its own status 3
+            # would read as "not found" here).
+            with contextlib.suppress(KeyboardInterrupt, SystemExit):
+                server.run(sockets=[sock])
+        if not server.started:
+            fail(f"the server on {url} did not start", EXIT_ERROR)
     if memory is not None:
         memory.close()
+
+
+@contextlib.contextmanager
+def listening_socket(host: str, port: int, backlog: int = 2048) -> Iterator[socket.socket]:
+    """A TCP socket bound to ``host:port`` and listening, closed afterwards.
+
+    Bound here rather than by uvicorn, so that an address it cannot take is one
+    ``error: …`` line (exit 6) naming it and the system's reason, before anything
+    says the server runs.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or str(exc)
+        fail(f"cannot listen on {_url_host(host)}:{port}: {reason}", EXIT_ERROR)
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def _url_host(host: str) -> str:
+    """``host`` as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host

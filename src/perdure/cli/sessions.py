@@ -49,7 +49,14 @@ from perdure.cli.ops import (
     session_dict,
     state_summary,
 )
-from perdure.cli.output import new_table, note, plural, print_listing, print_table
+from perdure.cli.output import (
+    new_table,
+    note,
+    plural,
+    print_listing,
+    print_table,
+    terminal_safe,
+)
 from perdure.cli.render import format_time, rich_message
 from perdure.cli.runs import show_run
 from perdure.multiagent.persist import session_run_records
@@ -285,7 +292,8 @@ def history(
         click.echo(f"session {session_id}: no messages at offset {offset} of {page.total}")
         return
     last = page.offset + len(page.messages) - 1
-    out.print(Text(f"session {session_id}: messages {page.offset}–{last} of {page.total}", "bold"))
+    shown = terminal_safe(session_id, "")
+    out.print(Text(f"session {shown}: messages {page.offset}–{last} of {page.total}", "bold"))
     for index, message in enumerate(page.messages, start=page.offset):
         out.print(rich_message(message, index), soft_wrap=True)
     if page.next_offset < page.total:
