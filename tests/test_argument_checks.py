@@ -8,13 +8,14 @@ import pytest
 
 from perdure import SummarizingConversationManager
 from perdure.models import ScriptedModel
-from perdure.session import FileCheckpointStore
+from perdure.session import FileCheckpointStore, FileSessionStore
 
 
 @pytest.mark.parametrize("bad", [5, None, b"/tmp/x", 1.5])
-def test_a_checkpoint_store_directory_that_is_no_path_is_named(bad: Any) -> None:
+@pytest.mark.parametrize("store", [FileCheckpointStore, FileSessionStore])
+def test_a_store_directory_that_is_no_path_is_named(store: Any, bad: Any) -> None:
     with pytest.raises(TypeError, match=r"dir must be a str or os\.PathLike path, got"):
-        FileCheckpointStore(bad)
+        store(bad)
 
 
 @pytest.mark.parametrize("bad", [5, 2.5, object()])

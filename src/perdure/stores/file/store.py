@@ -112,6 +112,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
+from perdure._runtime.checks import check_path
 from perdure._runtime.fs import append_all, atomic_write, fsync_dir
 from perdure._runtime.fsync import start_fsync
 from perdure._runtime.threads import ProcessLock, StoreThread
@@ -358,7 +359,7 @@ class FileSessionStore(StoreBase):
             raise ValueError(
                 f"attachment_threshold must be an int >= 1, got {attachment_threshold!r}"
             )
-        self.root = Path(dir)
+        self.root = check_path("dir", dir)
         self.ttl = check_ttl(ttl)
         self._expiry = Expiry(self.ttl, DirStamps(self.root / ".ttl"), str(self.root))
         self.durability: Durability = durability
