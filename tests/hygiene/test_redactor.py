@@ -70,12 +70,19 @@ def ibans(draw: st.DrawFn) -> str:
 def emails(draw: st.DrawFn) -> str:
     alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
     local = draw(st.text(alnum, min_size=1, max_size=1)) + draw(
-        st.text(alnum + "._+-", max_size=20)
+        st.text(alnum + "._+-'&!#$%*/=?^`{|}~", max_size=20)
     )
     labels = draw(st.lists(st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1,
                                    max_size=12), min_size=1, max_size=3))  # fmt: skip
     tld = draw(st.text("abcdefghijklmnopqrstuvwxyz", min_size=2, max_size=6))
     return f"{local}@{'.'.join(labels)}.{tld}"
+
+
+@pytest.mark.parametrize(
+    "email", ["o'brien@example.ie", "d'angelo.marco@example.it", "a&b@example.com", "x!y#z@a.io"]
+)
+def test_an_email_with_any_character_a_local_part_may_hold_is_redacted_whole(email: str) -> None:
+    assert REDACTOR.redact(f"mail {email} now") == "mail [email] now"
 
 
 def _surrounded(value: str) -> list[str]:

@@ -175,7 +175,9 @@ def iban_is_valid(iban: str) -> bool:
 # "not inside a word" test comes after the first character, as a lookbehind over it
 # and the one before. Emails and IPv6 addresses are found from their ``@`` and ``:``.
 
-_EMAIL_LOCAL = re.compile(r"[A-Za-z0-9._%+-]{1,64}\Z")
+# Every character RFC 5322 allows in an unquoted local part ("atext" and dots):
+# o'brien@… and a&b@… are addresses, and a narrower set left their start behind.
+_EMAIL_LOCAL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}\Z")
 _EMAIL_DOMAIN = re.compile(
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
 )
