@@ -155,6 +155,27 @@ async def test_keys_live_under_the_prefix_and_prefixes_are_apart(
     assert await whole.read("a/c/k/1") == b"y"
 
 
+@pytest.mark.parametrize("char", ["\t", "\n", "\x01", "\x7f"])
+async def test_a_key_with_a_control_character_is_refused_by_name_before_any_request(
+    opened: Callable[..., S3Storage], char: str
+) -> None:
+    # A session id may hold one; an S3 object path cannot (obstore refused it as a
+    # failed request whose outcome read as unknown).
+    storage = opened()
+    key = f"sessions/user{char}42/latest"
+    for call in (
+        lambda: storage.write(key, b"x"),
+        lambda: storage.read(key),
+        lambda: storage.version(key),
+        lambda: storage.write_if(key, b"x", expected=None),
+        lambda: storage.delete(key),
+    ):
+        with pytest.raises(ValueError, match=r"is invalid on S3: it holds the control character"):
+            await call()
+    assert await storage.list(f"sessions/user{char}") == []
+    assert await storage.list("") == []
+
+
 async def test_list_pages_past_one_page_of_keys(opened: Callable[..., S3Storage]) -> None:
     storage = opened()
     keys = [f"many/{i:05d}" for i in range(2100)]  # S3 gives 1000 keys a page

@@ -122,9 +122,30 @@ def _is_etag(version: str) -> bool:
 def _as_path(text: str) -> str | None:
     """``text`` if it is a key obstore takes as a list offset, else ``None``."""
     try:
-        return validate_key(text)
+        return _s3_key(text)
     except ValueError:
         return None
+
+
+def _s3_key(key: Any, argument: str = "key") -> str:
+    """A valid storage key that an S3 object path can also hold.
+
+    ``object_store`` refuses ASCII control characters in a path (``Could not parse
+    path``), which a session id may hold: refused here, before any request, naming
+    the key, rather than as a failed request whose outcome reads as unknown.
+
+    Raises:
+        TypeError, ValueError: as :func:`~perdure.storage.keys.validate_key`; or the
+            key holds a control character (U+0000-U+001F, U+007F).
+    """
+    text = validate_key(key, argument)
+    for char in text:
+        if ord(char) < 0x20 or char == "\x7f":
+            raise ValueError(
+                f"{argument} {text!r} is invalid on S3: it holds the control character "
+                f"{char!r}, which an S3 object path cannot"
+            )
+    return text
 
 
 class S3Storage:
@@ -181,7 +202,7 @@ class S3Storage:
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
         if prefix:
-            validate_key(prefix, "prefix")
+            _s3_key(prefix, "prefix")
         for name, value in (("endpoint_url", endpoint_url), ("region", region)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"{name} must be a non-empty str or None, got {value!r}")
@@ -244,7 +265,7 @@ class S3Storage:
                 been applied: ``details["outcome"] == "unknown"``).
             StorageError: any other failure.
         """
-        validate_key(key)
+        _s3_key(key)
         blob = seal_blob(self.cipher, data)
         try:
             await obstore.put_async(
@@ -265,7 +286,7 @@ class S3Storage:
             StorageError: the bucket does not exist, or another failure.
             StoreUnavailableError: the server stayed out of reach.
         """
-        validate_key(key)
+        _s3_key(key)
         try:
             result = await obstore.get_async(self._store, key)
             stored = bytes(await result.bytes_async())
@@ -279,7 +300,7 @@ class S3Storage:
 
     async def delete(self, key: str) -> None:
         """Remove ``key`` (idempotent)."""
-        validate_key(key)
+        _s3_key(key)
         try:
             await obstore.delete_async(self._store, key)
         except Exception as exc:
@@ -295,6 +316,8 @@ class S3Storage:
         if limit == 0:
             return []
         validate_prefix(prefix)
+        if any(ord(char) < 0x20 or char == "\x7f" for char in prefix):
+            return []  # no key under it can be stored (see _s3_key)
         # obstore lists whole "directories": list the one holding the prefix's last,
         # partial segment, starting just before the prefix, and stop past it.
         directory, _, partial = prefix.rpartition("/")
@@ -327,7 +350,7 @@ class S3Storage:
 
     async def version(self, key: str) -> str | None:
         """The version (ETag) of the blob under ``key``, or ``None`` when there is none."""
-        validate_key(key)
+        _s3_key(key)
         try:
             meta = await obstore.head_async(self._store, key)
         except FileNotFoundError:
@@ -356,7 +379,7 @@ class S3Storage:
             StoreUnavailableError: the server stayed out of reach (the write may have
                 been applied: ``details["outcome"] == "unknown"``).
         """
-        validate_key(key)
+        _s3_key(key)
         blob = seal_blob(self.cipher, data)
         check_expected(expected)
         if expected is not None and not _is_etag(expected):
