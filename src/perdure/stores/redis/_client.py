@@ -40,6 +40,7 @@ class Connection:
         self.delete = self._script(_scripts.DELETE)
         self.renew = self._script(_scripts.RENEW)
         self.release = self._script(_scripts.RELEASE)
+        self.acquire = self._script(_scripts.ACQUIRE)
         self.put_checkpoint = self._script(_scripts.PUT_CHECKPOINT)
         self.probe = self._script(_scripts.PROBE)
 
@@ -67,7 +68,7 @@ class Connection:
             else:  # kept from now on: the client's closing closes it
                 conn = await (pool.get_connection("EVALSHA") if _NAMED else pool.get_connection())
             try:
-                if conn.is_connected and await getattr(conn, _CAN_READ)():
+                if conn.is_connected and await _stale(conn):
                     # Closed by the server (EOF) or holding bytes nobody asked for.
                     await conn.disconnect()  # the send connects afresh
                 try:
@@ -91,6 +92,19 @@ _NAMED = _needs_command_name()
 # Whether a connection has bytes to read or was closed: ``can_read`` from redis-py 8
 # on (``can_read_destructive`` deprecated), ``can_read_destructive`` before.
 _CAN_READ = "can_read" if hasattr(AbstractConnection, "can_read") else "can_read_destructive"
+
+
+async def _stale(conn: Any) -> bool:
+    """Whether a kept connection was closed by the server or holds unread bytes.
+
+    Before redis-py 8.2 ``can_read`` answered True for a connection the server had
+    closed; 8.2 raises ``ConnectionError`` instead (having disconnected it). Both
+    mean the same here: make it afresh.
+    """
+    try:
+        return bool(await getattr(conn, _CAN_READ)())
+    except (rexc.ConnectionError, OSError):
+        return True
 
 
 async def _ask(conn: Any, *command: Any) -> Any:

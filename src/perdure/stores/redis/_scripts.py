@@ -125,7 +125,7 @@ local lease = redis.call('GET', KEYS[5])
 if ARGV[2] ~= '' then
   if lease ~= ARGV[2] then return {'lease_lost'} end
 elseif lease then
-  return {'leased'}
+  return {'leased', lease}
 end
 if cur ~= ARGV[1] then return {'moved', cur} end
 if ARGV[3] == '1' then
@@ -190,10 +190,26 @@ return 0
 )
 
 DELETE = """
--- KEYS: h m r t cm cb l; ARGV: this writer's lease token ('' none)
+-- KEYS: h m r t cm cb l; ARGV: this writer's lease token ('' none).
+-- 1: deleted; {0, lease}: refused, another writer's lease is there.
 local lease = redis.call('GET', KEYS[7])
-if lease and lease ~= ARGV[1] then return 0 end
+if lease and lease ~= ARGV[1] then return {0, lease} end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+return 1
+"""
+
+ACQUIRE = """
+-- KEYS: l; ARGV: token, ms, then the tokens of this store's own leases it could not
+-- release (the connection was lost). Takes the lease when it is free, already this
+-- token's (a sending whose answer was lost) or one of those: this store's own, held
+-- by no block any more. Anyone else's live lease stays: 0.
+local lease = redis.call('GET', KEYS[1])
+local mine = not lease or lease == ARGV[1]
+for i = 3, #ARGV do
+  if lease == ARGV[i] then mine = true end
+end
+if not mine then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 """
 
@@ -207,10 +223,13 @@ return 0
 """
 
 RELEASE = """
--- KEYS: l; ARGV: token
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  return 1
+-- KEYS: l; ARGV: tokens: the lease goes when it is one of them (this writer's own)
+local lease = redis.call('GET', KEYS[1])
+for i = 1, #ARGV do
+  if lease == ARGV[i] then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
 end
 return 0
 """

@@ -41,6 +41,17 @@ Guarantees:
   renewal. Commits name the token: once another writer took the lease over, they are
   refused (``session_locked``, reason ``lease_lost``); commits outside a lease are
   refused while another writer holds one (reason ``leased``).
+- **A lease left by a lost connection stays this store's.** When the lease cannot be
+  given back on exit (or its taking was applied but its answer lost), the store
+  remembers its token, in this process: its next ``writer_lock`` on the session
+  takes that lease over in the same script that takes a free one, and its next
+  ``delete`` or commit outside a lease releases it first — so the store is never
+  locked out by itself. Only a token this store made and no block of it holds any
+  more is taken over: another store instance, process or machine (a child made by
+  ``fork()`` too) is refused while that lease lives, as from any live holder, and
+  gets in once it expires. Should this store's own leftover lease still refuse it
+  (the server answered the call but not the release before it), the error says so
+  (``details["reason"] == "own_lease"``).
 - **Integrity**: every read verifies the chain over the elements it returns (a page
   from the hash of the element before it), the last one against the head, the
   state against its hash, and each message's JSON and shape: an element changed,
@@ -90,11 +101,14 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from perdure._runtime.checks import check_seconds
+from perdure._runtime.threads import PerProcess
 from perdure.crypto import Cipher
 from perdure.errors import (
     DecryptionError,
+    PerdureError,
     SessionConflictError,
     SessionCorruptedError,
+    SessionLockedError,
     SessionNotFoundError,
     StoreUnavailableError,
 )
@@ -143,6 +157,8 @@ _COMMIT_ATTEMPTS = 6  # plans against a moved session, or resends after a lost r
 _HEADS_KEPT = 4096  # heads remembered per store (the guess a commit plans with)
 _READ_ATTEMPTS = 3  # sendings of a read (or a checked script) over lost connections
 _SCAN_COUNT = 1000
+_LEFT_PER_SESSION = 8  # tokens of unreleased leases remembered per session
+_LEFT_SESSIONS = 4096  # sessions with unreleased leases remembered per store
 
 
 class _Head(NamedTuple):
@@ -167,6 +183,43 @@ class _Seen(NamedTuple):
     head: _Head
     last: tuple[str, ...]  # the last message as stored, and its redaction if any
     length: int  # the list's length
+
+
+class _Unreleased:
+    """The tokens of a store's own leases it could not release, per session id.
+
+    Each may still be the session's lease in Redis, held by no block of the store:
+    its next ``writer_lock`` may take it over, its next call releases it. Kept per
+    process (a child made by ``fork()`` starts with none: it is another writer).
+    """
+
+    def __init__(self) -> None:
+        self.guard = threading.Lock()
+        self.tokens: dict[str, builtins.list[str]] = {}
+
+    def of(self, session_id: str) -> builtins.list[str]:
+        with self.guard:
+            return builtins.list(self.tokens.get(session_id, ()))
+
+    def add(self, session_id: str, token: str) -> None:
+        with self.guard:
+            if len(self.tokens) >= _LEFT_SESSIONS and session_id not in self.tokens:
+                # The oldest goes: its lease expires by itself within ``lease``.
+                del self.tokens[next(iter(self.tokens))]
+            kept = self.tokens.setdefault(session_id, [])
+            kept.append(token)
+            del kept[:-_LEFT_PER_SESSION]
+
+    def discard(self, session_id: str, tokens: Sequence[str]) -> None:
+        """Forget ``tokens``: the server answered, the lease is none of them now."""
+        if not tokens:
+            return
+        with self.guard:
+            kept = [t for t in self.tokens.get(session_id, ()) if t not in tokens]
+            if kept:
+                self.tokens[session_id] = kept
+            else:
+                self.tokens.pop(session_id, None)
 
 
 class RedisSessionStore(StoreBase):
@@ -228,6 +281,7 @@ class RedisSessionStore(StoreBase):
         self._locks = LockTable()
         self._tokens: dict[str, str] = {}
         self._tokens_guard = threading.Lock()
+        self._unreleased = PerProcess(_Unreleased)
         self._heads: dict[str, _Seen] = {}  # the head each session's last commit left
         self._heads_guard = threading.Lock()
         self.checkpoints = RedisCheckpointStore(
@@ -434,6 +488,8 @@ class RedisSessionStore(StoreBase):
         redactions = encode_redactions(request.redactions, self.cipher)
         keys = self._keys(session_id)
         token = self._token(session_id)
+        if token is None and self._unreleased.value.tokens:
+            await self._release_left(session_id, keys)
         # Planned against the head this store last left (its own last commit, as a
         # rule), so a commit is one round trip; the script checks that guess, and a
         # refusal planned on it is only believed once the head was read afresh.
@@ -485,19 +541,23 @@ class RedisSessionStore(StoreBase):
     async def delete(self, session_id: str) -> None:
         """Delete a session with its messages, state and checkpoints; absent is fine.
 
+        A lease this store could not release before (a lost connection) is
+        released first.
+
         Raises:
             SessionLockedError: another writer holds the session's lease.
         """
         validate_session_id(session_id)
         keys = self._keys(session_id)
+        await self._release_left(session_id, keys)
         token = self._token(session_id) or ""
         done = await self._call(
             lambda c: c.delete([*keys.session, keys.cp_meta, keys.cp_body, keys.lease], [token]),
             f"deleting session {session_id!r}",
         )
         self._forget(session_id)
-        if not done:
-            raise lease_held(session_id, f"Redis store at {self.server}")
+        if done != 1:
+            raise self._leased(session_id, done[1])
 
     def writer_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Hold the session's writer lease for an ``async with`` block.
@@ -505,6 +565,8 @@ class RedisSessionStore(StoreBase):
         Other store instances, processes and machines get ``SessionLockedError`` at
         once. The lease is renewed every ``lease / 3`` seconds while held and
         deleted on exit; a crashed holder's lease expires after ``lease`` seconds.
+        A lease this store could not delete (the connection was lost) is taken back
+        by its next ``writer_lock`` on the session, never by another writer.
 
         Raises (on enter):
             SessionLockedError: another writer holds it; never waits.
@@ -584,17 +646,20 @@ class RedisSessionStore(StoreBase):
             keys = self._keys(session_id)
             token = secrets.token_hex(16)
             lease_ms = max(1, round(self.lease * 1000))
-            taken = await self._call(
-                lambda c: c.client.set(keys.lease, token, nx=True, px=lease_ms),
-                f"taking the writer lease of session {session_id!r}",
-            )
-            if not taken:  # or taken by a sending whose answer was lost
-                held = await self._call(
-                    lambda c: c.client.get(keys.lease),
-                    f"reading the writer lease of session {session_id!r}",
+            unreleased = self._unreleased.value
+            left = unreleased.of(session_id)  # leases of this store, held by no block
+            try:
+                taken = await self._call(
+                    lambda c: c.acquire([keys.lease], [token, lease_ms, *left]),
+                    f"taking the writer lease of session {session_id!r}",
                 )
-                if held is None or _text(held) != token:
-                    raise lease_held(session_id, f"Redis store at {self.server}")
+            except BaseException:
+                # Maybe taken, the answer lost: this store's own to take back.
+                unreleased.add(session_id, token)
+                raise
+            unreleased.discard(session_id, left)  # the lease is this token or not ours
+            if not taken:
+                raise lease_held(session_id, f"Redis store at {self.server}")
             with self._tokens_guard:
                 self._tokens[session_id] = token
             renewer = asyncio.create_task(self._renew(keys.lease, token, lease_ms))
@@ -606,14 +671,36 @@ class RedisSessionStore(StoreBase):
                     await renewer
                 with self._tokens_guard:
                     self._tokens.pop(session_id, None)
-                # Given back even when the block failed; a lost server lets it expire.
-                with contextlib.suppress(Exception):
+                # Given back even when the block failed. When the server cannot be
+                # reached, the token is kept: this store's next call on the session
+                # gives it back or takes it over (else it expires).
+                try:
                     await self._call(
                         lambda c: c.release([keys.lease], [token]),
                         f"releasing the writer lease of session {session_id!r}",
                     )
+                except BaseException as exc:
+                    unreleased.add(session_id, token)
+                    if not isinstance(exc, Exception):
+                        raise  # cancelled: kept all the same
         finally:
             self._locks.release(session_id)
+
+    async def _release_left(self, session_id: str, keys: Keys) -> None:
+        """Give back the leases of ``session_id`` this store could not release before
+        (none: no I/O); still unreachable, they are kept for the next call."""
+        unreleased = self._unreleased.value
+        left = unreleased.of(session_id)
+        if not left:
+            return
+        try:
+            await self._call(
+                lambda c: c.release([keys.lease], left),
+                f"releasing a writer lease of session {session_id!r} left by a lost connection",
+            )
+        except PerdureError:
+            return  # the call that follows says what the server does
+        unreleased.discard(session_id, left)
 
     async def _renew(self, key: str, token: str, lease_ms: int) -> None:
         """Renew the lease every third of its life until cancelled (or taken over)."""
@@ -629,6 +716,20 @@ class RedisSessionStore(StoreBase):
                 return  # taken over: this writer's commits are refused from now on
 
     # ------------------------------------------------------------------ errors
+
+    def _leased(self, session_id: str, lease: Any) -> SessionLockedError:
+        """The refusal of a writer while ``lease`` (the lease's value) is held: by
+        another writer, or by this store's own lease it could not release yet."""
+        where = f"Redis store at {self.server}"
+        if lease is None or _text(lease) not in self._unreleased.value.of(session_id):
+            return lease_held(session_id, where)
+        return SessionLockedError(
+            f"session {session_id!r} is locked ({where}) by this store's own writer "
+            "lease, which it could not release when the connection to the server was "
+            "lost; no other writer holds it. This store releases it on its next call "
+            f"once the server answers, and it expires within {self.lease:g} s anyway",
+            details={"session_id": session_id, "reason": "own_lease"},
+        )
 
     def _damage(self, session_id: str, row: int, kind: str, detail: str) -> SessionCorruptedError:
         return SessionCorruptedError(
@@ -894,7 +995,7 @@ class RedisSessionStore(StoreBase):
         if token is not None and (lease is None or _text(lease) != token):
             raise lease_lost(session_id, f"Redis store at {self.server}")
         if token is None and lease is not None:
-            raise lease_held(session_id, f"Redis store at {self.server}")
+            raise self._leased(session_id, lease)
 
     async def _commit_args(
         self,
@@ -1025,7 +1126,7 @@ class RedisSessionStore(StoreBase):
             if status == "lease_lost":
                 raise lease_lost(session_id, f"Redis store at {self.server}")
             if status == "leased":
-                raise lease_held(session_id, f"Redis store at {self.server}")
+                raise self._leased(session_id, reply[1] if len(reply) > 1 else None)
             if status == "bad_length":
                 raise self._damage(
                     session_id,
