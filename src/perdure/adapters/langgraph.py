@@ -41,6 +41,7 @@ Keys, under ``prefix`` (default ``langgraph``)::
     <prefix>/t/<thread>/c/<ns>/<checkpoint_id>          record
     <prefix>/t/<thread>/w/<ns>/<checkpoint_id>/<task>   pending writes of one task
     <prefix>/t/<thread>/b/<sha256 hex>                  content-addressed blob
+    <prefix>/t/<thread>/g                               the thread's generation
 
 (each ``<…>`` segment is ``_`` and the percent-encoded string, so any thread id,
 namespace or task id makes a valid key). A ``put`` is one storage write in the
@@ -48,12 +49,25 @@ common case (plus a sealed chunk or a large value's blob when there is one), wri
 before the record that names it: a crash leaves an unused blob, never a record
 naming a missing one. A ``put_writes`` is one write.
 
+**Generations.** The first put into a thread writes its generation marker (a random
+token) and every record names the generation it was written in; ``delete_thread``
+deletes the marker first, and a record of an ended generation is never read. What a
+saver remembers of a thread (blobs it stored, sealed chunks, unchanged channels'
+references) belongs to one generation: it is dropped when the saver reads another
+(``get_tuple`` and ``list`` read the marker, and every LangGraph run begins with
+``get_tuple``). So a thread deleted by another process, between runs or during one,
+never leaves a readable record naming a missing blob: a long-lived saver writes the
+new generation whole, and what a run still writes into the ended one is never read.
+
 **Integrity.** Every blob is checked on every read: a content-addressed blob against
 its key, a record or writes blob against the SHA-256 in its header, and a record's
 thread, namespace and id against its key. Damage — a flipped byte, a missing blob a
-record names, a blob of the wrong kind — raises
-:class:`~perdure.errors.SessionCorruptedError` (``session_store_corrupted``, with
-``details["key"]``); nothing is skipped or read as empty.
+record names, a blob of the wrong kind, a checkpoint whose parent record is missing —
+raises :class:`~perdure.errors.SessionCorruptedError` (``session_store_corrupted``, with
+``details["key"]``; for a missing parent also ``thread_id``, ``checkpoint_id`` and
+``parent``); nothing is skipped or read as empty. A parent deleted on purpose
+(``prune``, ``delete_for_runs`` mark its children first) or by a ``delete_thread``
+racing the read (the generation changed) is not an error.
 
 **Writers.** Records are keyed by checkpoint id and blobs by content, so writers in
 several processes never overwrite each other's checkpoints. ``put_writes`` merges
@@ -88,6 +102,7 @@ import asyncio
 import hashlib
 import random
 import re
+import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from types import TracebackType
@@ -136,11 +151,14 @@ _PRUNE_STRATEGIES = ("keep_latest", "delete")
 _RECORD = b"perdure-langgraph-checkpoint/1"
 _WRITES = b"perdure-langgraph-writes/1"
 _BLOB = b"perdure-langgraph-blob/1\n"
+_GEN = b"perdure-langgraph-generation/1 "
+_TOKEN = re.compile(rb"[0-9a-f]{32}")
 _HEADER_LEN = {_RECORD: len(_RECORD) + 66, _WRITES: len(_WRITES) + 66}  # " <sha256>\n"
 _CACHED_CHUNKS = 4096
 _CACHED_REFS = 65536
 _CACHED_LISTS = 256  # threads whose last list (and its items' bytes) a saver keeps
 _KNOWN_MAX = 1 << 17
+_CACHED_GENS = 65536
 _PUT_WRITES_TRIES = 20
 _BATCH = 64  # storage calls run together when many keys are deleted or copied
 
@@ -245,11 +263,14 @@ class _Record(NamedTuple):
     checkpoint: Typed
     metadata: Typed
     channels: dict[str, list[Any]]
+    gen: str | None = None  # the thread's generation it was written in (None: older format)
+    orphan: bool = False  # its parent was deleted on purpose (prune, delete_for_runs)
 
 
 def _record_blob(where: _Keys, parent: str | None, checkpoint: Typed, metadata: Typed,
-                 channels: dict[str, list[Any]]) -> bytes:  # fmt: skip
-    body = {
+                 channels: dict[str, list[Any]], *, gen: str | None = None,
+                 orphan: bool = False) -> bytes:  # fmt: skip
+    body: dict[str, Any] = {
         "thread": where.thread,
         "ns": where.ns,
         "id": where.checkpoint_id,
@@ -258,6 +279,10 @@ def _record_blob(where: _Keys, parent: str | None, checkpoint: Typed, metadata: 
         "metadata": list(metadata),
         "channels": channels,
     }
+    if gen is not None:
+        body["gen"] = gen
+    if orphan:
+        body["orphan"] = True
     return _sealed(_RECORD, body)
 
 
@@ -273,15 +298,34 @@ def _parse_record(blob: bytes, key: str, where: _Keys | None) -> _Record:
         metadata = _typed(body["metadata"], key)
     except KeyError as exc:
         raise _corrupt(key, f"the record has no {exc.args[0]!r}") from None
+    gen = body.get("gen")
+    orphan = body.get("orphan", False)
     if where is not None and found != where:
         raise _corrupt(key, f"the record is for {tuple(found)!r}, not {tuple(where)!r}")
     if parent is not None and not isinstance(parent, str):
         raise _corrupt(key, "the record's parent is not a string")
+    if (gen is not None and not isinstance(gen, str)) or not isinstance(orphan, bool):
+        raise _corrupt(key, "the record's generation or orphan mark is malformed")
     if not isinstance(channels, dict) or not all(
         isinstance(ref, list) and ref for ref in channels.values()
     ):
         raise _corrupt(key, "the record's channels are not a map of references")
-    return _Record(found, parent, checkpoint, metadata, channels)
+    return _Record(found, parent, checkpoint, metadata, channels, gen, orphan)
+
+
+def _gen_blob(token: str) -> bytes:
+    return _GEN + token.encode("ascii") + b"\n"
+
+
+def _parse_gen(blob: bytes, key: str) -> str:
+    token = blob[len(_GEN) : -1]
+    if not (blob.startswith(_GEN) and blob.endswith(b"\n") and _TOKEN.fullmatch(token)):
+        raise _corrupt(key, "it is not a thread generation marker")
+    return token.decode("ascii")
+
+
+class _ThreadGone(Exception):
+    """The thread was deleted (its generation ended) while it was being read."""
 
 
 def _blob_shas(ref: list[Any]) -> list[str]:
@@ -369,6 +413,8 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         self._known: set[str] = set()  # blob keys known to be stored
         self._refs: dict[tuple[str, str, str, str], list[Any]] = {}  # (t, ns, ch, ver) -> ref
         self._lists: OrderedDict[tuple[str, str, str], _SeenList] = OrderedDict()
+        # thread -> the generation the caches above hold for it (see _sync_gen)
+        self._gens: OrderedDict[str, str] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"PerdureSaver({self.storage!r}, prefix={self.prefix!r})"
@@ -416,6 +462,9 @@ class PerdureSaver(BaseCheckpointSaver[str]):
     def _writes_prefix(self, where: _Keys) -> str:
         t = self._thread_prefix(where.thread)
         return f"{t}w/{_seg(where.ns)}/{_seg(where.checkpoint_id)}/"
+
+    def _gen_key(self, thread: str) -> str:
+        return f"{self._thread_prefix(thread)}g"
 
     def _blob_key(self, thread: str, sha: str) -> str:
         return f"{self._thread_prefix(thread)}b/{sha}"
@@ -502,6 +551,101 @@ class PerdureSaver(BaseCheckpointSaver[str]):
     async def _read_record(self, key: str, where: _Keys | None) -> _Record | None:
         blob = await self.storage.read(key)
         return None if blob is None else _parse_record(blob, key, where)
+
+    async def _exists(self, key: str) -> bool:
+        if self._conditional:
+            assert isinstance(self.storage, ConditionalStorage)
+            return await self.storage.version(key) is not None
+        return await self.storage.read(key) is not None
+
+    # ------------------------------------------------------------------ generations
+    #
+    # A thread's generation is a random token in its marker key, made by the first put
+    # into the thread and deleted first by delete_thread. A record carries the
+    # generation it was written in and is seen only while that generation lasts, so a
+    # delete_thread is over the moment its first call returns, for every process. A
+    # saver's caches of what is stored (blobs, chunks, channel references) belong to
+    # one generation of a thread: they are dropped when the saver sees another
+    # (every run begins with get_tuple, which reads the marker). A record a saver
+    # writes from stale caches names the generation they belong to — one that has
+    # ended — and is never read.
+
+    async def _read_gen(self, thread: str) -> str | None:
+        """The thread's generation in storage (``None``: no marker)."""
+        key = self._gen_key(thread)
+        blob = await self.storage.read(key)
+        return None if blob is None else _parse_gen(blob, key)
+
+    async def _make_gen(self, thread: str) -> str:
+        """The thread's generation, the marker written first if there is none."""
+        key = self._gen_key(thread)
+        for _ in range(_PUT_WRITES_TRIES):
+            token = await self._read_gen(thread)
+            if token is not None:
+                return token
+            token = secrets.token_hex(16)
+            if not self._conditional:
+                await self.storage.write(key, _gen_blob(token))
+                return token
+            assert isinstance(self.storage, ConditionalStorage)
+            try:
+                await self.storage.write_if(key, _gen_blob(token), expected=None)
+                return token
+            except StorageConflictError:
+                continue  # another writer made it first: read theirs
+        raise StorageConflictError(
+            f"put: {key!r} kept changing under {_PUT_WRITES_TRIES} tries", details={"key": key}
+        )
+
+    def _sync_gen(self, thread: str, token: str | None) -> None:
+        """Note the thread's generation seen in storage; a different one than the
+        caches hold (or an unknown one) drops what the saver remembers of the thread."""
+        if self._gens.get(thread) != token or token is None:
+            self._forget(thread)
+        if token is None:
+            self._gens.pop(thread, None)
+            return
+        self._gens[thread] = token
+        self._gens.move_to_end(thread)
+        if len(self._gens) > _CACHED_GENS:
+            self._gens.popitem(last=False)
+
+    @staticmethod
+    def _visible(record: _Record, token: str | None) -> bool:
+        """Whether a record belongs to the thread's current generation (a record of
+        the older format, without one, always does)."""
+        return record.gen is None or record.gen == token
+
+    async def _check_parent(
+        self, record: _Record, key: str, listed: set[_Keys], token: str | None
+    ) -> None:
+        """Raise unless the record's parent is stored (or was deleted on purpose).
+
+        Raises:
+            _ThreadGone: the parent is missing because the thread was deleted since
+                ``token`` was read.
+            SessionCorruptedError: the parent is missing and the thread was not deleted.
+        """
+        where = record.where
+        if record.parent is None or record.orphan:
+            return
+        parent = _Keys(where.thread, where.ns, record.parent)
+        if parent in listed or await self._exists(self._record_key(parent)):
+            return
+        if await self._read_gen(where.thread) != token:
+            raise _ThreadGone(where.thread)
+        raise SessionCorruptedError(
+            f"LangGraph checkpoint {where.checkpoint_id!r} of thread {where.thread!r} "
+            f"names the parent {record.parent!r}, which is missing",
+            details={
+                "key": key,
+                "thread_id": where.thread,
+                "checkpoint_ns": where.ns,
+                "checkpoint_id": where.checkpoint_id,
+                "parent": record.parent,
+                "reason": "its parent checkpoint is missing",
+            },
+        )
 
     # ------------------------------------------------------------------ values
 
@@ -678,15 +822,28 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         """
         thread, ns = self._config_keys(config, "get_tuple")
         checkpoint_id = get_checkpoint_id(config)
-        if not checkpoint_id:
-            ids = [p.checkpoint_id for p in await self._record_places(thread, ns)]
-            if not ids:
+        if checkpoint_id:
+            listed: set[_Keys] = set()
+            places = [_Keys(thread, ns, checkpoint_id)]
+            token = await self._read_gen(thread)
+        else:
+            places, token = await asyncio.gather(
+                self._record_places(thread, ns), self._read_gen(thread)
+            )
+            listed = set(places)
+            places.sort(key=lambda p: p.checkpoint_id, reverse=True)
+        self._sync_gen(thread, token)
+        for where in places:  # the newest of the thread's generation
+            key = self._record_key(where)
+            record = await self._read_record(key, where)
+            if record is None or not self._visible(record, token):
+                continue  # deleted since the listing, or of an ended generation
+            try:
+                await self._check_parent(record, key, listed, token)
+            except _ThreadGone:
                 return None
-            checkpoint_id = max(ids)
-        where = _Keys(thread, ns, checkpoint_id)
-        key = self._record_key(where)
-        record = await self._read_record(key, where)
-        return None if record is None else await self._tuple(record, key)
+            return await self._tuple(record, key)
+        return None
 
     async def alist(
         self,
@@ -703,7 +860,16 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         Raises:
             SessionCorruptedError: a record, blob or writes blob read is damaged.
         """
-        places = await self._list_places(config)
+        tokens: dict[str, str | None] = {}  # thread -> its generation, read once
+        if config is not None:
+            thread, _ = self._config_keys(config, "list")
+            places, tokens[thread] = await asyncio.gather(
+                self._record_places(thread), self._read_gen(thread)
+            )
+            self._sync_gen(thread, tokens[thread])
+        else:
+            places = await self._list_places(None)
+        listed = set(places)  # every record of the threads, for the parents' check
         if config is not None:
             ns = config["configurable"].get("checkpoint_ns")
             wanted_id = get_checkpoint_id(config)
@@ -716,14 +882,29 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         if before_id:
             places = [p for p in places if p.checkpoint_id < before_id]
         places.sort(key=lambda p: p.checkpoint_id, reverse=True)
+        gone: set[str] = set()  # threads deleted while they were being listed
         left = limit
         for where in places:
             if left is not None and left <= 0:
                 return
+            if where.thread in gone:
+                continue
+            if where.thread not in tokens:
+                tokens[where.thread] = token = await self._read_gen(where.thread)
+                self._sync_gen(where.thread, token)
+            token = tokens[where.thread]
             key = self._record_key(where)
             record = await self._read_record(key, where)
-            if record is None:
-                continue  # deleted since the listing
+            if record is None and await self._read_gen(where.thread) != token:
+                gone.add(where.thread)  # deleted since the listing: the rest is going too
+                continue
+            if record is None or not self._visible(record, token):
+                continue  # pruned since the listing, or of an ended generation
+            try:
+                await self._check_parent(record, key, listed, token)
+            except _ThreadGone:
+                gone.add(where.thread)
+                continue
             if filter:
                 metadata = self.serde.loads_typed(record.metadata)
                 if not all(metadata.get(k) == v for k, v in filter.items()):
@@ -762,6 +943,10 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         """
         thread, ns = self._config_keys(config, "put")
         parent = config["configurable"].get("checkpoint_id")
+        gen = self._gens.get(thread)
+        if gen is None:  # the first put of this saver into the thread (or it was deleted)
+            gen = await self._make_gen(thread)
+            self._sync_gen(thread, gen)
         stored: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = stored.pop("channel_values")
         channels: dict[str, list[Any]] = {}
@@ -783,6 +968,7 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             self.serde.dumps_typed(stored),
             self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
             channels,
+            gen=gen,
         )
         await self.storage.write(self._record_key(where), blob)
         return self._config(where)
@@ -858,12 +1044,20 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         )
 
     async def adelete_thread(self, thread_id: str) -> None:
-        """Delete every checkpoint, write and blob of a thread (absent: nothing)."""
+        """Delete every checkpoint, write and blob of a thread (absent: nothing).
+
+        The thread's generation marker goes first: from then on no process reads its
+        checkpoints (nor any a writer in another process adds to that generation), and
+        the next put starts a new generation. A crash part-way leaves keys no record
+        that is read names; deleting the thread again removes them.
+        """
         thread = str(thread_id)
         base = self._thread_prefix(thread)
+        self._sync_gen(thread, None)
+        await self.storage.delete(self._gen_key(thread))
         for part in ("c/", "w/", "b/"):  # records first: none is left naming a lost blob
             await self._delete_keys(await self._list_all(base + part))
-        self._forget(thread)
+        self._sync_gen(thread, None)
 
     def _forget(self, thread: str) -> None:
         base = self._thread_prefix(thread)
@@ -871,6 +1065,27 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         self._refs = {k: v for k, v in self._refs.items() if k[0] != thread}
         for key in [k for k in self._lists if k[0] == thread]:
             del self._lists[key]
+
+    async def _mark_orphans(self, records: Sequence[_Record], doomed: set[_Keys]) -> None:
+        """Mark the records whose parent is about to be deleted on purpose (before it
+        is: a crash between leaves a marked record whose parent is still there)."""
+        for record in records:
+            where = record.where
+            if record.orphan or record.parent is None:
+                continue
+            if _Keys(where.thread, where.ns, record.parent) in doomed:
+                await self.storage.write(
+                    self._record_key(where),
+                    _record_blob(
+                        where,
+                        record.parent,
+                        record.checkpoint,
+                        record.metadata,
+                        record.channels,
+                        gen=record.gen,
+                        orphan=True,
+                    ),
+                )
 
     async def _delete_checkpoints(self, places: Sequence[_Keys]) -> None:
         await self._delete_keys([self._record_key(p) for p in places])
@@ -901,12 +1116,16 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         if not wanted:
             return
         doomed: list[_Keys] = []
+        kept: list[_Record] = []
         for where in await self._list_places(None):
             record = await self._read_record(self._record_key(where), where)
             if record is None:
                 continue
             if self.serde.loads_typed(record.metadata).get("run_id") in wanted:
                 doomed.append(where)
+            else:
+                kept.append(record)
+        await self._mark_orphans(kept, set(doomed))
         await self._delete_checkpoints(doomed)
         for thread in sorted({p.thread for p in doomed}):
             await self._collect_blobs(thread)
@@ -926,6 +1145,9 @@ class PerdureSaver(BaseCheckpointSaver[str]):
         if source == target:
             raise ValueError("copy_thread: source_thread_id and target_thread_id are the same")
         self._forget(target)  # what this saver remembers of the target is about to change
+        source_gen = await self._read_gen(source)
+        target_gen = await self._make_gen(target)
+        self._sync_gen(target, target_gen)
         base = self._thread_prefix(source)
         for key in await self._list_all(base + "b/"):
             sha = key[len(base) + 2 :]
@@ -950,13 +1172,19 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             await self.storage.write(new_key, _sealed(_WRITES, body))
         for where in await self._record_places(source):
             record = await self._read_record(self._record_key(where), where)
-            if record is None:
+            if record is None or not self._visible(record, source_gen):
                 continue
             copy = _Keys(target, where.ns, where.checkpoint_id)
             await self.storage.write(
                 self._record_key(copy),
                 _record_blob(
-                    copy, record.parent, record.checkpoint, record.metadata, record.channels
+                    copy,
+                    record.parent,
+                    record.checkpoint,
+                    record.metadata,
+                    record.channels,
+                    gen=target_gen,
+                    orphan=record.orphan,
                 ),
             )
 
@@ -980,20 +1208,25 @@ class PerdureSaver(BaseCheckpointSaver[str]):
             if strategy == "delete":
                 await self.adelete_thread(thread)
                 continue
-            places = await self._record_places(thread)
-            newest: dict[str, str] = {}
+            places, token = await asyncio.gather(
+                self._record_places(thread), self._read_gen(thread)
+            )
+            places.sort(key=lambda p: p.checkpoint_id, reverse=True)
+            newest: dict[str, _Record] = {}  # ns -> its newest record of the generation
             for where in places:
-                newest[where.ns] = max(newest.get(where.ns, ""), where.checkpoint_id)
-            for ns, checkpoint_id in newest.items():
-                kept = _Keys(thread, ns, checkpoint_id)
-                record = await self._read_record(self._record_key(kept), kept)
-                if record is not None and "counters_since_delta_snapshot" in (
-                    self.serde.loads_typed(record.metadata)
-                ):
+                if where.ns in newest:
+                    continue
+                record = await self._read_record(self._record_key(where), where)
+                if record is not None and self._visible(record, token):
+                    newest[where.ns] = record
+            for record in newest.values():
+                if "counters_since_delta_snapshot" in self.serde.loads_typed(record.metadata):
                     raise NotImplementedError(
                         f"keep_latest can't prune thread {thread!r}: it uses a DeltaChannel"
                     )
-            doomed = [p for p in places if p.checkpoint_id != newest[p.ns]]
+            kept = {r.where for r in newest.values()}
+            doomed = [p for p in places if p not in kept]
+            await self._mark_orphans(list(newest.values()), set(doomed))
             await self._delete_checkpoints(doomed)
             await self._collect_blobs(thread)
 
