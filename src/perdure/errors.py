@@ -200,7 +200,11 @@ class StoreUnavailableError(PerdureError, ConnectionError):
     """The server a store, storage or memory store lives on cannot be reached.
 
     Down, restarting, refusing connections, or the connection was lost and did not
-    come back within the store's reconnect timeout. Retrying later may succeed.
+    come back within the store's reconnect timeout; or it could not serve the request
+    in time: no pooled connection came free (``details["reason"] == "pool_busy"``),
+    or the server cancelled the statement (``statement_timeout``:
+    ``details["reason"] == "statement_timeout"``; its transaction rolled back, a
+    write's outcome is ``"not_applied"``). Retrying later may succeed.
     ``details["outcome"]`` tells, for a write, whether it was applied:
     ``"not_applied"`` (provably not: nothing changed) or ``"unknown"`` (the server
     went away after the write was sent and never answered where it could be

@@ -33,14 +33,23 @@ One :class:`PostgresDatabase` is one database and one schema as a backend sees i
   process happens to start first. An older schema is refused with the command that
   upgrades it; a newer one with "upgrade perdure".
 - **Errors**: psycopg's exceptions never leak. :func:`pg_fault` sorts each into one
-  of five faults and :meth:`PostgresDatabase.translate` turns it into the error the
+  of six faults and :meth:`PostgresDatabase.translate` turns it into the error the
   layer names for that fault (:class:`PostgresErrors`), as :mod:`._runtime.sqlite`
   does for SQLite:
 
   - ``unavailable``: the server cannot be reached — refused, down, restarting
-    (``57P01``-``57P03``), the connection lost (class ``08``), too many clients.
-    Reads retry it transparently until ``reconnect_timeout``; writes decide for
-    themselves (only the backend knows whether a write it sent may have landed).
+    (``57P01``-``57P03``), the connection lost (class ``08``), too many clients —
+    or no pooled connection came within ``connect_timeout`` (``PoolTimeout``: the
+    message says whether all ``max_connections`` were busy, ``details["reason"] ==
+    "pool_busy"``, or none could be opened). Reads retry it transparently until
+    ``reconnect_timeout``; writes decide for themselves (only the backend knows
+    whether a write it sent may have landed; one that got no connection sent nothing).
+  - ``cancelled``: the server cancelled the statement (``57014``:
+    ``statement_timeout``, or ``pg_cancel_backend``): its transaction rolled back,
+    nothing of it applied. The layer's ``unavailable`` error too (the server could
+    not serve it in time; later may succeed), ``details["reason"]``
+    ``"statement_timeout"`` or ``"cancelled"``, never retried: a statement that ran
+    out of time would only run out of it again.
   - ``locked``: a lock the statement needed was not available (``55P03``), a
     deadlock or a serialization failure (``40P01``, ``40001``).
   - ``damage``: the server reports damaged data (``XX001``, ``XX002``), or the schema
@@ -53,7 +62,8 @@ One :class:`PostgresDatabase` is one database and one schema as a backend sees i
 
 Every message names the server as ``postgresql://user@host:port/dbname`` (never a
 password) and the schema; ``details`` carry ``fault``, ``sqlstate``, ``server`` and
-``schema``.
+``schema`` (and ``outcome`` for a write that says it, see
+:meth:`PostgresDatabase.translate`).
 
 This module imports psycopg: only the PostgreSQL backends import it, lazily, so that
 ``import perdure`` never does.
@@ -123,12 +133,13 @@ DRIVER_ERRORS = (psycopg.Error,)
 VERSION_TABLE = "perdure_schema_version"
 """The table, in each schema perdure uses, that records each component's version."""
 
-PostgresFault = Literal["unavailable", "locked", "damage", "bug", "failure"]
+PostgresFault = Literal["unavailable", "cancelled", "locked", "damage", "bug", "failure"]
 
 _UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "08000", "08001", "08003",
                                  "08004", "08006", "08007", "08P01"})  # fmt: skip
 _LOCKED_STATES = frozenset({"55P03", "40P01", "40001"})
 _DAMAGE_STATES = frozenset({"XX001", "XX002", "42P01", "42703", "3F000"})
+_CANCELLED = "57014"  # query_canceled: statement_timeout, pg_cancel_backend()
 # What a server says, at connect, while it cannot take connections for now (the
 # driver gives no SQLSTATE for a failed connection, only the server's text).
 _TRANSIENT_FATAL = (
@@ -148,7 +159,8 @@ class PostgresErrors(NamedTuple):
     :class:`PostgresBugError`)."""
 
     unavailable: ErrorFactory
-    """The server cannot be reached (down, restarting, connection lost)."""
+    """The server cannot be reached (down, restarting, connection lost), no pooled
+    connection came in time, or the server cancelled the statement (timed out)."""
     locked: ErrorFactory
     """A lock the statement needed was held by another transaction."""
     damage: ErrorFactory
@@ -175,6 +187,8 @@ def pg_fault(exc: BaseException) -> PostgresFault:
         return "failure"
     if sqlstate in _UNAVAILABLE_STATES or sqlstate.startswith("08"):
         return "unavailable"
+    if sqlstate == _CANCELLED:
+        return "cancelled"
     if sqlstate in _LOCKED_STATES:
         return "locked"
     if sqlstate in _DAMAGE_STATES:
@@ -323,12 +337,29 @@ class _Pool:
     """This process's pool, whether the schema was checked in it, and its loop
     connections (see :meth:`PostgresDatabase.loop_connection`)."""
 
-    __slots__ = ("checked", "direct", "pool")
+    __slots__ = ("busy", "checked", "counting", "direct", "pool")
 
     def __init__(self) -> None:
         self.pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
         self.checked = False
         self.direct = _LoopConnections()
+        self.busy = 0  # pooled connections handed out and not given back yet
+        self.counting = threading.Lock()
+
+
+class _PoolBusy(psycopg_pool.PoolTimeout):
+    """No pooled connection came within the timeout while every one the pool may
+    open was handed out: the pool is too small for the work, not the server away.
+
+    A ``PoolTimeout`` still (a driver error, the ``unavailable`` fault), which
+    :meth:`PostgresDatabase.translate` words as what it is.
+    """
+
+    def __init__(self, size: int, waited: float, timeout: psycopg_pool.PoolTimeout) -> None:
+        super().__init__(str(timeout))
+        self.size = size
+        self.waited = waited
+        self.timeout = timeout
 
 
 class LoopStatement:
@@ -640,10 +671,22 @@ class PostgresDatabase:
         back to the pool.
         """
         pool = self._pool()
-        with pool.connection(timeout=self.connect_timeout) as conn:
+        state = self._state.value
+        with contextlib.ExitStack() as stack:
+            started = time.monotonic()
+            try:
+                conn = stack.enter_context(pool.connection(timeout=self.connect_timeout))
+            except psycopg_pool.PoolTimeout as exc:
+                if state.busy >= self.max_connections:  # all handed out: the pool is full
+                    raise _PoolBusy(self.max_connections, time.monotonic() - started, exc) from exc
+                raise
+            with state.counting:
+                state.busy += 1
             try:
                 yield conn
             finally:
+                with state.counting:
+                    state.busy -= 1
                 if conn.info.transaction_status not in (
                     pq.TransactionStatus.IDLE,
                     pq.TransactionStatus.UNKNOWN,
@@ -843,11 +886,22 @@ class PostgresDatabase:
         if pool is not None:
             pool.close()
 
-    def translate(self, exc: BaseException, doing: str) -> Exception:
-        """The layer's error for a driver error met while ``doing`` (see the module)."""
+    def translate(
+        self,
+        exc: BaseException,
+        doing: str,
+        *,
+        outcome: Literal["not_applied", "unknown"] | None = None,
+    ) -> Exception:
+        """The layer's error for a driver error met while ``doing`` (see the module).
+
+        ``outcome``: for a write, whether it was applied (``"not_applied"``: provably
+        not, ``"unknown"``), put in the ``unavailable`` error's ``details`` and said
+        in its message; other faults of a write are raised before or instead of it.
+        """
         fault = pg_fault(exc)
         sqlstate = getattr(exc, "sqlstate", None)
-        text = _driver_text(exc)
+        text = _driver_text(exc.timeout if isinstance(exc, _PoolBusy) else exc)
         head = f"{self.what} {self.where}: {doing}"
         if fault == "bug":
             return PostgresBugError(f"{head}: perdure's SQL failed: {text}")
@@ -857,10 +911,34 @@ class PostgresDatabase:
             "server": self.server,
             "schema": self.schema,
         }
-        if fault == "unavailable":
-            return self.errors.unavailable(
-                f"{head}: the server cannot be reached ({text})", details=details
-            )
+        if fault in ("unavailable", "cancelled"):
+            if outcome is not None:
+                details["outcome"] = outcome
+            said = {
+                None: "",
+                "not_applied": "; nothing of it was applied",
+                "unknown": "; whether it was applied cannot be told",
+            }[outcome]
+            if isinstance(exc, _PoolBusy):
+                details["reason"] = "pool_busy"
+                held = (
+                    "its one pooled connection (max_connections=1) was"
+                    if exc.size == 1
+                    else f"all {exc.size} of its pooled connections (max_connections) were"
+                )
+                why = f"{held} busy for {exc.waited:.1f} s ({text})"
+            elif fault == "cancelled":
+                timed_out = "statement timeout" in str(exc)
+                details["reason"] = "statement_timeout" if timed_out else "cancelled"
+                why = (
+                    "the statement ran longer than the server's statement_timeout and "
+                    f"the server cancelled it ({text})"
+                    if timed_out
+                    else f"the server cancelled the statement ({text})"
+                )
+            else:
+                why = f"the server cannot be reached ({text})"
+            return self.errors.unavailable(f"{head}: {why}{said}", details=details)
         if fault == "locked":
             return self.errors.locked(
                 f"{head}: a lock was held by another transaction ({text})", details=details

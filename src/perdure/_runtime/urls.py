@@ -210,19 +210,25 @@ def postgres_url(
     ``("postgresql://user@host:5432/db?sslmode=require", {"schema": "app", "ttl":
     1800.0})``: the ``options`` (:data:`POSTGRES_OPTIONS` for a session store,
     :data:`POSTGRES_STORAGE_OPTIONS` for blob storage) are taken out (libpq would
-    refuse them), converted to their types; every other parameter stays.
+    refuse them), converted to their types; every other parameter stays byte for
+    byte as written: libpq decodes ``%XX`` but not ``+``, so re-encoding a value
+    (``options=-c%20statement_timeout%3D700``) could change what the driver reads.
 
     Raises:
         ValueError: an option given twice, whose value is not of its type, or that
             is another opener's (``table=`` in a store URL, say); the message names
             it and ``what`` the URL opens.
     """
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+    from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
     parts = urlsplit(url)
-    kept: list[tuple[str, str]] = []
+    kept: list[str] = []  # the driver's parameters, as written in the URL
     found: dict[str, object] = {}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+    for raw in parts.query.split("&"):
+        pair = parse_qsl(raw, keep_blank_values=True)
+        if not pair:
+            continue  # an empty parameter (``&&``), as parse_qsl skips it
+        key, value = pair[0]
         kind = options.get(key)
         if kind is None:
             if key in _PERDURE_OPTIONS:
@@ -230,10 +236,10 @@ def postgres_url(
                     f"{what} URL {url!r}: {key}= is not an option of the {what}; "
                     f"its options are {', '.join(f'{o}=' for o in options)}"
                 )
-            kept.append((key, value))
+            kept.append(raw)
             continue
         _take_option(found, key, value, kind, url, what)
-    return urlunsplit(parts._replace(query=urlencode(kept))), found
+    return urlunsplit(parts._replace(query="&".join(kept))), found
 
 
 def s3_url(url: str, what: str = "storage") -> tuple[str, str, dict[str, object]]:

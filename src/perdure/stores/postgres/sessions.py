@@ -51,7 +51,14 @@ Guarantees:
   meanwhile) it raises ``session_conflict``. Never a duplicate, never a lost
   acknowledged message. A server that stays away past ``reconnect_timeout`` raises
   :class:`~perdure.errors.StoreUnavailableError` (``details["outcome"]``:
-  ``not_applied`` or ``unknown``). Reads retry until then by themselves.
+  ``not_applied`` or ``unknown``). Reads retry until then by themselves. After an
+  ``unknown`` outcome the store forgets the session row it planned on: the next
+  commit reads it afresh. A commit that got no pooled connection (the server away,
+  or all ``max_connections`` busy: ``details["reason"] == "pool_busy"``) was not
+  sent: it waits as a read does, then raises ``not_applied`` — never a conflict. A
+  commit the server cancelled (``statement_timeout``: ``details["reason"] ==
+  "statement_timeout"``) rolled back: ``StoreUnavailableError``, ``not_applied``, at
+  once (not sent again: it would only run out of time again).
 - **TTL** (``ttl=`` seconds of inactivity): every commit and every ``get`` renews a
   session (server time); past it, reads and commits raise ``session_not_found``
   with ``details["reason"] == "expired"`` (an id never seen has ``"unknown"``),
@@ -78,6 +85,7 @@ import builtins
 import contextlib
 import operator
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -433,7 +441,7 @@ class PostgresSessionStore(StoreBase):
             if lost:
                 return None  # the thread path waits for the server, as it does
             if isinstance(exc, DRIVER_ERRORS):
-                raise self.db.translate(exc, f"committing to session {session_id!r}") from exc
+                raise self._not_applied(session_id, exc) from exc
             raise
         try:
             conn.send(statement, params)
@@ -453,8 +461,8 @@ class PostgresSessionStore(StoreBase):
                     "bad_sequence",
                     "a row exists past the recorded end",
                 ) from None
-            if not lost:
-                raise self.db.translate(exc, f"committing to session {session_id!r}") from exc
+            if not lost:  # refused or cancelled by the server: its transaction rolled back
+                raise self._not_applied(session_id, exc) from exc
             # Applied or not? The thread path's rule decides, on a pooled connection.
             applied = await asyncio.to_thread(
                 self._resolve, session_id, sent, bool(sent.bodies), exc
@@ -687,6 +695,16 @@ class PostgresSessionStore(StoreBase):
                 "row": row,
             },
         )
+
+    def _not_applied(self, session_id: str, exc: BaseException) -> Exception:
+        """The error for a driver error that left a commit provably not applied (not
+        sent, or refused or cancelled by the server: its transaction rolled back)."""
+        error = self.db.translate(
+            exc, f"committing to session {session_id!r}", outcome="not_applied"
+        )
+        if isinstance(error, StoreUnavailableError):
+            error.details["session_id"] = session_id
+        return error
 
     def _not_found(self, session_id: str, expired: bool) -> SessionNotFoundError:
         error: SessionNotFoundError = not_found(
@@ -965,7 +983,7 @@ class PostgresSessionStore(StoreBase):
         seen, fresh = self._remembered(session_id), False
         for _ in range(_COMMIT_ATTEMPTS):
             if seen is None:
-                seen, fresh = self._read_head(session_id, token), True
+                seen, fresh = self._head_for_commit(session_id, token), True
             try:
                 plan = plan_commit(request, seen.total, seen.tail)
                 if plan.compare_last:
@@ -1087,9 +1105,14 @@ class PostgresSessionStore(StoreBase):
             return True
 
         work = fast if simple else transaction
-        for _ in range(_COMMIT_ATTEMPTS):
+        deadline: float | None = None  # of the wait for a connection (nothing sent)
+        delay = 0.05
+        resent = 0
+        while resent < _COMMIT_ATTEMPTS:
+            sending = False
             try:
                 with self.db.connection() as conn:
+                    sending = True
                     applied = work(conn)
             except _Refused:
                 applied = False
@@ -1101,15 +1124,28 @@ class PostgresSessionStore(StoreBase):
                         "bad_sequence",
                         "a row exists past the recorded end",
                     ) from None
-                if pg_fault(exc) != "unavailable":
-                    raise self.db.translate(exc, f"committing to session {session_id!r}") from exc
-                resolved = self._resolve(session_id, sent, bool(bodies), exc)
-                if resolved is None:
-                    continue  # provably not applied: send it again
-                return resolved
+                fault = pg_fault(exc)
+                if fault == "unavailable" and sending:
+                    resolved = self._resolve(session_id, sent, bool(bodies), exc)
+                    if resolved is None:
+                        resent += 1
+                        continue  # provably not applied: send it again
+                    return resolved
+                if fault == "unavailable":  # no connection came: nothing was sent
+                    now = time.monotonic()
+                    if deadline is None:
+                        deadline = now + self.db.reconnect_timeout
+                    if now < deadline:  # wait, as a read waits for the server or the pool
+                        time.sleep(min(delay, deadline - now))
+                        delay = min(delay * 2, 0.5)
+                        self.db.discard_broken()
+                        continue
+                # Refused or cancelled by the server, or no connection in time: the
+                # statement's transaction never committed.
+                raise self._not_applied(session_id, exc) from exc
             if applied:
                 return True
-            return self._read_head(session_id, token)  # why it matched no row
+            return self._head_for_commit(session_id, token)  # why it matched no row
         raise StoreUnavailableError(
             f"PostgreSQL session store {self.db.where}: committing to session {session_id!r}: "
             "the connection kept failing; the commit was not applied",
@@ -1182,11 +1218,26 @@ class PostgresSessionStore(StoreBase):
 
         True: applied. None: provably not (send it again).
 
+        Only for a commit that was sent: one that got no connection was not.
+        Whatever it raises, the session row this store remembered is forgotten
+        (it may be the row from before the commit, applied after all): the next
+        commit reads the row afresh, and plans against what is stored.
+
         Raises:
             SessionConflictError: the session moved on, and whether the commit was
                 applied before that cannot be told.
             StoreUnavailableError: the server did not come back (outcome unknown).
         """
+        try:
+            return self._check_applied(session_id, sent, appended, cause)
+        except BaseException:
+            self._forget(session_id)
+            raise
+
+    def _check_applied(
+        self, session_id: str, sent: _Sent, appended: bool, cause: BaseException
+    ) -> Literal[True] | None:
+        """:meth:`_resolve`'s reading and rule."""
         planned, after = sent.planned, sent.after
         try:
             row = self.db.call(
@@ -1235,6 +1286,20 @@ class PostgresSessionStore(StoreBase):
     def _holds(self, why: _Why, token: int) -> bool:
         """Whether the lease ``why`` read is the one this writer took (token and owner)."""
         return why.lease == (token, self._leases.owner)
+
+    def _head_for_commit(self, session_id: str, token: int | None) -> _Head:
+        """:meth:`_read_head` for a commit not applied (not sent yet, or refused).
+
+        Raises:
+            StoreUnavailableError: the server stayed away: outcome ``not_applied``.
+        """
+        try:
+            return self._read_head(session_id, token)
+        except StoreUnavailableError as exc:
+            raise StoreUnavailableError(
+                f"{exc.message}; the commit to it was not applied",
+                details={**exc.details, "session_id": session_id, "outcome": "not_applied"},
+            ) from exc.__cause__
 
     def _read_head(self, session_id: str, token: int | None) -> _Head:
         """The session row as it is now (with its last message's texts); also why a
