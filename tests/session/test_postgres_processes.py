@@ -400,6 +400,20 @@ def test_writers_on_their_own_sessions_and_two_fighting_over_one(
 # ---------------------------------------------------------------- a server restart
 
 
+def _restarted_since(started: object, wait: float = 15.0) -> bool:
+    """Whether the server answers with a start time other than ``started`` (within ``wait`` s)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            if execute("SELECT pg_postmaster_start_time()") != started:
+                return True
+        except Exception:  # still starting: not accepting connections yet
+            pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
 def _cluster() -> str | None:
     """The local cluster's version, when this test may restart it (root, pg_ctlcluster)."""
     if os.geteuid() != 0 or shutil.which("pg_ctlcluster") is None:
@@ -464,8 +478,10 @@ def test_a_server_restart_while_a_writer_runs_loses_and_invents_nothing(schema: 
             timeout=25,
             check=False,
         )
-        assert restart.returncode == 0, restart.stderr
-        assert execute("SELECT pg_postmaster_start_time()") != started  # it did restart
+        # pg_ctlcluster has been seen to exit 1 ("failed to start") on a loaded machine
+        # while the log it printed shows the server up and ready: what counts here is
+        # that the server restarted, which its start time says.
+        assert _restarted_since(started), (restart.returncode, restart.stderr)
         out, err = writer.communicate(timeout=40)
     finally:
         if writer.poll() is None:
